@@ -1,0 +1,411 @@
+"""`tokenbeam train`: sharded text -> pre-token counts (Beam) -> BPE merge loop -> tokenizer files.
+
+    shards -> CountShardPretokens (one DoFn call per shard, local Counter) -> SumCounts (CombinePerKey,
+    hot-key fan-out) -> PruneRare (--min-count) -> WriteCounts (counts/*.parquet, by bucket)
+    then, in the launching process: load counts -> learn merges (progress bar) -> write tokenizer.json,
+    tokenizer.tiktoken, train_report.json, compression_curve.png.
+
+`--counts DIR` skips the Beam part and trains a new vocabulary from counts written earlier.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+import zlib
+from collections import Counter
+
+import apache_beam as beam
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bpe_ops import pretokenize
+from schemas import reports
+from schemas.records import rejected_to_json
+from schemas.tables import COUNTS_SCHEMA
+from pipelines import common
+from pipelines.common import UserError, join, say
+
+N_COUNT_BUCKETS = 16            # counts/part-XXXXX-of-00016.parquet
+LOCAL_COUNTER_FLUSH = 1_000_000  # distinct pre-tokens a shard's counter holds before emitting
+
+
+# --- Beam transforms ----------------------------------------------------------------------------
+
+class CountShardPretokens(beam.DoFn):
+    """Read one shard, pre-tokenize and count its records locally, emit `(pretoken bytes, count)`.
+
+    One call per shard keeps Beam's per-element cost out of the hot loop (a plain Counter is ~5x
+    cheaper than `(word, 1)` + CombinePerKey). Rejected records go to `rejected/<shard>.jsonl`; the
+    shard's totals go to the `totals` output.
+    """
+    TOTALS = "totals"
+
+    def __init__(self, source_options, pattern: str, special_tokens: tuple[str, ...], output: str):
+        self.source_options = source_options
+        self.pattern = pattern
+        self.special_tokens = special_tokens
+        self.output = output
+
+    def setup(self):
+        self.findall = pretokenize.compile_pattern(self.pattern).findall
+        self.records = beam.metrics.Metrics.counter("tokenbeam", "records")
+        self.bytes = beam.metrics.Metrics.counter("tokenbeam", "bytes")
+        self.rejected = beam.metrics.Metrics.counter("tokenbeam", "rejected")
+
+    def process(self, shard):
+        from pipelines.sources import Record, Rejected, read_shard
+
+        started = time.perf_counter()
+        totals = reports.empty_totals()
+        totals["shards"] = 1
+        counter: Counter = Counter()
+        rejected_lines: list[str] = []
+        specials = self.special_tokens
+        for item in read_shard(shard, self.source_options):
+            if isinstance(item, Record):
+                totals["records"] += 1
+                totals["records_counted"] += 1
+                totals["records_repaired"] += item.repaired
+                text = item.text
+                totals["bytes"] += len(pretokenize.to_utf8(text))
+                if specials:
+                    for segment, is_special in pretokenize.split_on_special(text, specials):
+                        if not is_special:
+                            counter.update(self.findall(segment))
+                else:
+                    counter.update(self.findall(text))
+                if len(counter) >= LOCAL_COUNTER_FLUSH:
+                    yield from _emit(counter, totals)
+            elif isinstance(item, Rejected):
+                totals["records"] += 1
+                totals["records_rejected"] += 1
+                reasons = totals["rejected_by_reason"]
+                reasons[item.reason] = reasons.get(item.reason, 0) + 1
+                rejected_lines.append(json.dumps(rejected_to_json(item), ensure_ascii=False))
+            else:  # ShardError: a file-level problem; the records read before it stay counted
+                totals["shard_errors"].append({"source": item.source, "rows_read": item.rows_read,
+                                               "reason": item.reason, "detail": item.detail})
+        yield from _emit(counter, totals)
+        if rejected_lines:
+            from pipelines.sources import output_name
+            common.write_text_atomic(join(self.output, "rejected", output_name(shard.relpath, ".jsonl")),
+                                     "\n".join(rejected_lines) + "\n")
+        self.records.inc(totals["records"])
+        self.bytes.inc(totals["bytes"])
+        self.rejected.inc(totals["records_rejected"])
+        elapsed = time.perf_counter() - started
+        say(f"counted {shard.relpath}: {totals['records_counted']:,} records, {totals['bytes'] / 1e6:.1f} MB, "
+            f"{totals['records_rejected']} rejected, {totals['bytes'] / 1e6 / max(elapsed, 1e-9):.1f} MB/s")
+        yield beam.pvalue.TaggedOutput(self.TOTALS, totals)
+
+
+def _emit(counter: Counter, totals: dict):
+    """Emit a local counter as (UTF-8 bytes, count) pairs and clear it."""
+    totals["pretokens"] += sum(counter.values())
+    for piece, n in counter.items():
+        yield pretokenize.to_utf8(piece), n
+    counter.clear()
+
+
+class MergeTotals(beam.CombineFn):
+    """Exact combine of per-shard totals (associative and commutative, so right on any runner)."""
+
+    def create_accumulator(self):
+        return reports.empty_totals()
+
+    def add_input(self, acc, totals):
+        return reports.merge_totals(acc, totals)
+
+    def merge_accumulators(self, accs):
+        out = reports.empty_totals()
+        for acc in accs:
+            out = reports.merge_totals(out, acc)
+        return out
+
+    def extract_output(self, acc):
+        return acc
+
+
+def count_bucket(pretoken: bytes) -> int:
+    """Stable bucket of a pre-token (crc32, not Python's salted hash: same files on every run)."""
+    return zlib.crc32(pretoken) % N_COUNT_BUCKETS
+
+
+class WriteCountsBucket(beam.DoFn):
+    """Write one bucket of counts to `counts/part-BBBBB-of-NNNNN.parquet`, sorted by pre-token."""
+
+    def __init__(self, counts_dir: str):
+        self.counts_dir = counts_dir
+
+    def process(self, bucket_and_rows):
+        bucket, rows = bucket_and_rows
+        rows = sorted(rows)
+        table = pa.table({"pretoken": pa.array([r[0] for r in rows], pa.binary()),
+                          "count": pa.array([r[1] for r in rows], pa.int64())}, schema=COUNTS_SCHEMA)
+        url = join(self.counts_dir, f"part-{bucket:05d}-of-{N_COUNT_BUCKETS:05d}.parquet")
+        with common.open_atomic(url) as f:
+            pq.write_table(table, f, compression="zstd")
+        yield len(rows)
+
+
+def write_totals(_, totals, unique_before, unique_after, counts_dir):
+    totals = dict(totals, version=reports.TOTALS_VERSION, unique_pretokens_before_pruning=unique_before,
+                  unique_pretokens_after_pruning=unique_after)
+    common.write_text_atomic(join(counts_dir, "_totals.json"), json.dumps(totals, indent=1, sort_keys=True) + "\n")
+
+
+def build_count_pipeline(p, shards, source_options, pattern, special_tokens, output, min_count, hot_key_fanout=8):
+    """The Beam graph of the counting stage (steps 1-4); returns nothing, writes OUTPUT/counts/."""
+    counts_dir = join(output, "counts")
+    counted = (p
+               | "Shards" >> beam.Create(shards)
+               | "SpreadShards" >> beam.Reshuffle()
+               | "CountShardPretokens" >> beam.ParDo(
+                   CountShardPretokens(source_options, pattern, tuple(special_tokens), output)
+               ).with_outputs(CountShardPretokens.TOTALS, main="counts"))
+    summed = (counted.counts
+              | "SumCounts" >> beam.CombinePerKey(sum).with_hot_key_fanout(hot_key_fanout))
+    kept = summed | "PruneRare" >> beam.Filter(lambda kv, m: kv[1] >= m, min_count)
+    written = (kept
+               | "ByBucket" >> beam.Map(lambda kv: (count_bucket(kv[0]), kv))
+               | "GroupBuckets" >> beam.GroupByKey()
+               | "WriteCounts" >> beam.ParDo(WriteCountsBucket(counts_dir)))
+    totals = counted[CountShardPretokens.TOTALS] | "MergeTotals" >> beam.CombineGlobally(MergeTotals())
+    unique_before = summed | "UniqueBefore" >> beam.combiners.Count.Globally()
+    unique_after = written | "UniqueAfter" >> beam.CombineGlobally(sum)
+    (p | "Once" >> beam.Create([None])
+       | "WriteTotals" >> beam.Map(write_totals, beam.pvalue.AsSingleton(totals),
+                                   beam.pvalue.AsSingleton(unique_before),
+                                   beam.pvalue.AsSingleton(unique_after), counts_dir))
+
+
+# --- the launcher side ----------------------------------------------------------------------------
+
+def load_counts(counts_dir: str) -> dict[bytes, int]:
+    """Read every counts/*.parquet into one {pretoken: count} table (the merge loop's input)."""
+    fs, path = common.filesystem(counts_dir)
+    files = sorted(f for f in fs.glob(path.rstrip("/") + "/*.parquet"))
+    counts: dict[bytes, int] = {}
+    for f in files:
+        with fs.open(f, "rb") as fh:
+            table = pq.read_table(fh)
+        if table.schema.names != COUNTS_SCHEMA.names:
+            raise UserError(f"{f} is not a tokenbeam counts file (columns {table.schema.names})")
+        pretokens = table.column("pretoken").to_pylist()
+        for pretoken, n in zip(pretokens, table.column("count").to_pylist()):
+            counts[pretoken] = counts.get(pretoken, 0) + n
+    return counts
+
+
+class ProgressBar:
+    """Merges done, merges/s, current pair and count, ETA: one line on stderr, redrawn twice a second."""
+
+    def __init__(self, total: int, stream=sys.stderr):
+        self.total, self.stream = total, stream
+        self.started = self.last = time.perf_counter()
+        self.interactive = stream.isatty()
+
+    def __call__(self, done: int, pair: tuple[bytes, bytes], count: int) -> None:
+        now = time.perf_counter()
+        if now - self.last < (0.5 if self.interactive else 10.0) and done < self.total:
+            return
+        self.last = now
+        rate = done / max(now - self.started, 1e-9)
+        eta = (self.total - done) / rate if rate > 0 else 0.0
+        left, right = (p.decode("utf-8", "backslashreplace") for p in pair)
+        line = (f"merges {done:,}/{self.total:,}  {rate:,.0f}/s  pair ({left!r}, {right!r}) count {count:,}  "
+                f"ETA {eta:.0f}s")
+        self.stream.write(("\r" + line[:160].ljust(160)) if self.interactive else line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.interactive:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def compression_curve(initial_tokens: int, total_bytes: int, merge_counts: list[int], base_vocab: int,
+                      points: int = 200) -> list[dict]:
+    """Tokens per byte of the training counts against vocabulary size: each merge removes exactly
+    its count of tokens, so the curve falls out of the merge loop for free. Sampled to `points`."""
+    if total_bytes == 0:
+        return []
+    step = max(1, len(merge_counts) // points)
+    curve, tokens = [{"vocab_size": base_vocab, "tokens_per_byte": initial_tokens / total_bytes}], initial_tokens
+    for i, n in enumerate(merge_counts, start=1):
+        tokens -= n
+        if i % step == 0 or i == len(merge_counts):
+            curve.append({"vocab_size": base_vocab + i, "tokens_per_byte": tokens / total_bytes})
+    return curve
+
+
+def plot_curve(curve: list[dict], url: str) -> bool:
+    """compression_curve.png with the plot extra; False when matplotlib is not installed."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.plot([c["vocab_size"] for c in curve], [c["tokens_per_byte"] for c in curve])
+    ax.set_xlabel("vocabulary size")
+    ax.set_ylabel("tokens per byte (training counts)")
+    ax.set_title("Compression curve")
+    ax.grid(True, alpha=0.3)
+    with common.open_atomic(url) as f:
+        fig.savefig(f, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return True
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process and its (reaped) children, in MB."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(own, children) / 1024
+
+
+def upload_tokenizer(tok, output: str) -> str:
+    """Save the tokenizer files locally (bpe_ops does plain file I/O) and copy them to OUTPUT."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tok.save(tmp)
+        for name in sorted(os.listdir(tmp)):
+            with open(os.path.join(tmp, name), "rb") as src, common.open_atomic(join(output, name)) as dst:
+                dst.write(src.read())
+    return join(output, "tokenizer.json")
+
+
+# --- command line -------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tokenbeam train", description=__doc__.split("\n")[0],
+                                     epilog="Any other --flag is passed to Beam (--runner, --direct_num_workers, ...).")
+    parser.add_argument("--output", required=True, help="output folder (local or fsspec URL)")
+    parser.add_argument("--vocab-size", type=int, required=True, help="ids in all: 256 bytes + merges + specials")
+    parser.add_argument("--pattern", default="gpt4", help="split pattern: gpt4 (default), gpt2, o200k, classic, or a regex")
+    parser.add_argument("--special-token", action="append", default=[], metavar="TOKEN",
+                        help="a special token (repeatable): splits the text, never merged across")
+    parser.add_argument("--min-frequency", type=int, default=2, help="stop when the best pair count is below this")
+    parser.add_argument("--min-count", type=int, default=1, help="drop pre-tokens seen fewer times in the corpus")
+    parser.add_argument("--tie-break", default="largest", choices=["largest", "smallest", "hf"])
+    parser.add_argument("--counts", default=None, metavar="DIR",
+                        help="train from counts written earlier (a run folder or its counts/), skipping the corpus")
+    common.add_source_arguments(parser)
+    return parser
+
+
+def parse(argv):
+    parser = build_parser()
+    # --input is only optional with --counts.
+    for action in parser._actions:
+        if action.dest == "input":
+            action.required = not any(a == "--counts" or a.startswith("--counts=") for a in argv)
+    args, beam_args = parser.parse_known_args(argv)
+    if args.vocab_size < 1:
+        raise UserError("--vocab-size must be positive")
+    if args.min_count < 1 or args.min_frequency < 1:
+        raise UserError("--min-count and --min-frequency must be at least 1")
+    try:
+        pretokenize.compile_pattern(args.pattern)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    base = 256 if args.pattern != "classic" else 1
+    if args.vocab_size < base + len(set(args.special_token)) + 1 and args.pattern != "classic":
+        raise UserError(f"--vocab-size {args.vocab_size} is too small: the byte alphabet alone is 256 ids, plus "
+                        f"{len(set(args.special_token))} special tokens, plus at least one merge")
+    return args, beam_args
+
+
+def run(argv: list[str]) -> dict:
+    """Run the whole training job; returns the train report."""
+    from bpe_ops import train_bpe
+
+    args, beam_args = parse(argv)
+    timing: dict[str, float] = {}
+    started = time.perf_counter()
+    specials = list(dict.fromkeys(args.special_token))
+    if args.counts:
+        counts_dir = args.counts if not common.exists(join(args.counts, "counts")) else join(args.counts, "counts")
+        inputs = None
+    else:
+        shards = common.expand(args)
+        options, runner = common.pipeline_options(beam_args)
+        common.makedirs(args.output)
+        counts_dir = join(args.output, "counts")
+        say(f"train: {len(shards)} shard(s), {sum(s.size for s in shards) / 1e6:.1f} MB -> {args.output}")
+        with beam.Pipeline(runner=runner, options=options) as p:
+            build_count_pipeline(p, shards, common.source_options(args), args.pattern, specials, args.output,
+                                 args.min_count)
+        inputs = args.input
+        timing["count"] = time.perf_counter() - started
+    t0 = time.perf_counter()
+    if not common.exists(join(counts_dir, "_totals.json")):
+        raise UserError(f"no counts found in {counts_dir} (expected _totals.json and part-*.parquet)")
+    totals = common.read_json(join(counts_dir, "_totals.json"))
+    counts = load_counts(counts_dir)
+    timing["load_counts"] = time.perf_counter() - t0
+    if not counts:
+        raise UserError(f"nothing to train on: {totals['records']} records read, {totals['records_rejected']} "
+                        f"rejected, no pre-tokens left (after --min-count pruning)")
+    say(f"merge loop: {len(counts):,} unique pre-tokens, target {args.vocab_size:,} ids")
+    t0 = time.perf_counter()
+    bar = ProgressBar(max(1, args.vocab_size - 256 - len(specials)))
+    try:
+        tok = train_bpe(counts, vocab_size=args.vocab_size, pattern=args.pattern, special_tokens=specials,
+                        min_frequency=args.min_frequency, tie_break=args.tie_break, progress=bar)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    bar.close()
+    timing["merge_loop"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    common.makedirs(args.output)
+    tokenizer_url = upload_tokenizer(tok, args.output)
+    result = tok.training
+    total_bytes = sum(len(p) * n for p, n in counts.items()) if args.pattern != "classic" else totals["bytes"]
+    base_vocab = tok.vocab_size - len(specials) - (len(result.merges) - result.duplicate_merges)
+    curve = compression_curve(result.initial_tokens, total_bytes, result.merge_counts, base_vocab)
+    report = {
+        "version": reports.TRAIN_REPORT_VERSION, "tokenizer_sha256": tok.sha256, "vocab_size": tok.vocab_size,
+        "pattern": args.pattern, "special_tokens": specials, "tie_break": args.tie_break,
+        "min_frequency": args.min_frequency, "min_count": args.min_count,
+        "inputs": inputs if inputs is not None else {"counts": args.counts},
+        "records": totals["records"], "records_counted": totals["records_counted"],
+        "records_rejected": totals["records_rejected"], "rejected_by_reason": totals["rejected_by_reason"],
+        "records_repaired": totals["records_repaired"], "shard_errors": totals["shard_errors"],
+        "bytes": totals["bytes"], "pretokens": totals["pretokens"],
+        "unique_pretokens_before_pruning": totals["unique_pretokens_before_pruning"],
+        "unique_pretokens_after_pruning": totals["unique_pretokens_after_pruning"],
+        "merges": len(result.merges), "tied_merges": result.tied_merges,
+        "duplicate_merges": result.duplicate_merges, "stop_reason": result.stop_reason,
+        "compression_curve": curve,
+    }
+    if report["records"] != report["records_counted"] + report["records_rejected"]:
+        raise RuntimeError(f"record accounting is broken: {report['records']} read != "
+                           f"{report['records_counted']} counted + {report['records_rejected']} rejected")
+    plotted = plot_curve(curve, join(args.output, "compression_curve.png"))
+    timing["write"] = time.perf_counter() - t0
+    timing["total"] = time.perf_counter() - started
+    report["timing_seconds"] = {k: round(v, 3) for k, v in timing.items()}
+    report["peak_rss_mb"] = round(peak_rss_mb(), 1)
+    common.write_text_atomic(join(args.output, "train_report.json"),
+                             json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+    say(f"trained {tok.vocab_size:,} ids ({len(result.merges):,} merges, {result.tied_merges:,} tied, stop: "
+        f"{result.stop_reason}) from {report['records_counted']:,} records ({report['records_rejected']:,} rejected) "
+        f"in {timing['total']:.1f}s -> {tokenizer_url}" + ("" if plotted else " (install the plot extra for compression_curve.png)"))
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    from pipelines.cli import run_command
+    return run_command(run, sys.argv[1:] if argv is None else argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""Layouts of the JSON files the train pipeline writes: `counts/_totals.json`, `train_report.json`."""
+from __future__ import annotations
+
+TRAIN_REPORT_VERSION = 1
+TOTALS_VERSION = 1
+
+# Keys every train_report.json has (tests and users depend on them).
+TRAIN_REPORT_KEYS = (
+    "version", "tokenizer_sha256", "vocab_size", "pattern", "special_tokens", "tie_break",
+    "min_frequency", "min_count", "inputs", "records", "records_counted", "records_rejected",
+    "rejected_by_reason", "records_repaired", "shard_errors", "bytes", "pretokens",
+    "unique_pretokens_before_pruning", "unique_pretokens_after_pruning", "merges", "tied_merges",
+    "duplicate_merges", "stop_reason", "compression_curve", "timing_seconds", "peak_rss_mb",
+)
+
+
+def empty_totals() -> dict:
+    """The per-shard / whole-corpus totals of the counting stage (mergeable by `merge_totals`)."""
+    return {"shards": 0, "records": 0, "records_counted": 0, "records_rejected": 0, "records_repaired": 0,
+            "bytes": 0, "pretokens": 0, "rejected_by_reason": {}, "shard_errors": []}
+
+
+def merge_totals(a: dict, b: dict) -> dict:
+    """Exact, associative and commutative merge of two totals dicts (shard errors kept sorted)."""
+    out = empty_totals()
+    for key in ("shards", "records", "records_counted", "records_rejected", "records_repaired", "bytes", "pretokens"):
+        out[key] = a[key] + b[key]
+    reasons = dict(a["rejected_by_reason"])
+    for reason, n in b["rejected_by_reason"].items():
+        reasons[reason] = reasons.get(reason, 0) + n
+    out["rejected_by_reason"] = dict(sorted(reasons.items()))
+    out["shard_errors"] = sorted(a["shard_errors"] + b["shard_errors"], key=lambda e: (e["source"], e["reason"]))
+    return out

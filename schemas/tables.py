@@ -1,0 +1,52 @@
+"""Parquet layouts: the counts table (train) and the token table (tokenize).
+
+Every Parquet file tokenbeam writes is described here and nowhere else; pipelines build their Arrow
+tables with these schemas and readers validate against them.
+"""
+from __future__ import annotations
+
+import pyarrow as pa
+
+COUNTS_SCHEMA_VERSION = 1
+TOKENS_SCHEMA_VERSION = 1
+
+# counts/*.parquet: one row per distinct pre-token (UTF-8 bytes), sorted by pretoken within a file.
+COUNTS_SCHEMA = pa.schema(
+    [pa.field("pretoken", pa.binary(), nullable=False), pa.field("count", pa.int64(), nullable=False)],
+    metadata={b"tokenbeam.schema": b"counts", b"tokenbeam.schema_version": str(COUNTS_SCHEMA_VERSION).encode()},
+)
+
+# The largest vocabulary whose ids fit list<uint16>.
+UINT16_MAX_VOCAB = 65_536
+STAT_COLUMNS = ("n_tokens", "n_bytes", "n_chars", "n_words")
+
+
+def token_id_type(vocab_size: int) -> pa.DataType:
+    """uint16 when every id fits (vocab_size <= 65,536), else uint32."""
+    return pa.uint16() if vocab_size <= UINT16_MAX_VOCAB else pa.uint32()
+
+
+def tokens_schema(vocab_size: int, keep_fields: tuple[str, ...] = (), metadata: dict[str, str] | None = None
+                  ) -> pa.Schema:
+    """Schema of a token Parquet file: id, token_ids, the per-record statistics, pass-through fields.
+
+    Pass-through (`--keep-field`) columns are stored as JSON-encoded strings, so a field whose type
+    varies across records (a number here, a list there) never breaks a file.
+    """
+    fields = [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("token_ids", pa.list_(token_id_type(vocab_size)), nullable=False),
+    ] + [pa.field(name, pa.int32(), nullable=False) for name in STAT_COLUMNS]
+    reserved = {f.name for f in fields}
+    for name in keep_fields:
+        if name in reserved:
+            raise ValueError(f"--keep-field {name!r} clashes with a column tokenbeam writes; rename it")
+        fields.append(pa.field(name, pa.string(), nullable=True))
+    meta = {"tokenbeam.schema": "tokens", "tokenbeam.schema_version": str(TOKENS_SCHEMA_VERSION)}
+    meta.update(metadata or {})
+    return pa.schema(fields, metadata={k.encode(): v.encode() for k, v in meta.items()})
+
+
+def file_metadata(schema_metadata: dict[bytes, bytes] | None) -> dict[str, str]:
+    """Decode a Parquet file's key-value metadata to str -> str."""
+    return {k.decode(): v.decode() for k, v in (schema_metadata or {}).items()}

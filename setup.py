@@ -1,0 +1,30 @@
+"""tokenbeam: train BPE tokenizers and tokenize sharded corpora into Parquet, on Apache Beam.
+
+This file is also what Dataflow's `--setup_file ./setup.py` installs on the workers.
+"""
+from setuptools import find_packages, setup
+
+setup(
+    name="tokenbeam",
+    version="0.1.0",
+    description="Train byte-level BPE tokenizers and tokenize sharded corpora to Parquet on Apache Beam",
+    long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["bpe_ops", "bpe_ops.*", "schemas", "schemas.*", "pipelines", "pipelines.*"]),
+    install_requires=[
+        "regex>=2023.0",
+        "pyarrow>=14,<26",          # apache-beam 2.77 requires pyarrow < 26
+        "fsspec>=2023.1",
+        "apache-beam>=2.60",
+        "zstandard>=0.21",           # .zst shards
+    ],
+    extras_require={
+        "test": ["pytest>=7", "hypothesis>=6", "tokenizers>=0.20", "tiktoken>=0.7", "rustbpe",
+                 "duckdb", "datasets", "moto[server]>=5", "s3fs", "matplotlib"],
+        "bench": ["tokenizers>=0.20", "tiktoken>=0.7", "rustbpe", "psutil"],
+        "plot": ["matplotlib>=3.5"],
+        "gcp": ["apache-beam[gcp]", "gcsfs"],
+    },
+    entry_points={"console_scripts": ["tokenbeam = pipelines.cli:main"]},
+)

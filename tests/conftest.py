@@ -1,0 +1,50 @@
+"""Shared test fixtures: where `../shared` (real corpora, oracle files) lives.
+
+Tests that need `../shared` skip with a clear reason when it is missing, unless
+`TOKENBEAM_REQUIRE_SHARED=1` (set by `.ci/run`), under which a missing `../shared` fails them.
+"""
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("TOKENBEAM_SHARED", ROOT.parent / "shared"))
+
+
+def _need(path: Path) -> Path:
+    if path.exists():
+        return path
+    msg = f"{path} is missing (tests read real corpora and oracle files from ../shared)"
+    if os.environ.get("TOKENBEAM_REQUIRE_SHARED") == "1":
+        pytest.fail(msg + " and TOKENBEAM_REQUIRE_SHARED=1")
+    pytest.skip(msg)
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    return _need(SHARED)
+
+
+@pytest.fixture(scope="session")
+def corpora(shared_dir) -> Path:
+    return _need(shared_dir / "corpora")
+
+
+@pytest.fixture(scope="session")
+def gpt2_files(shared_dir) -> tuple[Path, Path]:
+    d = _need(shared_dir / "oracles" / "gpt2")
+    return d / "gpt2_vocab.json", d / "gpt2_merges.txt"
+
+
+def read_jsonl_texts(folder: Path, limit: int | None = None) -> list[str]:
+    """The `text` field of every record of every `*.jsonl` shard in `folder`, in shard order."""
+    texts = []
+    for shard in sorted(folder.glob("*.jsonl")):
+        with open(shard, encoding="utf-8") as f:
+            for line in f:
+                texts.append(json.loads(line)["text"])
+                if limit is not None and len(texts) >= limit:
+                    return texts
+    return texts
