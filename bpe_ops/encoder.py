@@ -1,0 +1,344 @@
+"""Tokenizer: encode text to ids by replaying BPE merges, decode ids back to text.
+
+Encoding is the standard BPE replay: split the text on the special tokens the caller allows, split
+each remaining segment into pre-tokens with the tokenizer's regex, then inside every pre-token
+repeatedly merge the adjacent pair with the lowest merge rank (leftmost first on ties) until no
+adjacent pair is a merge. Merges are keyed on token ids: `(id_a, id_b) -> (rank, new_id)`.
+
+Real text repeats its pre-tokens, so a bounded cache from pre-token string to ids makes the hot path
+a regex split plus dictionary lookups. Long pre-tokens (a base64 blob, a run of one character) are
+merged with a heap over a linked list, so their cost stays near-linear in their length.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from heapq import heapify, heappop, heappush
+from itertools import chain, islice
+from typing import Iterable, Mapping, Sequence
+
+from . import formats
+from .pretokenize import END_OF_WORD, compile_pattern, pattern_name, resolve_pattern, split_on_special, to_utf8
+
+MODES = ("byte", "classic")
+# Pieces up to this many symbols use the simple scan; longer ones the heap. Measured: the scan wins
+# below about this length, and it is where nearly all natural-language pre-tokens fall.
+SHORT_PIECE = 48
+# Pre-tokens longer than this are not cached: they rarely repeat and would pin memory.
+MAX_CACHED_CHARS = 256
+
+
+class Tokenizer:
+    """A byte-level (or classic, whitespace/character) BPE tokenizer.
+
+    Byte mode without `vocab`: ids 0..255 are the bytes, merge *i* creates id 256 + *i*, special
+    tokens follow the last merge. With `vocab` (files written by others) any id assignment works, as
+    long as all 256 single bytes are tokens. A merge whose concatenation is already a token reuses
+    that token's id (as Hugging Face's trainer does), so merges may outnumber the new ids.
+
+    Classic mode is the textbook algorithm: whitespace-separated words, characters as symbols and a
+    separate end-of-word symbol `</w>` after each word; it needs `vocab` (its alphabet is not implied
+    by the merges), and an unknown character is an error.
+    """
+
+    def __init__(self, merges: list[tuple[bytes, bytes]], pattern: str = "gpt4",
+                 special_tokens: Sequence[str] | Mapping[str, int] = (), *,
+                 vocab: dict[int, bytes] | None = None, mode: str = "byte",
+                 ignore_merges: bool = False, cache_size: int = 100_000):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if mode == "classic" and resolve_pattern(pattern) not in (resolve_pattern("classic"),
+                                                                  resolve_pattern("gpt4")):
+            raise ValueError(f"classic mode always splits on whitespace; pattern {pattern!r} does not apply")
+        if mode == "classic" and vocab is None:
+            raise ValueError("classic mode needs a vocab: its alphabet is not implied by the merges")
+        self.mode = mode
+        self.pattern = resolve_pattern("classic" if mode == "classic" else pattern)
+        self.pattern_name = pattern_name(self.pattern)
+        self._regex = compile_pattern(self.pattern)
+        self.ignore_merges = ignore_merges
+        self.cache_size = cache_size
+        self.training = None
+        self._cache: dict[str, tuple[int, ...]] = {}
+        self._sha256: str | None = None
+
+        self.merges = [(bytes(a), bytes(b)) for a, b in merges]
+        tokens = dict(vocab) if vocab is not None else {b: bytes([b]) for b in range(256)}
+        self._token_ids = _invert(tokens)
+        self._merge_table = self._build_merge_table(tokens, extend=vocab is None)
+        self._tokens = tokens
+        if mode == "byte":
+            missing = [b for b in range(256) if bytes([b]) not in self._token_ids]
+            if missing:
+                raise ValueError(f"a byte-level vocab must hold all 256 single bytes; missing: "
+                                 f"{', '.join(f'0x{b:02x}' for b in missing)}")
+            self._byte_ids = [self._token_ids[bytes([b])] for b in range(256)]
+            self._identity_bytes = self._byte_ids == list(range(256))
+        else:
+            if END_OF_WORD.encode() not in self._token_ids:
+                raise ValueError(f"a classic vocab must hold the end-of-word symbol {END_OF_WORD!r}")
+            self._eow_id = self._token_ids[END_OF_WORD.encode()]
+        self.special_tokens = self._assign_special_ids(special_tokens)
+        self.vocab = {**tokens, **{i: s.encode("utf-8") for s, i in self.special_tokens.items()}}
+        self.vocab_size = max(self.vocab) + 1
+
+    # ---- construction -------------------------------------------------------------------------
+
+    def _build_merge_table(self, tokens: dict[int, bytes], extend: bool) -> dict[tuple[int, int], tuple[int, int]]:
+        """`(id_a, id_b) -> (rank, new_id)`; new tokens get the next free id when `extend`."""
+        table: dict[tuple[int, int], tuple[int, int]] = {}
+        next_id = max(tokens) + 1
+        for rank, (a, b) in enumerate(self.merges):
+            ia, ib = self._token_ids.get(a), self._token_ids.get(b)
+            if ia is None or ib is None:
+                raise ValueError(f"merge {rank} ({a!r}, {b!r}) uses a token that is neither in the vocab "
+                                 f"nor made by an earlier merge")
+            new_id = self._token_ids.get(a + b)
+            if new_id is None:
+                if not extend:
+                    raise ValueError(f"merge {rank} ({a!r}, {b!r}) makes {a + b!r}, which is not in the vocab")
+                new_id, next_id = next_id, next_id + 1
+                tokens[new_id] = a + b
+                self._token_ids[a + b] = new_id
+            # A repeated pair keeps its first (lowest) rank.
+            table.setdefault((ia, ib), (rank, new_id))
+        return table
+
+    def _assign_special_ids(self, special_tokens: Sequence[str] | Mapping[str, int]) -> dict[str, int]:
+        """Explicit ids from a Mapping; otherwise the ids after the last token, in the given order."""
+        if isinstance(special_tokens, Mapping):
+            out = {}
+            for s, i in special_tokens.items():
+                if i < 0:
+                    raise ValueError(f"special token {s!r} has a negative id {i}")
+                if i in self._tokens and self._tokens[i] != s.encode("utf-8"):
+                    raise ValueError(f"special token {s!r} id {i} is already the token {self._tokens[i]!r}")
+                out[s] = int(i)
+            return out
+        next_id = max(self._tokens) + 1
+        out = {}
+        for s in special_tokens:
+            if s not in out:
+                out[s] = next_id
+                next_id += 1
+        return out
+
+    # ---- encoding -----------------------------------------------------------------------------
+
+    def encode(self, text: str, allowed_special: Iterable[str] | str = ()) -> list[int]:
+        """Token ids of `text`. Special-token strings are plain text unless listed in `allowed_special`
+        (`"all"` allows every special token), so data can never inject a control token."""
+        allowed = self._allowed(allowed_special)
+        if not allowed:
+            return self._encode_ordinary(text)
+        out: list[int] = []
+        for segment, is_special in split_on_special(text, allowed):
+            if is_special:
+                out.append(self.special_tokens[segment])
+            else:
+                out.extend(self._encode_ordinary(segment))
+        return out
+
+    def encode_batch(self, texts: Iterable[str], allowed_special: Iterable[str] | str = ()) -> list[list[int]]:
+        """`encode` for each text."""
+        return [self.encode(text, allowed_special) for text in texts]
+
+    def _allowed(self, allowed_special: Iterable[str] | str) -> tuple[str, ...]:
+        if allowed_special == "all":
+            return tuple(sorted(self.special_tokens))
+        if isinstance(allowed_special, str):
+            allowed_special = (allowed_special,)
+        allowed = tuple(sorted(set(allowed_special)))
+        unknown = [s for s in allowed if s not in self.special_tokens]
+        if unknown:
+            raise ValueError(f"allowed_special names tokens that are not special tokens: {unknown}")
+        return allowed
+
+    def _encode_ordinary(self, text: str) -> list[int]:
+        """Ids of text with no special tokens: split, look every piece up in the cache, merge misses."""
+        pieces = self._split(text)
+        hits = list(map(self._cache.get, pieces))
+        if None in hits:
+            for k, ids in enumerate(hits):
+                if ids is None:
+                    hits[k] = self._encode_piece(pieces[k])
+        return list(chain.from_iterable(hits))
+
+    def _split(self, text: str) -> list[str]:
+        """The pre-tokens of `text`. Byte mode keeps the text between regex matches as pieces too (as
+        Hugging Face's `Split(behavior="Isolated")` does), so no byte is ever dropped; the named
+        patterns match every character, so the gap-keeping pass only runs for custom regexes."""
+        pieces = self._regex.findall(text)
+        if self.mode == "classic" or sum(map(len, pieces)) == len(text):
+            return pieces
+        pieces, pos = [], 0
+        for m in self._regex.finditer(text):
+            if m.start() > pos:
+                pieces.append(text[pos:m.start()])
+            if m.end() > m.start():
+                pieces.append(m.group())
+            pos = m.end()
+        if pos < len(text):
+            pieces.append(text[pos:])
+        return pieces
+
+    def _encode_piece(self, piece: str) -> tuple[int, ...]:
+        """Ids of one pre-token (a cache miss); the result is cached when the piece is short."""
+        if self.mode == "byte":
+            data = to_utf8(piece)
+            whole = self._token_ids.get(data) if self.ignore_merges else None
+            if whole is not None:
+                ids = (whole,)
+            else:
+                symbols = list(data) if self._identity_bytes else [self._byte_ids[b] for b in data]
+                ids = tuple(self._merge(symbols))
+        else:
+            ids = tuple(self._merge(self._classic_symbols(piece)))
+        if len(piece) <= MAX_CACHED_CHARS:
+            if len(self._cache) >= self.cache_size:
+                self._evict()
+            if self.cache_size > 0:
+                self._cache[piece] = ids
+        return ids
+
+    def _evict(self) -> None:
+        """Drop the older half of the cache (dicts keep insertion order): amortised O(1) per insert."""
+        for key in list(islice(self._cache, max(1, len(self._cache) // 2))):
+            del self._cache[key]
+
+    def _classic_symbols(self, word: str) -> list[int]:
+        get = self._token_ids.get
+        symbols = []
+        for ch in word:
+            i = get(ch.encode("utf-8", "surrogatepass"))
+            if i is None:
+                raise ValueError(f"character {ch!r} (U+{ord(ch):04X}) is not in the classic vocabulary")
+            symbols.append(i)
+        symbols.append(self._eow_id)
+        return symbols
+
+    def _merge(self, ids: list[int]) -> list[int]:
+        """Apply merges to one pre-token's symbol ids: lowest rank first, leftmost on ties."""
+        if len(ids) > SHORT_PIECE:
+            return self._merge_long(ids)
+        get = self._merge_table.get
+        while len(ids) > 1:
+            found = [(m, i) for i, m in enumerate(map(get, zip(ids, ids[1:]))) if m is not None]
+            if not found:
+                break
+            (_, new_id), i = min(found)
+            ids[i:i + 2] = [new_id]
+        return ids
+
+    def _merge_long(self, ids: list[int]) -> list[int]:
+        """The same replay for long pieces: a heap of candidate merges over a doubly linked list.
+
+        Heap entries are `(rank, position, left_id, right_id, new_id)`; an entry is stale once either
+        side has merged with something else, which is checked when it is popped. Each merge adds at
+        most two entries, so the cost is O(n log n).
+        """
+        get = self._merge_table.get
+        n = len(ids)
+        nxt = list(range(1, n + 1))   # n marks the end
+        prv = list(range(-1, n - 1))  # -1 marks the start
+        heap = [(m[0], i, ids[i], ids[i + 1], m[1])
+                for i, m in enumerate(map(get, zip(ids, ids[1:]))) if m is not None]
+        heapify(heap)
+        while heap:
+            _, i, a, b, new_id = heappop(heap)
+            j = nxt[i]
+            if ids[i] != a or j == n or ids[j] != b:
+                continue
+            ids[i] = new_id
+            ids[j] = -1
+            k = nxt[i] = nxt[j]
+            if k != n:
+                prv[k] = i
+                m = get((new_id, ids[k]))
+                if m is not None:
+                    heappush(heap, (m[0], i, new_id, ids[k], m[1]))
+            p = prv[i]
+            if p != -1:
+                m = get((ids[p], new_id))
+                if m is not None:
+                    heappush(heap, (m[0], p, ids[p], new_id, m[1]))
+        return [x for x in ids if x != -1]
+
+    # ---- decoding -----------------------------------------------------------------------------
+
+    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        """The concatenated bytes of the tokens (in classic mode, including the `</w>` markers)."""
+        vocab = self.vocab
+        try:
+            return b"".join([vocab[i] for i in ids])
+        except (KeyError, TypeError):
+            bad = next(i for i in ids if not isinstance(i, int) and not hasattr(i, "__index__") or i not in vocab)
+            raise ValueError(f"unknown token id {bad!r} (vocab size {self.vocab_size})") from None
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of the ids; invalid UTF-8 (a token sequence cut mid-character) becomes U+FFFD.
+
+        Classic mode turns each end-of-word marker into a space and drops the final one."""
+        ids = list(ids)
+        text = self.decode_bytes(ids).decode("utf-8", errors="replace")
+        if self.mode == "byte":
+            return text
+        text = text.replace(END_OF_WORD, " ")
+        if ids and self.vocab[ids[-1]].endswith(END_OF_WORD.encode()):
+            text = text[:-1]
+        return text
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes of one token."""
+        try:
+            return self.vocab[token_id]
+        except KeyError:
+            raise ValueError(f"unknown token id {token_id!r} (vocab size {self.vocab_size})") from None
+
+    # ---- files --------------------------------------------------------------------------------
+
+    @property
+    def sha256(self) -> str:
+        """Hex SHA-256 of the canonical tokenizer.json text (`save` writes exactly this text)."""
+        if self._sha256 is None:
+            self._sha256 = hashlib.sha256(formats.tokenizer_json_text(self).encode("utf-8")).hexdigest()
+        return self._sha256
+
+    def save(self, directory: str | os.PathLike) -> str:
+        """Write `tokenizer.json` and `tokenizer.tiktoken` into `directory`; return the json path."""
+        text = formats.tokenizer_json_text(self)  # refuses classic mode before anything is written
+        os.makedirs(directory, exist_ok=True)
+        json_path = os.path.join(directory, "tokenizer.json")
+        with open(json_path, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+        with open(os.path.join(directory, "tokenizer.tiktoken"), "w", encoding="ascii", newline="\n") as f:
+            f.write(formats.tiktoken_text(self))
+        return json_path
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> "Tokenizer":
+        """Load a tokenizer.json (ours, or a byte-level BPE written by Hugging Face `tokenizers`);
+        `path` may be the file or a directory holding one."""
+        if os.path.isdir(path):
+            path = os.path.join(path, "tokenizer.json")
+        return cls(**formats.read_tokenizer_json(path))
+
+    @classmethod
+    def from_gpt2_files(cls, vocab_json: str | os.PathLike, merges_txt: str | os.PathLike,
+                        pattern: str = "gpt2") -> "Tokenizer":
+        """Load GPT-2's `vocab.json` + `merges.txt` layout."""
+        return cls(**formats.read_gpt2_files(vocab_json, merges_txt), pattern=pattern)
+
+    def __repr__(self) -> str:
+        return (f"Tokenizer(mode={self.mode!r}, pattern={self.pattern_name or self.pattern!r}, "
+                f"merges={len(self.merges)}, special_tokens={len(self.special_tokens)}, "
+                f"vocab_size={self.vocab_size})")
+
+
+def _invert(tokens: dict[int, bytes]) -> dict[bytes, int]:
+    out: dict[bytes, int] = {}
+    for i, t in tokens.items():
+        if t in out:
+            raise ValueError(f"the vocab holds {t!r} twice (ids {out[t]} and {i})")
+        out[t] = i
+    return out

@@ -1,0 +1,374 @@
+"""Sources: find the input shards once, then read each shard into records, streaming.
+
+Both pipelines call `expand_inputs` at launch and `read_shard` once per shard inside a single
+DoFn call, so this module is plain Python (fsspec + pyarrow, no Beam) and the per-record loop never
+pays Beam's per-element cost.
+
+Memory stays bounded by the longest record: text formats are read in chunks and split on bytes
+(`text_unit="file"` is the one exception, by the user's choice), Parquet batch by batch over just the
+needed columns. Each record is decoded from UTF-8 here rather than by a text reader, so invalid bytes
+make one repaired or rejected record instead of a crashed pipeline. A data problem never raises: a
+bad row becomes a `Rejected`, a bad file a `ShardError` after the records read before it.
+"""
+from __future__ import annotations
+
+import json
+import lzma
+import os
+import re
+import zlib
+from dataclasses import dataclass
+from typing import BinaryIO, Iterable, Iterator, Sequence
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+import zstandard
+
+from schemas.records import (
+    BAD_JSON, INVALID_UTF8, MISSING_TEXT_COLUMN, MISSING_TEXT_FIELD, NOT_AN_OBJECT,
+    TEXT_COLUMN_NOT_STRING, TEXT_NOT_A_STRING, TRUNCATED_OR_CORRUPT, UNREADABLE_FILE,
+    Record, Rejected, ShardError,
+)
+
+__all__ = ["InputError", "SourceOptions", "Shard", "Record", "Rejected", "ShardError",
+           "expand_inputs", "shard_format", "read_shard", "output_name"]
+
+FORMATS = ("jsonl", "txt", "parquet")
+FORMAT_EXTENSIONS = {".jsonl": "jsonl", ".json": "jsonl", ".txt": "txt", ".parquet": "parquet"}
+COMPRESSION_EXTENSIONS = (".gz", ".zst", ".bz2")   # fsspec's compression="infer" knows them all
+CHUNK_SIZE = 1 << 20          # bytes read at a time from a text shard
+PARQUET_BATCH_ROWS = 1024     # rows decoded at a time from a Parquet shard
+DETAIL_CHARS = 200            # details are one line, at most this long
+
+_BOM = b"\xef\xbb\xbf"
+# A JSON \uD800-style escape decodes to a lone surrogate: a str that cannot be encoded as UTF-8.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# What a damaged or unreadable file raises while we open, decompress or parse it.
+_DATA_ERRORS = (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError, zstandard.ZstdError,
+                pa.ArrowException)
+
+
+class InputError(Exception):
+    """A problem with what the user asked for (a glob, an option), said in one line."""
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """How to read the shards; the CLI's `--format`, `--text-field`, ... map onto these fields."""
+    format: str = "auto"
+    text_field: str = "text"
+    id_field: str | None = "id"
+    text_unit: str = "line"
+    separator: str | None = None
+    invalid_utf8: str = "replace"
+    keep_fields: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.format not in ("auto", *FORMATS):
+            raise InputError(f"unknown --format {self.format!r}: use auto, jsonl, txt or parquet")
+        if self.text_unit not in ("line", "file"):
+            raise InputError(f"unknown --text-unit {self.text_unit!r}: use line or file")
+        if self.invalid_utf8 not in ("replace", "reject"):
+            raise InputError(f"unknown --invalid-utf8 {self.invalid_utf8!r}: use replace or reject")
+        if not self.text_field:
+            raise InputError("--text-field must not be empty")
+        if self.separator == "":
+            raise InputError("--separator must not be empty")
+        if self.separator is not None and self.text_unit == "file":
+            raise InputError("--separator and --text-unit file exclude each other")
+        object.__setattr__(self, "keep_fields", tuple(self.keep_fields))
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One input file: its URL (or local path) as matched, its path relative to the common parent
+    folder of all inputs ('/'-separated, names outputs and default ids), and its size in bytes."""
+    url: str
+    relpath: str
+    size: int
+
+
+# ---------------------------------------------------------------------------- finding shards
+
+def expand_inputs(patterns: Sequence[str]) -> list[Shard]:
+    """Expand the input globs once, at launch: every matched file, deduplicated, sorted by URL.
+
+    A pattern is a local path or any fsspec URL (`file://`, `s3://`, `gs://`...) with optional glob
+    characters; an existing path is taken literally. A pattern that matches no file is an error that
+    names it, since a typo would otherwise silently drop part of a corpus.
+    """
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    if not patterns:
+        raise InputError("no --input given")
+    found: dict[str, tuple[str, str, int]] = {}    # canonical URL -> (url, path, size)
+    for pattern in patterns:
+        matches = _match(pattern)
+        if not matches:
+            raise InputError(f"--input {pattern!r} matched no files")
+        for canonical, match in matches.items():
+            found.setdefault(canonical, match)
+    urls, paths, sizes = zip(*sorted(found.values()))
+    relpaths = _relpaths(paths)
+    if len(set(relpaths)) < len(relpaths):
+        raise InputError("two inputs have the same path under different protocols; "
+                         "their outputs would collide")
+    return [Shard(url, rel, size) for url, rel, size in zip(urls, relpaths, sizes)]
+
+
+def _match(pattern: str) -> dict[str, tuple[str, str, int]]:
+    """The files a pattern names: canonical URL -> (url as the user will see it, path, size)."""
+    fs, path = fsspec.core.url_to_fs(pattern)
+    if fs.isdir(path):
+        raise InputError(f"--input {pattern!r} is a folder; pass a glob such as "
+                         f"'{pattern.rstrip('/')}/*.jsonl'")
+    infos = {path: fs.info(path)} if fs.isfile(path) else fs.glob(path, detail=True)
+    with_protocol = "://" in pattern     # keep the protocol the user wrote; plain paths stay plain
+    matches = {}
+    for p, info in infos.items():
+        if info.get("type") == "directory":
+            continue
+        canonical = fs.unstrip_protocol(p)
+        matches[canonical] = (canonical if with_protocol else p, p, info.get("size") or 0)
+    return matches
+
+
+def _relpaths(paths: Iterable[str]) -> list[str]:
+    """Each path relative to the deepest folder holding all of them, '/'-separated, so that inputs
+    from several folders keep the subfolders that tell them apart."""
+    parts = [[c for c in p.replace(os.sep, "/").split("/") if c] for p in paths]
+    common = os.path.commonprefix([p[:-1] for p in parts])
+    return ["/".join(p[len(common):]) for p in parts]
+
+
+def _strip_extensions(relpath: str) -> tuple[str, str | None]:
+    """`a/en-000.jsonl.gz` -> (`a/en-000`, "jsonl"): the name without its compression and format
+    extensions, and the format the extension names (None if it names none)."""
+    stem, lower = relpath, relpath.lower()
+    for ext in COMPRESSION_EXTENSIONS:
+        if lower.endswith(ext):
+            stem, lower = stem[:-len(ext)], lower[:-len(ext)]
+            break
+    for ext, fmt in FORMAT_EXTENSIONS.items():
+        if lower.endswith(ext):
+            return stem[:-len(ext)], fmt
+    return stem, None
+
+
+def output_name(relpath: str, suffix: str = ".parquet") -> str:
+    """The output file name for a shard: `a/en-000-of-012.jsonl.gz` -> `a/en-000-of-012.parquet`."""
+    return _strip_extensions(relpath)[0] + suffix
+
+
+def shard_format(shard: Shard, options: SourceOptions) -> str:
+    """The format to read a shard as, checked against the options. Pipelines call it for every
+    shard at launch, so a wrong extension or a txt-only option on jsonl fails before any work."""
+    fmt = options.format
+    if fmt == "auto":
+        fmt = _strip_extensions(shard.relpath)[1]
+        if fmt is None:
+            raise InputError(f"cannot tell the format of {shard.url} from its extension; "
+                             "pass --format jsonl, txt or parquet")
+    if fmt != "txt" and (options.separator is not None or options.text_unit != "line"):
+        raise InputError(f"--separator and --text-unit apply to txt inputs; {shard.url} is {fmt}")
+    if fmt == "txt" and options.keep_fields:
+        raise InputError(f"--keep-fields applies to jsonl and parquet inputs; {shard.url} is txt")
+    return fmt
+
+
+# ---------------------------------------------------------------------------- reading a shard
+
+def read_shard(shard: Shard, options: SourceOptions,
+               chunk_size: int = CHUNK_SIZE) -> Iterator[Record | Rejected | ShardError]:
+    """Stream a shard's records (and rejected rows); a file-level failure ends the stream with one
+    `ShardError` after everything read before it. Only a bad option (InputError) raises."""
+    fmt = shard_format(shard, options)
+    reader = {"jsonl": _read_jsonl, "txt": _read_txt, "parquet": _read_parquet}[fmt]
+    rows = 0
+    # Failing to open is an unreadable file; Parquet damage always is (its footer says where data is).
+    reason = UNREADABLE_FILE
+    try:
+        with fsspec.open(shard.url, "rb", compression="infer") as f:
+            if fmt != "parquet":
+                reason = TRUNCATED_OR_CORRUPT
+            for item in reader(f, shard, options, chunk_size):
+                rows += not isinstance(item, ShardError)
+                yield item
+    except _DATA_ERRORS as exc:
+        yield ShardError(shard.url, rows, reason, _one_line(f"{type(exc).__name__}: {exc}"))
+
+
+def _read_jsonl(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int):
+    for row, (offset, raw) in enumerate(_non_blank(_lines(f, chunk_size))):
+        yield _jsonl_record(raw, offset, row, shard, options)
+
+
+def _jsonl_record(raw: bytes, offset: int, row: int, shard: Shard,
+                  options: SourceOptions) -> Record | Rejected:
+    """One non-blank JSONL line -> a record, or the reason it cannot be one."""
+    def reject(reason, detail, rid=None):
+        return Rejected(shard.url, row, reason, _one_line(detail), rid)
+
+    try:
+        line, repaired = _decode(raw, options)
+    except UnicodeDecodeError as exc:
+        return reject(INVALID_UTF8, _utf8_detail(exc, f"at byte {offset + exc.start} of the file"))
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError) as exc:     # RecursionError: absurdly deep nesting
+        return reject(BAD_JSON, str(exc) or type(exc).__name__)
+    if not isinstance(obj, dict):
+        return reject(NOT_AN_OBJECT, f"a JSON {_json_type(obj)}, not an object")
+    rid = _record_id(obj.get(options.id_field) if options.id_field else None, shard, row)
+    if options.text_field not in obj:
+        return reject(MISSING_TEXT_FIELD, f"no field {options.text_field!r}", rid)
+    text = obj[options.text_field]
+    if not isinstance(text, str):
+        return reject(TEXT_NOT_A_STRING, f"field {options.text_field!r} is {_json_type(text)}", rid)
+    if b"\\ud" in raw or b"\\uD" in raw:     # cheap test before looking for lone surrogates
+        lone = _LONE_SURROGATE.search(text) or _LONE_SURROGATE.search(rid)
+        if lone:
+            if options.invalid_utf8 == "reject":
+                return reject(INVALID_UTF8, f"lone surrogate escape \\u{ord(lone.group()):04x}")
+            text, rid = _LONE_SURROGATE.sub("\ufffd", text), _LONE_SURROGATE.sub("\ufffd", rid)
+            repaired = True
+    return Record(rid, text, row, repaired, {k: obj.get(k) for k in options.keep_fields})
+
+
+def _read_txt(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int):
+    if options.text_unit == "file":
+        pieces = _whole_file(f)
+    elif options.separator is not None:
+        pieces = _split_stream(f, options.separator.encode("utf-8"), chunk_size)
+    else:
+        pieces = _lines(f, chunk_size)
+    for row, (offset, raw) in enumerate(_non_blank(pieces)):
+        try:
+            text, repaired = _decode(raw, options)
+        except UnicodeDecodeError as exc:
+            detail = _utf8_detail(exc, f"at byte {offset + exc.start} of the file")
+            yield Rejected(shard.url, row, INVALID_UTF8, detail)
+            continue
+        yield Record(f"{shard.relpath}:{row}", text, row, repaired, {})
+
+
+def _read_parquet(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int):
+    """Parquet rows, reading only the text, id and kept columns. A missing id column means default
+    ids and a missing kept column means None, as for JSONL keys; a missing text column fails the
+    shard, since no row of it could be used."""
+    pf = pq.ParquetFile(f)
+    names = pf.schema_arrow.names
+    name = options.text_field
+    if name not in names:
+        yield ShardError(shard.url, 0, MISSING_TEXT_COLUMN,
+                         _one_line(f"no column {name!r}; columns: {', '.join(names)}"))
+        return
+    text_type = pf.schema_arrow.field(name).type
+    if not (pa.types.is_string(text_type) or pa.types.is_large_string(text_type)):
+        yield ShardError(shard.url, 0, TEXT_COLUMN_NOT_STRING, f"column {name!r} is {text_type}")
+        return
+    id_column = options.id_field if options.id_field in names else None
+    kept = [k for k in options.keep_fields if k in names]
+    columns = list(dict.fromkeys([name] + ([id_column] if id_column else []) + kept))
+    # Arrow does not check UTF-8 when it reads Parquet: take the bytes and decode them like text.
+    as_bytes = pa.large_binary() if pa.types.is_large_string(text_type) else pa.binary()
+    row = 0
+    for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns):
+        texts = batch.column(name).cast(as_bytes).to_pylist()
+        ids = batch.column(id_column).to_pylist() if id_column else [None] * len(texts)
+        keeps = {k: batch.column(k).to_pylist() for k in kept}
+        for i, raw in enumerate(texts):
+            rid = _record_id(ids[i], shard, row)
+            if raw is None:
+                yield Rejected(shard.url, row, TEXT_NOT_A_STRING, f"column {name!r} is null", rid)
+            else:
+                try:
+                    text, repaired = _decode(raw, options)
+                except UnicodeDecodeError as exc:
+                    yield Rejected(shard.url, row, INVALID_UTF8,
+                                   _utf8_detail(exc, f"at byte {exc.start} of the text"), rid)
+                else:
+                    keep = {k: keeps[k][i] if k in keeps else None for k in options.keep_fields}
+                    yield Record(rid, text, row, repaired, keep)
+            row += 1
+
+
+# ---------------------------------------------------------------------------- bytes -> records
+
+def _split_stream(f: BinaryIO, sep: bytes, chunk_size: int) -> Iterator[tuple[int, bytes]]:
+    """The pieces of a byte stream between separators, each with the stream offset where it
+    starts; a UTF-8 BOM at the very start is dropped. The stream is read `chunk_size` bytes at a
+    time: a separator may straddle two chunks, and a piece spanning many chunks is kept as a list
+    of parts joined once, so a long piece costs linear time."""
+    k = len(sep) - 1              # bytes of a separator that can end one chunk and go on in the next
+    parts: list[bytes] = []       # the unfinished piece
+    tail = b""                    # its last k bytes
+    start = 0                     # its stream offset
+    while chunk := f.read(chunk_size):
+        if sep not in chunk and sep not in tail + chunk[:k]:
+            parts.append(chunk)
+            tail = (tail + chunk[-k:])[-k:] if k else b""
+            continue
+        *pieces, rest = b"".join(parts + [chunk]).split(sep)
+        for piece in pieces:
+            if start == 0 and piece.startswith(_BOM):
+                piece, start = piece[len(_BOM):], len(_BOM)
+            yield start, piece
+            start += len(piece) + len(sep)
+        parts, tail = [rest], rest[-k:] if k else b""
+    last = b"".join(parts)       # the final piece, which has no separator after it
+    if start == 0 and last.startswith(_BOM):
+        last, start = last[len(_BOM):], len(_BOM)
+    yield start, last
+
+
+def _lines(f: BinaryIO, chunk_size: int) -> Iterator[tuple[int, bytes]]:
+    """Lines without their LF or CRLF ending; a last line without a newline counts."""
+    for offset, line in _split_stream(f, b"\n", chunk_size):
+        yield offset, line[:-1] if line.endswith(b"\r") else line
+
+
+def _whole_file(f: BinaryIO) -> Iterator[tuple[int, bytes]]:
+    """The whole file as one piece (text_unit="file": the user chose to hold a file in memory)."""
+    data = f.read()
+    yield (len(_BOM), data[len(_BOM):]) if data.startswith(_BOM) else (0, data)
+
+
+def _non_blank(pieces: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, bytes]]:
+    """Blank lines or pieces (only whitespace) are not records and take no row number."""
+    return ((offset, raw) for offset, raw in pieces if raw.strip())
+
+
+def _decode(raw: bytes, options: SourceOptions) -> tuple[str, bool]:
+    """A record's text and whether invalid UTF-8 was replaced by U+FFFD; under
+    invalid_utf8="reject" the UnicodeDecodeError propagates to the caller, who rejects the row."""
+    try:
+        return raw.decode("utf-8"), False
+    except UnicodeDecodeError:
+        if options.invalid_utf8 == "reject":
+            raise
+        return raw.decode("utf-8", errors="replace"), True
+
+
+def _utf8_detail(exc: UnicodeDecodeError, where: str) -> str:
+    return f"invalid UTF-8 byte 0x{exc.object[exc.start]:02x} {where}"
+
+
+def _record_id(value, shard: Shard, row: int) -> str:
+    """A record's own id as a string, or `<relpath>:<row>` when it has none."""
+    if value is None:
+        return f"{shard.relpath}:{row}"
+    return value if isinstance(value, str) else str(value)
+
+
+def _json_type(value) -> str:
+    if value is None:
+        return "null"
+    return {bool: "boolean", int: "number", float: "number", str: "string",
+            list: "array", dict: "object"}.get(type(value), type(value).__name__)
+
+
+def _one_line(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= DETAIL_CHARS else text[:DETAIL_CHARS - 3] + "..."

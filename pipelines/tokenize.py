@@ -1,0 +1,350 @@
+"""`tokenbeam tokenize`: sharded text -> one token Parquet per shard + stats.json + _SUCCESS.
+
+    shards -> TokenizeShard (one DoFn call per shard: read, encode in batches, write Parquet under a
+    temporary name, rename) -> per-shard Summary -> CombineStats (exact, any runner) -> stats.json
+    -> _SUCCESS (written last: the shards, their record counts, the tokenizer sha256).
+
+A rerun into the same output skips shards whose Parquet is complete and was made with the same
+tokenizer (their summaries are rebuilt from the Parquet itself) and redoes the rest.
+"""
+from __future__ import annotations
+
+import argparse
+import array
+import json
+import os
+import sys
+import tempfile
+import time
+
+import apache_beam as beam
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bpe_ops.stats import Summary, record_stats
+from schemas import tables
+from schemas.records import rejected_to_json
+from schemas.stats import dump_stats
+from pipelines import common
+from pipelines.common import UserError, join, say
+
+ENCODE_BATCH_RECORDS = 256        # records encoded per encode_batch call
+ROW_GROUP_ROWS = 8_192            # bounded row groups: memory stays bounded by this, not by the shard
+ROW_GROUP_TOKENS = 4_000_000      # ... or by this many token ids, whichever comes first
+SHARD_METADATA_KEY = "tokenbeam.shard"
+SUCCESS = "_SUCCESS"
+MANIFEST_VERSION = 1
+
+
+def load_tokenizer(url: str):
+    """Load a tokenizer.json (or a folder holding one) from any fsspec URL; UserError when unusable."""
+    from bpe_ops import Tokenizer
+
+    try:
+        if "://" not in url or url.startswith("file://"):
+            return Tokenizer.from_file(url[len("file://"):] if url.startswith("file://") else url)
+        fs, path = common.filesystem(url)
+        if fs.isdir(path):
+            path = path.rstrip("/") + "/tokenizer.json"
+        with tempfile.TemporaryDirectory() as tmp:
+            local = os.path.join(tmp, "tokenizer.json")
+            fs.get(path, local)
+            return Tokenizer.from_file(local)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot use tokenizer {url}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+
+
+def read_shard_metadata(url: str) -> dict | None:
+    """The tokenbeam shard record in a finished Parquet file's footer, or None if absent/unreadable."""
+    fs, path = common.filesystem(url)
+    try:
+        if not fs.exists(path):
+            return None
+        with fs.open(path, "rb") as f:
+            meta = tables.file_metadata(pq.ParquetFile(f).metadata.metadata)
+        return json.loads(meta[SHARD_METADATA_KEY])
+    except Exception:  # a truncated or foreign file is simply not complete: it gets redone
+        return None
+
+
+class TokenizeShard(beam.DoFn):
+    """Tokenize one shard into `<output>/<shard name>.parquet`; emit its Summary and manifest entry.
+
+    The tokenizer is loaded once per worker in `setup()` from its path (cheaper than pickling a
+    merge table into the pipeline). Rows keep input order; row groups are bounded.
+    """
+    MANIFEST = "manifest"
+
+    def __init__(self, tokenizer_url: str, source_options, output: str, eos_token: str | None):
+        self.tokenizer_url = tokenizer_url
+        self.source_options = source_options
+        self.output = output
+        self.eos_token = eos_token
+
+    def setup(self):
+        self.tok = load_tokenizer(self.tokenizer_url)
+        self.eos_id = self.tok.special_tokens[self.eos_token] if self.eos_token else None
+        self.schema = tables.tokens_schema(self.tok.vocab_size, self.source_options.keep_fields, {
+            "tokenbeam.tokenizer_sha256": self.tok.sha256, "tokenbeam.vocab_size": str(self.tok.vocab_size)})
+        self.counters = {name: beam.metrics.Metrics.counter("tokenbeam", name)
+                         for name in ("records", "bytes", "tokens", "rejected")}
+
+    def process(self, shard):
+        from pipelines.sources import output_name
+
+        out_url = join(self.output, output_name(shard.relpath))
+        done = read_shard_metadata(out_url)
+        if done is not None and done.get("tokenizer_sha256") == self.tok.sha256:
+            summary = self.summary_from_parquet(out_url, done)
+            say(f"skipped {shard.relpath}: complete from an earlier run ({done['rows']:,} rows)")
+            yield summary
+            yield beam.pvalue.TaggedOutput(self.MANIFEST, dict(done, reused=True))
+            return
+        summary, entry = self.tokenize(shard, out_url)
+        yield summary
+        yield beam.pvalue.TaggedOutput(self.MANIFEST, dict(entry, reused=False))
+
+    def tokenize(self, shard, out_url: str):
+        from pipelines.sources import Record, Rejected, output_name, read_shard
+
+        started = time.perf_counter()
+        summary = Summary(self.tok.vocab_size)
+        entry = {"source": shard.url, "relpath": shard.relpath, "output": output_name(shard.relpath),
+                 "tokenizer_sha256": self.tok.sha256, "records_read": 0, "rows": 0, "rejected": 0,
+                 "repaired": 0, "shard_errors": []}
+        rejected_lines: list[str] = []
+        batch: list = []
+        group = RowGroup(self.source_options.keep_fields)
+        with common.open_atomic(out_url) as f:
+            writer = pq.ParquetWriter(f, self.schema, compression="zstd", write_statistics=False)
+            for item in read_shard(shard, self.source_options):
+                if isinstance(item, Record):
+                    batch.append(item)
+                    if len(batch) >= ENCODE_BATCH_RECORDS:
+                        self.encode_into(batch, group, summary, entry)
+                        batch = []
+                        if group.full():
+                            writer.write_table(group.to_table(self.schema))
+                            group = RowGroup(self.source_options.keep_fields)
+                elif isinstance(item, Rejected):
+                    entry["records_read"] += 1
+                    entry["rejected"] += 1
+                    summary.add_rejected(item.reason)
+                    rejected_lines.append(json.dumps(rejected_to_json(item), ensure_ascii=False))
+                else:
+                    entry["shard_errors"].append({"source": item.source, "rows_read": item.rows_read,
+                                                  "reason": item.reason, "detail": item.detail})
+            self.encode_into(batch, group, summary, entry)
+            if group.rows or entry["rows"] == 0:
+                writer.write_table(group.to_table(self.schema))
+            if entry["records_read"] != entry["rows"] + entry["rejected"]:
+                raise RuntimeError(f"{shard.relpath}: record accounting is broken: {entry['records_read']} read != "
+                                   f"{entry['rows']} written + {entry['rejected']} rejected")
+            rejected_url = join(self.output, "rejected", output_name(shard.relpath, ".jsonl"))
+            if rejected_lines:
+                common.write_text_atomic(rejected_url, "\n".join(rejected_lines) + "\n")
+            elif common.exists(rejected_url):
+                common.filesystem(rejected_url)[0].rm(common.filesystem(rejected_url)[1])
+            entry["rejected_by_reason"] = summary.rejected_by_reason()
+            # The footer carries the shard's accounting: a rerun rebuilds its summary from the file alone.
+            writer.add_key_value_metadata({SHARD_METADATA_KEY: json.dumps(entry, sort_keys=True)})
+            writer.close()
+        for name, value in (("records", entry["records_read"]), ("tokens", summary.tokens),
+                            ("bytes", summary.bytes), ("rejected", entry["rejected"])):
+            self.counters[name].inc(value)
+        elapsed = time.perf_counter() - started
+        say(f"tokenized {shard.relpath}: {entry['rows']:,} rows, {summary.tokens:,} tokens, "
+            f"{entry['rejected']} rejected, {summary.bytes / 1e6 / max(elapsed, 1e-9):.2f} MB/s")
+        return summary, entry
+
+    def encode_into(self, batch, group: "RowGroup", summary, entry: dict) -> None:
+        if not batch:
+            return
+        all_ids = self.tok.encode_batch([r.text for r in batch])
+        for record, ids in zip(batch, all_ids):
+            if self.eos_id is not None:
+                ids.append(self.eos_id)
+            n_tokens, n_bytes, n_chars, n_words = record_stats(record.text, ids)
+            summary.add(ids, n_bytes, n_chars, n_words)
+            group.append(record, ids, n_tokens, n_bytes, n_chars, n_words)
+        entry["records_read"] += len(batch)
+        entry["rows"] += len(batch)
+        entry["repaired"] += sum(r.repaired for r in batch)
+        summary.add_repaired(sum(r.repaired for r in batch))
+
+    def summary_from_parquet(self, url: str, entry: dict):
+        """Rebuild a finished shard's Summary from its Parquet rows and footer (no re-encoding)."""
+        summary = Summary(self.tok.vocab_size)
+        fs, path = common.filesystem(url)
+        with fs.open(path, "rb") as f:
+            pf = pq.ParquetFile(f)
+            for b in pf.iter_batches(columns=["token_ids", *tables.STAT_COLUMNS]):
+                ids_col = b.column("token_ids")
+                cols = [b.column(c).to_pylist() for c in tables.STAT_COLUMNS[1:]]
+                for ids, n_bytes, n_chars, n_words in zip(ids_col.to_pylist(), *cols):
+                    summary.add(ids, n_bytes, n_chars, n_words)
+        for reason, n in entry.get("rejected_by_reason", {}).items():
+            summary.add_rejected(reason, n)
+        summary.add_repaired(entry.get("repaired", 0))
+        return summary
+
+
+class RowGroup:
+    """Columns of the rows not yet written, built flat (ids in one array + offsets) for speed."""
+
+    def __init__(self, keep_fields: tuple[str, ...]):
+        self.keep_fields = keep_fields
+        self.ids: list[str] = []
+        self.values = array.array("I")
+        self.offsets = array.array("i", [0])
+        self.stats: list[array.array] = [array.array("i") for _ in tables.STAT_COLUMNS]
+        self.keep: dict[str, list] = {k: [] for k in keep_fields}
+        self.rows = 0
+
+    def append(self, record, ids, *stats) -> None:
+        self.ids.append(record.id)
+        self.values.extend(ids)
+        self.offsets.append(len(self.values))
+        for column, value in zip(self.stats, stats):
+            column.append(value)
+        for k in self.keep_fields:
+            v = record.keep.get(k)
+            self.keep[k].append(None if v is None else json.dumps(v, ensure_ascii=False, sort_keys=True))
+        self.rows += 1
+
+    def full(self) -> bool:
+        return self.rows >= ROW_GROUP_ROWS or len(self.values) >= ROW_GROUP_TOKENS
+
+    def to_table(self, schema: pa.Schema) -> pa.Table:
+        id_type = schema.field("token_ids").type.value_type
+        values = pa.array(self.values, pa.uint32())
+        if id_type != pa.uint32():
+            values = values.cast(id_type)
+        token_ids = pa.ListArray.from_arrays(pa.array(self.offsets, pa.int32()), values)
+        columns = [pa.array(self.ids, pa.string()), token_ids] + [pa.array(c, pa.int32()) for c in self.stats]
+        columns += [pa.array(self.keep[k], pa.string()) for k in self.keep_fields]
+        return pa.Table.from_arrays(columns, schema=schema)
+
+
+class CombineStats(beam.CombineFn):
+    """The exact combine of per-shard Summaries (associative and commutative: right on any runner)."""
+
+    def __init__(self, vocab_size: int):
+        self.vocab_size = vocab_size
+
+    def create_accumulator(self):
+        return Summary(self.vocab_size)
+
+    def add_input(self, acc, summary):
+        acc.merge(summary)
+        return acc
+
+    def merge_accumulators(self, accs):
+        accs = iter(accs)
+        out = next(accs)
+        for acc in accs:
+            out.merge(acc)
+        return out
+
+    def extract_output(self, acc):
+        return acc
+
+
+def write_stats(summary, tokenizer_url: str, output: str, inputs: list[str], started_at: float) -> str:
+    tok = load_tokenizer(tokenizer_url)
+    stats = summary.to_json(tok, {"inputs": inputs, "tokenizer": tokenizer_url,
+                                  "timing": {"started_at": started_at, "elapsed_seconds": round(time.time() - started_at, 3)}})
+    url = join(output, "stats.json")
+    common.write_text_atomic(url, dump_stats(stats))
+    return url
+
+
+def write_success(entries: list[dict], stats_url: str, output: str, tokenizer_sha256: str) -> None:
+    """`_SUCCESS`, written last: the shards, their record counts and the tokenizer sha256."""
+    entries = sorted(entries, key=lambda e: e["relpath"])
+    manifest = {"version": MANIFEST_VERSION, "tokenizer_sha256": tokenizer_sha256, "stats": "stats.json",
+                "shards": [{k: e[k] for k in ("relpath", "output", "records_read", "rows", "rejected", "shard_errors")}
+                           for e in entries],
+                "records_read": sum(e["records_read"] for e in entries),
+                "rows": sum(e["rows"] for e in entries), "rejected": sum(e["rejected"] for e in entries)}
+    common.write_text_atomic(join(output, SUCCESS), json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+
+
+def build_tokenize_pipeline(p, shards, tokenizer_url: str, vocab_size: int, sha256: str, source_options,
+                            output: str, eos_token: str | None, inputs: list[str], started_at: float):
+    results = (p
+               | "Shards" >> beam.Create(shards)
+               | "SpreadShards" >> beam.Reshuffle()
+               | "TokenizeShard" >> beam.ParDo(TokenizeShard(tokenizer_url, source_options, output, eos_token)
+                                               ).with_outputs(TokenizeShard.MANIFEST, main="summaries"))
+    stats_url = (results.summaries
+                 | "CombineStats" >> beam.CombineGlobally(CombineStats(vocab_size))
+                 | "WriteStats" >> beam.Map(write_stats, tokenizer_url, output, inputs, started_at))
+    (results[TokenizeShard.MANIFEST]
+     | "CollectManifest" >> beam.combiners.ToList()
+     | "WriteSuccess" >> beam.Map(write_success, beam.pvalue.AsSingleton(stats_url), output, sha256))
+
+
+# --- command line -------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tokenbeam tokenize", description=__doc__.split("\n")[0],
+                                     epilog="Any other --flag is passed to Beam (--runner, --direct_num_workers, ...).")
+    parser.add_argument("--tokenizer", required=True,
+                        help="tokenizer.json (ours or any byte-level BPE one), or a folder holding one")
+    parser.add_argument("--output", required=True, help="output folder (local or fsspec URL)")
+    parser.add_argument("--keep-field", action="append", default=[], metavar="NAME",
+                        help="copy this input field into the Parquet (JSON-encoded string column; repeatable)")
+    parser.add_argument("--eos-token", default=None, metavar="TOKEN", help="end every record with this special token")
+    parser.add_argument("--baseline", default=None, metavar="STATS",
+                        help="compare the new stats.json with this one at the end (as `tokenbeam drift`)")
+    common.add_source_arguments(parser)
+    return parser
+
+
+def run(argv: list[str]) -> dict:
+    args, beam_args = build_parser().parse_known_args(argv)
+    started_at = time.time()
+    tok = load_tokenizer(args.tokenizer)
+    if args.eos_token is not None and args.eos_token not in tok.special_tokens:
+        known = ", ".join(sorted(tok.special_tokens)) or "none"
+        raise UserError(f"--eos-token {args.eos_token!r} is not a special token of {args.tokenizer} (it has: {known})")
+    try:
+        tables.tokens_schema(tok.vocab_size, tuple(args.keep_field))
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    shards = common.expand(args)
+    source_options = common.source_options(args, tuple(args.keep_field))
+    options, runner = common.pipeline_options(beam_args)
+    common.makedirs(args.output)
+    say(f"tokenize: {len(shards)} shard(s), {sum(s.size for s in shards) / 1e6:.1f} MB, "
+        f"vocabulary {tok.vocab_size:,} -> {args.output}")
+    # A stale _SUCCESS must not vouch for a run that is about to change the files.
+    if common.exists(join(args.output, SUCCESS)):
+        fs, path = common.filesystem(join(args.output, SUCCESS))
+        fs.rm(path)
+    with beam.Pipeline(runner=runner, options=options) as p:
+        build_tokenize_pipeline(p, shards, args.tokenizer, tok.vocab_size, tok.sha256, source_options,
+                                args.output, args.eos_token, list(args.input), started_at)
+    stats = common.read_json(join(args.output, "stats.json"))
+    manifest = common.read_json(join(args.output, SUCCESS))
+    elapsed = time.time() - started_at
+    say(f"done: {manifest['records_read']:,} records read, {manifest['rows']:,} written, {manifest['rejected']:,} "
+        f"rejected; {stats['tokens']:,} tokens, {stats['bytes'] / 1e6:.1f} MB in {elapsed:.1f}s "
+        f"({stats['bytes'] / 1e6 / max(elapsed, 1e-9):.2f} MB/s) -> {args.output}")
+    if args.baseline:
+        from pipelines import drift
+        code = drift.main([args.baseline, join(args.output, "stats.json")])
+        if code != 0:
+            raise SystemExit(code)
+    return stats
+
+
+def main(argv: list[str] | None = None) -> int:
+    from pipelines.cli import run_command
+    return run_command(run, sys.argv[1:] if argv is None else argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

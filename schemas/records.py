@@ -1,0 +1,71 @@
+"""What a source yields for each shard, and the layout of `rejected/*.jsonl`.
+
+`pipelines.sources.read_shard` turns a shard into a stream of `Record`s (text to tokenize),
+`Rejected`s (one row that cannot be used, with a reason from a fixed vocabulary) and at most one
+final `ShardError` (the rest of the file cannot be read). Both pipelines count rejections by reason
+and write them out with `rejected_to_json`, so the reasons and the file layout live here, once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+REJECTED_SCHEMA_VERSION = 1
+
+# Row-level reasons: one row of a shard could not become a record; the rows around it are fine.
+BAD_JSON = "bad_json"                       # the line is not JSON
+NOT_AN_OBJECT = "not_an_object"             # JSON, but an array, string, number... not {...}
+MISSING_TEXT_FIELD = "missing_text_field"   # an object without the text field
+TEXT_NOT_A_STRING = "text_not_a_string"     # the text field is null, a number, a list...
+INVALID_UTF8 = "invalid_utf8"               # bytes that are not UTF-8, under invalid_utf8="reject"
+ROW_REASONS = (BAD_JSON, NOT_AN_OBJECT, MISSING_TEXT_FIELD, TEXT_NOT_A_STRING, INVALID_UTF8)
+
+# Shard-level reasons: the file (or what is left of it) cannot be read.
+TRUNCATED_OR_CORRUPT = "truncated_or_corrupt"       # a compressed stream ends early or is damaged
+UNREADABLE_FILE = "unreadable_file"                 # cannot be opened, or not valid Parquet
+MISSING_TEXT_COLUMN = "missing_text_column"         # Parquet without the text column
+TEXT_COLUMN_NOT_STRING = "text_column_not_string"   # Parquet text column of another type
+SHARD_REASONS = (TRUNCATED_OR_CORRUPT, UNREADABLE_FILE, MISSING_TEXT_COLUMN, TEXT_COLUMN_NOT_STRING)
+
+# One JSON object per line of rejected/*.jsonl, with exactly these keys.
+REJECTED_FIELDS = ("source", "row", "id", "reason", "detail")
+
+
+@dataclass
+class Record:
+    """One text to process: its id, its text, its 0-based row in the shard, whether invalid UTF-8
+    was replaced with U+FFFD, and the pass-through fields the user asked to keep."""
+    id: str
+    text: str
+    row: int
+    repaired: bool = False
+    keep: dict = field(default_factory=dict)
+
+
+@dataclass
+class Rejected:
+    """One row that could not become a record. `id` is set when the row was readable enough to
+    have one."""
+    source: str
+    row: int | None
+    reason: str
+    detail: str
+    id: str | None = None
+
+
+@dataclass
+class ShardError:
+    """The rest of a shard could not be read. The `rows_read` rows yielded before it stay valid."""
+    source: str
+    rows_read: int
+    reason: str
+    detail: str
+
+
+def rejected_to_json(rej: Rejected | ShardError) -> dict:
+    """The rejected/*.jsonl line for a rejected row or a shard error. A shard error's `row` is
+    `rows_read`: the first row that was lost, so "from this row on" is exact."""
+    if isinstance(rej, ShardError):
+        return {"source": rej.source, "row": rej.rows_read, "id": None,
+                "reason": rej.reason, "detail": rej.detail}
+    return {"source": rej.source, "row": rej.row, "id": rej.id,
+            "reason": rej.reason, "detail": rej.detail}

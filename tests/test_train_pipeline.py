@@ -1,0 +1,147 @@
+"""The Beam training pipeline: determinism across runners, exactness against train_bpe, accounting,
+clear errors. Runs on the real `tiny/` corpus (193 KB) so each run takes a few seconds."""
+import json
+import random
+import subprocess
+import sys
+from collections import Counter
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from bpe_ops import pretokenize, train_bpe
+from pipelines import train
+from pipelines.sources import SourceOptions, expand_inputs
+from schemas.reports import TRAIN_REPORT_KEYS
+from tests.conftest import ROOT, read_jsonl_texts
+
+
+def run_train(*argv):
+    return train.run([str(a) for a in argv])
+
+
+def test_count_shard_pretokens_dofn_counts_exactly(tmp_path):
+    shard_file = tmp_path / "a.jsonl"
+    texts = ["the cat sat on the mat", "the end", "a <|endoftext|> b"]
+    shard_file.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts) + "not json\n")
+    shards = expand_inputs([str(shard_file)])
+    expected = pretokenize.count_pretokens(texts, "gpt2", ["<|endoftext|>"])
+    with TestPipeline() as p:
+        counted = (p | beam.Create(shards)
+                   | beam.ParDo(train.CountShardPretokens(SourceOptions(), "gpt2", ("<|endoftext|>",), str(tmp_path)))
+                   .with_outputs(train.CountShardPretokens.TOTALS, main="counts"))
+        assert_that(counted.counts | beam.CombinePerKey(sum), equal_to(sorted(expected.items())), label="counts")
+        assert_that(counted[train.CountShardPretokens.TOTALS]
+                    | beam.Map(lambda t: (t["records"], t["records_counted"], t["records_rejected"])),
+                    equal_to([(4, 3, 1)]), label="totals")
+    rejected = (tmp_path / "rejected" / "a.jsonl").read_text().splitlines()
+    assert len(rejected) == 1 and json.loads(rejected[0])["reason"] == "bad_json"
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(tmp_path_factory, corpora):
+    """The same training three ways: in_memory, multi_processing x2 workers, shuffled input order."""
+    shards = sorted(str(p) for p in (corpora / "tiny").glob("*.jsonl"))
+    base = ["--vocab-size", 700, "--pattern", "gpt4"]
+    out = {}
+    out["in_memory"] = tmp_path_factory.mktemp("in_memory")
+    run_train("--input", shards[0], "--input", shards[1], "--output", out["in_memory"], *base,
+              "--direct_running_mode", "in_memory")
+    out["multi_processing"] = tmp_path_factory.mktemp("multi")
+    run_train("--input", str(corpora / "tiny" / "*.jsonl"), "--output", out["multi_processing"], *base,
+              "--direct_running_mode", "multi_processing", "--direct_num_workers", 2)
+    out["shuffled"] = tmp_path_factory.mktemp("shuffled")
+    run_train("--input", shards[1], "--input", shards[0], "--output", out["shuffled"], *base)
+    return out
+
+
+def test_tokenizer_json_is_byte_identical_across_runners_and_shard_order(tiny_runs):
+    files = {name: (d / "tokenizer.json").read_bytes() for name, d in tiny_runs.items()}
+    assert files["in_memory"] == files["multi_processing"] == files["shuffled"]
+    assert len(json.loads(files["in_memory"])["model"]["merges"]) == 700 - 256
+
+
+def test_pipeline_merges_equal_train_bpe_on_the_same_records(tiny_runs, corpora):
+    from bpe_ops import Tokenizer
+    texts = read_jsonl_texts(corpora / "tiny")
+    direct = train_bpe(texts, vocab_size=700, pattern="gpt4")
+    assert Tokenizer.from_file(tiny_runs["in_memory"] / "tokenizer.json").merges == direct.merges
+
+
+def test_train_report_accounts_for_every_record(tiny_runs, corpora):
+    report = json.loads((tiny_runs["in_memory"] / "train_report.json").read_text())
+    assert set(TRAIN_REPORT_KEYS) <= set(report)
+    n_docs = len(read_jsonl_texts(corpora / "tiny"))
+    assert report["records"] == report["records_counted"] + report["records_rejected"] == n_docs
+    assert report["bytes"] == sum(len(t.encode()) for t in read_jsonl_texts(corpora / "tiny"))
+    assert report["merges"] == 700 - 256 and report["stop_reason"] == "vocab_size"
+    curve = report["compression_curve"]
+    assert curve[0]["tokens_per_byte"] == pytest.approx(1.0)
+    assert all(a["tokens_per_byte"] >= b["tokens_per_byte"] for a, b in zip(curve, curve[1:]))
+    assert (tiny_runs["in_memory"] / "tokenizer.tiktoken").exists()
+    assert (tiny_runs["in_memory"] / "compression_curve.png").stat().st_size > 1000
+
+
+def test_counts_resume_trains_a_new_vocabulary_without_the_corpus(tiny_runs, tmp_path, corpora):
+    out = tmp_path / "resumed"
+    run_train("--counts", tiny_runs["in_memory"], "--output", out, "--vocab-size", 900)
+    texts = read_jsonl_texts(corpora / "tiny")
+    from bpe_ops import Tokenizer
+    assert Tokenizer.from_file(out / "tokenizer.json").merges == train_bpe(texts, vocab_size=900).merges
+
+
+def test_text_file_with_special_tokens_matches_train_bpe(tmp_path, corpora):
+    texts = read_jsonl_texts(corpora / "tiny")
+    joined = "<|endoftext|>".join(texts)
+    (tmp_path / "corpus.txt").write_text(joined, encoding="utf-8")
+    out = tmp_path / "out"
+    run_train("--input", tmp_path / "corpus.txt", "--output", out, "--vocab-size", 600, "--text-unit", "file",
+              "--special-token", "<|endoftext|>", "--pattern", "gpt2")
+    from bpe_ops import Tokenizer
+    ours = Tokenizer.from_file(out / "tokenizer.json")
+    direct = train_bpe([joined], vocab_size=600, pattern="gpt2", special_tokens=["<|endoftext|>"])
+    assert ours.merges == direct.merges
+    assert not any(b"<|endoftext|>" in a + b for a, b in ours.merges)
+    assert ours.special_tokens == {"<|endoftext|>": 599}
+
+
+def test_min_count_prunes_rare_pretokens(tmp_path, corpora):
+    out = tmp_path / "pruned"
+    report = run_train("--input", corpora / "tiny" / "*.jsonl", "--output", out, "--vocab-size", 400,
+                       "--min-count", 3)
+    counts = train.load_counts(str(out / "counts"))
+    assert min(counts.values()) >= 3
+    assert report["unique_pretokens_after_pruning"] == len(counts) < report["unique_pretokens_before_pruning"]
+    full = pretokenize.count_pretokens(read_jsonl_texts(corpora / "tiny"), "gpt4")
+    assert counts == {k: v for k, v in full.items() if v >= 3}
+
+
+def cli(*argv, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "pipelines.train", *map(str, argv)], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("case", ["missing_input", "empty_corpus", "vocab_too_small", "multi_threading",
+                                  "bad_pattern"])
+def test_bad_input_is_one_clear_line_not_a_traceback(tmp_path, case):
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps({"text": "hello world"}) + "\n")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    args = {
+        "missing_input": ["--input", tmp_path / "nope*.jsonl", "--vocab-size", 300],
+        "empty_corpus": ["--input", empty, "--vocab-size", 300],
+        "vocab_too_small": ["--input", good, "--vocab-size", 100],
+        "multi_threading": ["--input", good, "--vocab-size", 300, "--direct_running_mode", "multi_threading"],
+        "bad_pattern": ["--input", good, "--vocab-size", 300, "--pattern", "(unclosed"],
+    }[case]
+    result = cli(*args, "--output", tmp_path / "out")
+    assert result.returncode != 0
+    lines = [l for l in result.stderr.splitlines() if l.startswith("tokenbeam: error:")]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    expected_word = {"missing_input": "nope", "empty_corpus": "nothing to train", "vocab_too_small": "too small",
+                     "multi_threading": "multi_threading", "bad_pattern": "pattern"}[case]
+    assert expected_word in lines[0]
