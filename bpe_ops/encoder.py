@@ -78,7 +78,13 @@ class Tokenizer:
             if END_OF_WORD.encode() not in self._token_ids:
                 raise ValueError(f"a classic vocab must hold the end-of-word symbol {END_OF_WORD!r}")
             self._eow_id = self._token_ids[END_OF_WORD.encode()]
-        self.special_tokens = self._assign_special_ids(special_tokens)
+        made = {new_id for _, new_id in self._merge_table.values()}
+        self.special_tokens = self._assign_special_ids(special_tokens, made)
+        # A special token listed in the vocab (as trainers and GPT-2's vocab.json do) is not an
+        # ordinary token, unless the merges or the alphabet produce it.
+        for i in self.special_tokens.values():
+            if i in tokens and i not in made and not self._is_base(tokens[i]):
+                del self._token_ids[tokens.pop(i)]
         self.vocab = {**tokens, **{i: s.encode("utf-8") for s, i in self.special_tokens.items()}}
         self.vocab_size = max(self.vocab) + 1
 
@@ -104,21 +110,38 @@ class Tokenizer:
             table.setdefault((ia, ib), (rank, new_id))
         return table
 
-    def _assign_special_ids(self, special_tokens: Sequence[str] | Mapping[str, int]) -> dict[str, int]:
-        """Explicit ids from a Mapping; otherwise the ids after the last token, in the given order."""
+    def _is_base(self, token: bytes) -> bool:
+        """A symbol of the alphabet: a single byte, or in classic mode a character or `</w>`."""
+        if self.mode == "byte":
+            return len(token) == 1
+        return token == END_OF_WORD.encode() or len(token.decode("utf-8", "replace")) == 1
+
+    def _assign_special_ids(self, special_tokens: Sequence[str] | Mapping[str, int],
+                            made: set[int]) -> dict[str, int]:
+        """Explicit ids from a Mapping. From a Sequence: the id of the same string when the vocab
+        already holds it outside the alphabet and the merges; otherwise the next id after the last
+        token, in the given order."""
+        tokens = self._tokens
         if isinstance(special_tokens, Mapping):
             out = {}
             for s, i in special_tokens.items():
                 if i < 0:
                     raise ValueError(f"special token {s!r} has a negative id {i}")
-                if i in self._tokens and self._tokens[i] != s.encode("utf-8"):
-                    raise ValueError(f"special token {s!r} id {i} is already the token {self._tokens[i]!r}")
+                if i in tokens and tokens[i] != s.encode("utf-8"):
+                    raise ValueError(f"special token {s!r} id {i} is already the token {tokens[i]!r}")
                 out[s] = int(i)
+            if len(set(out.values())) < len(out):
+                raise ValueError(f"two special tokens share an id: {out}")
             return out
-        next_id = max(self._tokens) + 1
+        next_id = max(tokens) + 1
         out = {}
         for s in special_tokens:
-            if s not in out:
+            if s in out:
+                continue
+            i = self._token_ids.get(s.encode("utf-8"))
+            if i is not None and i not in made and not self._is_base(tokens[i]):
+                out[s] = i
+            else:
                 out[s] = next_id
                 next_id += 1
         return out
@@ -271,9 +294,8 @@ class Tokenizer:
         vocab = self.vocab
         try:
             return b"".join([vocab[i] for i in ids])
-        except (KeyError, TypeError):
-            bad = next(i for i in ids if not isinstance(i, int) and not hasattr(i, "__index__") or i not in vocab)
-            raise ValueError(f"unknown token id {bad!r} (vocab size {self.vocab_size})") from None
+        except KeyError as exc:
+            raise ValueError(f"unknown token id {exc.args[0]!r} (vocab size {self.vocab_size})") from None
 
     def decode(self, ids: Iterable[int]) -> str:
         """Text of the ids; invalid UTF-8 (a token sequence cut mid-character) becomes U+FFFD.

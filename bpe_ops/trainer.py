@@ -90,23 +90,27 @@ def learn_merges(counts: Mapping[bytes, int], num_merges: int, *, min_frequency:
         raise ValueError(f"num_merges must be >= 0, not {num_merges}")
     alphabet = base_alphabet(counts, mode)
     words, weights, initial_tokens = _symbolize(counts, mode, alphabet)
-    tokens = list(alphabet)                       # id -> bytes
+    tokens = list(alphabet)                           # id -> bytes
     token_ids = {t: i for i, t in enumerate(tokens)}
-    tie_keys = _base_tie_keys(alphabet, tie_break, mode)
-    new_tie_key = _new_tie_key(tie_break)
-
     shift = (len(tokens) + num_merges).bit_length()   # pair key = left << shift | right
     mask = (1 << shift) - 1
+    ties = _TieKeys(alphabet, tie_break, mode, shift)
+    left_key, right_key = ties.left, ties.right      # grown in place by ties.add
     pair_counts, where = _count_pairs(words, weights, shift)
-    heap = [(-n, (tie_keys[k >> shift], tie_keys[k & mask]), k) for k, n in pair_counts.items()]
-    heapq.heapify(heap)
-    heappush, heappop = heapq.heappush, heapq.heappop
     get_count = pair_counts.get
 
+    def fresh_heap() -> list:
+        # Pairs below min_frequency can never win; they get an entry if their count rises.
+        heap = [(-n, left_key[k >> shift] + right_key[k & mask], k)
+                for k, n in pair_counts.items() if n >= min_frequency]
+        heapq.heapify(heap)
+        return heap
+
+    heap = fresh_heap()
+    heappush, heappop = heapq.heappush, heapq.heappop
     merges: list[tuple[bytes, bytes]] = []
     merge_counts: list[int] = []
-    tied = duplicates = 0
-    new_tokens = 0
+    tied = duplicates = new_tokens = 0
     stop_reason = "vocab_size"
     while new_tokens < num_merges:
         # The best live pair: skip entries whose count is stale (lazy invalidation).
@@ -115,14 +119,12 @@ def learn_merges(counts: Mapping[bytes, int], num_merges: int, *, min_frequency:
             if get_count(pair) == -neg:
                 break
         else:
-            stop_reason = "no_pairs"
+            # Every pair at or above min_frequency has a live entry, so what is left is rarer.
+            stop_reason = "min_frequency" if pair_counts else "no_pairs"
             break
         count = -neg
-        if count < min_frequency:
-            stop_reason = "min_frequency"
-            break
-        # A tie: after dropping stale entries (and copies of the winner), the next live entry has
-        # the same count.
+        # A tie: once stale entries (and copies of the winner) are dropped, the next live entry
+        # has the same count.
         while heap:
             top = heap[0]
             if top[2] != pair and get_count(top[2]) == -top[0]:
@@ -138,7 +140,7 @@ def learn_merges(counts: Mapping[bytes, int], num_merges: int, *, min_frequency:
             new = len(tokens)
             tokens.append(merged)
             token_ids[merged] = new
-            tie_keys.append(new_tie_key(new, merged))
+            ties.add(new, merged)
             new_tokens += 1
         else:
             duplicates += 1
@@ -152,14 +154,13 @@ def learn_merges(counts: Mapping[bytes, int], num_merges: int, *, min_frequency:
                 n = get_count(key, 0) + change
                 if n:
                     pair_counts[key] = n
-                    heappush(heap, (-n, (tie_keys[key >> shift], tie_keys[key & mask]), key))
+                    if n >= min_frequency:
+                        heappush(heap, (-n, left_key[key >> shift] + right_key[key & mask], key))
                 else:
                     del pair_counts[key]
                     where.pop(key, None)
-        if len(heap) > 4 * len(pair_counts) + 65536:
-            # Mostly stale entries: rebuild from the live counts (amortised O(1) per push).
-            heap = [(-n, (tie_keys[k >> shift], tie_keys[k & mask]), k) for k, n in pair_counts.items()]
-            heapq.heapify(heap)
+        if len(heap) > 3 * len(pair_counts) + 65536:
+            heap = fresh_heap()   # mostly stale entries; amortised O(1) per push
         if progress is not None:
             progress(len(merges), merges[-1], count)
 
@@ -168,42 +169,50 @@ def learn_merges(counts: Mapping[bytes, int], num_merges: int, *, min_frequency:
                        initial_tokens=initial_tokens)
 
 
-def _base_tie_keys(alphabet: list[bytes], tie_break: str, mode: str) -> list:
-    """Per base id, a key such that comparing `(key[left], key[right])` orders pairs by the rule."""
-    if tie_break == "smallest":
-        return list(alphabet)
-    if tie_break == "largest":
-        return [_inverted(t) for t in alphabet]
-    if mode == "classic":       # no GPT-2 alphabet: HF ids follow our sorted alphabet
-        return list(range(len(alphabet)))
-    to_char = pretokenize.bytes_to_unicode()
-    order = sorted(range(256), key=lambda b: to_char[b])
-    rank = {b: r for r, b in enumerate(order)}
-    return [rank[b] for b in range(256)]
+class _TieKeys:
+    """Per-token keys such that `left[a] + right[b]` orders pairs (a, b) by the tie rule, smallest
+    first (the heap is a min-heap): one comparison of plain bytes or ints, not of tuples.
 
-
-def _new_tie_key(tie_break: str) -> Callable[[int, bytes], object]:
-    """The tie key of a newly created token from its id and bytes."""
-    if tie_break == "smallest":
-        return lambda token_id, token: token
-    if tie_break == "largest":
-        return lambda token_id, token: _inverted(token)
-    return lambda token_id, token: token_id   # HF: new tokens follow the alphabet in creation order
-
-
-_COMPLEMENT = bytes(range(255, -1, -1))
-
-
-def _inverted(token: bytes) -> bytes:
-    """A byte string whose order is the reverse of `token`'s, prefixes included.
-
-    Each byte b becomes the big-endian unit 255 - b and a final unit 256 ends the string, so a
-    proper prefix (which is smaller) gets the greater key: the textbook trick on a min-heap.
+    "smallest": byte b becomes the 16-bit big-endian unit 0x100 + b and each token ends with the
+    unit 0, so `left[a] + right[b]` compares like the tuple `(bytes_a, bytes_b)` (a proper prefix
+    sorts first). "largest": units 255 - b ending with 0x100 reverse that order, prefixes included.
+    "hf": left[a] = rank(a) << shift, right[b] = rank(b), ranks in Hugging Face's id order.
     """
-    key = bytearray(2 * len(token) + 2)
-    key[1:2 * len(token):2] = token.translate(_COMPLEMENT)
-    key[-2] = 1
-    return bytes(key)
+
+    _COMPLEMENT = bytes(range(255, -1, -1))
+
+    def __init__(self, alphabet: list[bytes], tie_break: str, mode: str, shift: int):
+        self.tie_break, self.shift = tie_break, shift
+        if tie_break == "hf":
+            if mode == "classic":        # no GPT-2 alphabet: HF ids follow our sorted alphabet
+                ranks = list(range(len(alphabet)))
+            else:
+                to_char = pretokenize.bytes_to_unicode()
+                order = sorted(range(256), key=lambda b: to_char[b])
+                ranks = [order.index(b) for b in range(256)]
+            self.right = ranks
+            self.left = [r << shift for r in ranks]
+        else:
+            self.right = [self._key(t) for t in alphabet]
+            self.left = self.right
+
+    def _key(self, token: bytes) -> bytes:
+        key = bytearray(2 * len(token) + 2)
+        if self.tie_break == "smallest":
+            key[0:-2:2] = b"\x01" * len(token)
+            key[1:-2:2] = token
+        else:
+            key[1:-2:2] = token.translate(self._COMPLEMENT)
+            key[-2] = 1
+        return bytes(key)
+
+    def add(self, token_id: int, token: bytes) -> None:
+        """Keys for a new token (HF ranks new tokens by id, after the alphabet)."""
+        if self.tie_break == "hf":
+            self.right.append(token_id)
+            self.left.append(token_id << self.shift)
+        else:
+            self.right.append(self._key(token))
 
 
 def _symbolize(counts: Mapping[bytes, int], mode: str,

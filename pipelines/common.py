@@ -120,25 +120,29 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def source_options(args: argparse.Namespace, keep_fields: tuple[str, ...] = ()):
-    from pipelines.sources import SourceOptions
-
-    if args.separator is not None and args.text_unit == "file":
-        raise UserError("--separator and --text-unit file contradict each other: pick one")
-    if args.separator == "":
-        raise UserError("--separator must not be empty")
-    return SourceOptions(format=args.format, text_field=args.text_field, id_field=args.id_field or None,
-                         text_unit=args.text_unit, separator=args.separator,
-                         invalid_utf8=args.invalid_utf8, keep_fields=tuple(keep_fields))
-
-
-def expand(args: argparse.Namespace):
-    """Match the input shards once, at launch; a clear error when nothing matches."""
-    from pipelines.sources import InputError, expand_inputs
+    """The SourceOptions of the parsed flags; a contradiction is a UserError."""
+    from pipelines.sources import InputError, SourceOptions
 
     try:
-        return expand_inputs(args.input)
+        return SourceOptions(format=args.format, text_field=args.text_field, id_field=args.id_field or None,
+                             text_unit=args.text_unit, separator=args.separator,
+                             invalid_utf8=args.invalid_utf8, keep_fields=tuple(keep_fields))
     except InputError as exc:
         raise UserError(str(exc)) from None
+
+
+def expand(args: argparse.Namespace, options) -> list:
+    """Match the input shards once, at launch, and check each one's format against the options, so
+    that nothing matching, an unknown extension or a txt-only flag on JSONL fails before any work."""
+    from pipelines.sources import InputError, expand_inputs, shard_format
+
+    try:
+        shards = expand_inputs(args.input)
+        for shard in shards:
+            shard_format(shard, options)
+    except InputError as exc:
+        raise UserError(str(exc)) from None
+    return shards
 
 
 def say(message: str) -> None:

@@ -173,7 +173,7 @@ def shard_format(shard: Shard, options: SourceOptions) -> str:
     if fmt != "txt" and (options.separator is not None or options.text_unit != "line"):
         raise InputError(f"--separator and --text-unit apply to txt inputs; {shard.url} is {fmt}")
     if fmt == "txt" and options.keep_fields:
-        raise InputError(f"--keep-fields applies to jsonl and parquet inputs; {shard.url} is txt")
+        raise InputError(f"--keep-field applies to jsonl and parquet inputs; {shard.url} is txt")
     return fmt
 
 

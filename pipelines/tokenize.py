@@ -210,7 +210,7 @@ class RowGroup:
             column.append(value)
         for k in self.keep_fields:
             v = record.keep.get(k)
-            self.keep[k].append(None if v is None else json.dumps(v, ensure_ascii=False, sort_keys=True))
+            self.keep[k].append(None if v is None else json_field(v))
         self.rows += 1
 
     def full(self) -> bool:
@@ -225,6 +225,16 @@ class RowGroup:
         columns = [pa.array(self.ids, pa.string()), token_ids] + [pa.array(c, pa.int32()) for c in self.stats]
         columns += [pa.array(self.keep[k], pa.string()) for k in self.keep_fields]
         return pa.Table.from_arrays(columns, schema=schema)
+
+
+def json_field(value) -> str:
+    """A pass-through field as JSON text; lone surrogates (valid in JSON, not in UTF-8) stay escaped."""
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return json.dumps(value, sort_keys=True)
 
 
 class CombineStats(beam.CombineFn):
@@ -314,8 +324,8 @@ def run(argv: list[str]) -> dict:
         tables.tokens_schema(tok.vocab_size, tuple(args.keep_field))
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    shards = common.expand(args)
     source_options = common.source_options(args, tuple(args.keep_field))
+    shards = common.expand(args, source_options)
     options, runner = common.pipeline_options(beam_args)
     common.makedirs(args.output)
     say(f"tokenize: {len(shards)} shard(s), {sum(s.size for s in shards) / 1e6:.1f} MB, "

@@ -335,13 +335,14 @@ def run(argv: list[str]) -> dict:
         counts_dir = args.counts if not common.exists(join(args.counts, "counts")) else join(args.counts, "counts")
         inputs = None
     else:
-        shards = common.expand(args)
+        source_options = common.source_options(args)
+        shards = common.expand(args, source_options)
         options, runner = common.pipeline_options(beam_args)
         common.makedirs(args.output)
         counts_dir = join(args.output, "counts")
         say(f"train: {len(shards)} shard(s), {sum(s.size for s in shards) / 1e6:.1f} MB -> {args.output}")
         with beam.Pipeline(runner=runner, options=options) as p:
-            build_count_pipeline(p, shards, common.source_options(args), args.pattern, specials, args.output,
+            build_count_pipeline(p, shards, source_options, args.pattern, specials, args.output,
                                  args.min_count)
         inputs = args.input
         timing["count"] = time.perf_counter() - started

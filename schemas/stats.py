@@ -7,7 +7,7 @@ bins are defined once, in this file: every stats.json of one schema version is c
 Layout (version 1; `...` = a JSON number, `null` where the figure is undefined for an empty set):
 
     kind: "tokenbeam.stats", schema_version: 1
-    tokenizer: {sha256, vocab_size}
+    tokenizer_sha256, vocab_size (ids 0 .. vocab_size-1, special tokens included)
     records (written), records_read (= records + rejected.total), tokens, bytes, chars, words,
     repaired_records (invalid UTF-8 replaced by U+FFFD)
     rejected: {total, by_reason: {reason: count}}
@@ -15,7 +15,7 @@ Layout (version 1; `...` = a JSON number, `null` where the figure is undefined f
     bytes_per_token: {overall, records_without_tokens, histogram: {edges, counts}}
     tokens_per_word
     raw_byte_tokens: {count, share}
-    vocabulary: {size, used_ids, utilisation}
+    vocabulary: {used_ids, utilisation (= used_ids / vocab_size)}
     token_frequency: {counts: [count of id 0, id 1, ...] (dense, length vocab_size),
                       top: [{id, count, token}] (most frequent first, `token` a repr of its bytes)}
     shards: {count, names}
@@ -66,9 +66,8 @@ _OPT_INT = (int, type(None))
 REQUIRED_KEYS: list[tuple[str, tuple]] = [
     ("kind", (str,)),
     ("schema_version", _INT),
-    ("tokenizer", (dict,)),
-    ("tokenizer.sha256", (str,)),
-    ("tokenizer.vocab_size", _INT),
+    ("tokenizer_sha256", (str,)),
+    ("vocab_size", _INT),
     ("records", _INT),
     ("records_read", _INT),
     ("tokens", _INT),
@@ -154,7 +153,7 @@ def validate_stats(d) -> None:
         raise ValueError("bytes_per_token.histogram.edges differ from this schema version's bins")
     _check_counts("tokens_per_record.histogram.counts", tpr["counts"], len(TOKENS_PER_RECORD_EDGES))
     _check_counts("bytes_per_token.histogram.counts", bpt["counts"], len(BYTES_PER_TOKEN_EDGES))
-    vocab_size = d["tokenizer"]["vocab_size"]
+    vocab_size = d["vocab_size"]
     freq = d["token_frequency"]["counts"]
     _check_counts("token_frequency.counts", freq, vocab_size)
 

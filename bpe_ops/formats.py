@@ -1,0 +1,250 @@
+"""Tokenizer files: Hugging Face `tokenizer.json`, tiktoken's `.tiktoken`, GPT-2's vocab.json + merges.txt.
+
+We write one canonical tokenizer.json per tokenizer (fixed key order and layout, so the same tokenizer
+always gives the same bytes and its SHA-256 identifies it) that Hugging Face `tokenizers` loads and
+encodes identically: BPE model, vocab and merges in the GPT-2 byte-to-unicode alphabet, merges as
+pairs, `Split(regex)` + `ByteLevel(use_regex=false)` pre-tokenizer, ByteLevel decoder, special
+tokens as added tokens. The split pattern is recorded only as that regex: `tokenizers` refuses
+unknown top-level keys, and `pretokenize.pattern_name` recovers the name from the regex.
+
+We read byte-level BPE files written by others (GPT-2 style and Llama-3 style) and refuse everything
+else with one line saying what is unsupported, rather than encoding differently. Files are parsed as
+JSON or plain text; nothing is ever evaluated or unpickled.
+
+Readers return the keyword arguments of `Tokenizer(...)`, so this module does not import the encoder.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+from typing import Any
+
+import regex
+
+from .pretokenize import token_to_unicode, unicode_to_token
+
+SUPPORTED = ("supported: byte-level BPE (model BPE without byte_fallback, dropout or subword affixes; no "
+             "normalizer; pre-tokenizer ByteLevel as in GPT-2, or Sequence[Split(Regex, Isolated), "
+             "ByteLevel(use_regex=false)] as written by tokenbeam and Llama 3)")
+
+
+# ---- writing ------------------------------------------------------------------------------------
+
+def tokenizer_json_text(tok) -> str:
+    """The canonical tokenizer.json text of a byte-mode tokenizer."""
+    _require_byte_mode(tok, "tokenizer.json")
+    specials = sorted(tok.special_tokens.items(), key=lambda kv: kv[1])
+    special_ids = {i for _, i in specials}
+    doc = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [
+            {"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+             "normalized": False, "special": True}
+            for s, i in specials
+        ],
+        "normalizer": None,
+        "pre_tokenizer": {
+            "type": "Sequence",
+            "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": tok.pattern}, "behavior": "Isolated", "invert": False},
+                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+            ],
+        },
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": bool(tok.ignore_merges),
+            "vocab": {token_to_unicode(t): i for i, t in sorted(tok.vocab.items()) if i not in special_ids},
+            "merges": [[token_to_unicode(a), token_to_unicode(b)] for a, b in tok.merges],
+        },
+    }
+    return _dumps(doc) + "\n"
+
+
+def tiktoken_text(tok) -> str:
+    """`.tiktoken` text: `base64(token bytes) id` per line in id order, special tokens left out
+    (tiktoken takes them separately)."""
+    _require_byte_mode(tok, ".tiktoken")
+    specials = set(tok.special_tokens.values())
+    return "".join(f"{base64.b64encode(t).decode('ascii')} {i}\n"
+                   for i, t in sorted(tok.vocab.items()) if i not in specials)
+
+
+def _require_byte_mode(tok, what: str) -> None:
+    if tok.mode != "byte":
+        raise ValueError(f"a {tok.mode}-mode tokenizer cannot be written as {what}: Hugging Face BPE has no "
+                         f"separate end-of-word symbol (its end_of_word_suffix is glued to the last "
+                         f"character), so no file would encode the same; only byte-mode tokenizers are saved")
+
+
+def _dumps(value: Any, depth: int = 0) -> str:
+    """JSON with two-space indentation, except that lists of scalars (merge pairs) stay on one line."""
+    pad, end = "  " * (depth + 1), "\n" + "  " * depth
+    if isinstance(value, dict) and value:
+        items = (f"{pad}{json.dumps(k, ensure_ascii=False)}: {_dumps(v, depth + 1)}" for k, v in value.items())
+        return "{\n" + ",\n".join(items) + end + "}"
+    if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+        return "[\n" + ",\n".join(pad + _dumps(v, depth + 1) for v in value) + end + "]"
+    return json.dumps(value, ensure_ascii=False)
+
+
+# ---- reading tokenizer.json ---------------------------------------------------------------------
+
+def read_tokenizer_json(path: str | os.PathLike) -> dict:
+    """`Tokenizer(...)` keyword arguments from a byte-level BPE tokenizer.json."""
+    doc = _load_json(path)
+    if not isinstance(doc, dict) or not isinstance(doc.get("model"), dict):
+        raise ValueError(f"{path}: not a tokenizer.json (no \"model\" object)")
+
+    def unsupported(what: str) -> ValueError:
+        return ValueError(f"{path}: unsupported tokenizer.json: {what}; {SUPPORTED}")
+
+    model = doc["model"]
+    model_type = model.get("type", "BPE" if "merges" in model else None)
+    if model_type != "BPE":
+        raise unsupported(f"model {model_type}")
+    if model.get("byte_fallback"):
+        raise unsupported("BPE with byte_fallback")
+    if model.get("dropout") not in (None, 0, 0.0):
+        raise unsupported(f"BPE dropout {model['dropout']}")
+    for affix in ("continuing_subword_prefix", "end_of_word_suffix"):
+        if model.get(affix):
+            raise unsupported(f"BPE {affix} {model[affix]!r}")
+    normalizer = doc.get("normalizer")
+    if normalizer is not None and normalizer != {"type": "Sequence", "normalizers": []}:
+        raise unsupported(f"normalizer {_describe(normalizer)}")
+    pattern = _pattern_of(doc.get("pre_tokenizer"), unsupported)
+    decoder = doc.get("decoder")
+    if decoder is not None and decoder.get("type") != "ByteLevel":
+        raise unsupported(f"decoder {_describe(decoder)}")
+
+    specials = {t["content"]: t["id"] for t in doc.get("added_tokens") or ()}
+    special_ids = set(specials.values())
+    try:
+        vocab = {i: unicode_to_token(s) for s, i in model["vocab"].items() if i not in special_ids}
+        merges = [_merge_pair(m) for m in model["merges"]]
+    except KeyError as exc:
+        raise unsupported(f"a token uses the character {exc.args[0]!r}, outside the GPT-2 byte alphabet "
+                          f"(not a byte-level vocabulary)") from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise unsupported(f"malformed model vocab or merges ({exc})") from None
+    return {"merges": merges, "pattern": pattern, "special_tokens": specials, "vocab": vocab,
+            "ignore_merges": bool(model.get("ignore_merges", False))}
+
+
+def _pattern_of(pre_tokenizer: dict | None, unsupported) -> str:
+    """The split regex of a byte-level pre-tokenizer: `ByteLevel(use_regex=true)` is GPT-2's pattern;
+    `Sequence[Split(regex), ByteLevel(use_regex=false)]` carries its own."""
+    if pre_tokenizer is None:
+        raise unsupported("no pre-tokenizer (a byte-level BPE needs ByteLevel)")
+    kind = pre_tokenizer.get("type")
+    steps = pre_tokenizer.get("pretokenizers", []) if kind == "Sequence" else [pre_tokenizer]
+    if len(steps) == 1 and steps[0].get("type") == "ByteLevel":
+        _check_byte_level(steps[0], use_regex=True, unsupported=unsupported)
+        return "gpt2"
+    if len(steps) == 2 and steps[0].get("type") == "Split" and steps[1].get("type") == "ByteLevel":
+        split = steps[0]
+        if split.get("behavior") != "Isolated" or split.get("invert"):
+            raise unsupported(f"Split behavior {split.get('behavior')!r} invert={split.get('invert')} "
+                              f"(only Isolated, not inverted)")
+        _check_byte_level(steps[1], use_regex=False, unsupported=unsupported)
+        pattern = split.get("pattern") or {}
+        if "Regex" in pattern:
+            return pattern["Regex"]
+        if "String" in pattern:
+            return regex.escape(pattern["String"])
+        raise unsupported(f"Split pattern {pattern!r}")
+    raise unsupported(f"pre-tokenizer {_describe(pre_tokenizer)}")
+
+
+def _check_byte_level(step: dict, use_regex: bool, unsupported) -> None:
+    # tokenizers' own defaults when a key is absent: add_prefix_space=true, use_regex=true.
+    if step.get("add_prefix_space", True):
+        raise unsupported("ByteLevel add_prefix_space=true (it inserts a space before the text; "
+                          "tokenbeam encodes text as given)")
+    if step.get("use_regex", True) != use_regex:
+        raise unsupported(f"ByteLevel use_regex={step.get('use_regex', True)} in this position")
+
+
+def _describe(component: dict) -> str:
+    """`Sequence[NFC, Lowercase]`-style summary of a tokenizer.json component."""
+    kind = component.get("type", "?")
+    children = next((v for v in component.values() if isinstance(v, list)), None)
+    if kind == "Sequence" and children is not None:
+        return "Sequence[" + ", ".join(c.get("type", "?") for c in children if isinstance(c, dict)) + "]"
+    return str(kind)
+
+
+def _merge_pair(merge) -> tuple[bytes, bytes]:
+    """A merge in pair form `["a", "b"]` or in the older string form `"a b"`."""
+    parts = merge.split(" ") if isinstance(merge, str) else merge
+    if len(parts) != 2:
+        raise ValueError(f"merge {merge!r} is not two tokens")
+    return unicode_to_token(parts[0]), unicode_to_token(parts[1])
+
+
+def _load_json(path: str | os.PathLike):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
+                         f"truncated or not a JSON file?") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+# ---- reading vocab.json + merges.txt ------------------------------------------------------------
+
+def read_gpt2_files(vocab_json: str | os.PathLike, merges_txt: str | os.PathLike) -> dict:
+    """`Tokenizer(...)` keyword arguments (without the pattern) from GPT-2's vocab.json + merges.txt.
+
+    Only a *first* line starting with `#version` is a header: `# #` is a real merge. Vocab entries that
+    are neither a single byte nor made by a merge (GPT-2's `<|endoftext|>`) become special tokens.
+    """
+    raw_vocab = _load_json(vocab_json)
+    if not isinstance(raw_vocab, dict):
+        raise ValueError(f"{vocab_json}: expected a JSON object mapping tokens to ids")
+    with open(merges_txt, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    if lines and lines[0].startswith("#version"):
+        lines[0] = ""
+    merges = []
+    try:
+        for lineno, line in enumerate(lines, 1):
+            line = line.rstrip("\r")
+            if line:
+                parts = line.split(" ")
+                if len(parts) != 2:
+                    raise ValueError(f"{merges_txt}:{lineno}: expected two tokens separated by a space, got {line!r}")
+                merges.append((unicode_to_token(parts[0]), unicode_to_token(parts[1])))
+        tokens = {i: unicode_to_token(s) for s, i in raw_vocab.items()}
+    except KeyError as exc:
+        raise ValueError(f"{vocab_json}, {merges_txt}: the character {exc.args[0]!r} is outside the GPT-2 byte "
+                         f"alphabet (not a byte-level vocabulary)") from None
+    made = {a + b for a, b in merges}
+    vocab, specials = {}, {}
+    for i, t in tokens.items():
+        if len(t) > 1 and t not in made and _is_utf8(t):
+            specials[t.decode("utf-8")] = i
+        else:
+            vocab[i] = t
+    return {"merges": merges, "special_tokens": specials, "vocab": vocab}
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False

@@ -1,0 +1,450 @@
+"""Sources: finding shards, and reading jsonl / txt / parquet (plain or compressed) into records.
+
+Fixture files are written in tmp_path by each test; expected values come from the fixture's own
+construction (or from json.loads on the real corpora), never from the code under test.
+"""
+import bz2
+import contextlib
+import gzip
+import json
+import os
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+from hypothesis import given, settings, strategies as st
+
+from pipelines.sources import (
+    InputError, Record, Rejected, Shard, ShardError, SourceOptions, expand_inputs, output_name,
+    read_shard, shard_format,
+)
+from schemas.records import (
+    BAD_JSON, INVALID_UTF8, MISSING_TEXT_COLUMN, MISSING_TEXT_FIELD, NOT_AN_OBJECT,
+    REJECTED_FIELDS, REJECTED_SCHEMA_VERSION, ROW_REASONS, SHARD_REASONS, TEXT_COLUMN_NOT_STRING,
+    TEXT_NOT_A_STRING, TRUNCATED_OR_CORRUPT, UNREADABLE_FILE, rejected_to_json,
+)
+from tests.conftest import read_jsonl_texts
+
+COMPRESSORS = {".gz": gzip.compress, ".bz2": bz2.compress,
+               ".zst": lambda data: zstandard.ZstdCompressor().compress(data)}
+
+
+def write(path, data: bytes):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def shard_of(path, relpath=None) -> Shard:
+    return Shard(str(path), relpath or path.name, path.stat().st_size)
+
+
+def read_all(path, chunk_size=1 << 20, **options):
+    return list(read_shard(shard_of(path), SourceOptions(**options), chunk_size=chunk_size))
+
+
+def only(items, kind):
+    return [x for x in items if isinstance(x, kind)]
+
+
+def jsonl_bytes(objs) -> bytes:
+    return "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in objs).encode()
+
+
+# ---------------------------------------------------------------------------- JSONL
+
+def test_jsonl_bom_crlf_blank_lines_and_final_line_without_newline(tmp_path):
+    data = (b"\xef\xbb\xbf" + b'{"id": "a", "text": "first"}\r\n'
+            + b"\r\n   \n\n"
+            + b'{"id": "b", "text": "second\\r\\nline"}\n'
+            + b'{"text": "no id, no newline"}')
+    items = read_all(write(tmp_path / "s.jsonl", data))
+    assert all(isinstance(x, Record) for x in items)
+    assert [(r.id, r.text, r.row, r.repaired) for r in items] == [
+        ("a", "first", 0, False),
+        ("b", "second\r\nline", 1, False),      # blank lines take no row number
+        ("s.jsonl:2", "no id, no newline", 2, False),
+    ]
+
+
+def test_jsonl_ids_and_kept_fields(tmp_path):
+    objs = [{"id": 7, "text": "x", "lang": "en"}, {"id": None, "text": "y"},
+            {"doc": "d1", "text": "z", "meta": {"a": [1]}}]
+    path = write(tmp_path / "s.jsonl", jsonl_bytes(objs))
+    recs = read_all(path, keep_fields=("lang", "meta"))
+    assert [r.id for r in recs] == ["7", "s.jsonl:1", "s.jsonl:2"]
+    assert [r.keep for r in recs] == [{"lang": "en", "meta": None}, {"lang": None, "meta": None},
+                                      {"lang": None, "meta": {"a": [1]}}]
+    assert [r.id for r in read_all(path, id_field="doc")] == ["s.jsonl:0", "s.jsonl:1", "d1"]
+    assert [r.id for r in read_all(path, id_field=None)] == ["s.jsonl:0", "s.jsonl:1", "s.jsonl:2"]
+    by_doc = read_all(path, text_field="doc")
+    assert [x.reason for x in only(by_doc, Rejected)] == [MISSING_TEXT_FIELD] * 2
+    assert [r.text for r in only(by_doc, Record)] == ["d1"]
+
+
+def test_jsonl_every_row_reason(tmp_path):
+    lines = [
+        b'{"id": "ok", "text": "fine"}',
+        b'{"id": "x", "text": "unterminated',
+        b'[1, 2, 3]',
+        b'"just a string"',
+        b'{"id": "m", "body": "no text"}',
+        b'{"id": "n", "text": null}',
+        b'{"id": "i", "text": 42}',
+        b'{"id": "l", "text": ["a", "b"]}',
+        b"[" * 100_000,                                     # nesting deep enough to blow recursion
+        b'{"id": "ok2", "text": "also fine"}',
+    ]
+    items = read_all(write(tmp_path / "s.jsonl", b"\n".join(lines) + b"\n"))
+    assert len(items) == len(lines)
+    assert [x.row for x in items] == list(range(len(lines)))
+    got = [(x.reason, x.id) if isinstance(x, Rejected) else ("record", x.id) for x in items]
+    assert got == [
+        ("record", "ok"), (BAD_JSON, None), (NOT_AN_OBJECT, None), (NOT_AN_OBJECT, None),
+        (MISSING_TEXT_FIELD, "m"), (TEXT_NOT_A_STRING, "n"), (TEXT_NOT_A_STRING, "i"),
+        (TEXT_NOT_A_STRING, "l"), (BAD_JSON, None), ("record", "ok2"),
+    ]
+    rejected = only(items, Rejected)
+    assert {r.reason for r in rejected} | {INVALID_UTF8} == set(ROW_REASONS)
+    assert all(r.source == str(tmp_path / "s.jsonl") for r in rejected)
+    assert all("\n" not in r.detail and len(r.detail) <= 200 for r in rejected)
+    try:
+        json.loads(lines[1])
+    except json.JSONDecodeError as exc:
+        assert items[1].detail == str(exc)
+    assert "null" in items[5].detail and "number" in items[6].detail and "array" in items[7].detail
+
+
+@pytest.mark.parametrize("policy", ["replace", "reject"])
+def test_jsonl_invalid_utf8(tmp_path, policy):
+    good = b'{"text": "ok"}\n'
+    bad = b'{"id": "b", "text": "caf\xe9 \xff"}\n'
+    data = good + bad + good
+    items = read_all(write(tmp_path / "s.jsonl", data), invalid_utf8=policy)
+    assert [x.row for x in items] == [0, 1, 2]
+    assert isinstance(items[0], Record) and isinstance(items[2], Record)
+    assert not items[0].repaired and not items[2].repaired
+    if policy == "replace":
+        assert isinstance(items[1], Record) and items[1].repaired
+        assert items[1].text == "caf\ufffd \ufffd" and items[1].id == "b"
+    else:
+        assert isinstance(items[1], Rejected) and items[1].reason == INVALID_UTF8
+        offset = len(good) + bad.index(b"\xe9")             # the first bad byte, in the file
+        assert f"0xe9 at byte {offset} " in items[1].detail
+        assert data[offset] == 0xE9
+
+
+def test_jsonl_lone_surrogate_escape(tmp_path):
+    data = b'{"id": "p", "text": "pair \\ud83d\\ude00"}\n{"id": "s", "text": "lone \\udc80!"}\n'
+    path = write(tmp_path / "s.jsonl", data)
+    pair, lone = read_all(path)
+    assert pair.text == "pair \U0001F600" and not pair.repaired
+    assert lone.text == "lone \ufffd!" and lone.repaired
+    lone.text.encode("utf-8")                                # what the tokenizer will need
+    pair, lone = read_all(path, invalid_utf8="reject")
+    assert isinstance(pair, Record)
+    assert isinstance(lone, Rejected) and lone.reason == INVALID_UTF8 and "udc80" in lone.detail
+
+
+# ---------------------------------------------------------------------------- txt
+
+def test_txt_lines(tmp_path):
+    data = b"\xef\xbb\xbfone\r\ntwo  \n\n \t \nthree"
+    recs = read_all(write(tmp_path / "a.txt", data))
+    assert [(r.id, r.text, r.row) for r in recs] == [
+        ("a.txt:0", "one", 0), ("a.txt:1", "two  ", 1), ("a.txt:2", "three", 2)]
+
+
+def test_txt_whole_file(tmp_path):
+    text = "first line\n\nsecond paragraph\n"
+    (rec,) = read_all(write(tmp_path / "doc.txt", text.encode()), text_unit="file")
+    assert (rec.id, rec.text, rec.row) == ("doc.txt:0", text, 0)
+    assert read_all(write(tmp_path / "blank.txt", b" \n\n"), text_unit="file") == []
+
+
+@pytest.mark.parametrize("chunk_size", [1, 2, 3, 4, 5, 7, 64])
+def test_txt_separator_across_chunk_boundaries(tmp_path, chunk_size):
+    sep = "<|doc|>"
+    pieces = ["alpha", "", "beta\nwith newline", "", "gamma <|doc", "δ é", "last"]
+    data = sep + sep.join(pieces) + sep + sep
+    path = write(tmp_path / "s.txt", data.encode())
+    recs = read_all(path, chunk_size=chunk_size, separator=sep)
+    assert [r.text for r in recs] == [p for p in pieces if p]
+    assert [r.row for r in recs] == list(range(len(recs)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(pieces=st.lists(st.text(alphabet="ab\n ", max_size=8), max_size=8),
+       sep=st.sampled_from(["\n", "ab", "aab", "\n\n", "é"]), chunk_size=st.integers(1, 9))
+def test_txt_separator_matches_str_split(tmp_path_factory, pieces, sep, chunk_size):
+    data = sep.join(pieces)
+    path = write(tmp_path_factory.mktemp("sep") / "s.txt", data.encode())
+    expected = [p for p in data.split(sep) if p.strip()]
+    assert [r.text for r in read_all(path, chunk_size=chunk_size, separator=sep)] == expected
+
+
+@pytest.mark.parametrize("chunk_size", [1, 3, 1 << 20])
+def test_txt_invalid_utf8_offsets(tmp_path, chunk_size):
+    data = b"fine\nbad \xc3\x28 here\n\nalso \x80\n"
+    path = write(tmp_path / "s.txt", data)
+    items = read_all(path, chunk_size=chunk_size, invalid_utf8="reject")
+    assert [type(x) for x in items] == [Record, Rejected, Rejected]
+    assert [x.row for x in items] == [0, 1, 2]
+    for rej, bad in zip(items[1:], [b"\xc3\x28", b"\x80"]):
+        offset = data.index(bad)
+        assert rej.reason == INVALID_UTF8 and f"at byte {offset} " in rej.detail
+    repaired = read_all(path, chunk_size=chunk_size)
+    assert [(r.text, r.repaired) for r in repaired] == [
+        ("fine", False), ("bad \ufffd( here", True), ("also \ufffd", True)]
+
+
+# ---------------------------------------------------------------------------- compression
+
+@pytest.mark.parametrize("ext", sorted(COMPRESSORS))
+@pytest.mark.parametrize("fmt", ["jsonl", "txt"])
+def test_compressed_shards_read_like_plain(tmp_path, ext, fmt):
+    texts = [f"record {i} ünïcode" for i in range(500)]
+    data = jsonl_bytes({"text": t} for t in texts) if fmt == "jsonl" else "\n".join(texts).encode()
+    path = write(tmp_path / f"s.{fmt}{ext}", COMPRESSORS[ext](data))
+    assert [r.text for r in read_all(path, chunk_size=100)] == texts
+
+
+def test_truncated_gz_keeps_earlier_records(tmp_path):
+    texts = [f"document number {i} " + "x" * (i % 50) for i in range(2000)]
+    whole = gzip.compress(jsonl_bytes({"id": str(i), "text": t} for i, t in enumerate(texts)))
+    path = write(tmp_path / "s.jsonl.gz", whole[: len(whole) // 2])
+    items = read_all(path, chunk_size=4096)
+    *records, error = items
+    assert isinstance(error, ShardError) and error.reason == TRUNCATED_OR_CORRUPT
+    assert all(isinstance(r, Record) for r in records)
+    assert 0 < len(records) < len(texts)
+    assert [r.text for r in records] == texts[: len(records)]
+    assert error.rows_read == len(records)
+    assert "\n" not in error.detail and error.source == str(path)
+
+
+def test_corrupt_and_missing_files_are_shard_errors(tmp_path):
+    not_gzip = write(tmp_path / "s.jsonl.gz", b'{"text": "plain, not gzip"}\n')
+    (error,) = read_all(not_gzip)
+    assert isinstance(error, ShardError) and error.reason == TRUNCATED_OR_CORRUPT
+    assert error.rows_read == 0
+    missing = Shard(str(tmp_path / "gone.jsonl"), "gone.jsonl", 0)
+    (error,) = read_shard(missing, SourceOptions())
+    assert isinstance(error, ShardError) and error.reason == UNREADABLE_FILE
+
+
+@pytest.mark.parametrize("options", [{}, {"separator": "\n\n"}])
+def test_text_shards_are_streamed_in_chunks(tmp_path, monkeypatch, options):
+    """A shard is never read whole: every read asks for at most chunk_size bytes."""
+    texts = [f"line {i} " + "y" * 100 for i in range(20_000)]            # ~2.2 MB
+    path = write(tmp_path / "big.txt.gz", gzip.compress("\n\n".join(texts).encode()))
+    reads = []
+    real_open = fsspec.open
+
+    class CountingFile:
+        def __init__(self, f):
+            self.f = f
+
+        def read(self, n=-1):
+            reads.append(n)
+            return self.f.read(n)
+
+    @contextlib.contextmanager
+    def counting_open(url, mode, compression):
+        with real_open(url, mode, compression=compression) as f:
+            yield CountingFile(f)
+
+    monkeypatch.setattr(fsspec, "open", counting_open)
+    chunk = 64 * 1024
+    assert [r.text for r in read_all(path, chunk_size=chunk, **options)] == texts
+    assert len(reads) > 30 and all(0 < n <= chunk for n in reads)
+
+
+# ---------------------------------------------------------------------------- Parquet
+
+def write_parquet(path, table: pa.Table, **kwargs):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path, **kwargs)
+    return path
+
+
+def test_parquet_records(tmp_path):
+    n = 2500                                                  # several batches and row groups
+    table = pa.table({"text": [f"text {i}" if i % 7 else None for i in range(n)],
+                      "id": [f"doc-{i}" for i in range(n)],
+                      "lang": ["en", "fr"] * (n // 2),
+                      "unused": list(range(n))})
+    path = write_parquet(tmp_path / "s.parquet", table, row_group_size=1000)
+    items = read_all(path, keep_fields=("lang", "absent"))
+    assert [x.row for x in items] == list(range(n))
+    for i, x in enumerate(items):
+        assert x.id == f"doc-{i}"
+        if i % 7:
+            assert isinstance(x, Record) and x.text == f"text {i}" and not x.repaired
+            assert x.keep == {"lang": "en" if i % 2 == 0 else "fr", "absent": None}
+        else:
+            assert isinstance(x, Rejected) and x.reason == TEXT_NOT_A_STRING
+
+
+def test_parquet_ids_default_large_string_and_other_text_column(tmp_path):
+    table = pa.table({"body": pa.array(["a", "b"], pa.large_string()), "n": [5, 6]})
+    path = write_parquet(tmp_path / "d" / "s.parquet", table)
+    assert [(r.id, r.text) for r in read_all(path, text_field="body")] == [
+        ("s.parquet:0", "a"), ("s.parquet:1", "b")]
+    assert [r.id for r in read_all(path, text_field="body", id_field="n")] == ["5", "6"]
+
+
+def test_parquet_missing_or_non_string_text_column(tmp_path):
+    path = write_parquet(tmp_path / "s.parquet", pa.table({"body": ["a"], "num": [1]}))
+    (error,) = read_all(path)
+    assert isinstance(error, ShardError) and error.reason == MISSING_TEXT_COLUMN
+    assert "'text'" in error.detail and "body" in error.detail
+    (error,) = read_all(path, text_field="num")
+    assert isinstance(error, ShardError) and error.reason == TEXT_COLUMN_NOT_STRING
+    assert "int64" in error.detail
+
+
+def test_parquet_truncated_or_not_parquet(tmp_path):
+    good = write_parquet(tmp_path / "good.parquet", pa.table({"text": ["a"] * 100}))
+    for name, data in [("cut.parquet", good.read_bytes()[:-100]), ("junk.parquet", b"nope")]:
+        (error,) = read_all(write(tmp_path / name, data))
+        assert isinstance(error, ShardError) and error.reason == UNREADABLE_FILE
+        assert error.rows_read == 0 and "\n" not in error.detail
+
+
+@pytest.mark.parametrize("policy", ["replace", "reject"])
+def test_parquet_invalid_utf8(tmp_path, policy):
+    raw = pa.array([b"ok", b"bad \xff"], pa.binary())
+    # Arrow lets a string column hold invalid UTF-8 (it does not check on write or read).
+    text = pa.Array.from_buffers(pa.string(), len(raw), raw.buffers())
+    path = write_parquet(tmp_path / "s.parquet", pa.table({"text": text}))
+    ok, bad = read_all(path, invalid_utf8=policy)
+    assert isinstance(ok, Record) and ok.text == "ok"
+    if policy == "replace":
+        assert isinstance(bad, Record) and bad.repaired and bad.text == "bad \ufffd"
+    else:
+        assert isinstance(bad, Rejected) and bad.reason == INVALID_UTF8
+        assert "0xff at byte 4 of the text" in bad.detail and bad.id == "s.parquet:1"
+
+
+# ---------------------------------------------------------------------------- finding shards
+
+def test_expand_inputs_multi_folder_relpaths_dedup_and_sort(tmp_path):
+    for rel in ["en/a-001.jsonl", "en/a-000.jsonl", "fr/deep/b.jsonl.gz", "fr/notes.md"]:
+        write(tmp_path / "corpus" / rel, b"{}\n" * (len(rel)))
+    (tmp_path / "corpus" / "en" / "dir.jsonl").mkdir()          # a folder is never a shard
+    root = tmp_path / "corpus"
+    shards = expand_inputs([f"{root}/en/*.jsonl*", f"{root}/**/*.jsonl.gz", f"{root}/en/a-000.jsonl"])
+    assert [s.relpath for s in shards] == ["en/a-000.jsonl", "en/a-001.jsonl", "fr/deep/b.jsonl.gz"]
+    assert [s.url for s in shards] == [str(root / s.relpath) for s in shards]
+    assert [s.size for s in shards] == [os.path.getsize(s.url) for s in shards]
+    (one,) = expand_inputs([str(root / "fr/deep/b.jsonl.gz")])       # plain path, no glob chars
+    assert one.relpath == "b.jsonl.gz"
+
+
+def test_expand_inputs_file_url(tmp_path):
+    path = write(tmp_path / "s.jsonl", jsonl_bytes([{"text": "via file url"}]))
+    (shard,) = expand_inputs([f"file://{tmp_path}/*.jsonl"])
+    assert shard.url == f"file://{path}" and shard.relpath == "s.jsonl"
+    assert [r.text for r in read_shard(shard, SourceOptions())] == ["via file url"]
+
+
+def test_expand_inputs_errors(tmp_path):
+    write(tmp_path / "a.jsonl", b"{}\n")
+    missing = f"{tmp_path}/*.parquet"
+    with pytest.raises(InputError, match=r"\*\.parquet.*matched no files"):
+        expand_inputs([f"{tmp_path}/*.jsonl", missing])
+    with pytest.raises(InputError, match="folder"):
+        expand_inputs([str(tmp_path)])
+    with pytest.raises(InputError):
+        expand_inputs([])
+
+
+def test_options_and_format_checks(tmp_path):
+    for bad in [dict(format="csv"), dict(text_unit="word"), dict(invalid_utf8="ignore"),
+                dict(separator=""), dict(separator="\n\n", text_unit="file"), dict(text_field="")]:
+        with pytest.raises(InputError):
+            SourceOptions(**bad)
+    assert SourceOptions(keep_fields=["a"]).keep_fields == ("a",)
+    jsonl, txt, odd = (Shard(f"/x/{n}", n, 0) for n in ["a.JSONL.ZST", "b.txt.bz2", "c.csv"])
+    assert shard_format(jsonl, SourceOptions()) == "jsonl"
+    assert shard_format(txt, SourceOptions(separator="\n\n")) == "txt"
+    assert shard_format(odd, SourceOptions(format="txt")) == "txt"
+    with pytest.raises(InputError, match="--format"):
+        shard_format(odd, SourceOptions())
+    with pytest.raises(InputError, match="--separator"):
+        shard_format(jsonl, SourceOptions(separator="\n\n"))
+    with pytest.raises(InputError, match="--keep-field "):
+        shard_format(txt, SourceOptions(keep_fields=("lang",)))
+
+
+@pytest.mark.parametrize("relpath, expected", [
+    ("en-000-of-012.jsonl.gz", "en-000-of-012.parquet"),
+    ("a/b.txt", "a/b.parquet"),
+    ("x/y.parquet", "x/y.parquet"),
+    ("data.json.zst", "data.parquet"),
+    ("raw.bz2", "raw.parquet"),
+    ("v1.2/notes.csv", "v1.2/notes.csv.parquet"),
+])
+def test_output_name(relpath, expected):
+    assert output_name(relpath) == expected
+
+
+def test_output_name_suffix():
+    assert output_name("a/b.jsonl", ".rejected.jsonl") == "a/b.rejected.jsonl"
+
+
+def test_rejected_layout():
+    rej = Rejected("s3://b/x.jsonl", 3, BAD_JSON, "Expecting value", None)
+    err = ShardError("s3://b/y.jsonl.gz", 41, TRUNCATED_OR_CORRUPT, "EOFError: ended early")
+    assert REJECTED_SCHEMA_VERSION == 1
+    assert tuple(rejected_to_json(rej)) == REJECTED_FIELDS
+    assert rejected_to_json(rej) == {"source": "s3://b/x.jsonl", "row": 3, "id": None,
+                                     "reason": BAD_JSON, "detail": "Expecting value"}
+    assert rejected_to_json(err) == {"source": "s3://b/y.jsonl.gz", "row": 41, "id": None,
+                                     "reason": TRUNCATED_OR_CORRUPT, "detail": "EOFError: ended early"}
+    assert not set(ROW_REASONS) & set(SHARD_REASONS)
+
+
+# ---------------------------------------------------------------------------- real corpus
+
+def test_tiny_corpus_matches_json_loads(corpora):
+    expected = []
+    for path in sorted((corpora / "tiny").glob("*.jsonl")):
+        with open(path, encoding="utf-8") as f:
+            expected += [(path.name, json.loads(line)) for line in f if line.strip()]
+    options = SourceOptions(keep_fields=("lang", "source"))
+    got = [(s.relpath, r) for s in expand_inputs([f"{corpora}/tiny/*.jsonl"])
+           for r in read_shard(s, options, chunk_size=4096)]
+    assert len(got) == len(expected) == 40
+    for (relpath, rec), (name, obj) in zip(got, expected):
+        assert isinstance(rec, Record) and relpath == name
+        assert (rec.id, rec.text, rec.repaired) == (obj["id"], obj["text"], False)
+        assert rec.keep == {"lang": obj["lang"], "source": obj["source"]}
+
+
+def test_tiny_corpus_same_texts_in_every_format(corpora, tmp_path):
+    texts = read_jsonl_texts(corpora / "tiny")
+    sep = "\n\x1e\n"                                          # ASCII record separator: in no text
+    assert not any(sep in t for t in texts)
+    write_parquet(tmp_path / "p" / "tiny.parquet",
+                  pa.table({"id": [f"t{i}" for i in range(len(texts))], "text": texts}),
+                  row_group_size=7)
+    write(tmp_path / "s" / "tiny.txt.zst", COMPRESSORS[".zst"](sep.join(texts).encode()))
+    write(tmp_path / "j" / "tiny.jsonl.gz", gzip.compress(jsonl_bytes({"text": t} for t in texts)))
+
+    def texts_of(pattern, **options):
+        (shard,) = expand_inputs([str(tmp_path / pattern)])
+        items = list(read_shard(shard, SourceOptions(**options), chunk_size=999))
+        assert all(isinstance(r, Record) for r in items)
+        return [r.text for r in items]
+
+    assert texts_of("p/*.parquet") == texts
+    assert texts_of("s/*.txt.zst", separator=sep) == texts
+    assert texts_of("j/*.jsonl.gz") == texts
+    # A record per line: the non-blank lines of the texts, in order.
+    write(tmp_path / "l" / "tiny.txt", "\n".join(texts).encode())
+    lines = [ln.removesuffix("\r") for t in texts for ln in t.split("\n") if ln.strip()]
+    assert texts_of("l/*.txt") == lines
