@@ -4,15 +4,18 @@ Training repeatedly merges the most frequent adjacent pair of symbols, counting 
 occurrence weighted by its word's count, until the vocabulary is full or the best pair is rarer
 than `min_frequency`. The loop is incremental, as in Hugging Face's BpeTrainer and rustbpe:
 
-- every word is a list of symbol ids; `pair_counts` holds the live weighted count of each pair and
-  `where` the set of words in which each pair was ever created (stale members are skipped);
+- a word is a `str` whose characters are symbol ids (`chr(id)`), so that finding a pair, testing
+  for it and merging it left to right without overlap (`str.replace`) run in C: `a a a` merging
+  `(a, a)` gives `aa a`, as in Hugging Face and the textbook. A pair is the 2-character string;
+- `pair_counts` holds the live weighted count of each pair, `where` the words in which each pair
+  was ever created (members that lost the pair since are skipped when visited);
 - a heap of `(-count, tie_key, pair)` with lazy invalidation: whenever a pair's count changes a new
   entry is pushed, and a popped entry whose count is no longer the live one is dropped;
-- a merge rewrites only the words that contain the merged pair, left to right and without overlap
-  (`a a a` merging `(a, a)` gives `aa a`), and records the net change of each neighbouring pair.
+- a merge rewrites only the words that contain the merged pair and applies the net change of each
+  neighbouring pair once.
 
-Cost: O(N) to build (N = symbols over the distinct words), then per merge the length of the touched
-words plus O(log H) per changed pair; nothing scans the whole vocabulary or all pairs per merge.
+Cost: O(N) to build (N = symbols of the distinct words), then per merge the length of the visited
+words plus O(log H) per changed pair; nothing scans the vocabulary or all pairs per merge.
 
 Ties between pairs of equal count are settled by content, never by arrival order, so the result
 does not depend on how the counts were gathered (see `TIE_BREAKS`).
@@ -33,6 +36,7 @@ from .encoder import Tokenizer
 #            base alphabet sorted by each byte's GPT-2 unicode character, then new tokens in order).
 TIE_BREAKS = ("largest", "smallest", "hf")
 MODES = ("byte", "classic")
+MAX_IDS = 0x110000   # a symbol id is one code point of a word string
 
 ProgressFn = Callable[[int, tuple[bytes, bytes], int], None]
 
@@ -86,22 +90,20 @@ def learn_merges(counts: Mapping[bytes, int], num_merges: int, *, min_frequency:
         raise ValueError(f"tie_break must be one of {TIE_BREAKS}, not {tie_break!r}")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
-    if num_merges < 0:
-        raise ValueError(f"num_merges must be >= 0, not {num_merges}")
     alphabet = base_alphabet(counts, mode)
+    if not 0 <= num_merges <= MAX_IDS - len(alphabet):
+        raise ValueError(f"num_merges must be between 0 and {MAX_IDS - len(alphabet)}, not {num_merges}")
     words, weights, initial_tokens = _symbolize(counts, mode, alphabet)
     tokens = list(alphabet)                           # id -> bytes
     token_ids = {t: i for i, t in enumerate(tokens)}
-    shift = (len(tokens) + num_merges).bit_length()   # pair key = left << shift | right
-    mask = (1 << shift) - 1
-    ties = _TieKeys(alphabet, tie_break, mode, shift)
-    left_key, right_key = ties.left, ties.right      # grown in place by ties.add
-    pair_counts, where = _count_pairs(words, weights, shift)
+    ties = _TieKeys(alphabet, tie_break, mode)
+    left_key, right_key = ties.left, ties.right       # grown in place by ties.add
+    pair_counts, where = _count_pairs(words, weights)
     get_count = pair_counts.get
 
     def fresh_heap() -> list:
         # Pairs below min_frequency can never win; they get an entry if their count rises.
-        heap = [(-n, left_key[k >> shift] + right_key[k & mask], k)
+        heap = [(-n, left_key[ord(k[0])] + right_key[ord(k[1])], k)
                 for k, n in pair_counts.items() if n >= min_frequency]
         heapq.heapify(heap)
         return heap
@@ -133,7 +135,7 @@ def learn_merges(counts: Mapping[bytes, int], num_merges: int, *, min_frequency:
         if heap and heap[0][0] == neg:
             tied += 1
 
-        left, right = pair >> shift, pair & mask
+        left, right = ord(pair[0]), ord(pair[1])
         merged = tokens[left] + tokens[right]
         new = token_ids.get(merged)
         if new is None:
@@ -147,7 +149,7 @@ def learn_merges(counts: Mapping[bytes, int], num_merges: int, *, min_frequency:
         merges.append((tokens[left], tokens[right]))
         merge_counts.append(count)
 
-        delta = _merge_pair(words, weights, where, left, right, new, shift)
+        delta = _merge_pair(words, weights, where, pair, chr(new), reused=new < len(tokens) - 1)
         del pair_counts[pair]
         for key, change in delta.items():
             if change and key != pair:
@@ -155,7 +157,7 @@ def learn_merges(counts: Mapping[bytes, int], num_merges: int, *, min_frequency:
                 if n:
                     pair_counts[key] = n
                     if n >= min_frequency:
-                        heappush(heap, (-n, left_key[key >> shift] + right_key[key & mask], key))
+                        heappush(heap, (-n, left_key[ord(key[0])] + right_key[ord(key[1])], key))
                 else:
                     del pair_counts[key]
                     where.pop(key, None)
@@ -176,13 +178,13 @@ class _TieKeys:
     "smallest": byte b becomes the 16-bit big-endian unit 0x100 + b and each token ends with the
     unit 0, so `left[a] + right[b]` compares like the tuple `(bytes_a, bytes_b)` (a proper prefix
     sorts first). "largest": units 255 - b ending with 0x100 reverse that order, prefixes included.
-    "hf": left[a] = rank(a) << shift, right[b] = rank(b), ranks in Hugging Face's id order.
+    "hf": left[a] = rank(a) * MAX_IDS, right[b] = rank(b), ranks in Hugging Face's id order.
     """
 
     _COMPLEMENT = bytes(range(255, -1, -1))
 
-    def __init__(self, alphabet: list[bytes], tie_break: str, mode: str, shift: int):
-        self.tie_break, self.shift = tie_break, shift
+    def __init__(self, alphabet: list[bytes], tie_break: str, mode: str):
+        self.tie_break = tie_break
         if tie_break == "hf":
             if mode == "classic":        # no GPT-2 alphabet: HF ids follow our sorted alphabet
                 ranks = list(range(len(alphabet)))
@@ -191,7 +193,7 @@ class _TieKeys:
                 order = sorted(range(256), key=lambda b: to_char[b])
                 ranks = [order.index(b) for b in range(256)]
             self.right = ranks
-            self.left = [r << shift for r in ranks]
+            self.left = [r * MAX_IDS for r in ranks]
         else:
             self.right = [self._key(t) for t in alphabet]
             self.left = self.right
@@ -210,18 +212,18 @@ class _TieKeys:
         """Keys for a new token (HF ranks new tokens by id, after the alphabet)."""
         if self.tie_break == "hf":
             self.right.append(token_id)
-            self.left.append(token_id << self.shift)
+            self.left.append(token_id * MAX_IDS)
         else:
             self.right.append(self._key(token))
 
 
 def _symbolize(counts: Mapping[bytes, int], mode: str,
-               alphabet: list[bytes]) -> tuple[list[list[int]], list[int], int]:
-    """Words as symbol-id lists with their counts (only words that have a pair), and the total
+               alphabet: list[bytes]) -> tuple[list[str], list[int], int]:
+    """Words as symbol strings with their counts (only words that have a pair), and the total
     number of symbols (weighted) before any merge."""
     if mode == "classic":
-        ids = {t.decode("utf-8"): i for i, t in enumerate(alphabet)}
-        end = len(alphabet) - 1
+        to_symbol = {ord(t.decode("utf-8")): chr(i) for i, t in enumerate(alphabet[:-1])}
+        end = chr(len(alphabet) - 1)
     words, weights = [], []
     total = 0
     for word, n in counts.items():
@@ -229,7 +231,8 @@ def _symbolize(counts: Mapping[bytes, int], mode: str,
             raise ValueError(f"negative count {n} for pre-token {word!r}")
         if n == 0:
             continue
-        symbols = list(word) if mode == "byte" else [ids[ch] for ch in word.decode("utf-8")] + [end]
+        # Byte mode: latin-1 maps byte b to chr(b), which is symbol id b.
+        symbols = word.decode("latin-1") if mode == "byte" else word.decode("utf-8").translate(to_symbol) + end
         total += n * len(symbols)
         if len(symbols) > 1:
             words.append(symbols)
@@ -237,61 +240,71 @@ def _symbolize(counts: Mapping[bytes, int], mode: str,
     return words, weights, total
 
 
-def _count_pairs(words: list[list[int]], weights: list[int],
-                 shift: int) -> tuple[dict[int, int], defaultdict[int, set[int]]]:
+def _count_pairs(words: list[str], weights: list[int]) -> tuple[dict[str, int], defaultdict[str, set[int]]]:
     """Weighted count of every adjacent pair, and the words each pair occurs in."""
-    pair_counts: dict[int, int] = {}
-    where: defaultdict[int, set[int]] = defaultdict(set)
+    pair_counts: dict[str, int] = {}
+    where: defaultdict[str, set[int]] = defaultdict(set)
     get = pair_counts.get
     for i, (word, n) in enumerate(zip(words, weights)):
-        prev = word[0]
-        for sym in word[1:]:
-            key = prev << shift | sym
+        for j in range(len(word) - 1):
+            key = word[j:j + 2]
             pair_counts[key] = get(key, 0) + n
             where[key].add(i)
-            prev = sym
     return pair_counts, where
 
 
-def _merge_pair(words: list[list[int]], weights: list[int], where: defaultdict[int, set[int]],
-                left: int, right: int, new: int, shift: int) -> dict[int, int]:
-    """Replace `left right` by `new` in every word containing it (left to right, no overlap).
+def _merge_pair(words: list[str], weights: list[int], where: defaultdict[str, set[int]],
+                pair: str, new: str, reused: bool) -> defaultdict[str, int]:
+    """Replace `pair` by the symbol `new` in every word containing it (left to right, no overlap).
 
-    Returns the net change of each neighbouring pair's count; registers the words in which a pair
-    with `new` appears. The merged pair itself ends at zero (the caller drops it).
+    Returns the net change of each neighbouring pair's count and registers the words in which a
+    pair with `new` appears. The merged pair itself ends at zero (the caller drops it).
+    `reused`: `new` is an existing token (a duplicate merge), so it may already be in a word.
     """
-    delta: dict[int, int] = {}
-    get = delta.get
-    for i in where.pop(left << shift | right):
+    left, right = pair
+    new_new = new + new
+    right_left = right + left
+    delta: defaultdict[str, int] = defaultdict(int)
+    for i in where.pop(pair):
         word = words[i]
-        last = len(word) - 1
-        # Occurrences of `left`, found by list.index (C speed) rather than a Python scan.
-        j = -1
-        while True:
-            try:
-                j = word.index(left, j + 1, last)
-            except ValueError:
-                break
-            if word[j + 1] != right:
-                continue
-            n = weights[i]
-            if j:
-                prev = word[j - 1]   # already rewritten when it was the previous occurrence
-                key = prev << shift | left
-                delta[key] = get(key, 0) - n
-                key = prev << shift | new
-                delta[key] = get(key, 0) + n
+        if pair not in word:
+            continue          # an earlier merge took the pair away from this word
+        merged = word.replace(pair, new)
+        words[i] = merged
+        if len(merged) == 1:
+            continue          # the whole word became one token: no neighbours
+        n = weights[i]
+        if reused and new in word:
+            # The occurrences of `new` are not all from this merge: diff all pairs of the word.
+            for j in range(len(word) - 1):
+                delta[word[j:j + 2]] -= n
+            for j in range(len(merged) - 1):
+                key = merged[j:j + 2]
+                delta[key] += n
                 where[key].add(i)
-            word[j] = new
-            del word[j + 1]
-            last -= 1
-            if j < last:
-                nxt = word[j + 1]
-                key = right << shift | nxt
-                delta[key] = get(key, 0) - n
-                key = new << shift | nxt
-                delta[key] = get(key, 0) + n
-                where[key].add(i)
+            continue
+        last = len(merged) - 1
+        p = merged.find(new)
+        while p >= 0:
+            if p:
+                before = merged[p - 1]
+                if before == new:     # two merges side by side: `right left` became `new new`
+                    delta[right_left] -= n
+                    delta[new_new] += n
+                    where[new_new].add(i)
+                else:
+                    delta[before + left] -= n
+                    key = before + new
+                    delta[key] += n
+                    where[key].add(i)
+            if p < last:
+                after = merged[p + 1]
+                if after != new:      # (a following merge is handled as its `before`)
+                    delta[right + after] -= n
+                    key = new + after
+                    delta[key] += n
+                    where[key].add(i)
+            p = merged.find(new, p + 1)
     return delta
 
 
@@ -320,9 +333,8 @@ def train_bpe(counts_or_texts: Mapping[bytes, int] | Iterable[str] | str, vocab_
                          f"plus {len(specials)} special tokens")
     result = learn_merges(counts, num_merges, min_frequency=min_frequency, tie_break=tie_break,
                           mode=mode, progress=progress)
+    # The Tokenizer gives the special tokens the ids after the last token, in order.
     vocab = vocab_from_merges(alphabet, result.merges)
-    for special in specials:
-        vocab[len(vocab)] = special.encode("utf-8")
     tok = Tokenizer(result.merges, pattern=pattern, special_tokens=specials, mode=mode, vocab=vocab)
     tok.training = result
     return tok

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import tempfile
 import json
 import posixpath
 import sys
@@ -74,6 +76,24 @@ def write_text_atomic(url: str, text: str) -> None:
 def read_json(url: str) -> dict:
     with fsspec.open(url, "rb") as f:
         return json.loads(f.read().decode("utf-8"))
+
+
+def load_tokenizer(url: str):
+    """Load a tokenizer.json (or a folder holding one) from any fsspec URL; UserError when unusable."""
+    from bpe_ops import Tokenizer
+
+    try:
+        if "://" not in url or url.startswith("file://"):
+            return Tokenizer.from_file(url[len("file://"):] if url.startswith("file://") else url)
+        fs, path = filesystem(url)
+        if fs.isdir(path):
+            path = path.rstrip("/") + "/tokenizer.json"
+        with tempfile.TemporaryDirectory() as tmp:
+            local = os.path.join(tmp, "tokenizer.json")
+            fs.get(path, local)
+            return Tokenizer.from_file(local)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot use tokenizer {url}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
 
 
 # --- Beam options -------------------------------------------------------------------------------

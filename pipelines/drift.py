@@ -10,6 +10,8 @@ rejected-record rate. Each judged figure gets a verdict (ok / moderate / signifi
 from __future__ import annotations
 
 import argparse
+import heapq
+import importlib.util
 import json
 import math
 import os
@@ -171,16 +173,23 @@ def _info(name, label, base, cur) -> Metric:
     return Metric(name, label, base, cur, relative_change(base, cur), "info", None, layout.INFO)
 
 
+def _side(stats: dict) -> dict:
+    """What drift.json says about one input (`path` is filled in by the command line)."""
+    return {"path": None, "tokenizer_sha256": stats["tokenizer_sha256"], "records": stats["records"]}
+
+
 def top_shifted_tokens(baseline: dict, current: dict, n: int = TOP_SHIFTED) -> list[dict]:
-    """The ids whose share of all tokens changed most, labelled from either file's `top` table."""
+    """The ids whose share of all tokens changed most (unchanged ids never), labelled from either
+    file's `top` table, else shown as `#id`."""
     p, q = baseline["token_frequency"]["counts"], current["token_frequency"]["counts"]
     p_total, q_total = baseline["tokens"], current["tokens"]
     labels = {t["id"]: t["token"] for t in baseline["token_frequency"]["top"]}
     labels.update({t["id"]: t["token"] for t in current["token_frequency"]["top"]})
-    changes = [(b / q_total - a / p_total, i) for i, (a, b) in enumerate(zip(p, q)) if a or b]
-    changes.sort(key=lambda ci: (-abs(ci[0]), ci[1]))
+    changes = ((b / q_total - a / p_total, i) for i, (a, b) in enumerate(zip(p, q))
+               if b / q_total != a / p_total)
+    top = heapq.nsmallest(n, changes, key=lambda ci: (-abs(ci[0]), ci[1]))
     return [{"id": i, "token": labels.get(i, f"#{i}"), "baseline_share": p[i] / p_total,
-             "current_share": q[i] / q_total, "change": change} for change, i in changes[:n]]
+             "current_share": q[i] / q_total, "change": change} for change, i in top]
 
 
 def compare(baseline: dict, current: dict, thresholds: Thresholds = Thresholds(),
@@ -213,9 +222,9 @@ def compare(baseline: dict, current: dict, thresholds: Thresholds = Thresholds()
                   current["bytes_per_token"]["overall"], t.bytes_per_token),
         _relative("tokens_per_word", "tokens per word", baseline["tokens_per_word"],
                   current["tokens_per_word"], t.tokens_per_word),
-        _relative("tokens_per_record_mean", "tokens per record, mean", b_tpr["mean"], c_tpr["mean"],
+        _relative("tokens_per_record_mean", "tokens per record (mean)", b_tpr["mean"], c_tpr["mean"],
                   t.tokens_per_record),
-        _relative("tokens_per_record_p90", "tokens per record, p90", b_tpr["p90"], c_tpr["p90"],
+        _relative("tokens_per_record_p90", "tokens per record (p90)", b_tpr["p90"], c_tpr["p90"],
                   t.tokens_per_record),
         _divergence("psi_tokens_per_record", "PSI tokens per record", psi(b_hist_tpr, c_hist_tpr), t.psi),
         _divergence("psi_bytes_per_token", "PSI bytes per token", psi(b_hist_bpt, c_hist_bpt), t.psi),
@@ -234,14 +243,12 @@ def compare(baseline: dict, current: dict, thresholds: Thresholds = Thresholds()
         "bytes_per_token": {"edges": baseline["bytes_per_token"]["histogram"]["edges"],
                             "baseline": b_hist_bpt, "current": c_hist_bpt},
     }
-    side = lambda s: {"path": None, "tokenizer_sha256": s["tokenizer_sha256"], "records": s["records"]}
-    return DriftReport(thresholds, side(baseline), side(current), same_tokenizer, metrics, shifted, histograms)
+    return DriftReport(thresholds, _side(baseline), _side(current), same_tokenizer, metrics, shifted, histograms)
 
 
 # ---- rendering --------------------------------------------------------------------------------
 
 _SHARES = {"raw_byte_share", "rejected_rate", "vocabulary_utilisation"}
-_COUNTS = {"records", "tokens"}
 
 
 def _value(m: Metric, v) -> str:
@@ -249,9 +256,9 @@ def _value(m: Metric, v) -> str:
         return "-"
     if m.name in _SHARES:
         return f"{100 * v:.2f}%"
-    if m.name in _COUNTS:
+    if isinstance(v, int):
         return f"{v:,}"
-    return f"{v:.4f}" if m.change_kind == "divergence" else f"{v:.3f}"
+    return f"{v:,.1f}" if abs(v) >= 100 else f"{v:.3f}"
 
 
 def _change(m: Metric) -> str:
@@ -316,6 +323,11 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def _md_code(text: str) -> str:
+    # A token may itself contain a backtick: then a double-backtick code span holds it.
+    return f"`` {_md_cell(text)} ``" if "`" in text else f"`{_md_cell(text)}`"
+
+
 def render_markdown(report: DriftReport, picture: str | None) -> str:
     b, c = report.baseline, report.current
     lines = ["# Tokenization drift", "",
@@ -329,7 +341,7 @@ def render_markdown(report: DriftReport, picture: str | None) -> str:
     if report.top_shifted_tokens:
         lines += ["", "## Top shifted tokens", "", "| id | token | baseline share | current share | change |",
                   "|---|---|---|---|---|"]
-        lines += [f"| {t['id']} | `{_md_cell(t['token'])}` | {100 * t['baseline_share']:.3f}% | "
+        lines += [f"| {t['id']} | {_md_code(t['token'])} | {100 * t['baseline_share']:.3f}% | "
                   f"{100 * t['current_share']:.3f}% | {100 * t['change']:+.3f} pp |"
                   for t in report.top_shifted_tokens]
     if picture:
@@ -342,9 +354,37 @@ def _shares(counts: Sequence[int]) -> list[float]:
     return [c / total if total else 0.0 for c in counts]
 
 
+def _is_power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _short_count(n: int) -> str:
+    """1024 -> '1k', 65536 -> '64k', 2**20 -> '1M' (binary prefixes, as context lengths are named)."""
+    for shift, suffix in ((20, "M"), (10, "k")):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):g}{suffix}"
+    return str(n)
+
+
+def headline(report: DriftReport) -> str:
+    """A short title: the verdict and the figures users read first."""
+    figures = [f"{m.label} {_change(m)}" for m in report.metrics
+               if m.name in ("bytes_per_token", "tokens_per_word", "js_token_ids") and m.change is not None]
+    word = f"DRIFT ({report.verdict})" if report.drift else f"no drift ({report.verdict})"
+    return f"{word}: " + ", ".join(figures)
+
+
 def _used_range(*histograms: Sequence[int]) -> tuple[int, int]:
     used = [i for h in histograms for i, c in enumerate(h) if c]
     return min(used), max(used) + 1
+
+
+def report_side(report: DriftReport, side: str) -> str:
+    """A legend label: the stats file's folder (runs/tokens/stats.json -> tokens) or file name."""
+    info = getattr(report, side)
+    path = os.path.abspath(info["path"]) if info["path"] else side
+    name = os.path.basename(os.path.dirname(path) if os.path.basename(path) == "stats.json" else path)
+    return f"{name}, {info['records']:,} records"
 
 
 def plot_report(report: DriftReport, path: str) -> None:
@@ -361,9 +401,10 @@ def plot_report(report: DriftReport, path: str) -> None:
     ax = axes[0]
     for side in ("baseline", "current"):
         ax.stairs(_shares(hist[side])[lo:hi], range(lo, hi + 1), fill=True, alpha=0.45,
-                  color=colors[side], label=side)
-    ticks = list(range(lo, hi + 1, max(1, (hi - lo) // 8)))
-    ax.set_xticks(ticks, [f"{hist['edges'][i]:,}" if i < len(hist["edges"]) else "" for i in ticks])
+                  color=colors[side], label=f"{side} ({report_side(report, side)})")
+    ticks = [i for i in range(lo, min(hi + 1, len(hist["edges"]))) if _is_power_of_two(hist["edges"][i])]
+    ticks = ticks[::2] if len(ticks) > 8 else ticks
+    ax.set_xticks(ticks, [_short_count(hist["edges"][i]) for i in ticks])
     ax.set_xlabel("tokens per record (log-spaced bins)")
     ax.set_ylabel("share of records")
     ax.set_title(f"Tokens per record  (PSI {report.metric('psi_tokens_per_record').change:.3f})")
@@ -375,7 +416,7 @@ def plot_report(report: DriftReport, path: str) -> None:
     ax = axes[1]
     for side in ("baseline", "current"):
         ax.stairs(_shares(hist[side])[lo:hi], edges[lo:hi + 1], fill=True, alpha=0.45,
-                  color=colors[side], label=side)
+                  color=colors[side], label=f"{side} ({report_side(report, side)})")
     bpt = report.metric("bytes_per_token")
     for side, value in (("baseline", bpt.baseline), ("current", bpt.current)):
         if value is not None:
@@ -398,9 +439,10 @@ def plot_report(report: DriftReport, path: str) -> None:
         ax.set_xlabel("change of share of all tokens (pp; orange = more in current)")
         ax.set_title(f"Top shifted tokens  (JS {report.metric('js_token_ids').change:.4f})")
     else:
-        ax.text(0.5, 0.5, "different tokenizers:\ntoken ids not comparable", ha="center", va="center")
+        why = "no token's share changed" if report.same_tokenizer else "different tokenizers:\ntoken ids not comparable"
+        ax.text(0.5, 0.5, why, ha="center", va="center")
         ax.set_axis_off()
-    fig.suptitle(verdict_line(report), fontsize=12,
+    fig.suptitle(headline(report), fontsize=13,
                  color="tab:red" if report.drift else "tab:green", fontweight="bold")
     fig.savefig(path, dpi=100)
 
@@ -410,11 +452,7 @@ def write_report(report: DriftReport, directory: str) -> list[str]:
     os.makedirs(directory, exist_ok=True)
     written = []
     picture = None
-    try:
-        import matplotlib  # noqa: F401  (the `plot` extra)
-    except ImportError:
-        pass
-    else:
+    if importlib.util.find_spec("matplotlib") is not None:    # the `plot` extra
         plot_report(report, os.path.join(directory, "drift.png"))
         picture = "drift.png"
         written.append(os.path.join(directory, "drift.png"))
@@ -441,8 +479,9 @@ def _non_negative(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     d = Thresholds()
     parser = argparse.ArgumentParser(
-        prog="tokenbeam drift", description=__doc__.split("\n")[0],
-        epilog="Exit code: 0 no drift, 1 drift, 2 error (unreadable or incompatible stats files).")
+        prog="tokenbeam drift", description="Compare two stats.json files and say whether tokenization drifted.",
+        epilog=f"Verdicts: ok up to {layout.MODERATE_FRACTION:.0%} of a threshold, moderate up to it, significant "
+               f"past it. Exit code: 0 no drift, 1 drift, 2 error (unreadable or incompatible stats files).")
     parser.add_argument("baseline", help="stats.json of the reference data")
     parser.add_argument("current", help="stats.json of the new data")
     parser.add_argument("--report", metavar="DIR", help="write drift.json, drift.md and drift.png here")

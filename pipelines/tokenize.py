@@ -32,27 +32,8 @@ from pipelines.common import UserError, join, say
 ENCODE_BATCH_RECORDS = 256        # records encoded per encode_batch call
 ROW_GROUP_ROWS = 8_192            # bounded row groups: memory stays bounded by this, not by the shard
 ROW_GROUP_TOKENS = 4_000_000      # ... or by this many token ids, whichever comes first
-SHARD_METADATA_KEY = "tokenbeam.shard"
 SUCCESS = "_SUCCESS"
 MANIFEST_VERSION = 1
-
-
-def load_tokenizer(url: str):
-    """Load a tokenizer.json (or a folder holding one) from any fsspec URL; UserError when unusable."""
-    from bpe_ops import Tokenizer
-
-    try:
-        if "://" not in url or url.startswith("file://"):
-            return Tokenizer.from_file(url[len("file://"):] if url.startswith("file://") else url)
-        fs, path = common.filesystem(url)
-        if fs.isdir(path):
-            path = path.rstrip("/") + "/tokenizer.json"
-        with tempfile.TemporaryDirectory() as tmp:
-            local = os.path.join(tmp, "tokenizer.json")
-            fs.get(path, local)
-            return Tokenizer.from_file(local)
-    except (OSError, ValueError) as exc:
-        raise UserError(f"cannot use tokenizer {url}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
 
 
 def read_shard_metadata(url: str) -> dict | None:
@@ -63,7 +44,7 @@ def read_shard_metadata(url: str) -> dict | None:
             return None
         with fs.open(path, "rb") as f:
             meta = tables.file_metadata(pq.ParquetFile(f).metadata.metadata)
-        return json.loads(meta[SHARD_METADATA_KEY])
+        return json.loads(meta[tables.SHARD_KEY])
     except Exception:  # a truncated or foreign file is simply not complete: it gets redone
         return None
 
@@ -83,10 +64,10 @@ class TokenizeShard(beam.DoFn):
         self.eos_token = eos_token
 
     def setup(self):
-        self.tok = load_tokenizer(self.tokenizer_url)
+        self.tok = common.load_tokenizer(self.tokenizer_url)
         self.eos_id = self.tok.special_tokens[self.eos_token] if self.eos_token else None
         self.schema = tables.tokens_schema(self.tok.vocab_size, self.source_options.keep_fields, {
-            "tokenbeam.tokenizer_sha256": self.tok.sha256, "tokenbeam.vocab_size": str(self.tok.vocab_size)})
+            tables.TOKENIZER_SHA256_KEY: self.tok.sha256, tables.VOCAB_SIZE_KEY: str(self.tok.vocab_size)})
         self.counters = {name: beam.metrics.Metrics.counter("tokenbeam", name)
                          for name in ("records", "bytes", "tokens", "rejected")}
 
@@ -96,7 +77,7 @@ class TokenizeShard(beam.DoFn):
         out_url = join(self.output, output_name(shard.relpath))
         done = read_shard_metadata(out_url)
         if done is not None and done.get("tokenizer_sha256") == self.tok.sha256:
-            summary = self.summary_from_parquet(out_url, done)
+            summary = self.summary_from_parquet(out_url)
             say(f"skipped {shard.relpath}: complete from an earlier run ({done['rows']:,} rows)")
             yield summary
             yield beam.pvalue.TaggedOutput(self.MANIFEST, dict(done, reused=True))
@@ -110,6 +91,7 @@ class TokenizeShard(beam.DoFn):
 
         started = time.perf_counter()
         summary = Summary(self.tok.vocab_size)
+        summary.add_shard(shard.relpath)
         entry = {"source": shard.url, "relpath": shard.relpath, "output": output_name(shard.relpath),
                  "tokenizer_sha256": self.tok.sha256, "records_read": 0, "rows": 0, "rejected": 0,
                  "repaired": 0, "shard_errors": []}
@@ -148,7 +130,7 @@ class TokenizeShard(beam.DoFn):
                 common.filesystem(rejected_url)[0].rm(common.filesystem(rejected_url)[1])
             entry["rejected_by_reason"] = summary.rejected_by_reason()
             # The footer carries the shard's accounting: a rerun rebuilds its summary from the file alone.
-            writer.add_key_value_metadata({SHARD_METADATA_KEY: json.dumps(entry, sort_keys=True)})
+            writer.add_key_value_metadata({tables.SHARD_KEY: json.dumps(entry, sort_keys=True)})
             writer.close()
         for name, value in (("records", entry["records_read"]), ("tokens", summary.tokens),
                             ("bytes", summary.bytes), ("rejected", entry["rejected"])):
@@ -173,20 +155,12 @@ class TokenizeShard(beam.DoFn):
         entry["repaired"] += sum(r.repaired for r in batch)
         summary.add_repaired(sum(r.repaired for r in batch))
 
-    def summary_from_parquet(self, url: str, entry: dict):
+    def summary_from_parquet(self, url: str):
         """Rebuild a finished shard's Summary from its Parquet rows and footer (no re-encoding)."""
+        from pipelines.stats_cmd import add_file
+
         summary = Summary(self.tok.vocab_size)
-        fs, path = common.filesystem(url)
-        with fs.open(path, "rb") as f:
-            pf = pq.ParquetFile(f)
-            for b in pf.iter_batches(columns=["token_ids", *tables.STAT_COLUMNS]):
-                ids_col = b.column("token_ids")
-                cols = [b.column(c).to_pylist() for c in tables.STAT_COLUMNS[1:]]
-                for ids, n_bytes, n_chars, n_words in zip(ids_col.to_pylist(), *cols):
-                    summary.add(ids, n_bytes, n_chars, n_words)
-        for reason, n in entry.get("rejected_by_reason", {}).items():
-            summary.add_rejected(reason, n)
-        summary.add_repaired(entry.get("repaired", 0))
+        add_file(summary, url, self.tok.sha256)
         return summary
 
 
@@ -262,7 +236,7 @@ class CombineStats(beam.CombineFn):
 
 
 def write_stats(summary, tokenizer_url: str, output: str, inputs: list[str], started_at: float) -> str:
-    tok = load_tokenizer(tokenizer_url)
+    tok = common.load_tokenizer(tokenizer_url)
     stats = summary.to_json(tok, {"inputs": inputs, "tokenizer": tokenizer_url,
                                   "timing": {"started_at": started_at, "elapsed_seconds": round(time.time() - started_at, 3)}})
     url = join(output, "stats.json")
@@ -316,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
 def run(argv: list[str]) -> dict:
     args, beam_args = build_parser().parse_known_args(argv)
     started_at = time.time()
-    tok = load_tokenizer(args.tokenizer)
+    tok = common.load_tokenizer(args.tokenizer)
     if args.eos_token is not None and args.eos_token not in tok.special_tokens:
         known = ", ".join(sorted(tok.special_tokens)) or "none"
         raise UserError(f"--eos-token {args.eos_token!r} is not a special token of {args.tokenizer} (it has: {known})")

@@ -126,7 +126,7 @@ def _type_name(types: tuple) -> str:
 def _check_counts(path: str, counts: list, length: int) -> None:
     if len(counts) != length:
         raise ValueError(f"{path} has {len(counts)} entries, expected {length}")
-    if not all(type(c) is int and c >= 0 for c in counts):
+    if counts and (set(map(type, counts)) != {int} or min(counts) < 0):
         raise ValueError(f"{path} must hold non-negative integers")
 
 

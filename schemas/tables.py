@@ -16,6 +16,12 @@ COUNTS_SCHEMA = pa.schema(
     metadata={b"tokenbeam.schema": b"counts", b"tokenbeam.schema_version": str(COUNTS_SCHEMA_VERSION).encode()},
 )
 
+# Key-value metadata of a token Parquet file: the tokenizer it was made with (schema metadata) and,
+# in the footer written last, the shard's accounting (records read, rows, rejected by reason, ...).
+TOKENIZER_SHA256_KEY = "tokenbeam.tokenizer_sha256"
+VOCAB_SIZE_KEY = "tokenbeam.vocab_size"
+SHARD_KEY = "tokenbeam.shard"
+
 # The largest vocabulary whose ids fit list<uint16>.
 UINT16_MAX_VOCAB = 65_536
 STAT_COLUMNS = ("n_tokens", "n_bytes", "n_chars", "n_words")

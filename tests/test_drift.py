@@ -1,0 +1,241 @@
+"""`tokenbeam drift` on stats built from real corpora with the real GPT-2 tokenizer.
+
+Stats are built here by encoding documents and feeding `Summary`. Encoding ~35 MB with a pure-Python
+encoder would take most of a minute, so documents are encoded by tiktoken built from the same GPT-2
+files (the oracle construction in ../shared/oracles/README.md); the fixture checks, on the first
+document of every shard, that our `Tokenizer.from_gpt2_files` gives the same ids.
+
+English halves are three whole shards each: measured on this corpus, one or two shards per side
+still differ by 3-8% in bytes per token and tokens per word (a few documents of indented man pages
+tokenize into long runs of single-space tokens), which the default thresholds rightly call drift.
+"""
+import json
+import math
+import re
+import struct
+
+import pytest
+import tiktoken
+
+from bpe_ops import Tokenizer
+from bpe_ops.pretokenize import GPT2_PATTERN
+from bpe_ops.stats import Summary
+from pipelines import drift
+from pipelines.drift import Thresholds, compare, js_divergence, psi
+from schemas import drift as layout
+from schemas.stats import STATS_SCHEMA_VERSION, dump_stats
+
+
+@pytest.fixture(scope="module")
+def gpt2(gpt2_files):
+    return Tokenizer.from_gpt2_files(*gpt2_files)
+
+
+@pytest.fixture(scope="module")
+def build(gpt2):
+    specials = set(gpt2.special_tokens.values())
+    enc = tiktoken.Encoding("gpt2-local", pat_str=GPT2_PATTERN,
+                            mergeable_ranks={b: i for i, b in gpt2.vocab.items() if i not in specials},
+                            special_tokens=gpt2.special_tokens)
+
+    def build_stats(shards) -> dict:
+        summary = Summary(gpt2.vocab_size)
+        for shard in shards:
+            with open(shard, encoding="utf-8") as f:
+                texts = [json.loads(line)["text"] for line in f]
+            all_ids = enc.encode_ordinary_batch(texts, num_threads=1)
+            assert gpt2.encode(texts[0]) == all_ids[0], f"our GPT-2 encoder differs on {shard.name}"
+            for text, ids in zip(texts, all_ids):
+                summary.add_text(text, ids)
+            summary.add_shard(shard.name)
+        return summary.to_json(gpt2, {"inputs": [str(s) for s in shards]})
+    return build_stats
+
+
+@pytest.fixture(scope="module")
+def stats_files(tmp_path_factory, corpora, build):
+    """stats.json of English shards 0,2,4 (baseline) and 1,3,5, of multi/ and of code/ (2 shards each)."""
+    out = tmp_path_factory.mktemp("stats")
+    en = sorted((corpora / "en").glob("*.jsonl"))
+    parts = {"en_a": en[0:6:2], "en_b": en[1:6:2],
+             "multi": sorted((corpora / "multi").glob("*.jsonl"))[:2],
+             "code": sorted((corpora / "code").glob("*.jsonl"))[:2]}
+    paths = {}
+    for name, shards in parts.items():
+        paths[name] = out / name / "stats.json"
+        paths[name].parent.mkdir()
+        paths[name].write_text(dump_stats(build(shards)))
+    return paths
+
+
+def load(path):
+    return json.loads(path.read_text())
+
+
+def table_verdicts(out: str) -> dict[str, str]:
+    """{metric label: verdict} from the terminal table (columns are separated by 2+ spaces)."""
+    rows = [re.split(r"\s{2,}", line.strip()) for line in out.splitlines()]
+    return {r[0]: r[-1] for r in rows if len(r) == 6}
+
+
+def run(capsys, *argv):
+    code = drift.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ---- the math --------------------------------------------------------------------------------
+
+def test_psi_textbook_value_and_smoothing():
+    # Unsmoothed PSI of 50/50 vs 80/20: 0.3 ln 1.6 + 0.3 ln 2.5.
+    assert psi([50, 50], [80, 20], smoothing=0) == pytest.approx(0.3 * math.log(1.6) + 0.3 * math.log(2.5))
+    assert psi([80, 20], [50, 50], smoothing=0) == pytest.approx(psi([50, 50], [80, 20], smoothing=0))
+    assert psi([7, 0, 3], [7, 0, 3]) == 0.0
+    # An empty bin on one side stays finite; bins empty on both sides change nothing.
+    value = psi([10, 0], [5, 5])
+    assert 0 < value < math.inf
+    assert psi([0, 10, 0, 0], [0, 5, 5, 0]) == value
+    assert psi([1000, 0], [1000, 1]) < 0.01          # smoothing fades with the counts
+
+
+def test_js_divergence_bounds_and_known_value():
+    assert js_divergence([3, 0, 5], [3, 0, 5]) == 0.0
+    assert js_divergence([4, 0], [0, 9]) == 1.0
+    # P = (1, 0), Q = (1/2, 1/2), M = (3/4, 1/4).
+    kl_pm = math.log2(4 / 3)
+    kl_qm = 0.5 * math.log2(0.5 / 0.75) + 0.5 * math.log2(0.5 / 0.25)
+    assert js_divergence([2, 0], [1, 1]) == pytest.approx((kl_pm + kl_qm) / 2)
+    assert js_divergence([2, 0], [1, 1]) == pytest.approx(js_divergence([1, 1], [2, 0]))
+
+
+def test_verdict_bands():
+    assert [layout.verdict_for(v, 0.25) for v in (0.0, 0.1, 0.11, 0.25, 0.2501, -0.3)] == [
+        "ok", "ok", "moderate", "moderate", "significant", "significant"]
+    assert layout.verdict_for(None, 0.1) == "n/a"
+
+
+# ---- real corpora ----------------------------------------------------------------------------
+
+def test_baseline_against_itself_changes_nothing(stats_files, capsys, tmp_path):
+    code, out, err = run(capsys, stats_files["en_a"], stats_files["en_a"], "--report", tmp_path)
+    assert code == 0, out + err
+    report = json.loads((tmp_path / "drift.json").read_text())
+    for m in report["metrics"]:
+        if m["change_kind"] == "info":
+            continue
+        assert m["change"] == 0, m
+        assert m["verdict"] == "ok"
+    assert report["top_shifted_tokens"] == []
+    assert (tmp_path / "drift.png").exists()
+    assert out.strip().splitlines()[-1].startswith("no drift")
+
+
+def test_two_halves_of_english_do_not_drift(stats_files, capsys):
+    code, out, err = run(capsys, stats_files["en_a"], stats_files["en_b"])
+    assert code == 0, out + err
+    report = compare(load(stats_files["en_a"]), load(stats_files["en_b"]))
+    assert not report.drift
+    assert abs(report.metric("bytes_per_token").change) < 0.05
+    assert report.metric("js_token_ids").change < 0.04
+    assert report.metric("psi_tokens_per_record").change < 0.1
+
+
+@pytest.mark.parametrize("other", ["multi", "code"])
+def test_english_against_other_text_drifts_in_the_expected_direction(stats_files, capsys, other):
+    code, out, err = run(capsys, stats_files["en_a"], stats_files[other])
+    assert code == 1, out + err
+    report = compare(load(stats_files["en_a"]), load(stats_files[other]))
+    flagged = {m.name for m in report.flagged}
+    assert {"bytes_per_token", "tokens_per_word", "js_token_ids"} <= flagged
+    # GPT-2 was trained on English web text: other scripts and code cost more tokens per word and
+    # carry fewer bytes per token.
+    fertility = report.metric("tokens_per_word").change
+    compression = report.metric("bytes_per_token").change
+    js = report.metric("js_token_ids").change
+    if other == "multi":
+        assert 0.4 < fertility < 1.5 and -0.45 < compression < -0.15 and 0.3 < js < 0.7
+    else:
+        assert 0.6 < fertility < 1.8 and -0.4 < compression < -0.1 and 0.1 < js < 0.4
+    table = table_verdicts(out)
+    for label in ("bytes per token", "tokens per word", "JS divergence of token ids"):
+        assert table[label] == "significant", out
+    assert out.strip().splitlines()[-1].startswith("DRIFT (significant)")
+
+
+def test_top_shifted_tokens_are_decoded(stats_files):
+    report = compare(load(stats_files["en_a"]), load(stats_files["multi"]))
+    shifted = {t["token"]: t["change"] for t in report.top_shifted_tokens}
+    assert shifted["' the'"] < 0                       # less English
+    # Cyrillic letters appear: 'а' (U+0430) is one GPT-2 token, absent from English.
+    assert shifted.get(repr("а"), 0) > 0
+    assert any(label.startswith("b'") for label in shifted)   # partial UTF-8 bytes, shown as bytes
+
+
+def test_thresholds_and_fail_on_flags(stats_files, capsys):
+    code, out, _ = run(capsys, stats_files["en_a"], stats_files["en_b"], "--max-js", "0.001")
+    assert code == 1 and "JS divergence of token ids" in out.strip().splitlines()[-1]
+    report = compare(load(stats_files["en_a"]), load(stats_files["en_b"]))
+    has_moderate = any(m.verdict == "moderate" for m in report.judged)
+    code, _, _ = run(capsys, stats_files["en_a"], stats_files["en_b"], "--fail-on", "moderate")
+    assert code == (1 if has_moderate else 0)
+    loose = Thresholds(bytes_per_token=1, tokens_per_word=2, tokens_per_record=2, psi=5, js=1,
+                       raw_byte_share=1, rejected_rate=1)
+    assert not compare(load(stats_files["en_a"]), load(stats_files["multi"]), loose).drift
+
+
+def test_report_writes_json_markdown_and_png(stats_files, capsys, tmp_path):
+    code, _, _ = run(capsys, stats_files["en_a"], stats_files["code"], "--report", tmp_path / "r")
+    assert code == 1
+    report = json.loads((tmp_path / "r" / "drift.json").read_text())
+    layout.validate_drift(report)
+    assert report["drift"] is True and report["verdict"] == "significant"
+    assert report["baseline"]["path"] == str(stats_files["en_a"])
+    names = [m["name"] for m in report["metrics"]]
+    assert {"bytes_per_token", "tokens_per_word", "psi_tokens_per_record", "psi_bytes_per_token",
+            "js_token_ids", "raw_byte_share", "rejected_rate"} <= set(names)
+    hist = report["histograms"]["tokens_per_record"]
+    assert sum(hist["baseline"]) == load(stats_files["en_a"])["records"]
+    md = (tmp_path / "r" / "drift.md").read_text()
+    assert "| bytes per token |" in md and "significant" in md and "![drift](drift.png)" in md
+    png = (tmp_path / "r" / "drift.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", png[16:24])
+    assert width >= 1000 and height >= 400
+
+
+# ---- errors: exit 2 with one line --------------------------------------------------------------
+
+def _variants(good_text: str, good: dict):
+    wrong_version = dict(good, schema_version=STATS_SCHEMA_VERSION + 1)
+    other_tokenizer = dict(good, tokenizer_sha256="f" * 64)
+    return {
+        "corrupt.json": ("{this is not json", "not valid JSON"),
+        "truncated.json": (good_text[: len(good_text) // 2], "not valid JSON"),
+        "version.json": (dump_stats(wrong_version), "schema_version"),
+        "other_tokenizer.json": (dump_stats(other_tokenizer), "different tokenizers"),
+        "empty.json": ("", "not valid JSON"),
+    }
+
+
+def test_bad_inputs_exit_2_with_one_line(stats_files, capsys, tmp_path):
+    good_text = stats_files["en_b"].read_text()
+    for name, (text, message) in _variants(good_text, json.loads(good_text)).items():
+        path = tmp_path / name
+        path.write_text(text)
+        code, out, err = run(capsys, stats_files["en_a"], path)
+        assert code == 2, name
+        assert err.count("\n") == 1 and err.startswith("tokenbeam drift: error:"), err
+        assert message in err and "Traceback" not in err, err
+    code, _, err = run(capsys, tmp_path / "missing.json", stats_files["en_a"])
+    assert code == 2 and err.count("\n") == 1 and "missing.json" in err
+
+
+def test_different_tokenizers_can_be_allowed(stats_files, capsys, tmp_path):
+    other = json.loads(stats_files["en_b"].read_text())
+    other["tokenizer_sha256"] = "f" * 64
+    path = tmp_path / "other.json"
+    path.write_text(dump_stats(other))
+    code, out, _ = run(capsys, stats_files["en_a"], path, "--allow-different-tokenizers")
+    assert code == 0
+    assert table_verdicts(out)["JS divergence of token ids"] == "n/a"
+    assert "not comparable" in out

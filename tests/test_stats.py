@@ -1,0 +1,346 @@
+"""bpe_ops.stats.Summary, schemas/stats.py and `tokenbeam stats` on real text and the real GPT-2 tokenizer.
+
+Every expected figure is recomputed here the plain way (sorted lists, Counter, Fractions), never
+taken from the code under test.
+"""
+import json
+import math
+import pickle
+import random
+from collections import Counter
+from fractions import Fraction
+from pathlib import Path
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from bpe_ops import Tokenizer
+from bpe_ops.stats import Summary, count_words, nearest_rank, record_stats
+from pipelines import stats_cmd
+from schemas.stats import (BYTES_PER_TOKEN_EDGES, STATS_SCHEMA_VERSION, TOKENS_PER_RECORD_EDGES,
+                           dump_stats, load_stats, validate_stats)
+from tests.conftest import read_jsonl_texts
+
+# A byte-level vocabulary of the 256 bytes plus a few multi-byte tokens, for synthetic records.
+TOY = SimpleNamespace(vocab={**{i: bytes([i]) for i in range(256)}, 256: b"th", 257: b" the", 258: b"ing"},
+                      vocab_size=259, sha256="0" * 64)
+
+
+@pytest.fixture(scope="module")
+def gpt2(gpt2_files):
+    return Tokenizer.from_gpt2_files(*gpt2_files)
+
+
+@pytest.fixture(scope="module")
+def tiny_records(corpora, gpt2):
+    """(text, ids) of every record of the real `tiny/` corpus (English, many languages, code)."""
+    texts = read_jsonl_texts(corpora / "tiny")
+    return list(zip(texts, gpt2.encode_batch(texts)))
+
+
+def summary_of(records, vocab_size):
+    s = Summary(vocab_size)
+    for text, ids in records:
+        s.add_text(text, ids)
+    return s
+
+
+# ---- per-record figures ---------------------------------------------------------------------
+
+def test_record_stats_counts_utf8_bytes_code_points_and_words():
+    text = "Héllo  wörld\t日本語\n x\ud800"   # a lone surrogate is written as U+FFFD (3 bytes)
+    n_tokens, n_bytes, n_chars, n_words = record_stats(text, [1, 2, 3])
+    assert n_tokens == 3
+    assert n_bytes == len("Héllo  wörld\t日本語\n x\ufffd".encode("utf-8"))
+    assert n_chars == 20
+    assert n_words == 4 == count_words(text)
+    assert count_words("") == 0 and count_words(" \n\t ") == 0
+
+
+# ---- merge is exact and order-independent -----------------------------------------------------
+
+def _random_tree_merge(parts, rng):
+    parts = [pickle.loads(pickle.dumps(p)) for p in parts]   # as Beam ships accumulators
+    while len(parts) > 1:
+        i, j = sorted(rng.sample(range(len(parts)), 2))
+        right = parts.pop(j)
+        parts[i] = parts[i].merge(right) if rng.random() < 0.5 else right.merge(parts[i])
+    return parts[0]
+
+
+def feed(items, vocab_size):
+    """A summary of `(position, text, ids)` items: every 10th position is rejected instead of
+    written, every 13th counts as repaired, positions come from shards of 50."""
+    s = Summary(vocab_size)
+    for k, text, ids in items:
+        if k % 10 == 0:
+            s.add_rejected("bad_json" if k % 20 else "missing_text_field")
+        else:
+            s.add_text(text, ids)
+            s.add_repaired(k % 13 == 0)
+        s.add_shard(f"shard-{k // 50}")
+    return s
+
+
+def test_merge_of_any_split_in_any_order_equals_one_pass(tiny_records, gpt2):
+    extra = {"inputs": ["tiny/*.jsonl"]}
+    items = [(k, text, ids) for k, (text, ids) in enumerate(tiny_records)]
+    expected = dump_stats(feed(items, gpt2.vocab_size).to_json(gpt2, extra))
+    assert '"missing_text_field": ' in expected and '"repaired_records": 0' not in expected
+    for seed in range(5):
+        rng = random.Random(seed)
+        records = items[:]
+        rng.shuffle(records)
+        cuts = sorted(rng.sample(range(1, len(records)), rng.randint(1, 8)))
+        parts = [feed(records[a:b], gpt2.vocab_size) for a, b in zip([0] + cuts, cuts + [len(records)])]
+        parts.append(Summary(gpt2.vocab_size))                     # an empty bundle
+        folded = Summary.merged(reversed(parts), gpt2.vocab_size)
+        assert dump_stats(folded.to_json(gpt2, extra)) == expected
+        assert dump_stats(_random_tree_merge(parts, rng).to_json(gpt2, extra)) == expected
+
+
+def test_merge_refuses_different_vocabularies():
+    with pytest.raises(ValueError, match="vocabularies"):
+        Summary(259).merge(Summary(300))
+
+
+# ---- the figures against plain computations ----------------------------------------------------
+
+def test_figures_against_plain_computation(tiny_records, gpt2):
+    stats = summary_of(tiny_records, gpt2.vocab_size).to_json(gpt2)
+    validate_stats(stats)
+    lengths = sorted(len(ids) for _, ids in tiny_records)
+    all_ids = [i for _, ids in tiny_records for i in ids]
+    freq = Counter(all_ids)
+    n = len(lengths)
+
+    assert stats["records"] == stats["records_read"] == n
+    assert stats["tokens"] == len(all_ids)
+    assert stats["bytes"] == sum(len(t.encode("utf-8")) for t, _ in tiny_records)
+    assert stats["chars"] == sum(len(t) for t, _ in tiny_records)
+    assert stats["words"] == sum(len(t.split()) for t, _ in tiny_records)
+    tpr = stats["tokens_per_record"]
+    assert (tpr["min"], tpr["max"]) == (lengths[0], lengths[-1])
+    assert tpr["mean"] == pytest.approx(sum(lengths) / n)
+    for p in (50, 90, 99):
+        assert tpr[f"p{p}"] == lengths[math.ceil(Fraction(p, 100) * n) - 1]
+    assert stats["bytes_per_token"]["overall"] == pytest.approx(stats["bytes"] / len(all_ids))
+    assert stats["tokens_per_word"] == pytest.approx(len(all_ids) / stats["words"])
+
+    assert stats["token_frequency"]["counts"] == [freq[i] for i in range(gpt2.vocab_size)]
+    assert stats["vocabulary"]["used_ids"] == len(freq)
+    assert stats["vocabulary"]["utilisation"] == pytest.approx(len(freq) / gpt2.vocab_size)
+    raw = sum(1 for i in all_ids if len(gpt2.decode_bytes([i])) == 1)
+    assert stats["raw_byte_tokens"]["count"] == raw
+    assert stats["raw_byte_tokens"]["share"] == pytest.approx(raw / len(all_ids))
+    top = stats["token_frequency"]["top"]
+    assert [t["count"] for t in top] == sorted(freq.values(), reverse=True)[:len(top)]
+    assert top[0]["id"] == freq.most_common(1)[0][0]
+    assert top[0]["token"] == repr(gpt2.decode_bytes([top[0]["id"]]).decode("utf-8"))
+
+    # Histograms: each record in the bin whose edges bracket it, by exact rational comparison.
+    def bin_of(value, edges):
+        return max(i for i, e in enumerate(edges) if Fraction(e) <= value)
+    tpr_expected = Counter(bin_of(len(ids), TOKENS_PER_RECORD_EDGES) for _, ids in tiny_records)
+    bpt_expected = Counter(bin_of(Fraction(len(t.encode("utf-8")), len(ids)), BYTES_PER_TOKEN_EDGES)
+                           for t, ids in tiny_records if ids)
+    assert tpr["histogram"]["counts"] == [tpr_expected[i] for i in range(len(TOKENS_PER_RECORD_EDGES))]
+    assert stats["bytes_per_token"]["histogram"]["counts"] == [
+        bpt_expected[i] for i in range(len(BYTES_PER_TOKEN_EDGES))]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=10**6), min_size=1, max_size=60),
+       st.sampled_from([1, 25, 50, 90, 99, 100]))
+def test_nearest_rank_matches_sorted_list(values, p):
+    expected = sorted(values)[max(1, math.ceil(Fraction(p, 100) * len(values))) - 1]
+    assert nearest_rank(Counter(values), p) == expected
+
+
+def test_nearest_rank_of_nothing_is_none():
+    assert nearest_rank({}, 50) is None
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 258), max_size=40), min_size=1, max_size=30))
+def test_summary_quantiles_match_sorted_list(id_lists):
+    s = Summary(TOY.vocab_size)
+    for ids in id_lists:
+        s.add(ids, n_bytes=3 * len(ids), n_chars=len(ids), n_words=1)
+    tpr = s.to_json(TOY)["tokens_per_record"]
+    lengths = sorted(len(ids) for ids in id_lists)
+    for p in (50, 90, 99):
+        assert tpr[f"p{p}"] == lengths[math.ceil(Fraction(p, 100) * len(lengths)) - 1]
+
+
+def test_histograms_cover_empty_and_huge_records():
+    s = Summary(TOY.vocab_size)
+    s.add(0, n_bytes=0, n_chars=0, n_words=0)                   # empty record, no EOS
+    s.add(1, n_bytes=0, n_chars=0, n_words=0)                   # empty text + EOS: 0 bytes/token
+    s.add(5, n_bytes=20, n_chars=20, n_words=3)
+    s.add(200_000_000, n_bytes=10**12, n_chars=10**12, n_words=10**9)   # past the last edge
+    s.add_id_counts({32: 200_000_006})
+    stats = s.to_json(TOY)
+    validate_stats(stats)
+    tpr = stats["tokens_per_record"]["histogram"]["counts"]
+    assert tpr[0] == 1 and tpr[1] == 1 and tpr[-1] == 1 and sum(tpr) == 4
+    assert TOKENS_PER_RECORD_EDGES[0] == 0 and all(a < b for a, b in zip(TOKENS_PER_RECORD_EDGES,
+                                                                          TOKENS_PER_RECORD_EDGES[1:]))
+    bpt = stats["bytes_per_token"]["histogram"]["counts"]
+    assert bpt[0] == 1                                           # 0 bytes per token
+    assert bpt[BYTES_PER_TOKEN_EDGES.index(4.0)] == 1            # exactly 4 bytes per token
+    assert bpt[-1] == 1                                          # 5000 bytes per token
+    assert stats["bytes_per_token"]["records_without_tokens"] == 1
+    assert (stats["tokens_per_record"]["min"], stats["tokens_per_record"]["max"]) == (0, 200_000_000)
+
+
+def test_pickle_round_trip_is_exact_and_compact(tiny_records, gpt2):
+    s = summary_of(tiny_records, gpt2.vocab_size)
+    s.add_rejected("bad_json", 3)
+    s.add_repaired(2)
+    s.add_shard("tiny-000-of-002.jsonl")
+    blob = pickle.dumps(s)
+    back = pickle.loads(blob)
+    assert dump_stats(back.to_json(gpt2)) == dump_stats(s.to_json(gpt2))
+    dense = len(pickle.dumps(s.id_counts))
+    assert len(blob) < dense / 2, (len(blob), dense)   # the mostly-zero id counts are compressed
+    assert back.merge(s).tokens == 2 * s.tokens        # still a working accumulator
+
+
+def test_rejected_repaired_and_shards_are_reported():
+    s = Summary(TOY.vocab_size)
+    s.add([104, 105], 2, 2, 1)
+    s.add_rejected("bad_json")
+    s.add_rejected("missing_text_field", 2)
+    s.add_repaired()
+    for name in ("b.jsonl", "a.jsonl", "b.jsonl"):
+        s.add_shard(name)
+    stats = s.to_json(TOY, {"timing": {"elapsed_seconds": 1.5}})
+    assert stats["rejected"] == {"total": 3, "by_reason": {"bad_json": 1, "missing_text_field": 2}}
+    assert stats["records_read"] == 4 and stats["repaired_records"] == 1
+    assert stats["shards"] == {"count": 2, "names": ["a.jsonl", "b.jsonl"]}
+    assert stats["timing"] == {"elapsed_seconds": 1.5}
+
+
+def test_to_json_refuses_inconsistent_input():
+    s = Summary(TOY.vocab_size)
+    s.add(3, 3, 3, 1)                      # 3 tokens but no id counted
+    with pytest.raises(ValueError, match="add up"):
+        s.to_json(TOY)
+    s.add_id_counts({10: 3})
+    with pytest.raises(ValueError, match="replace a computed"):
+        s.to_json(TOY, {"tokens": 5})
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        s.add_id_counts({259: 1})
+
+
+# ---- schemas/stats.py: validation, loading, writing ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_stats(tiny_records, gpt2):
+    return summary_of(tiny_records, gpt2.vocab_size).to_json(gpt2, {"timing": {"elapsed_seconds": 0.1}})
+
+
+def test_dump_is_sorted_stable_and_round_trips(tiny_stats):
+    text = dump_stats(tiny_stats)
+    assert text.endswith("}\n") and text == dump_stats(json.loads(text))
+    assert json.loads(text) == tiny_stats
+    top_keys = [line.split('"')[1] for line in text.splitlines() if line.startswith('  "')]
+    assert top_keys == sorted(top_keys)
+    assert len(text.splitlines()) < 1200       # lists of numbers stay on one line each
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.pop("tokens"), "missing key 'tokens'"),
+    (lambda d: d["tokens_per_record"].pop("p90"), "missing key 'tokens_per_record.p90'"),
+    (lambda d: d.update(schema_version=STATS_SCHEMA_VERSION + 1), "schema_version"),
+    (lambda d: d.update(kind="something.else"), "not a tokenbeam stats.json"),
+    (lambda d: d.update(records=True), "'records' must be int"),
+    (lambda d: d.update(tokens_per_word="2.5"), "'tokens_per_word' must be"),
+    (lambda d: d["token_frequency"].update(counts=d["token_frequency"]["counts"][:100]), "entries"),
+    (lambda d: d.update(tokens=d["tokens"] + 1), "do not add up to tokens"),
+    (lambda d: d["tokens_per_record"]["histogram"]["counts"].__setitem__(3, 10**6), "add up to records"),
+])
+def test_validate_names_the_problem_in_one_line(tiny_stats, edit, message):
+    d = json.loads(json.dumps(tiny_stats))
+    edit(d)
+    with pytest.raises(ValueError, match=message) as exc:
+        validate_stats(d)
+    assert "\n" not in str(exc.value)
+
+
+def test_load_stats_rejects_truncated_and_corrupt_files(tmp_path, tiny_stats):
+    good = tmp_path / "stats.json"
+    good.write_text(dump_stats(tiny_stats))
+    assert load_stats(good) == tiny_stats
+    truncated = tmp_path / "truncated.json"
+    truncated.write_text(dump_stats(tiny_stats)[:5000])
+    with pytest.raises(ValueError, match="truncated.json: not valid JSON"):
+        load_stats(truncated)
+    with pytest.raises(OSError):
+        load_stats(tmp_path / "missing.json")
+
+
+# ---- `tokenbeam stats`: rebuild from Parquet --------------------------------------------------------
+
+def write_token_parquet(path: Path, records, id_type, metadata=None):
+    """A token Parquet with the documented columns, written here with plain pyarrow."""
+    table = pa.table({
+        "id": pa.array([f"r{i}" for i in range(len(records))], pa.string()),
+        "token_ids": pa.array([ids for _, ids in records], pa.list_(id_type)),
+        **{name: pa.array([v[k] for v in (record_stats(t, ids) for t, ids in records)], pa.int32())
+           for k, name in enumerate(["n_tokens", "n_bytes", "n_chars", "n_words"])},
+    })
+    if metadata:
+        table = table.replace_schema_metadata(metadata)
+    pq.write_table(table, path, row_group_size=17)
+
+
+@pytest.fixture(scope="module")
+def gpt2_dir(tmp_path_factory, gpt2):
+    d = tmp_path_factory.mktemp("gpt2")
+    gpt2.save(d)
+    return d
+
+
+@pytest.mark.parametrize("id_type", [pa.uint16(), pa.uint32()])
+def test_stats_cmd_rebuilds_the_direct_summary(tmp_path, tiny_records, gpt2, gpt2_dir, id_type):
+    tok = Tokenizer.from_file(gpt2_dir)
+    assert tok.sha256 == gpt2.sha256
+    half = len(tiny_records) // 2
+    write_token_parquet(tmp_path / "a.parquet", tiny_records[:half], id_type)
+    write_token_parquet(tmp_path / "b.parquet", tiny_records[half:], id_type,
+                        {"tokenbeam.tokenizer_sha256": gpt2.sha256})
+    out = tmp_path / "out" / "stats.json"
+    code = stats_cmd.main([str(tmp_path / "*.parquet"), "--tokenizer", str(gpt2_dir), "--output", str(out)])
+    assert code == 0
+    rebuilt = load_stats(out)
+
+    direct = summary_of(tiny_records, gpt2.vocab_size)
+    direct.add_shard("a.parquet")
+    direct.add_shard("b.parquet")
+    expected = direct.to_json(gpt2)
+    assert {k: v for k, v in rebuilt.items() if k not in ("timing", "inputs", "tokenizer")} == expected
+
+
+def test_stats_cmd_errors_are_one_line(tmp_path, tiny_records, gpt2, gpt2_dir, capsys):
+    write_token_parquet(tmp_path / "other.parquet", tiny_records[:5], pa.uint16(),
+                        {"tokenbeam.tokenizer_sha256": "f" * 64})
+    pq.write_table(pa.table({"token_ids": pa.array([[1, 2]], pa.list_(pa.uint16()))}),
+                   tmp_path / "partial.parquet")
+    (tmp_path / "broken.parquet").write_bytes(b"PAR1 this is not parquet")
+    cases = [
+        (str(tmp_path / "nothing-*.parquet"), "no file matches"),
+        (str(tmp_path / "other.parquet"), "written with tokenizer ffffffffffff"),
+        (str(tmp_path / "partial.parquet"), "lacks the column 'n_tokens'"),
+        (str(tmp_path / "broken.parquet"), "cannot read"),
+    ]
+    for glob, message in cases:
+        code = stats_cmd.main([glob, "--tokenizer", str(gpt2_dir), "--output", str(tmp_path / "s.json")])
+        err = capsys.readouterr().err
+        assert code == 2, glob
+        assert err.count("\n") == 1 and err.startswith("tokenbeam stats: error:") and message in err, err
+    assert not (tmp_path / "s.json").exists()
