@@ -3,11 +3,11 @@
 Encoding is the standard BPE replay: split the text on the special tokens the caller allows, split
 each remaining segment into pre-tokens with the tokenizer's regex, then inside every pre-token
 repeatedly merge the adjacent pair with the lowest merge rank (leftmost first on ties) until no
-adjacent pair is a merge. Merges are keyed on token ids: `(id_a, id_b) -> (rank, new_id)`.
+adjacent pair is a merge. Merges are keyed on token ids: `(id_a, id_b) -> rank`, `rank -> new_id`.
 
 Real text repeats its pre-tokens, so a bounded cache from pre-token string to ids makes the hot path
 a regex split plus dictionary lookups. Long pre-tokens (a base64 blob, a run of one character) are
-merged with a heap over a linked list, so their cost stays near-linear in their length.
+merged rank by rank over a linked list, so their cost stays near-linear in their length.
 """
 from __future__ import annotations
 
@@ -165,9 +165,9 @@ class Tokenizer:
     def encode(self, text: str, allowed_special: Iterable[str] | str = ()) -> list[int]:
         """Token ids of `text`. Special-token strings are plain text unless listed in `allowed_special`
         (`"all"` allows every special token), so data can never inject a control token."""
-        allowed = self._allowed(allowed_special)
-        if not allowed:
+        if not allowed_special:
             return self._encode_ordinary(text)
+        allowed = self._allowed(allowed_special)
         out: list[int] = []
         for segment, is_special in split_on_special(text, allowed):
             if is_special:
@@ -230,20 +230,19 @@ class Tokenizer:
             if whole is not None:
                 ids = (whole,)
             else:
-                symbols = list(data) if self._identity_bytes else [self._byte_ids[b] for b in data]
+                symbols = list(data) if self._identity_bytes else list(map(self._byte_ids.__getitem__, data))
                 ids = tuple(self._merge(symbols))
         else:
             ids = tuple(self._merge(self._classic_symbols(piece)))
-        if len(piece) <= MAX_CACHED_CHARS:
+        if self.cache_size > 0 and len(piece) <= MAX_CACHED_CHARS:
             if len(self._cache) >= self.cache_size:
                 self._evict()
-            if self.cache_size > 0:
-                self._cache[piece] = ids
+            self._cache[piece] = ids
         return ids
 
     def _evict(self) -> None:
         """Drop the older half of the cache (dicts keep insertion order): amortised O(1) per insert."""
-        for key in list(islice(self._cache, max(1, len(self._cache) // 2))):
+        for key in list(islice(self._cache, (len(self._cache) + 1) // 2)):
             del self._cache[key]
 
     def _classic_symbols(self, word: str) -> list[int]:
@@ -267,7 +266,7 @@ class Tokenizer:
         if len(ids) > SHORT_PIECE and self._ranks_ascend:
             return self._merge_long(ids)
         get, merged, none = self._ranks.get, self._merged, NO_MERGE
-        ranks = [get(pair, none) for pair in zip(ids, ids[1:])]
+        ranks = list(map(get, zip(ids, ids[1:]), repeat(none)))
         while ranks:
             rank = min(ranks)
             if rank == none:
@@ -311,7 +310,7 @@ class Tokenizer:
         while order:
             rank = heappop(order)
             positions = buckets.pop(rank)
-            positions.sort()
+            pass
             a, b = pairs[rank]
             new_id = merged[rank]
             for i in positions:
@@ -418,8 +417,8 @@ class Tokenizer:
 def _ranks_ascend(ranks: dict[tuple[int, int], int], merged: list[int]) -> bool:
     """Whether every merge ranks after every merge that makes one of its two parts."""
     last_maker: dict[int, int] = {}
-    for rank, new_id in enumerate(merged):
-        last_maker[new_id] = rank
+    for rank in sorted(ranks.values()):   # a repeated pair's later copies never apply
+        last_maker[merged[rank]] = rank
     return all(last_maker.get(a, -1) < rank and last_maker.get(b, -1) < rank for (a, b), rank in ranks.items())
 
 

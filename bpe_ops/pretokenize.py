@@ -16,9 +16,12 @@ from typing import Iterable, Iterator, Sequence
 import regex
 
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-# tiktoken's cl100k_base pattern as it ships today (with `\s++$`).
+# tiktoken's cl100k_base pattern as it ships today (with `\s++$`), spelled `\p{N}{1,3}` where tiktoken
+# writes `\p{N}{1,3}+`: the same matches in Python's `regex` and Rust (the `+` is possessive there and,
+# ending its alternative, changes nothing), but Hugging Face's Oniguruma reads `{1,3}+` as "one or more
+# runs of 1-3 digits", so the tiktoken spelling splits every long number differently once loaded there.
 GPT4_PATTERN = (
-    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
     r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
 )
 O200K_PATTERN = "|".join([

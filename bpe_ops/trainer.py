@@ -43,13 +43,19 @@ ProgressFn = Callable[[int, tuple[bytes, bytes], int], None]
 
 @dataclass
 class TrainResult:
-    """What the merge loop did. Tokens after merge i = initial_tokens - sum(merge_counts[:i+1])."""
+    """What the merge loop did.
+
+    The compression curve: tokens after merge i = initial_tokens - sum(tokens_saved[:i+1]).
+    `merge_counts` (what ranks pairs, as in Hugging Face) can be larger than `tokens_saved`: in a
+    run `a a a` the pair (a, a) counts twice but only one merge fits.
+    """
     merges: list[tuple[bytes, bytes]]   # in rank order (classic mode: UTF-8 of the symbol strings)
     merge_counts: list[int]             # the pair count of each merge when it was made
     tied_merges: int                    # merges whose count was shared by another pair
     duplicate_merges: int               # merges whose result was already a token (no new id)
     stop_reason: str                    # "vocab_size" | "min_frequency" | "no_pairs"
     initial_tokens: int                 # sum(count * symbols) before any merge
+    tokens_saved: list[int]             # weighted occurrences each merge replaced
 
 
 def base_alphabet(counts: Iterable[bytes], mode: str = "byte") -> list[bytes]:
@@ -112,6 +118,7 @@ def learn_merges(counts: Mapping[bytes, int], num_merges: int, *, min_frequency:
     heappush, heappop = heapq.heappush, heapq.heappop
     merges: list[tuple[bytes, bytes]] = []
     merge_counts: list[int] = []
+    tokens_saved: list[int] = []
     tied = duplicates = new_tokens = 0
     stop_reason = "vocab_size"
     while new_tokens < num_merges:
@@ -138,18 +145,20 @@ def learn_merges(counts: Mapping[bytes, int], num_merges: int, *, min_frequency:
         left, right = ord(pair[0]), ord(pair[1])
         merged = tokens[left] + tokens[right]
         new = token_ids.get(merged)
-        if new is None:
+        reused = new is not None
+        if reused:
+            duplicates += 1
+        else:
             new = len(tokens)
             tokens.append(merged)
             token_ids[merged] = new
             ties.add(new, merged)
             new_tokens += 1
-        else:
-            duplicates += 1
         merges.append((tokens[left], tokens[right]))
         merge_counts.append(count)
 
-        delta = _merge_pair(words, weights, where, pair, chr(new), reused=new < len(tokens) - 1)
+        delta, saved = _merge_pair(words, weights, where, pair, chr(new), reused)
+        tokens_saved.append(saved)
         del pair_counts[pair]
         for key, change in delta.items():
             if change and key != pair:
@@ -168,7 +177,7 @@ def learn_merges(counts: Mapping[bytes, int], num_merges: int, *, min_frequency:
 
     return TrainResult(merges=merges, merge_counts=merge_counts, tied_merges=tied,
                        duplicate_merges=duplicates, stop_reason=stop_reason,
-                       initial_tokens=initial_tokens)
+                       initial_tokens=initial_tokens, tokens_saved=tokens_saved)
 
 
 class _TieKeys:
@@ -254,26 +263,29 @@ def _count_pairs(words: list[str], weights: list[int]) -> tuple[dict[str, int], 
 
 
 def _merge_pair(words: list[str], weights: list[int], where: defaultdict[str, set[int]],
-                pair: str, new: str, reused: bool) -> defaultdict[str, int]:
+                pair: str, new: str, reused: bool) -> tuple[defaultdict[str, int], int]:
     """Replace `pair` by the symbol `new` in every word containing it (left to right, no overlap).
 
-    Returns the net change of each neighbouring pair's count and registers the words in which a
-    pair with `new` appears. The merged pair itself ends at zero (the caller drops it).
+    Returns the net change of each neighbouring pair's count and the weighted number of merged
+    occurrences, and registers the words in which a pair with `new` appears. The merged pair
+    itself ends at zero (the caller drops it).
     `reused`: `new` is an existing token (a duplicate merge), so it may already be in a word.
     """
     left, right = pair
     new_new = new + new
     right_left = right + left
     delta: defaultdict[str, int] = defaultdict(int)
+    saved = 0
     for i in where.pop(pair):
         word = words[i]
         if pair not in word:
             continue          # an earlier merge took the pair away from this word
         merged = word.replace(pair, new)
         words[i] = merged
+        n = weights[i]
+        saved += n * (len(word) - len(merged))
         if len(merged) == 1:
             continue          # the whole word became one token: no neighbours
-        n = weights[i]
         if reused and new in word:
             # The occurrences of `new` are not all from this merge: diff all pairs of the word.
             for j in range(len(word) - 1):
@@ -305,7 +317,7 @@ def _merge_pair(words: list[str], weights: list[int], where: defaultdict[str, se
                     delta[key] += n
                     where[key].add(i)
             p = merged.find(new, p + 1)
-    return delta
+    return delta, saved
 
 
 def train_bpe(counts_or_texts: Mapping[bytes, int] | Iterable[str] | str, vocab_size: int,

@@ -8,6 +8,7 @@ from collections import Counter
 
 import apache_beam as beam
 import pytest
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
@@ -28,7 +29,7 @@ def test_count_shard_pretokens_dofn_counts_exactly(tmp_path):
     shard_file.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts) + "not json\n")
     shards = expand_inputs([str(shard_file)])
     expected = pretokenize.count_pretokens(texts, "gpt2", ["<|endoftext|>"])
-    with TestPipeline() as p:
+    with TestPipeline(runner=FnApiRunner()) as p:
         counted = (p | beam.Create(shards)
                    | beam.ParDo(train.CountShardPretokens(SourceOptions(), "gpt2", ("<|endoftext|>",), str(tmp_path)))
                    .with_outputs(train.CountShardPretokens.TOTALS, main="counts"))

@@ -1,0 +1,327 @@
+"""The encoder against slow references written here: in-order merge replay, lowest-rank-first replay,
+and a tiny textbook trainer; plus round trips, special tokens, long pieces and the cache."""
+import base64
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bpe_ops import Tokenizer
+from bpe_ops.pretokenize import pretokenize
+
+# A merge list written by hand: overlapping runs (a a, aa a, aa aa), two routes to the same bytes
+# (ab c and a bc both make "abc"), spaces, and the UTF-8 bytes of "é" (c3 a9) and "中" (e4 b8 ad).
+HAND_MERGES = [
+    (b"a", b"a"), (b"a", b"b"), (b"b", b"c"), (b"aa", b"a"), (b"aa", b"aa"), (b"ab", b"c"),
+    (b"a", b"bc"), (b" ", b"a"), (b" a", b"b"), (b"\xc3", b"\xa9"), (b"\xc3\xa9", b"a"),
+    (b"\xe4", b"\xb8"), (b"\xe4\xb8", b"\xad"), (b"c", b"c"), (b"abc", b"abc"), (b"\n", b"\n"),
+    (b"aaaa", b"aaaa"), (b"b", b"a"), (b"ba", b"b"), (b"c", b"a"),
+]
+ALPHABET = "aaabbc é中\n"
+
+
+def apply_merge(parts: list[bytes], pair: tuple[bytes, bytes]) -> list[bytes]:
+    """One textbook pass: replace every occurrence of `pair`, left to right, without overlap."""
+    out, i = [], 0
+    while i < len(parts):
+        if i + 1 < len(parts) and (parts[i], parts[i + 1]) == pair:
+            out.append(pair[0] + pair[1])
+            i += 2
+        else:
+            out.append(parts[i])
+            i += 1
+    return out
+
+
+def replay(merges, data: bytes) -> list[bytes]:
+    """Textbook BPE encoding: apply each merge in order to every occurrence, left to right."""
+    parts = [bytes([b]) for b in data]
+    for pair in merges:
+        parts = apply_merge(parts, pair)
+    return parts
+
+
+def replay_fast(merges, data: bytes) -> list[bytes]:
+    """`replay` for megabytes: symbols are written as 4-byte units (a zero byte, then three non-zero
+    digits), so `bytes.replace` can only match whole symbols and does the same left-to-right,
+    non-overlapping pass in C."""
+    def unit(i):
+        return bytes([0, 1 + i // 255 ** 2, 1 + i // 255 % 255, 1 + i % 255])
+    tokens = [bytes([b]) for b in range(256)]
+    index = {t: i for i, t in enumerate(tokens)}
+    seq = b"".join(map(unit, data))
+    for a, b in merges:
+        if a + b not in index:
+            index[a + b] = len(tokens)
+            tokens.append(a + b)
+        seq = seq.replace(unit(index[a]) + unit(index[b]), unit(index[a + b]))
+    return [tokens[(seq[k + 1] - 1) * 255 ** 2 + (seq[k + 2] - 1) * 255 + seq[k + 3] - 1]
+            for k in range(0, len(seq), 4)]
+
+
+def lowest_rank_first(merges, data: bytes) -> list[bytes]:
+    """The definition the encoder implements: merge the adjacent pair of lowest rank, leftmost first."""
+    rank = {}
+    for r, pair in enumerate(merges):
+        rank.setdefault(pair, r)
+    parts = [bytes([b]) for b in data]
+    while True:
+        candidates = [(rank[p], i) for i, p in enumerate(zip(parts, parts[1:])) if p in rank]
+        if not candidates:
+            return parts
+        _, i = min(candidates)
+        parts[i:i + 2] = [parts[i] + parts[i + 1]]
+
+
+def default_ids(merges) -> dict[bytes, int]:
+    """Ids when no vocab is given: bytes 0..255, then each new concatenation in merge order."""
+    ids = {bytes([b]): b for b in range(256)}
+    for a, b in merges:
+        ids.setdefault(a + b, len(ids))
+    return ids
+
+
+def reference_encode(merges, text: str, pattern: str) -> list[int]:
+    ids = default_ids(merges)
+    return [ids[t] for piece in pretokenize(text, pattern) for t in replay(merges, piece.encode("utf-8"))]
+
+
+def train_slow(data: bytes, num_merges: int) -> list[tuple[bytes, bytes]]:
+    """Textbook trainer on one symbol sequence: recount all pairs, merge the most frequent (ties: the
+    greatest pair), repeat."""
+    parts = [bytes([b]) for b in data]
+    merges = []
+    for _ in range(num_merges):
+        counts = {}
+        for p in zip(parts, parts[1:]):
+            counts[p] = counts.get(p, 0) + 1
+        if not counts:
+            break
+        best = max(counts, key=lambda p: (counts[p], p))
+        merges.append(best)
+        parts = apply_merge(parts, best)
+    return merges
+
+
+texts = st.text(alphabet=ALPHABET, max_size=300)
+no_surrogates = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=200)
+
+
+@pytest.mark.parametrize("pattern", ["gpt2", "gpt4", "o200k"])
+@settings(max_examples=300, deadline=None)
+@given(text=texts)
+def test_encode_equals_in_order_replay(pattern, text):
+    tok = Tokenizer(HAND_MERGES, pattern=pattern)
+    assert tok.encode(text) == reference_encode(HAND_MERGES, text, pattern)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(min_size=0, max_size=600), alphabet_bytes=st.sampled_from([b"abc", b"aab \xc3\xa9", b"ab"]))
+def test_one_long_piece_equals_replay(data, alphabet_bytes):
+    # Random byte strings over a few bytes, as one pre-token (pattern `[\s\S]+`), so pieces longer
+    # than the short-piece limit take the long-piece path.
+    text = bytes(alphabet_bytes[b % len(alphabet_bytes)] for b in data).decode("utf-8", "replace")
+    tok = Tokenizer(HAND_MERGES, pattern=r"[\s\S]+")
+    ids = default_ids(HAND_MERGES)
+    expected = [ids[t] for t in replay(HAND_MERGES, text.encode("utf-8"))] if text else []
+    assert tok.encode(text) == expected
+
+
+def test_merges_that_rank_before_their_parts_follow_lowest_rank_first():
+    # ("ab", "a") and ("ab", "c") rank before ("a", "b"), which makes their left part: in-order
+    # replay and the lowest-rank-first rule differ ("abab" -> aba b, not ab ab), and the encoder
+    # must follow the rule on long pieces too.
+    merges = [(b"ab", b"a"), (b"ab", b"c"), (b"a", b"b"), (b"b", b"c"), (b"c", b"a")]
+    vocab = {b: bytes([b]) for b in range(256)}
+    vocab.update({256: b"aba", 257: b"abc", 258: b"ab", 259: b"bc", 260: b"ca"})
+    tok = Tokenizer(merges, pattern=r"[\s\S]+", vocab=vocab)
+    ids = {t: i for i, t in vocab.items()}
+    rng = random.Random(7)
+    for length in (5, 50, 500):
+        text = "".join(rng.choice("abc") for _ in range(length))
+        expected = [ids[t] for t in lowest_rank_first(merges, text.encode())]
+        assert tok.encode(text) == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(train=st.text(alphabet="abc", min_size=2, max_size=80), num_merges=st.integers(1, 40),
+       text=st.text(alphabet="abc", min_size=101, max_size=400))
+def test_trained_merges_on_long_pieces_equal_replay(train, num_merges, text):
+    # Merge lists trained on tiny alphabets often make the same bytes by two routes, which is when
+    # the order of positions inside the long-piece algorithm matters.
+    merges = train_slow(train.encode(), num_merges)
+    tok = Tokenizer(merges, pattern=r"[\s\S]+")
+    ids = default_ids(merges)
+    assert tok.encode(text) == [ids[t] for t in replay(merges, text.encode())]
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=no_surrogates)
+def test_round_trip(text):
+    for pattern in ("gpt2", "gpt4", "o200k"):
+        tok = Tokenizer(HAND_MERGES, pattern=pattern)
+        assert tok.decode(tok.encode(text)) == text
+
+
+def test_custom_pattern_keeps_the_text_between_matches():
+    tok = Tokenizer(HAND_MERGES, pattern=r"\d+")
+    text = "ab 12 ca\n\n 3abc"
+    ids = tok.encode(text)
+    assert tok.decode(ids) == text
+    # Merges never cross a piece boundary: the pieces are "ab ", "12", " ca\n\n ", "3", "abc".
+    assert ids == [i for piece in ["ab ", "12", " ca\n\n ", "3", "abc"] for i in tok.encode(piece)]
+
+
+def test_lone_surrogate_becomes_replacement_character():
+    tok = Tokenizer(HAND_MERGES)
+    assert tok.decode(tok.encode("a\ud800b")) == "a\ufffdb"
+
+
+def test_special_tokens_are_text_unless_allowed():
+    specials = ["<|eot|>", "<|pad|>"]
+    tok = Tokenizer(HAND_MERGES, special_tokens=specials)
+    n_tokens = len(default_ids(HAND_MERGES))   # bytes and merge results
+    assert tok.special_tokens == {"<|eot|>": n_tokens, "<|pad|>": n_tokens + 1}
+    assert tok.vocab_size == n_tokens + 2
+    text = "ab<|eot|>c<|pad|>"
+    plain = tok.encode(text)
+    assert not set(plain) & set(tok.special_tokens.values())
+    assert tok.decode(plain) == text
+    assert tok.encode(text, allowed_special={"<|eot|>"}) == (
+        tok.encode("ab") + [tok.special_tokens["<|eot|>"]] + tok.encode("c<|pad|>"))
+    assert tok.encode(text, allowed_special="all") == (
+        tok.encode("ab") + [n_tokens] + tok.encode("c") + [n_tokens + 1])
+    assert tok.decode(tok.encode(text, allowed_special="all")) == text
+    with pytest.raises(ValueError, match="<|nope|>"):
+        tok.encode(text, allowed_special={"<|nope|>"})
+
+
+def test_special_tokens_with_explicit_ids():
+    tok = Tokenizer(HAND_MERGES, special_tokens={"<s>": 1000, "</s>": 1001})
+    assert tok.encode("<s>x</s>", allowed_special="all")[0] == 1000
+    assert tok.vocab[1001] == b"</s>"
+    assert tok.vocab_size == 1002
+    with pytest.raises(ValueError):
+        Tokenizer(HAND_MERGES, special_tokens={"<s>": 97})   # 97 is the byte "a"
+
+
+def test_a_merge_to_an_existing_token_reuses_its_id():
+    tok = Tokenizer(HAND_MERGES)
+    abc = [i for i, t in tok.vocab.items() if t == b"abc"]
+    assert len(abc) == 1
+    assert len(tok.vocab) == 256 + len(HAND_MERGES) - 1   # ("a", "bc") made no new id
+    assert tok.encode("abc") == abc
+
+
+def test_any_byte_to_id_assignment():
+    # A foreign vocab: the 256 bytes in shuffled ids, the merge results after them.
+    rng = random.Random(3)
+    perm = list(range(256))
+    rng.shuffle(perm)
+    plain = Tokenizer(HAND_MERGES)
+    vocab = {perm[b]: bytes([b]) for b in range(256)}
+    vocab.update({i: t for i, t in plain.vocab.items() if i >= 256})
+    tok = Tokenizer(HAND_MERGES, vocab=vocab)
+    relabel = {i: (perm[i] if i < 256 else i) for i in plain.vocab}
+    text = "aab abc é中 bab cc\n\n"
+    assert tok.encode(text) == [relabel[i] for i in plain.encode(text)]
+    assert tok.decode(tok.encode(text)) == text
+
+
+def test_vocab_without_every_byte_is_refused():
+    vocab = {b: bytes([b]) for b in range(1, 256) if b != 0x41}
+    with pytest.raises(ValueError, match="0x00, 0x41"):
+        Tokenizer([], vocab=vocab)
+
+
+def test_ignore_merges_emits_a_whole_pretoken_that_is_a_token():
+    # Replay turns "abc" into [a, bc] (("a", "bc") is no merge); "abc" itself is a token via ab+c.
+    merges = [(b"b", b"c"), (b"a", b"b"), (b"ab", b"c")]
+    vocab = {b: bytes([b]) for b in range(256)} | {256: b"bc", 257: b"ab", 258: b"abc"}
+    assert Tokenizer(merges, vocab=vocab).encode("abc") == [ord("a"), 256]
+    assert Tokenizer(merges, vocab=vocab, ignore_merges=True).encode("abc") == [258]
+
+
+def test_decode_errors_and_token_bytes():
+    tok = Tokenizer(HAND_MERGES)
+    with pytest.raises(ValueError, match="99999"):
+        tok.decode([97, 99999])
+    with pytest.raises(ValueError, match="-1"):
+        tok.token_bytes(-1)
+    assert tok.token_bytes(256) == b"aa"
+    assert tok.decode_bytes([0xC3]) == b"\xc3"
+    assert tok.decode([0xC3]) == "\ufffd"
+
+
+def test_one_megabyte_of_one_letter():
+    tok = Tokenizer(HAND_MERGES, pattern=r"[\s\S]+")
+    eight = next(i for i, t in tok.vocab.items() if t == b"a" * 8)
+    # "aaaaaaaa" is the longest run token; a run of 8k letters becomes k of them.
+    assert tok.encode("a" * 1_000_000) == [eight] * 125_000
+    # Lengths that are no multiple of 8, against both references.
+    ids = default_ids(HAND_MERGES)
+    for run in ("a" * 5_003, "a" * 20_006 + "b"):
+        assert tok.encode(run) == [ids[t] for t in replay(HAND_MERGES, run.encode())]
+    run = "a" * 1_003
+    assert tok.encode(run) == [ids[t] for t in lowest_rank_first(HAND_MERGES, run.encode())]
+
+
+@pytest.fixture(scope="module")
+def base64_tokenizer():
+    rng = random.Random(11)
+    sample = base64.b64encode(rng.randbytes(3_000))
+    merges = train_slow(sample, 200)
+    return Tokenizer(merges, pattern=r"[\s\S]+"), merges
+
+
+def test_base64_pieces_against_the_references(base64_tokenizer):
+    tok, merges = base64_tokenizer
+    rng = random.Random(12)
+    ids = default_ids(merges)
+    for size in (10, 150, 3_000):
+        blob = base64.b64encode(rng.randbytes(size))
+        expected = replay(merges, blob)
+        assert replay_fast(merges, blob) == expected
+        assert tok.encode(blob.decode()) == [ids[t] for t in expected]
+
+
+def test_one_megabyte_of_random_base64(base64_tokenizer):
+    tok, merges = base64_tokenizer
+    blob = base64.b64encode(random.Random(13).randbytes(750_000))
+    assert len(blob) == 1_000_000
+    ids = tok.encode(blob.decode())
+    by_token = default_ids(merges)
+    assert ids == [by_token[t] for t in replay_fast(merges, blob)]
+    assert tok.decode(ids) == blob.decode()
+
+
+def test_cache_is_bounded_and_does_not_change_results():
+    words = [f"w{i}x" for i in range(2_000)]
+    text = " ".join(words * 2)
+    small = Tokenizer(HAND_MERGES, cache_size=50)
+    none = Tokenizer(HAND_MERGES, cache_size=0)
+    ids = small.encode(text)
+    assert len(small._cache) <= 50
+    assert len(none._cache) == 0
+    assert ids == none.encode(text) == reference_encode(HAND_MERGES, text, "gpt4")
+    assert small.encode_batch([text, "aab"]) == [ids, none.encode("aab")]
+
+
+def test_classic_mode():
+    # Textbook setting: characters plus a separate end-of-word symbol. Expected pieces by hand:
+    # "lowest" -> l o w e s t </w> -> (e s) (es t) (est </w>) (l o) (lo w) -> low est</w>
+    # "newer"  -> no merge applies -> n e w e r </w>
+    symbols = ["d", "e", "i", "l", "n", "o", "r", "s", "t", "w", "</w>"]
+    merges = [(b"e", b"s"), (b"es", b"t"), (b"est", b"</w>"), (b"l", b"o"), (b"lo", b"w")]
+    vocab = {i: s.encode() for i, s in enumerate(symbols)}
+    vocab.update({11: b"es", 12: b"est", 13: b"est</w>", 14: b"lo", 15: b"low"})
+    tok = Tokenizer(merges, pattern="classic", vocab=vocab, mode="classic")
+    ids = tok.encode("lowest  newer\n")
+    by_token = {t: i for i, t in vocab.items()}
+    assert ids == [by_token[t] for t in (b"low", b"est</w>", b"n", b"e", b"w", b"e", b"r", b"</w>")]
+    assert tok.decode(ids) == "lowest newer"
+    with pytest.raises(ValueError, match="'x'"):
+        tok.encode("wow wxw")
+    with pytest.raises(ValueError, match="classic"):
+        tok.save("/nonexistent-dir-never-created")

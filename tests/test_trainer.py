@@ -1,0 +1,282 @@
+"""The BPE trainer: the textbook examples, and the fast incremental loop against a slow reference."""
+import random
+from collections import Counter
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bpe_ops import pretokenize, train_bpe
+from bpe_ops.trainer import learn_merges, vocab_from_merges
+from tests.conftest import read_jsonl_texts
+
+TEXTBOOK = ("low low low low low lower lower newest newest newest newest newest newest "
+            "widest widest widest new new newer")
+TEXTBOOK_2 = " ".join(["low"] * 5 + ["lower"] * 2 + ["newest"] * 6 + ["widest"] * 3)
+
+
+def reference_merges(counts, num_merges, min_frequency=2, tie_break="largest", mode="byte"):
+    """The textbook algorithm, as plainly as possible: recount every pair before each merge.
+
+    Symbols are their bytes; a merge whose result already is a token is still made but adds no
+    token (Hugging Face's rule); `num_merges` counts new tokens.
+    """
+    if mode == "byte":
+        alphabet = [bytes([b]) for b in range(256)]
+        # Hugging Face orders the byte alphabet by each byte's GPT-2 unicode character.
+        hf_order = sorted(alphabet, key=pretokenize.token_to_unicode)
+        words = [([bytes([b]) for b in w], n) for w, n in counts.items() if n > 0]
+    else:
+        chars = sorted({c for w in counts for c in w.decode()})
+        alphabet = [c.encode() for c in chars] + [b"</w>"]
+        hf_order = list(alphabet)
+        words = [([c.encode() for c in w.decode()] + [b"</w>"], n) for w, n in counts.items() if n > 0]
+    initial_tokens = sum(len(symbols) * n for symbols, n in words)
+    tokens = list(alphabet)
+    merges, merge_counts, tokens_saved, tied, duplicates = [], [], [], 0, 0
+    stop_reason = "vocab_size"
+    while len(tokens) - len(alphabet) < num_merges:
+        pairs = Counter()
+        for symbols, n in words:
+            for pair in zip(symbols, symbols[1:]):
+                pairs[pair] += n
+        if not pairs:
+            stop_reason = "no_pairs"
+            break
+        best = max(pairs.values())
+        if best < min_frequency:
+            stop_reason = "min_frequency"
+            break
+        candidates = [pair for pair, count in pairs.items() if count == best]
+        if tie_break == "largest":
+            pair = max(candidates)
+        elif tie_break == "smallest":
+            pair = min(candidates)
+        else:
+            hf_ids = hf_order + tokens[len(alphabet):]
+            pair = min(candidates, key=lambda p: (hf_ids.index(p[0]), hf_ids.index(p[1])))
+        tied += len(candidates) > 1
+        merged = pair[0] + pair[1]
+        if merged in tokens:
+            duplicates += 1
+        else:
+            tokens.append(merged)
+        merges.append(pair)
+        merge_counts.append(best)
+        new_words = []
+        saved = 0
+        for symbols, n in words:
+            out, i = [], 0
+            while i < len(symbols):
+                if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == pair:
+                    out.append(merged)
+                    i += 2
+                else:
+                    out.append(symbols[i])
+                    i += 1
+            new_words.append((out, n))
+            saved += n * (len(symbols) - len(out))
+        words = new_words
+        tokens_saved.append(saved)
+    return dict(merges=merges, merge_counts=merge_counts, tied_merges=tied,
+                duplicate_merges=duplicates, stop_reason=stop_reason, initial_tokens=initial_tokens,
+                tokens_saved=tokens_saved)
+
+
+def summary(result):
+    return dict(merges=result.merges, merge_counts=result.merge_counts, tied_merges=result.tied_merges,
+                duplicate_merges=result.duplicate_merges, stop_reason=result.stop_reason,
+                initial_tokens=result.initial_tokens, tokens_saved=result.tokens_saved)
+
+
+def pieces(tok, word):
+    return [tok.vocab[i].decode() for i in tok.encode(word)]
+
+
+def as_pairs(text):
+    """"w e, t </w>" -> [(b"w", b"e"), (b"t", b"</w>")]"""
+    return [tuple(s.encode() for s in merge.split(" ")) for merge in text.split(", ")]
+
+
+# ---- the textbook ----------------------------------------------------------------------------
+
+
+def test_textbook_largest():
+    counts = pretokenize.count_pretokens([TEXTBOOK], "classic")
+    result = learn_merges(counts, 10, mode="classic", tie_break="largest")
+    assert result.merges == as_pairs(
+        "w e, t </w>, s t</w>, n e, w </w>, ne we, l o, newe st</w>, lo w</w>, w i")
+    alphabet_size = len(set(TEXTBOOK.replace(" ", ""))) + 1          # characters and </w>
+    tok = train_bpe([TEXTBOOK], vocab_size=alphabet_size + 10, pattern="classic", tie_break="largest")
+    assert tok.merges == result.merges
+    assert pieces(tok, "lowest") == ["lo", "we", "st</w>"]
+    assert pieces(tok, "newer") == ["newe", "r", "</w>"]
+    assert pieces(tok, "wider") == ["wi", "d", "e", "r", "</w>"]
+    assert pieces(tok, "slow") == ["s", "low</w>"]
+
+
+def test_textbook_smallest():
+    counts = pretokenize.count_pretokens([TEXTBOOK_2], "classic")
+    result = learn_merges(counts, 5, mode="classic", tie_break="smallest")
+    assert result.merges == as_pairs("e s, es t, est </w>, l o, lo w")
+    alphabet_size = len(set(TEXTBOOK_2.replace(" ", ""))) + 1
+    tok = train_bpe(TEXTBOOK_2, vocab_size=alphabet_size + 5, pattern="classic", tie_break="smallest")
+    assert pieces(tok, "lowest") == ["low", "est</w>"]
+
+
+# ---- the fast loop equals the reference ---------------------------------------------------------
+
+BYTE_PIECES = [b"a", b"b", b"aa", b" ", "é".encode(), "€".encode(), "😀".encode(), b"\x00", b"\xff"]
+# Literal "</w>" text makes duplicates: merging < / w > rebuilds the end-of-word marker's bytes.
+CLASSIC_PIECES = ["a", "b", "aa", "é", "😀", "</w>", "<", "w", ">"]
+COUNT = st.one_of(st.integers(1, 6), st.integers(2**40, 2**40 + 3))
+
+
+def corpus(pieces):
+    word = st.lists(st.sampled_from(pieces), min_size=1, max_size=8).map(lambda ps: ps[0][:0].join(ps))
+    return st.dictionaries(word, COUNT, min_size=1, max_size=10)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(counts=corpus(BYTE_PIECES), num_merges=st.integers(0, 40), min_frequency=st.integers(0, 3),
+       tie_break=st.sampled_from(["largest", "smallest", "hf"]))
+def test_byte_mode_equals_reference(counts, num_merges, min_frequency, tie_break):
+    result = learn_merges(counts, num_merges, min_frequency=min_frequency, tie_break=tie_break)
+    assert summary(result) == reference_merges(counts, num_merges, min_frequency, tie_break)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(counts=corpus(CLASSIC_PIECES).map(lambda c: {w.encode(): n for w, n in c.items()}),
+       num_merges=st.integers(0, 40), min_frequency=st.integers(0, 3),
+       tie_break=st.sampled_from(["largest", "smallest", "hf"]))
+def test_classic_mode_equals_reference(counts, num_merges, min_frequency, tie_break):
+    result = learn_merges(counts, num_merges, min_frequency=min_frequency, tie_break=tie_break,
+                          mode="classic")
+    assert summary(result) == reference_merges(counts, num_merges, min_frequency, tie_break, "classic")
+
+
+def test_duplicate_merges_reuse_the_token():
+    # "<", "/", "w", ">" merge into the bytes of the end-of-word marker: a token that already exists.
+    counts = {b"a</w>": 5, b"</w>b": 4}
+    result = learn_merges(counts, 20, min_frequency=1, mode="classic")
+    assert summary(result) == reference_merges(counts, 20, 1, "largest", "classic")
+    assert result.duplicate_merges >= 1
+    made = [left + right for left, right in result.merges]
+    assert b"</w>" in made
+    alphabet = sorted({c.encode() for w in counts for c in w.decode()}) + [b"</w>"]
+    vocab = vocab_from_merges(alphabet, result.merges)
+    assert len(vocab) == len(alphabet) + len(result.merges) - result.duplicate_merges
+    assert sorted(vocab.values()) == sorted(set(alphabet) | set(made))
+
+
+def test_largest_compares_pairs_not_concatenations():
+    # After (a, b), the pairs (ab, b) and (a, c) tie at 3. As pairs, (ab, b) > (a, c) since
+    # "ab" > "a"; as concatenations "abb" < "ac".
+    counts = {b"ab": 10, b"abb": 3, b"ac": 3}
+    assert learn_merges(counts, 2, tie_break="largest").merges == [(b"a", b"b"), (b"ab", b"b")]
+    assert learn_merges(counts, 2, tie_break="smallest").merges == [(b"a", b"b"), (b"a", b"c")]
+
+
+def test_hf_tie_break_orders_bytes_by_their_gpt2_character():
+    # " " (0x20) is below "!" (0x21) as a byte, but its GPT-2 character "Ġ" (U+0120) is above "!".
+    counts = {b" a": 2, b"!a": 2}
+    assert learn_merges(counts, 1, tie_break="smallest").merges == [(b" ", b"a")]
+    assert learn_merges(counts, 1, tie_break="hf").merges == [(b"!", b"a")]
+    assert learn_merges(counts, 1, tie_break="largest").merges == [(b"!", b"a")]
+    assert learn_merges(counts, 1).tied_merges == 1
+
+
+# ---- stop rules, counts, determinism ------------------------------------------------------------
+
+
+def test_min_frequency_stops_the_loop():
+    counts = {b"ab": 3, b"cd": 1}
+    result = learn_merges(counts, 10, min_frequency=2)
+    assert (result.merges, result.merge_counts, result.stop_reason) == ([(b"a", b"b")], [3], "min_frequency")
+    result = learn_merges(counts, 10, min_frequency=1)
+    assert result.merges == [(b"a", b"b"), (b"c", b"d")]
+    assert result.stop_reason == "no_pairs"
+    result = learn_merges(counts, 1, min_frequency=1)
+    assert result.stop_reason == "vocab_size"
+    assert learn_merges(counts, 10, min_frequency=4).merges == []
+
+
+def test_counts_beyond_32_bits():
+    big = 2**41
+    # (a, b) totals 2**42 + 2: a 32-bit count would wrap to 2 and lose to (c, d).
+    counts = {b"ab": big + 1, b"xab": big + 1, b"cd": 10}
+    result = learn_merges(counts, 3)
+    assert result.merges[0] == (b"a", b"b")
+    assert result.merge_counts == [2 * big + 2, big + 1, 10]
+    assert result.initial_tokens == 2 * (big + 1) + 3 * (big + 1) + 2 * 10
+
+
+def test_result_does_not_depend_on_count_order(corpora):
+    texts = read_jsonl_texts(corpora / "tiny")
+    counts = pretokenize.count_pretokens(texts, "gpt4")
+    items = list(counts.items())
+    shuffled = dict(random.Random(7).sample(items, len(items)))
+    backwards = dict(reversed(items))
+    for tie_break in ("largest", "smallest", "hf"):
+        expected = summary(learn_merges(counts, 400, tie_break=tie_break))
+        assert expected["tied_merges"] > 0      # so the tie rule, not the order, decided
+        assert summary(learn_merges(shuffled, 400, tie_break=tie_break)) == expected
+        assert summary(learn_merges(backwards, 400, tie_break=tie_break)) == expected
+
+
+def test_tokens_saved_is_the_compression_curve(corpora):
+    # Encoding the training pre-tokens with the learned merges gives exactly
+    # initial_tokens - sum(tokens_saved) tokens; the pair counts overstate it on runs like "    ".
+    texts = read_jsonl_texts(corpora / "tiny", limit=10)
+    counts = pretokenize.count_pretokens(texts, "gpt4")
+    tok = train_bpe(counts, vocab_size=256 + 300)
+    result = tok.training
+    assert result.initial_tokens == sum(len(p) * n for p, n in counts.items())
+    encoded = sum(len(tok.encode(p.decode("utf-8"))) * n for p, n in counts.items())
+    assert encoded == result.initial_tokens - sum(result.tokens_saved)
+    assert all(saved <= count for saved, count in zip(result.tokens_saved, result.merge_counts))
+    assert result.merges[0] == (b" ", b" ") and result.tokens_saved[0] < result.merge_counts[0]
+
+
+# ---- train_bpe ---------------------------------------------------------------------------------
+
+
+def test_train_bpe_vocab_ids_and_specials(corpora):
+    texts = read_jsonl_texts(corpora / "tiny", limit=10)
+    calls = []
+    tok = train_bpe(texts, vocab_size=600, special_tokens=["<|endoftext|>", "<|pad|>"],
+                    progress=lambda done, pair, count: calls.append((done, pair, count)))
+    result = tok.training
+    assert result.stop_reason == "vocab_size"
+    assert len(result.merges) == 600 - 256 - 2
+    assert len(tok.vocab) == 600
+    assert tok.vocab[tok.special_tokens["<|endoftext|>"]] == b"<|endoftext|>"
+    assert [tok.special_tokens["<|endoftext|>"], tok.special_tokens["<|pad|>"]] == [598, 599]
+    assert [tok.vocab[b] for b in range(256)] == [bytes([b]) for b in range(256)]
+    assert [tok.vocab[256 + i] for i in range(len(result.merges))] == [a + b for a, b in result.merges]
+    assert calls == [(i + 1, pair, count) for i, (pair, count)
+                     in enumerate(zip(result.merges, result.merge_counts))]
+    # Texts and their counts train the same tokenizer.
+    counts = pretokenize.count_pretokens(texts, "gpt4", ["<|endoftext|>", "<|pad|>"])
+    same = train_bpe(counts, vocab_size=600, special_tokens=["<|endoftext|>", "<|pad|>"])
+    assert same.merges == tok.merges
+
+
+def test_vocab_size_too_small_raises():
+    with pytest.raises(ValueError, match="vocab_size 255") as err:
+        train_bpe(["hello"], vocab_size=255)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ValueError):
+        train_bpe(["hello"], vocab_size=256, special_tokens=["<|endoftext|>"])
+    assert train_bpe(["hello hello"], vocab_size=256).merges == []
+    with pytest.raises(ValueError):
+        train_bpe(["low lower"], vocab_size=5, pattern="classic")    # 6 symbols: e l o r w </w>
+
+
+def test_bad_arguments_raise():
+    with pytest.raises(ValueError, match="tie_break"):
+        learn_merges({b"ab": 2}, 1, tie_break="random")
+    with pytest.raises(ValueError, match="mode"):
+        learn_merges({b"ab": 2}, 1, mode="unigram")
+    with pytest.raises(ValueError, match="negative"):
+        learn_merges({b"ab": -2}, 1)
