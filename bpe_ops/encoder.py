@@ -310,7 +310,7 @@ class Tokenizer:
         while order:
             rank = heappop(order)
             positions = buckets.pop(rank)
-            pass
+            positions.sort()
             a, b = pairs[rank]
             new_id = merged[rank]
             for i in positions:

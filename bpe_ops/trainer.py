@@ -33,7 +33,8 @@ from .encoder import Tokenizer
 # "largest": among the most frequent pairs, the greatest (left_bytes, right_bytes) wins (the default,
 #            content based); "smallest": the least such pair;
 # "hf":      Hugging Face BpeTrainer's order, the smallest pair of HF ids (special tokens, then the
-#            base alphabet sorted by each byte's GPT-2 unicode character, then new tokens in order).
+#            base alphabet sorted by each byte's GPT-2 unicode character, then new tokens in order;
+#            classic mode: our sorted alphabet, then new tokens).
 TIE_BREAKS = ("largest", "smallest", "hf")
 MODES = ("byte", "classic")
 MAX_IDS = 0x110000   # a symbol id is one code point of a word string
@@ -98,7 +99,8 @@ def learn_merges(counts: Mapping[bytes, int], num_merges: int, *, min_frequency:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     alphabet = base_alphabet(counts, mode)
     if not 0 <= num_merges <= MAX_IDS - len(alphabet):
-        raise ValueError(f"num_merges must be between 0 and {MAX_IDS - len(alphabet)}, not {num_merges}")
+        raise ValueError(f"num_merges must be between 0 and {MAX_IDS - len(alphabet)}, "
+                         f"not {num_merges}")
     words, weights, initial_tokens = _symbolize(counts, mode, alphabet)
     tokens = list(alphabet)                           # id -> bytes
     token_ids = {t: i for i, t in enumerate(tokens)}
@@ -240,8 +242,10 @@ def _symbolize(counts: Mapping[bytes, int], mode: str,
             raise ValueError(f"negative count {n} for pre-token {word!r}")
         if n == 0:
             continue
-        # Byte mode: latin-1 maps byte b to chr(b), which is symbol id b.
-        symbols = word.decode("latin-1") if mode == "byte" else word.decode("utf-8").translate(to_symbol) + end
+        if mode == "byte":
+            symbols = word.decode("latin-1")      # byte b -> chr(b), which is symbol id b
+        else:
+            symbols = word.decode("utf-8").translate(to_symbol) + end
         total += n * len(symbols)
         if len(symbols) > 1:
             words.append(symbols)
@@ -249,7 +253,8 @@ def _symbolize(counts: Mapping[bytes, int], mode: str,
     return words, weights, total
 
 
-def _count_pairs(words: list[str], weights: list[int]) -> tuple[dict[str, int], defaultdict[str, set[int]]]:
+def _count_pairs(words: list[str],
+                 weights: list[int]) -> tuple[dict[str, int], defaultdict[str, set[int]]]:
     """Weighted count of every adjacent pair, and the words each pair occurs in."""
     pair_counts: dict[str, int] = {}
     where: defaultdict[str, set[int]] = defaultdict(set)

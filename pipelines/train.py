@@ -230,17 +230,18 @@ class ProgressBar:
             self.stream.flush()
 
 
-def compression_curve(initial_tokens: int, total_bytes: int, merge_counts: list[int], base_vocab: int,
+def compression_curve(initial_tokens: int, total_bytes: int, tokens_saved: list[int], base_vocab: int,
                       points: int = 200) -> list[dict]:
-    """Tokens per byte of the training counts against vocabulary size: each merge removes exactly
-    its count of tokens, so the curve falls out of the merge loop for free. Sampled to `points`."""
+    """Tokens per byte of the training counts against vocabulary size. Each merge removes exactly the
+    occurrences it merged (`tokens_saved`; less than the pair count for runs like `a a a`), so the
+    curve falls out of the merge loop for free. Sampled to about `points` points."""
     if total_bytes == 0:
         return []
-    step = max(1, len(merge_counts) // points)
+    step = max(1, len(tokens_saved) // points)
     curve, tokens = [{"vocab_size": base_vocab, "tokens_per_byte": initial_tokens / total_bytes}], initial_tokens
-    for i, n in enumerate(merge_counts, start=1):
+    for i, n in enumerate(tokens_saved, start=1):
         tokens -= n
-        if i % step == 0 or i == len(merge_counts):
+        if i % step == 0 or i == len(tokens_saved):
             curve.append({"vocab_size": base_vocab + i, "tokens_per_byte": tokens / total_bytes})
     return curve
 
@@ -371,7 +372,7 @@ def run(argv: list[str]) -> dict:
     result = tok.training
     total_bytes = sum(len(p) * n for p, n in counts.items()) if args.pattern != "classic" else totals["bytes"]
     base_vocab = tok.vocab_size - len(specials) - (len(result.merges) - result.duplicate_merges)
-    curve = compression_curve(result.initial_tokens, total_bytes, result.merge_counts, base_vocab)
+    curve = compression_curve(result.initial_tokens, total_bytes, result.tokens_saved, base_vocab)
     report = {
         "version": reports.TRAIN_REPORT_VERSION, "tokenizer_sha256": tok.sha256, "vocab_size": tok.vocab_size,
         "pattern": args.pattern, "special_tokens": specials, "tie_break": args.tie_break,

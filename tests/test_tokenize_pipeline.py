@@ -124,7 +124,7 @@ def test_readable_by_duckdb_and_datasets(en_runs):
     import duckdb
     from datasets import load_dataset
     out, stats, _ = en_runs["in_memory"]
-    total = duckdb.sql(f"SELECT sum(n_tokens) FROM '{out}/*.parquet'").fetchone()[0]
+    total = duckdb.sql(f"SELECT sum(n_tokens) FROM '{out}/*.parquet'").fetchall()[0][0]
     assert total == stats["tokens"]
     ds = load_dataset("parquet", data_files=sorted(str(p) for p in out.glob("*.parquet")), split="train",
                       cache_dir=str(out.parent / "hf-cache"))
@@ -135,16 +135,18 @@ def test_readable_by_duckdb_and_datasets(en_runs):
 def test_rejected_records_are_listed_and_counted(tmp_path, trained):
     shard = tmp_path / "in" / "bad.jsonl"
     shard.parent.mkdir()
-    shard.write_bytes(b'{"id": "a", "text": "fine"}\nnot json\n{"id": "c", "text": 5}\n{"id": "d"}\n'
+    shard.write_bytes(b'{"id": "a", "text": "fine", "meta": {"k": [1, 2]}}\nnot json\n{"id": "c", "text": 5}\n{"id": "d"}\n'
                       b'{"id": "e", "text": "caf\xc3\xa9 ok"}\n')
     out = tmp_path / "out"
-    stats = run_tokenize("--tokenizer", trained, "--input", shard, "--output", out, "--keep-field", "id")
+    stats = run_tokenize("--tokenizer", trained, "--input", shard, "--output", out, "--keep-field", "meta")
     rows = pq.read_table(out / "bad.parquet")
     assert rows.column("id").to_pylist() == ["a", "e"]
+    assert rows.column("meta").to_pylist() == ['{"k": [1, 2]}', None]
     rejected = [json.loads(l) for l in (out / "rejected" / "bad.jsonl").read_text().splitlines()]
     assert [r["reason"] for r in rejected] == ["bad_json", "text_not_a_string", "missing_text_field"]
     assert stats["records"] == 2
-    assert sum(stats["rejected_by_reason"].values()) == 3
+    assert stats["rejected"]["by_reason"] == {"bad_json": 1, "missing_text_field": 1, "text_not_a_string": 1}
+    assert stats["records_read"] == 5
     manifest = json.loads((out / "_SUCCESS").read_text())
     assert manifest["records_read"] == 5 and manifest["rows"] == 2 and manifest["rejected"] == 3
 
