@@ -4,10 +4,8 @@ A `Summary` holds only integer counts and exact tables (tokens per record -> rec
 occurrences, ...), never floats or samples, so merging summaries is exact, associative and
 commutative: the tokenize pipeline can use it as the accumulator of a Beam CombineFn and get the same
 `stats.json` on any runner, whatever the bundle split or shard order. Floats (means, ratios) are
-computed once, in `to_json`.
-
-The layout of stats.json, its fixed histogram bins and its version live in `schemas/stats.py`
-(a dependency-free module), so this file imports them from there.
+computed once, when `schemas.stats.stats_json` lays the summary out as stats.json (the layout, its
+fixed histogram bins and its version live there; bpe_ops imports no schemas).
 """
 from __future__ import annotations
 
@@ -16,17 +14,6 @@ from array import array
 from bisect import bisect_right
 from operator import add
 from typing import Iterable, Mapping, Sequence
-
-from schemas.stats import (
-    BYTES_PER_TOKEN_EDGES,
-    BYTES_PER_TOKEN_QUARTER_EDGES,
-    QUANTILE_RULE,
-    QUANTILES,
-    STATS_KIND,
-    STATS_SCHEMA_VERSION,
-    TOKENS_PER_RECORD_EDGES,
-    TOP_TOKENS,
-)
 
 from .pretokenize import to_utf8
 
@@ -210,68 +197,3 @@ class Summary:
         counts.frombytes(zlib.decompress(state["id_counts"]))
         self.__dict__.update(state)
         self.id_counts = counts.tolist()
-
-    # ---- the stats.json figures -------------------------------------------------------------
-
-    def to_json(self, tokenizer, extra: Mapping | None = None) -> dict:
-        """The stats.json object (see `schemas/stats.py` for the layout), for a tokenizer with
-        `vocab: dict[int, bytes]`, `vocab_size` and `sha256`. `extra` adds top-level keys (input
-        globs, a `timing` object, ...); it may not replace a computed figure."""
-        if tokenizer.vocab_size != self.vocab_size:
-            raise ValueError(f"summary counts {self.vocab_size} ids, tokenizer has {tokenizer.vocab_size}")
-        id_total = sum(self.id_counts)
-        if id_total != self.tokens:
-            raise ValueError(f"token id counts add up to {id_total}, records to {self.tokens} tokens")
-
-        tpr = self.tokens_per_record
-        quantiles = {f"p{p}": nearest_rank(tpr, p) for p in QUANTILES}
-        used = sum(1 for c in self.id_counts if c)
-        raw_bytes = sum(self.id_counts[i] for i, b in tokenizer.vocab.items()
-                        if len(b) == 1 and i < self.vocab_size)
-        ranked = sorted((i for i, c in enumerate(self.id_counts) if c),
-                        key=lambda i: (-self.id_counts[i], i))[:TOP_TOKENS]
-        rejected_total = sum(self.rejected.values())
-        out = {
-            "kind": STATS_KIND,
-            "schema_version": STATS_SCHEMA_VERSION,
-            "tokenizer_sha256": tokenizer.sha256,
-            "vocab_size": self.vocab_size,
-            "records": self.records,
-            "records_read": self.records + rejected_total,
-            "tokens": self.tokens,
-            "bytes": self.bytes,
-            "chars": self.chars,
-            "words": self.words,
-            "repaired_records": self.repaired,
-            "rejected": {"total": rejected_total, "by_reason": self.rejected_by_reason()},
-            "tokens_per_record": {
-                "mean": _ratio(self.tokens, self.records),
-                "min": min(tpr) if tpr else None,
-                "max": max(tpr) if tpr else None,
-                **quantiles,
-                "quantile_rule": QUANTILE_RULE,
-                "histogram": {"edges": TOKENS_PER_RECORD_EDGES,
-                              "counts": bin_counts(tpr, TOKENS_PER_RECORD_EDGES)},
-            },
-            "bytes_per_token": {
-                "overall": _ratio(self.bytes, self.tokens),
-                "records_without_tokens": tpr.get(0, 0),
-                "histogram": {"edges": BYTES_PER_TOKEN_EDGES,
-                              "counts": bin_counts(self.quarter_bytes_per_token,
-                                                   BYTES_PER_TOKEN_QUARTER_EDGES)},
-            },
-            "tokens_per_word": _ratio(self.tokens, self.words),
-            "raw_byte_tokens": {"count": raw_bytes, "share": _ratio(raw_bytes, self.tokens)},
-            "vocabulary": {"used_ids": used, "utilisation": used / self.vocab_size},
-            "token_frequency": {
-                "counts": list(self.id_counts),
-                "top": [{"id": i, "count": self.id_counts[i],
-                         "token": token_label(tokenizer.vocab[i])} for i in ranked],
-            },
-            "shards": {"count": len(self.shards), "names": sorted(self.shards)},
-        }
-        for key, value in (extra or {}).items():
-            if key in out:
-                raise ValueError(f"extra key {key!r} would replace a computed stats.json figure")
-            out[key] = value
-        return out

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from schemas import tables
 from bpe_ops.stats import Summary
-from schemas.stats import dump_stats
+from schemas.stats import dump_stats, stats_json
 from pipelines import common
 
 COLUMNS = ("token_ids", "n_tokens", "n_bytes", "n_chars", "n_words")
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         for url in urls:
             rows = add_file(summary, url, tok.sha256)
             common.say(f"read {url}: {rows:,} rows")
-        stats = summary.to_json(tok, {"inputs": args.inputs, "tokenizer": args.tokenizer, "timing": {
+        stats = stats_json(summary, tok, {"inputs": args.inputs, "tokenizer": args.tokenizer, "timing": {
             "started_at": started, "elapsed_seconds": round(time.time() - started, 3)}})
         common.write_text_atomic(args.output, dump_stats(stats))
     except (StatsError, common.UserError, OSError, ValueError) as exc:

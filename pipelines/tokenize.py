@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from bpe_ops.stats import Summary, record_stats
 from schemas import tables
 from schemas.records import rejected_to_json
-from schemas.stats import dump_stats
+from schemas.stats import dump_stats, stats_json
 from pipelines import common
 from pipelines.common import UserError, join, say
 
@@ -237,7 +237,7 @@ class CombineStats(beam.CombineFn):
 
 def write_stats(summary, tokenizer_url: str, output: str, inputs: list[str], started_at: float) -> str:
     tok = common.load_tokenizer(tokenizer_url)
-    stats = summary.to_json(tok, {"inputs": inputs, "tokenizer": tokenizer_url,
+    stats = stats_json(summary, tok, {"inputs": inputs, "tokenizer": tokenizer_url,
                                   "timing": {"started_at": started_at, "elapsed_seconds": round(time.time() - started_at, 3)}})
     url = join(output, "stats.json")
     common.write_text_atomic(url, dump_stats(stats))

@@ -26,6 +26,10 @@ Histogram bin i counts values v with edges[i] <= v < edges[i+1]; the last bin is
 """
 from __future__ import annotations
 
+from typing import Mapping
+
+from bpe_ops.stats import _ratio, bin_counts, nearest_rank, token_label
+
 import json
 
 STATS_KIND = "tokenbeam.stats"
@@ -206,3 +210,67 @@ def dump_stats(d: dict) -> str:
     Byte-identical for equal summaries; only the `timing` object differs between runs.
     """
     return _dump(d, "") + "\n"
+
+
+def stats_json(summary, tokenizer, extra: Mapping | None = None) -> dict:
+    """The stats.json object of a `bpe_ops.stats.Summary`, for a tokenizer with
+    `vocab: dict[int, bytes]`, `vocab_size` and `sha256`. `extra` adds top-level keys (input
+    globs, a `timing` object, ...); it may not replace a computed figure."""
+    if tokenizer.vocab_size != summary.vocab_size:
+        raise ValueError(f"summary counts {summary.vocab_size} ids, tokenizer has {tokenizer.vocab_size}")
+    id_total = sum(summary.id_counts)
+    if id_total != summary.tokens:
+        raise ValueError(f"token id counts add up to {id_total}, records to {summary.tokens} tokens")
+
+    tpr = summary.tokens_per_record
+    quantiles = {f"p{p}": nearest_rank(tpr, p) for p in QUANTILES}
+    used = sum(1 for c in summary.id_counts if c)
+    raw_bytes = sum(summary.id_counts[i] for i, b in tokenizer.vocab.items()
+                    if len(b) == 1 and i < summary.vocab_size)
+    ranked = sorted((i for i, c in enumerate(summary.id_counts) if c),
+                    key=lambda i: (-summary.id_counts[i], i))[:TOP_TOKENS]
+    rejected_total = sum(summary.rejected.values())
+    out = {
+        "kind": STATS_KIND,
+        "schema_version": STATS_SCHEMA_VERSION,
+        "tokenizer_sha256": tokenizer.sha256,
+        "vocab_size": summary.vocab_size,
+        "records": summary.records,
+        "records_read": summary.records + rejected_total,
+        "tokens": summary.tokens,
+        "bytes": summary.bytes,
+        "chars": summary.chars,
+        "words": summary.words,
+        "repaired_records": summary.repaired,
+        "rejected": {"total": rejected_total, "by_reason": summary.rejected_by_reason()},
+        "tokens_per_record": {
+            "mean": _ratio(summary.tokens, summary.records),
+            "min": min(tpr) if tpr else None,
+            "max": max(tpr) if tpr else None,
+            **quantiles,
+            "quantile_rule": QUANTILE_RULE,
+            "histogram": {"edges": TOKENS_PER_RECORD_EDGES,
+                          "counts": bin_counts(tpr, TOKENS_PER_RECORD_EDGES)},
+        },
+        "bytes_per_token": {
+            "overall": _ratio(summary.bytes, summary.tokens),
+            "records_without_tokens": tpr.get(0, 0),
+            "histogram": {"edges": BYTES_PER_TOKEN_EDGES,
+                          "counts": bin_counts(summary.quarter_bytes_per_token,
+                                               BYTES_PER_TOKEN_QUARTER_EDGES)},
+        },
+        "tokens_per_word": _ratio(summary.tokens, summary.words),
+        "raw_byte_tokens": {"count": raw_bytes, "share": _ratio(raw_bytes, summary.tokens)},
+        "vocabulary": {"used_ids": used, "utilisation": used / summary.vocab_size},
+        "token_frequency": {
+            "counts": list(summary.id_counts),
+            "top": [{"id": i, "count": summary.id_counts[i],
+                     "token": token_label(tokenizer.vocab[i])} for i in ranked],
+        },
+        "shards": {"count": len(summary.shards), "names": sorted(summary.shards)},
+    }
+    for key, value in (extra or {}).items():
+        if key in out:
+            raise ValueError(f"extra key {key!r} would replace a computed stats.json figure")
+        out[key] = value
+    return out

@@ -23,7 +23,7 @@ from bpe_ops.stats import Summary
 from pipelines import drift
 from pipelines.drift import Thresholds, compare, js_divergence, psi
 from schemas import drift as layout
-from schemas.stats import STATS_SCHEMA_VERSION, dump_stats
+from schemas.stats import STATS_SCHEMA_VERSION, dump_stats, stats_json
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def build(gpt2):
             for text, ids in zip(texts, all_ids):
                 summary.add_text(text, ids)
             summary.add_shard(shard.name)
-        return summary.to_json(gpt2, {"inputs": [str(s) for s in shards]})
+        return stats_json(summary, gpt2, {"inputs": [str(s) for s in shards]})
     return build_stats
 
 

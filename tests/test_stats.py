@@ -21,7 +21,7 @@ from bpe_ops import Tokenizer
 from bpe_ops.stats import Summary, count_words, nearest_rank, record_stats
 from pipelines import stats_cmd
 from schemas.stats import (BYTES_PER_TOKEN_EDGES, STATS_SCHEMA_VERSION, TOKENS_PER_RECORD_EDGES,
-                           dump_stats, load_stats, validate_stats)
+                           dump_stats, load_stats, stats_json, validate_stats)
 from tests.conftest import read_jsonl_texts
 
 # A byte-level vocabulary of the 256 bytes plus a few multi-byte tokens, for synthetic records.
@@ -88,7 +88,7 @@ def feed(items, vocab_size):
 def test_merge_of_any_split_in_any_order_equals_one_pass(tiny_records, gpt2):
     extra = {"inputs": ["tiny/*.jsonl"]}
     items = [(k, text, ids) for k, (text, ids) in enumerate(tiny_records)]
-    expected = dump_stats(feed(items, gpt2.vocab_size).to_json(gpt2, extra))
+    expected = dump_stats(stats_json(feed(items, gpt2.vocab_size), gpt2, extra))
     assert '"missing_text_field": ' in expected and '"repaired_records": 0' not in expected
     for seed in range(5):
         rng = random.Random(seed)
@@ -98,8 +98,8 @@ def test_merge_of_any_split_in_any_order_equals_one_pass(tiny_records, gpt2):
         parts = [feed(records[a:b], gpt2.vocab_size) for a, b in zip([0] + cuts, cuts + [len(records)])]
         parts.append(Summary(gpt2.vocab_size))                     # an empty bundle
         folded = Summary.merged(reversed(parts), gpt2.vocab_size)
-        assert dump_stats(folded.to_json(gpt2, extra)) == expected
-        assert dump_stats(_random_tree_merge(parts, rng).to_json(gpt2, extra)) == expected
+        assert dump_stats(stats_json(folded, gpt2, extra)) == expected
+        assert dump_stats(stats_json(_random_tree_merge(parts, rng), gpt2, extra)) == expected
 
 
 def test_merge_refuses_different_vocabularies():
@@ -110,7 +110,7 @@ def test_merge_refuses_different_vocabularies():
 # ---- the figures against plain computations ----------------------------------------------------
 
 def test_figures_against_plain_computation(tiny_records, gpt2):
-    stats = summary_of(tiny_records, gpt2.vocab_size).to_json(gpt2)
+    stats = stats_json(summary_of(tiny_records, gpt2.vocab_size), gpt2)
     validate_stats(stats)
     lengths = sorted(len(ids) for _, ids in tiny_records)
     all_ids = [i for _, ids in tiny_records for i in ids]
@@ -170,7 +170,7 @@ def test_summary_quantiles_match_sorted_list(id_lists):
     s = Summary(TOY.vocab_size)
     for ids in id_lists:
         s.add(ids, n_bytes=3 * len(ids), n_chars=len(ids), n_words=1)
-    tpr = s.to_json(TOY)["tokens_per_record"]
+    tpr = stats_json(s, TOY)["tokens_per_record"]
     lengths = sorted(len(ids) for ids in id_lists)
     for p in (50, 90, 99):
         assert tpr[f"p{p}"] == lengths[math.ceil(Fraction(p, 100) * len(lengths)) - 1]
@@ -183,7 +183,7 @@ def test_histograms_cover_empty_and_huge_records():
     s.add(5, n_bytes=20, n_chars=20, n_words=3)
     s.add(200_000_000, n_bytes=10**12, n_chars=10**12, n_words=10**9)   # past the last edge
     s.add_id_counts({32: 200_000_006})
-    stats = s.to_json(TOY)
+    stats = stats_json(s, TOY)
     validate_stats(stats)
     tpr = stats["tokens_per_record"]["histogram"]["counts"]
     assert tpr[0] == 1 and tpr[1] == 1 and tpr[-1] == 1 and sum(tpr) == 4
@@ -204,7 +204,7 @@ def test_pickle_round_trip_is_exact_and_compact(tiny_records, gpt2):
     s.add_shard("tiny-000-of-002.jsonl")
     blob = pickle.dumps(s)
     back = pickle.loads(blob)
-    assert dump_stats(back.to_json(gpt2)) == dump_stats(s.to_json(gpt2))
+    assert dump_stats(stats_json(back, gpt2)) == dump_stats(stats_json(s, gpt2))
     dense = len(pickle.dumps(s.id_counts))
     assert len(blob) < dense / 2, (len(blob), dense)   # the mostly-zero id counts are compressed
     assert back.merge(s).tokens == 2 * s.tokens        # still a working accumulator
@@ -218,21 +218,21 @@ def test_rejected_repaired_and_shards_are_reported():
     s.add_repaired()
     for name in ("b.jsonl", "a.jsonl", "b.jsonl"):
         s.add_shard(name)
-    stats = s.to_json(TOY, {"timing": {"elapsed_seconds": 1.5}})
+    stats = stats_json(s, TOY, {"timing": {"elapsed_seconds": 1.5}})
     assert stats["rejected"] == {"total": 3, "by_reason": {"bad_json": 1, "missing_text_field": 2}}
     assert stats["records_read"] == 4 and stats["repaired_records"] == 1
     assert stats["shards"] == {"count": 2, "names": ["a.jsonl", "b.jsonl"]}
     assert stats["timing"] == {"elapsed_seconds": 1.5}
 
 
-def test_to_json_refuses_inconsistent_input():
+def test_stats_json_refuses_inconsistent_input():
     s = Summary(TOY.vocab_size)
     s.add(3, 3, 3, 1)                      # 3 tokens but no id counted
     with pytest.raises(ValueError, match="add up"):
-        s.to_json(TOY)
+        stats_json(s, TOY)
     s.add_id_counts({10: 3})
     with pytest.raises(ValueError, match="replace a computed"):
-        s.to_json(TOY, {"tokens": 5})
+        stats_json(s, TOY, {"tokens": 5})
     with pytest.raises(ValueError, match="outside the vocabulary"):
         s.add_id_counts({259: 1})
 
@@ -241,7 +241,7 @@ def test_to_json_refuses_inconsistent_input():
 
 @pytest.fixture(scope="module")
 def tiny_stats(tiny_records, gpt2):
-    return summary_of(tiny_records, gpt2.vocab_size).to_json(gpt2, {"timing": {"elapsed_seconds": 0.1}})
+    return stats_json(summary_of(tiny_records, gpt2.vocab_size), gpt2, {"timing": {"elapsed_seconds": 0.1}})
 
 
 def test_dump_is_sorted_stable_and_round_trips(tiny_stats):
@@ -322,7 +322,7 @@ def test_stats_cmd_rebuilds_the_direct_summary(tmp_path, tiny_records, gpt2, gpt
     direct = summary_of(tiny_records, gpt2.vocab_size)
     direct.add_shard("a.parquet")
     direct.add_shard("b.parquet")
-    expected = direct.to_json(gpt2)
+    expected = stats_json(direct, gpt2)
     assert {k: v for k, v in rebuilt.items() if k not in ("timing", "inputs", "tokenizer")} == expected
 
 

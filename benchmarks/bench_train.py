@@ -1,0 +1,107 @@
+"""Train side by side: `tokenbeam train` (Beam, local runner, 2 workers) vs Hugging Face
+`tokenizers` (train_from_iterator, ByteLevel, same vocabulary size) vs `rustbpe`, on the same shards.
+
+    python benchmarks/bench_train.py [--corpus ../shared/corpora/en] [--vocab-size 32768] [--scales 1 2 4]
+
+Prints wall time, CPU time, peak RSS and the ratios (ours / peer; below 1 means we are faster or
+smaller). Each tool runs in its own process, measured from outside. `--scales` repeats the shards
+(1x, 2x, 4x the corpus) to show how time and memory grow.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import measure, python  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def texts(pattern: str):
+    for path in sorted(glob.glob(pattern)):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                yield json.loads(line)["text"]
+
+
+def run_peer(name: str, pattern: str, vocab_size: int) -> None:
+    """Train one peer in this process (the parent measures it)."""
+    if name == "hf":
+        from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
+        from bpe_ops.pretokenize import GPT4_PATTERN
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(GPT4_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, show_progress=False,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        tok.train_from_iterator(texts(pattern), trainer=trainer)
+    elif name == "rustbpe":
+        import rustbpe
+        tok = rustbpe.Tokenizer()
+        tok.train_from_iterator(texts(pattern), vocab_size)
+    else:
+        raise SystemExit(f"unknown peer {name}")
+
+
+def repeated_corpus(corpus: Path, scale: int, tmp: Path) -> str:
+    """A folder holding the corpus shards `scale` times (symlinks), as a glob."""
+    if scale == 1:
+        return str(corpus / "*.jsonl")
+    folder = tmp / f"x{scale}"
+    folder.mkdir()
+    for copy in range(scale):
+        for shard in sorted(corpus.glob("*.jsonl")):
+            (folder / f"c{copy}-{shard.name}").symlink_to(shard)
+    return str(folder / "*.jsonl")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--corpus", default=str(ROOT.parent / "shared" / "corpora" / "en"))
+    parser.add_argument("--vocab-size", type=int, default=32768)
+    parser.add_argument("--scales", type=int, nargs="+", default=[1])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--peers", nargs="*", default=["hf", "rustbpe"])
+    parser.add_argument("--run-peer", help=argparse.SUPPRESS)
+    parser.add_argument("--input", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.run_peer:
+        return run_peer(args.run_peer, args.input, args.vocab_size)
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    corpus = Path(args.corpus)
+    size_mb = sum(p.stat().st_size for p in corpus.glob("*.jsonl")) / 1e6
+    print(f"corpus {corpus} ({size_mb:.1f} MB), vocab {args.vocab_size}, {os.cpu_count()} cores")
+    print(f"{'scale':>5} {'tool':<10} {'wall s':>8} {'CPU s':>8} {'peak MB':>8}   ours/peer: wall  CPU  memory")
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for scale in args.scales:
+            pattern = repeated_corpus(corpus, scale, tmp)
+            results = {}
+            ours = measure(python("-m", "pipelines.train", "--input", pattern, "--output", str(tmp / f"ours{scale}"),
+                                  "--vocab-size", str(args.vocab_size), "--direct_running_mode", "multi_processing",
+                                  "--direct_num_workers", str(args.workers)), env=env, cwd=str(ROOT))
+            if ours.returncode:
+                raise SystemExit(f"tokenbeam train failed:\n{ours.stderr[-3000:]}")
+            results["tokenbeam"] = ours
+            for peer in args.peers:
+                results[peer] = measure(python(__file__, "--run-peer", peer, "--input", pattern,
+                                               "--vocab-size", str(args.vocab_size)), env=env)
+            report = json.loads((tmp / f"ours{scale}" / "train_report.json").read_text())
+            for name, m in results.items():
+                ratio = "" if name == "tokenbeam" else (
+                    f"   {ours.wall / m.wall:5.2f} {ours.cpu / m.cpu:5.2f} {ours.peak_rss_mb / m.peak_rss_mb:5.2f}")
+                print(f"{scale:>4}x {name:<10} {m.wall:8.1f} {m.cpu:8.1f} {m.peak_rss_mb:8.0f}{ratio}")
+            stages = ", ".join(f"{k} {v:.1f}s" for k, v in report["timing_seconds"].items())
+            print(f"       tokenbeam stages: {stages}; {report['unique_pretokens_after_pruning']:,} unique pre-tokens")
+
+
+if __name__ == "__main__":
+    main()
