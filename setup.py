@@ -2,7 +2,7 @@
 
 This file is also what Dataflow's `--setup_file ./setup.py` installs on the workers.
 """
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 
 setup(
     name="tokenbeam",
@@ -27,4 +27,6 @@ setup(
         "gcp": ["apache-beam[gcp]", "gcsfs"],
     },
     entry_points={"console_scripts": ["tokenbeam = pipelines.cli:main"]},
+    # The merge loop's compiled twin; optional: without a compiler the pure-Python loop is used.
+    ext_modules=[Extension("bpe_ops._merge_loop", ["bpe_ops/_merge_loop.c"], optional=True)],
 )

@@ -1,14 +1,59 @@
-"""The BPE trainer: the textbook examples, and the fast incremental loop against a slow reference."""
+"""The BPE trainer: the textbook examples, and the fast incremental loop against a slow reference.
+
+Every training test runs twice: with the pure-Python loop and with its compiled twin
+(`bpe_ops._merge_loop`), so both meet the same expectations; the real-corpus tests also require the
+two to give identical results, progress calls included.
+"""
+import os
 import random
+import shutil
+import sysconfig
 from collections import Counter
+from contextlib import contextmanager
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bpe_ops import pretokenize, train_bpe
+from bpe_ops import pretokenize, train_bpe, trainer
 from bpe_ops.trainer import learn_merges, vocab_from_merges
 from tests.conftest import read_jsonl_texts
+
+IMPLEMENTATIONS = ["python", "c"]
+TIE_BREAKS = ["largest", "smallest", "hf"]
+
+
+def has_compiler() -> bool:
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    return shutil.which(cc) is not None
+
+
+@contextmanager
+def implementation(impl):
+    """Run learn_merges and train_bpe with one loop: "python" (TOKENBEAM_PURE_PYTHON=1) or "c".
+
+    Without the built extension the "c" runs fail where a C compiler exists (the build is broken or
+    was skipped) and skip where none does (the pure-Python loop is then the product).
+    """
+    if impl == "c" and trainer._merge_loop is None:
+        msg = "bpe_ops._merge_loop is not built (python setup.py build_ext --inplace)"
+        if has_compiler():
+            pytest.fail(msg)
+        pytest.skip(msg + " and there is no C compiler")
+    with pytest.MonkeyPatch.context() as mp:
+        if impl == "python":
+            mp.setenv("TOKENBEAM_PURE_PYTHON", "1")
+        else:
+            mp.delenv("TOKENBEAM_PURE_PYTHON", raising=False)
+        yield
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+def impl(request):
+    """The test runs once per loop (the same environment for every hypothesis example)."""
+    with implementation(request.param):
+        yield request.param
+
 
 TEXTBOOK = ("low low low low low lower lower newest newest newest newest newest newest "
             "widest widest widest new new newer")
@@ -101,7 +146,7 @@ def as_pairs(text):
 # ---- the textbook ----------------------------------------------------------------------------
 
 
-def test_textbook_largest():
+def test_textbook_largest(impl):
     counts = pretokenize.count_pretokens([TEXTBOOK], "classic")
     result = learn_merges(counts, 10, mode="classic", tie_break="largest")
     assert result.merges == as_pairs(
@@ -115,7 +160,7 @@ def test_textbook_largest():
     assert pieces(tok, "slow") == ["s", "low</w>"]
 
 
-def test_textbook_smallest():
+def test_textbook_smallest(impl):
     counts = pretokenize.count_pretokens([TEXTBOOK_2], "classic")
     result = learn_merges(counts, 5, mode="classic", tie_break="smallest")
     assert result.merges == as_pairs("e s, es t, est </w>, l o, lo w")
@@ -137,25 +182,27 @@ def corpus(pieces):
     return st.dictionaries(word, COUNT, min_size=1, max_size=10)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(counts=corpus(BYTE_PIECES), num_merges=st.integers(0, 40), min_frequency=st.integers(0, 3),
        tie_break=st.sampled_from(["largest", "smallest", "hf"]))
-def test_byte_mode_equals_reference(counts, num_merges, min_frequency, tie_break):
+def test_byte_mode_equals_reference(impl, counts, num_merges, min_frequency, tie_break):
     result = learn_merges(counts, num_merges, min_frequency=min_frequency, tie_break=tie_break)
     assert summary(result) == reference_merges(counts, num_merges, min_frequency, tie_break)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(counts=corpus(CLASSIC_PIECES).map(lambda c: {w.encode(): n for w, n in c.items()}),
        num_merges=st.integers(0, 40), min_frequency=st.integers(0, 3),
        tie_break=st.sampled_from(["largest", "smallest", "hf"]))
-def test_classic_mode_equals_reference(counts, num_merges, min_frequency, tie_break):
+def test_classic_mode_equals_reference(impl, counts, num_merges, min_frequency, tie_break):
     result = learn_merges(counts, num_merges, min_frequency=min_frequency, tie_break=tie_break,
                           mode="classic")
     assert summary(result) == reference_merges(counts, num_merges, min_frequency, tie_break, "classic")
 
 
-def test_duplicate_merges_reuse_the_token():
+def test_duplicate_merges_reuse_the_token(impl):
     # "<", "/", "w", ">" merge into the bytes of the end-of-word marker: a token that already exists.
     counts = {b"a</w>": 5, b"</w>b": 4}
     result = learn_merges(counts, 20, min_frequency=1, mode="classic")
@@ -169,7 +216,7 @@ def test_duplicate_merges_reuse_the_token():
     assert sorted(vocab.values()) == sorted(set(alphabet) | set(made))
 
 
-def test_largest_compares_pairs_not_concatenations():
+def test_largest_compares_pairs_not_concatenations(impl):
     # After (a, b), the pairs (ab, b) and (a, c) tie at 3. As pairs, (ab, b) > (a, c) since
     # "ab" > "a"; as concatenations "abb" < "ac".
     counts = {b"ab": 10, b"abb": 3, b"ac": 3}
@@ -177,7 +224,7 @@ def test_largest_compares_pairs_not_concatenations():
     assert learn_merges(counts, 2, tie_break="smallest").merges == [(b"a", b"b"), (b"a", b"c")]
 
 
-def test_hf_tie_break_orders_bytes_by_their_gpt2_character():
+def test_hf_tie_break_orders_bytes_by_their_gpt2_character(impl):
     # " " (0x20) is below "!" (0x21) as a byte, but its GPT-2 character "Ġ" (U+0120) is above "!".
     counts = {b" a": 2, b"!a": 2}
     assert learn_merges(counts, 1, tie_break="smallest").merges == [(b" ", b"a")]
@@ -189,7 +236,7 @@ def test_hf_tie_break_orders_bytes_by_their_gpt2_character():
 # ---- stop rules, counts, determinism ------------------------------------------------------------
 
 
-def test_min_frequency_stops_the_loop():
+def test_min_frequency_stops_the_loop(impl):
     counts = {b"ab": 3, b"cd": 1}
     result = learn_merges(counts, 10, min_frequency=2)
     assert (result.merges, result.merge_counts) == ([(b"a", b"b")], [3])
@@ -202,7 +249,7 @@ def test_min_frequency_stops_the_loop():
     assert learn_merges(counts, 10, min_frequency=4).merges == []
 
 
-def test_counts_beyond_32_bits():
+def test_counts_beyond_32_bits(impl):
     big = 2**41
     # (a, b) totals 2**42 + 2: a 32-bit count would wrap to 2 and lose to (c, d).
     counts = {b"ab": big + 1, b"xab": big + 1, b"cd": 10}
@@ -212,7 +259,16 @@ def test_counts_beyond_32_bits():
     assert result.initial_tokens == 2 * (big + 1) + 3 * (big + 1) + 2 * 10
 
 
-def test_result_does_not_depend_on_count_order(corpora):
+def test_counts_beyond_64_bits(impl):
+    # (a, b) totals 2**63 + 2, past int64: the compiled loop is not used, the result stays exact.
+    big = 2**62
+    counts = {b"ab": big + 1, b"xab": big + 1, b"cd": 10}
+    result = learn_merges(counts, 3)
+    assert result.merge_counts[0] == 2**63 + 2
+    assert summary(result) == reference_merges(counts, 3)
+
+
+def test_result_does_not_depend_on_count_order(impl, corpora):
     texts = read_jsonl_texts(corpora / "tiny")
     counts = pretokenize.count_pretokens(texts, "gpt4")
     items = list(counts.items())
@@ -225,7 +281,7 @@ def test_result_does_not_depend_on_count_order(corpora):
         assert summary(learn_merges(backwards, 400, tie_break=tie_break)) == expected
 
 
-def test_tokens_saved_is_the_compression_curve(corpora):
+def test_tokens_saved_is_the_compression_curve(impl, corpora):
     # Encoding the training pre-tokens with the learned merges gives exactly
     # initial_tokens - sum(tokens_saved) tokens; the pair counts overstate it on runs like "    ".
     texts = read_jsonl_texts(corpora / "tiny", limit=10)
@@ -242,7 +298,7 @@ def test_tokens_saved_is_the_compression_curve(corpora):
 # ---- train_bpe ---------------------------------------------------------------------------------
 
 
-def test_train_bpe_vocab_ids_and_specials(corpora):
+def test_train_bpe_vocab_ids_and_specials(impl, corpora):
     texts = read_jsonl_texts(corpora / "tiny", limit=10)
     calls = []
     tok = train_bpe(texts, vocab_size=600, special_tokens=["<|endoftext|>", "<|pad|>"],
@@ -263,7 +319,7 @@ def test_train_bpe_vocab_ids_and_specials(corpora):
     assert same.merges == tok.merges
 
 
-def test_vocab_size_too_small_raises():
+def test_vocab_size_too_small_raises(impl):
     with pytest.raises(ValueError, match="vocab_size 255") as err:
         train_bpe(["hello"], vocab_size=255)
     assert "\n" not in str(err.value)
@@ -274,10 +330,84 @@ def test_vocab_size_too_small_raises():
         train_bpe(["low lower"], vocab_size=5, pattern="classic")    # 6 symbols: e l o r w </w>
 
 
-def test_bad_arguments_raise():
+def test_bad_arguments_raise(impl):
     with pytest.raises(ValueError, match="tie_break"):
         learn_merges({b"ab": 2}, 1, tie_break="random")
     with pytest.raises(ValueError, match="mode"):
         learn_merges({b"ab": 2}, 1, mode="unigram")
     with pytest.raises(ValueError, match="negative"):
         learn_merges({b"ab": -2}, 1)
+
+
+# ---- the compiled loop and its pure-Python twin ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real_counts(corpora):
+    """Pre-token counts of tiny and some multilingual text (many scripts, multi-byte symbols)."""
+    texts = read_jsonl_texts(corpora / "tiny") + read_jsonl_texts(corpora / "multi", limit=60)
+    return {pattern: pretokenize.count_pretokens(texts, pattern) for pattern in ("gpt4", "classic")}
+
+
+@pytest.mark.parametrize("tie_break", TIE_BREAKS)
+@pytest.mark.parametrize("pattern, min_frequency", [("gpt4", 2), ("classic", 40)])
+def test_compiled_loop_equals_python_on_real_text(real_counts, tie_break, pattern, min_frequency):
+    counts = real_counts[pattern]
+    mode = "classic" if pattern == "classic" else "byte"
+    runs = {}
+    for impl in IMPLEMENTATIONS:
+        calls = []
+        with implementation(impl):
+            result = learn_merges(counts, 2500, min_frequency=min_frequency, tie_break=tie_break,
+                                  mode=mode, progress=lambda *call: calls.append(call))
+        runs[impl] = (result, calls)
+    (python, python_calls), (compiled, compiled_calls) = runs["python"], runs["c"]
+    assert python.tied_merges > 100          # the tie rule decided many merges
+    assert compiled == python                # every field of the TrainResult
+    assert compiled_calls == python_calls
+    assert len(python_calls) == len(python.merges) > 1000
+
+
+def test_learn_merges_picks_the_loop(monkeypatch):
+    calls = []
+
+    class Spy:
+        @staticmethod
+        def merge_loop(*args):
+            calls.append(args)
+            return trainer._merge_loop_python(*args)
+
+    counts = {b"abab": 3, b"ba": 2}
+    expected = reference_merges(counts, 5)
+    monkeypatch.setattr(trainer, "_merge_loop", Spy)
+    monkeypatch.delenv("TOKENBEAM_PURE_PYTHON", raising=False)
+    assert summary(learn_merges(counts, 5)) == expected
+    assert len(calls) == 1
+    monkeypatch.setenv("TOKENBEAM_PURE_PYTHON", "1")
+    assert summary(learn_merges(counts, 5)) == expected
+    assert len(calls) == 1                   # the environment variable forced the Python twin
+    monkeypatch.delenv("TOKENBEAM_PURE_PYTHON")
+    monkeypatch.setattr(trainer, "_merge_loop", None)    # no compiler: the extension is absent
+    assert summary(learn_merges(counts, 5)) == expected
+
+
+def test_compiled_loop_refuses_counts_beyond_64_bits():
+    with implementation("c"):
+        merge_loop = trainer._merge_loop.merge_loop
+    alphabet = [bytes([b]) for b in range(256)]
+    args = (alphabet, 5, 2, "largest", None, None)
+    # (a, b) would count 2**63 + 2; one count alone may fit while the sum does not.
+    with pytest.raises(OverflowError, match="64 bits"):
+        merge_loop(["ab", "xab"], [2**62 + 1, 2**62 + 1], *args)
+    with pytest.raises(OverflowError):
+        merge_loop(["ab"], [2**64], *args)
+    assert merge_loop(["ab", "xab"], [2**61, 2**61], *args)[1][0] == 2**62
+
+
+def test_progress_errors_stop_the_loop(impl):
+    def progress(done, pair, count):
+        if done == 3:
+            raise KeyError("stop here")
+
+    with pytest.raises(KeyError, match="stop here"):
+        learn_merges({b"abcdefgh": 5}, 6, progress=progress)
