@@ -207,10 +207,12 @@ class Tokenizer:
     def _split(self, text: str) -> list[str]:
         """The pre-tokens of `text`. Byte mode keeps the text between regex matches as pieces too (as
         Hugging Face's `Split(behavior="Isolated")` does), so no byte is ever dropped. The named
-        patterns match every character, so only a custom regex needs the check."""
-        pieces = self._regex.findall(text)
-        if self._matches_everything or sum(map(len, pieces)) == len(text):
-            return pieces
+        patterns match every character, so only a custom regex needs the check (and the slower
+        path when it has capturing groups, which change what findall returns)."""
+        if not self._regex.groups:
+            pieces = self._regex.findall(text)
+            if self._matches_everything or sum(map(len, pieces)) == len(text):
+                return pieces
         pieces, pos = [], 0
         for m in self._regex.finditer(text):
             if m.start() > pos:
@@ -246,6 +248,7 @@ class Tokenizer:
             del self._cache[key]
 
     def _classic_symbols(self, word: str) -> list[int]:
+        """A word's characters as symbol ids, then the end-of-word symbol."""
         get = self._token_ids.get
         symbols = []
         for ch in word:
@@ -310,7 +313,7 @@ class Tokenizer:
         while order:
             rank = heappop(order)
             positions = buckets.pop(rank)
-            positions.sort()
+            positions.sort()          # filed by several earlier ranks, so not necessarily in order
             a, b = pairs[rank]
             new_id = merged[rank]
             for i in positions:
@@ -400,18 +403,26 @@ class Tokenizer:
         `path` may be the file or a directory holding one."""
         if os.path.isdir(path):
             path = os.path.join(path, "tokenizer.json")
-        return cls(**formats.read_tokenizer_json(path))
+        return _named(path, cls, formats.read_tokenizer_json(path))
 
     @classmethod
     def from_gpt2_files(cls, vocab_json: str | os.PathLike, merges_txt: str | os.PathLike,
                         pattern: str = "gpt2") -> "Tokenizer":
         """Load GPT-2's `vocab.json` + `merges.txt` layout."""
-        return cls(**formats.read_gpt2_files(vocab_json, merges_txt), pattern=pattern)
+        return _named(merges_txt, cls, {**formats.read_gpt2_files(vocab_json, merges_txt), "pattern": pattern})
 
     def __repr__(self) -> str:
         return (f"Tokenizer(mode={self.mode!r}, pattern={self.pattern_name or self.pattern!r}, "
                 f"merges={len(self.merges)}, special_tokens={len(self.special_tokens)}, "
                 f"vocab_size={self.vocab_size})")
+
+
+def _named(path, cls, kwargs: dict) -> "Tokenizer":
+    """Build a tokenizer from a file's contents; an inconsistency names the file."""
+    try:
+        return cls(**kwargs)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
 
 
 def _ranks_ascend(ranks: dict[tuple[int, int], int], merged: list[int]) -> bool:

@@ -105,7 +105,13 @@ def read_tokenizer_json(path: str | os.PathLike) -> dict:
     doc = _load_json(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("model"), dict):
         raise ValueError(f"{path}: not a tokenizer.json (no \"model\" object)")
+    try:
+        return _read_tokenizer_doc(doc, path)
+    except (AttributeError, TypeError) as exc:   # a component of the wrong JSON type
+        raise ValueError(f"{path}: malformed tokenizer.json ({exc})") from None
 
+
+def _read_tokenizer_doc(doc: dict, path) -> dict:
     def unsupported(what: str) -> ValueError:
         return ValueError(f"{path}: unsupported tokenizer.json: {what}; {SUPPORTED}")
 
@@ -136,8 +142,8 @@ def read_tokenizer_json(path: str | os.PathLike) -> dict:
     except KeyError as exc:
         raise unsupported(f"a token uses the character {exc.args[0]!r}, outside the GPT-2 byte alphabet "
                           f"(not a byte-level vocabulary)") from None
-    except (TypeError, ValueError, AttributeError) as exc:
-        raise unsupported(f"malformed model vocab or merges ({exc})") from None
+    except ValueError as exc:
+        raise unsupported(f"malformed merges ({exc})") from None
     return {"merges": merges, "pattern": pattern, "special_tokens": specials, "vocab": vocab,
             "ignore_merges": bool(model.get("ignore_merges", False))}
 
@@ -168,7 +174,7 @@ def _pattern_of(pre_tokenizer: dict | None, unsupported) -> str:
 
 
 def _check_byte_level(step: dict, use_regex: bool, unsupported) -> None:
-    # tokenizers' own defaults when a key is absent: add_prefix_space=true, use_regex=true.
+    # An absent key means ByteLevel's default: add_prefix_space=true, use_regex=true.
     if step.get("add_prefix_space", True):
         raise unsupported("ByteLevel add_prefix_space=true (it inserts a space before the text; "
                           "tokenbeam encodes text as given)")

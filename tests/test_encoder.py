@@ -171,6 +171,8 @@ def test_custom_pattern_keeps_the_text_between_matches():
     assert tok.decode(ids) == text
     # Merges never cross a piece boundary: the pieces are "ab ", "12", " ca\n\n ", "3", "abc".
     assert ids == [i for piece in ["ab ", "12", " ca\n\n ", "3", "abc"] for i in tok.encode(piece)]
+    # Capturing groups do not change the pieces.
+    assert Tokenizer(HAND_MERGES, pattern=r"(\d)+").encode(text) == ids
 
 
 def test_lone_surrogate_becomes_replacement_character():

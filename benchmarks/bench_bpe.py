@@ -1,0 +1,225 @@
+"""bpe_ops side by side with the peers, in one process, single-threaded where the peer allows it.
+
+    python benchmarks/bench_bpe.py [--corpus ../shared/corpora/en] [--vocab-size 32768] [--encode-mb 10]
+                                   [--train-mb 0] [--skip-train] [--skip-encode]
+
+1. Merge loop: our `learn_merges` on the pre-token counts of the corpus (gpt4 pattern) against
+   Hugging Face `BpeTrainer` and `rustbpe` trained on the same text to the same vocabulary size.
+   The peers do not expose their merge loop, so it is estimated as full training time minus the
+   time of a training that stops after one merge (same text, same counting). Each peer training
+   runs in a fresh process (in one long-lived process HF's times drifted by several seconds); the
+   spread of the runs is printed, since the estimate is a difference of two noisy figures.
+2. Encode: MB/s on the first `--encode-mb` MB of the corpus, with the same merges everywhere (our
+   tokenizer trained in step 1 at the same vocabulary size, saved, and loaded by
+   `tokenizers.Tokenizer.from_file` and by tiktoken from our `.tiktoken`); the ids are checked equal
+   before any figure is printed. Ours is timed cold (empty cache) and warm (second pass).
+
+Prints wall and CPU seconds and ratios (peer time / our time: above 1 means we are faster). The
+peers run with RAYON_NUM_THREADS=1 and TOKENIZERS_PARALLELISM=false, as single-threaded as ours.
+Training figures are the least of `--repeat` runs (the machine may be shared).
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("RAYON_NUM_THREADS", "1")          # HF / rustbpe thread pools, before import
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bpe_ops import Tokenizer, learn_merges  # noqa: E402
+from bpe_ops.pretokenize import GPT4_PATTERN, count_pretokens  # noqa: E402
+
+
+def read_texts(corpus: Path, max_mb: float) -> list[str]:
+    """Documents of every `*.jsonl` shard in order, up to `max_mb` MB of UTF-8 (0: all)."""
+    texts, size = [], 0
+    for shard in sorted(corpus.glob("*.jsonl")):
+        with open(shard, encoding="utf-8") as f:
+            for line in f:
+                text = json.loads(line)["text"]
+                texts.append(text)
+                size += len(text.encode("utf-8"))
+                if max_mb and size >= max_mb * 1e6:
+                    return texts
+    return texts
+
+
+def timed(fn, *args, **kwargs):
+    """(result, wall seconds, CPU seconds of this process, all threads)."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = fn(*args, **kwargs)
+    return result, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def best_of(repeat: int, fn, *args):
+    """`timed` `repeat` times: (last result, least wall, least CPU). The machine is shared, so the
+    least time is the stable figure."""
+    runs = [timed(fn, *args) for _ in range(repeat)]
+    return runs[-1][0], min(r[1] for r in runs), min(r[2] for r in runs)
+
+
+def peer_runs(peer: str, args: argparse.Namespace, vocab_size: int) -> list[tuple[float, float]]:
+    """(wall, CPU) of `args.repeat` trainings of `peer`, each in a fresh process (this script)."""
+    cmd = [sys.executable, __file__, "--peer", peer, "--corpus", str(args.corpus),
+           "--train-mb", str(args.train_mb), "--vocab-size", str(vocab_size)]
+    runs = []
+    for _ in range(args.repeat):
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+        figures = json.loads(out.splitlines()[-1])
+        runs.append((figures["wall"], figures["cpu"]))
+    return runs
+
+
+def learn_merges_with(pure_python: bool, counts, num_merges: int):
+    """`learn_merges` with its compiled loop, or forced to the pure-Python one."""
+    previous = os.environ.pop("TOKENBEAM_PURE_PYTHON", None)
+    if pure_python:
+        os.environ["TOKENBEAM_PURE_PYTHON"] = "1"
+    try:
+        return learn_merges(counts, num_merges)
+    finally:
+        os.environ.pop("TOKENBEAM_PURE_PYTHON", None)
+        if previous is not None:
+            os.environ["TOKENBEAM_PURE_PYTHON"] = previous
+
+
+def hf_train(texts: list[str], vocab_size: int):
+    from tokenizers import Regex, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer as HFTokenizer
+    hf = HFTokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(GPT4_PATTERN), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    hf.train_from_iterator(texts, trainer=trainer)
+    return hf
+
+
+def rustbpe_train(texts: list[str], vocab_size: int):
+    import rustbpe
+    tok = rustbpe.Tokenizer()
+    tok.train_from_iterator(iter(texts), vocab_size, pattern=GPT4_PATTERN)
+    return tok
+
+
+def row(name: str, wall: float, cpu: float, ours_wall: float, ours_cpu: float) -> str:
+    return f"| {name:<40} | {wall:9.2f} | {cpu:9.2f} | {wall / ours_wall:10.2f} | {cpu / ours_cpu:9.2f} |"
+
+
+def header(title: str) -> None:
+    print(f"\n{title}\n| {'':<40} | {'wall s':>9} | {'CPU s':>9} | {'peer/ours':>10} | {'(CPU)':>9} |")
+    print(f"|{'-' * 42}|{'-' * 11}|{'-' * 11}|{'-' * 12}|{'-' * 11}|")
+
+
+def bench_train(texts: list[str], args: argparse.Namespace) -> Tokenizer:
+    vocab_size, repeat = args.vocab_size, args.repeat
+    counts, count_wall, count_cpu = best_of(repeat, count_pretokens, texts, "gpt4")
+    result, wall, cpu = best_of(repeat, learn_merges_with, False, counts, vocab_size - 256)
+    pure, pure_wall, pure_cpu = best_of(1, learn_merges_with, True, counts, vocab_size - 256)
+    if pure.merges != result.merges:
+        raise SystemExit("the compiled and the pure-Python merge loops disagree: no figures")
+    tok = Tokenizer(result.merges, pattern="gpt4")
+    spread = {}
+    for peer in ("hf", "rustbpe"):
+        for size in (vocab_size, 257):
+            spread[peer, size] = peer_runs(peer, args, size)
+    (hf_full_wall, hf_full_cpu), (hf_one_wall, hf_one_cpu), (rb_full_wall, rb_full_cpu), \
+        (rb_one_wall, rb_one_cpu) = [tuple(map(min, zip(*runs))) for runs in spread.values()]
+    header(f"Merge loop to {vocab_size:,} ids ({len(result.merges):,} merges; "
+           f"{len(counts):,} distinct pre-tokens; least of {repeat} runs)")
+    print(row("bpe_ops learn_merges (compiled loop)", wall, cpu, wall, cpu))
+    print(row("bpe_ops learn_merges (pure Python)", pure_wall, pure_cpu, wall, cpu))
+    print(row("HF BpeTrainer (full - one merge)", hf_full_wall - hf_one_wall, hf_full_cpu - hf_one_cpu, wall, cpu))
+    print(row("rustbpe (full - one merge)", rb_full_wall - rb_one_wall, rb_full_cpu - rb_one_cpu, wall, cpu))
+    header("Whole training (counting included)")
+    ours_wall, ours_cpu = count_wall + wall, count_cpu + cpu
+    print(row("bpe_ops count_pretokens + learn_merges", ours_wall, ours_cpu, ours_wall, ours_cpu))
+    print(row("HF BpeTrainer", hf_full_wall, hf_full_cpu, ours_wall, ours_cpu))
+    print(row("rustbpe", rb_full_wall, rb_full_cpu, ours_wall, ours_cpu))
+    print("\nspread of the peer trainings (CPU s, min-max); the peers' merge-loop figures are differences"
+          " of such runs, so a spread wider than the difference makes them noise:")
+    for (peer, size), runs in spread.items():
+        cpus = [c for _, c in runs]
+        print(f"  {peer:<8} {size:>6,} ids: {min(cpus):.2f}-{max(cpus):.2f}")
+    return tok
+
+
+def bench_encode(tok: Tokenizer, texts: list[str]) -> None:
+    import tiktoken
+    from tokenizers import Tokenizer as HFTokenizer
+    megabytes = sum(len(t.encode("utf-8")) for t in texts) / 1e6
+    with tempfile.TemporaryDirectory() as tmp:
+        json_path = tok.save(tmp)
+        ours_loaded = Tokenizer.from_file(json_path)     # fresh: empty cache
+        hf = HFTokenizer.from_file(json_path)
+        ranks = {}
+        with open(Path(tmp) / "tokenizer.tiktoken", encoding="ascii") as f:
+            for line in f:
+                token, rank = line.split()
+                ranks[base64.b64decode(token)] = int(rank)
+    enc = tiktoken.Encoding("bench", pat_str=tok.pattern, mergeable_ranks=ranks, special_tokens={})
+
+    ours, cold_wall, cold_cpu = timed(ours_loaded.encode_batch, texts)
+    _, warm_wall, warm_cpu = timed(ours_loaded.encode_batch, texts)
+    theirs_tt, tt_wall, tt_cpu = timed(lambda: [enc.encode_ordinary(t) for t in texts])
+    theirs_hf, hf_wall, hf_cpu = timed(lambda: [hf.encode(t, add_special_tokens=False).ids for t in texts])
+    for name, theirs in (("tiktoken", theirs_tt), ("tokenizers", theirs_hf)):
+        bad = sum(a != b for a, b in zip(ours, theirs))
+        if bad or len(theirs) != len(ours):
+            raise SystemExit(f"{name} gives different ids on {bad} of {len(texts)} documents: no figures")
+    n_tokens = sum(map(len, ours))
+    print(f"\nEncode {megabytes:.1f} MB ({len(texts):,} documents, {n_tokens:,} tokens, identical ids in all "
+          f"three), single-threaded")
+    print(f"| {'':<40} | {'MB/s':>9} | {'MB/CPU-s':>9} | {'peer/cold':>10} | {'peer/warm':>10} |")
+    print(f"|{'-' * 42}|{'-' * 11}|{'-' * 11}|{'-' * 12}|{'-' * 12}|")
+    for name, wall, cpu in (("bpe_ops, cold cache", cold_wall, cold_cpu), ("bpe_ops, warm cache", warm_wall, warm_cpu),
+                            ("tiktoken encode_ordinary", tt_wall, tt_cpu),
+                            ("HF tokenizers encode", hf_wall, hf_cpu)):
+        # Peer CPU time / ours, cold and warm (above 1: we are faster).
+        print(f"| {name:<40} | {megabytes / wall:9.2f} | {megabytes / cpu:9.2f} | "
+              f"{cpu / cold_cpu:10.2f} | {cpu / warm_cpu:10.2f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", type=Path, default=ROOT.parent / "shared" / "corpora" / "en")
+    parser.add_argument("--vocab-size", type=int, default=32768)
+    parser.add_argument("--encode-mb", type=float, default=10.0)
+    parser.add_argument("--train-mb", type=float, default=0.0, help="train on the first N MB (0: all)")
+    parser.add_argument("--skip-train", action="store_true",
+                        help="no peer training; our tokenizer is still trained for the encode part")
+    parser.add_argument("--skip-encode", action="store_true")
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs per training figure (least is kept)")
+    parser.add_argument("--peer", choices=("hf", "rustbpe"), help=argparse.SUPPRESS)  # one timed peer run
+    args = parser.parse_args()
+    if args.peer:
+        train = hf_train if args.peer == "hf" else rustbpe_train
+        _, wall, cpu = timed(train, read_texts(args.corpus, args.train_mb), args.vocab_size)
+        print(json.dumps({"wall": wall, "cpu": cpu}))
+        return
+
+    texts = read_texts(args.corpus, args.train_mb)
+    print(f"corpus {args.corpus}: {len(texts):,} documents, "
+          f"{sum(len(t.encode('utf-8')) for t in texts) / 1e6:.1f} MB; pattern gpt4; "
+          f"RAYON_NUM_THREADS={os.environ['RAYON_NUM_THREADS']}; {os.cpu_count()} CPUs")
+    if args.skip_train:
+        result = learn_merges(count_pretokens(texts, "gpt4"), args.vocab_size - 256)
+        tok = Tokenizer(result.merges, pattern="gpt4")
+    else:
+        tok = bench_train(texts, args)
+    if not args.skip_encode:
+        bench_encode(tok, read_texts(args.corpus, args.encode_mb))
+
+
+if __name__ == "__main__":
+    main()
