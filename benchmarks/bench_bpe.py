@@ -14,9 +14,13 @@
    `tokenizers.Tokenizer.from_file` and by tiktoken from our `.tiktoken`); the ids are checked equal
    before any figure is printed. Ours is timed cold (empty cache) and warm (second pass).
 
-Prints wall and CPU seconds and ratios (peer time / our time: above 1 means we are faster). The
-peers run with RAYON_NUM_THREADS=1 and TOKENIZERS_PARALLELISM=false, as single-threaded as ours.
-Training figures are the least of `--repeat` runs (the machine may be shared).
+Pre-tokenization (`count_pretokens`) and our encoder are timed with each regex engine in reach:
+PCRE2 (the optional PyPcre package, when installed) and the `regex` package (`TOKENBEAM_REGEX=regex`).
+
+Prints wall and CPU seconds and ratios (peer time / our time: above 1 means we are faster; the encode
+table gives every row's speed as a multiple of tiktoken's and HF's, from CPU time). The peers run
+with RAYON_NUM_THREADS=1 and TOKENIZERS_PARALLELISM=false, as single-threaded as ours. Training
+figures are the least of `--repeat` runs (the machine may be shared).
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")          # HF / rustbpe thread pools, before import
@@ -36,7 +41,34 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bpe_ops import Tokenizer, learn_merges  # noqa: E402
-from bpe_ops.pretokenize import GPT4_PATTERN, count_pretokens  # noqa: E402
+from bpe_ops.pretokenize import ENGINE_VARIABLE, GPT4_PATTERN, count_pretokens, regex_engine  # noqa: E402
+
+
+def engines() -> list[str]:
+    """The regex engines to time: PCRE2 when PyPcre is installed (and not turned off), and `regex`."""
+    return ["pcre2", "regex"] if regex_engine("gpt4") == "pcre2" else ["regex"]
+
+
+def engine_versions() -> str:
+    from importlib.metadata import version
+    out = f"regex {version('regex')}"
+    if "pcre2" in engines():
+        import pcre
+        out = f"PCRE2 {pcre.pcre_ext_c.get_library_version().split()[0]} (PyPcre {version('PyPcre')}, JIT), " + out
+    return out
+
+
+@contextmanager
+def using(engine: str):
+    """Patterns compiled inside the block (a Tokenizer built there, say) use `engine`."""
+    previous = os.environ.get(ENGINE_VARIABLE)
+    os.environ[ENGINE_VARIABLE] = "auto" if engine == "pcre2" else "regex"
+    try:
+        yield
+    finally:
+        os.environ.pop(ENGINE_VARIABLE)
+        if previous is not None:
+            os.environ[ENGINE_VARIABLE] = previous
 
 
 def read_texts(corpus: Path, max_mb: float) -> list[str]:
@@ -121,9 +153,28 @@ def header(title: str) -> None:
     print(f"|{'-' * 42}|{'-' * 11}|{'-' * 11}|{'-' * 12}|{'-' * 11}|")
 
 
-def bench_train(texts: list[str], args: argparse.Namespace) -> Tokenizer:
+def bench_count(texts: list[str], repeat: int):
+    """`count_pretokens` (gpt4) with each engine; (counts, least wall, least CPU) of the first engine,
+    which is the one used by default."""
+    megabytes = sum(len(t.encode("utf-8")) for t in texts) / 1e6
+    runs = {}
+    for engine in engines():
+        with using(engine):
+            runs[engine] = best_of(repeat, count_pretokens, texts, "gpt4")
+    first = runs[engines()[0]]
+    if any(counts != first[0] for counts, _, _ in runs.values()):
+        raise SystemExit("the regex engines count different pre-tokens: no figures")
+    print(f"\nPre-tokenize and count {megabytes:.1f} MB (count_pretokens, gpt4; identical counts; least of "
+          f"{repeat} runs)\n| {'engine':<40} | {'wall s':>9} | {'CPU s':>9} | {'MB/CPU-s':>9} |")
+    print(f"|{'-' * 42}|{'-' * 11}|{'-' * 11}|{'-' * 11}|")
+    for engine, (_, wall, cpu) in runs.items():
+        print(f"| {engine:<40} | {wall:9.2f} | {cpu:9.2f} | {megabytes / cpu:9.2f} |")
+    return first
+
+
+def bench_train(texts: list[str], args: argparse.Namespace, counted) -> Tokenizer:
     vocab_size, repeat = args.vocab_size, args.repeat
-    counts, count_wall, count_cpu = best_of(repeat, count_pretokens, texts, "gpt4")
+    counts, count_wall, count_cpu = counted
     result, wall, cpu = best_of(repeat, learn_merges_with, False, counts, vocab_size - 256)
     pure, pure_wall, pure_cpu = best_of(1, learn_merges_with, True, counts, vocab_size - 256)
     if pure.merges != result.merges:
@@ -141,7 +192,7 @@ def bench_train(texts: list[str], args: argparse.Namespace) -> Tokenizer:
     print(row("bpe_ops learn_merges (pure Python)", pure_wall, pure_cpu, wall, cpu))
     print(row("HF BpeTrainer (full - one merge)", hf_full_wall - hf_one_wall, hf_full_cpu - hf_one_cpu, wall, cpu))
     print(row("rustbpe (full - one merge)", rb_full_wall - rb_one_wall, rb_full_cpu - rb_one_cpu, wall, cpu))
-    header("Whole training (counting included)")
+    header(f"Whole training (counting included, with {engines()[0]})")
     ours_wall, ours_cpu = count_wall + wall, count_cpu + cpu
     print(row("bpe_ops count_pretokens + learn_merges", ours_wall, ours_cpu, ours_wall, ours_cpu))
     print(row("HF BpeTrainer", hf_full_wall, hf_full_cpu, ours_wall, ours_cpu))
@@ -158,9 +209,15 @@ def bench_encode(tok: Tokenizer, texts: list[str]) -> None:
     import tiktoken
     from tokenizers import Tokenizer as HFTokenizer
     megabytes = sum(len(t.encode("utf-8")) for t in texts) / 1e6
+    ours = {}
     with tempfile.TemporaryDirectory() as tmp:
         json_path = tok.save(tmp)
-        ours_loaded = Tokenizer.from_file(json_path)     # fresh: empty cache
+        for engine in engines():
+            with using(engine):
+                loaded = Tokenizer.from_file(json_path)     # fresh: empty cache
+            ids, cold_wall, cold_cpu = timed(loaded.encode_batch, texts)
+            _, warm_wall, warm_cpu = timed(loaded.encode_batch, texts)
+            ours[engine] = ids, (cold_wall, cold_cpu), (warm_wall, warm_cpu)
         hf = HFTokenizer.from_file(json_path)
         ranks = {}
         with open(Path(tmp) / "tokenizer.tiktoken", encoding="ascii") as f:
@@ -169,25 +226,27 @@ def bench_encode(tok: Tokenizer, texts: list[str]) -> None:
                 ranks[base64.b64decode(token)] = int(rank)
     enc = tiktoken.Encoding("bench", pat_str=tok.pattern, mergeable_ranks=ranks, special_tokens={})
 
-    ours, cold_wall, cold_cpu = timed(ours_loaded.encode_batch, texts)
-    _, warm_wall, warm_cpu = timed(ours_loaded.encode_batch, texts)
     theirs_tt, tt_wall, tt_cpu = timed(lambda: [enc.encode_ordinary(t) for t in texts])
     theirs_hf, hf_wall, hf_cpu = timed(lambda: [hf.encode(t, add_special_tokens=False).ids for t in texts])
-    for name, theirs in (("tiktoken", theirs_tt), ("tokenizers", theirs_hf)):
-        bad = sum(a != b for a, b in zip(ours, theirs))
-        if bad or len(theirs) != len(ours):
+    reference = ours[engines()[0]][0]
+    others = [(f"bpe_ops ({engine})", ids) for engine, (ids, _, _) in ours.items()]
+    for name, theirs in others + [("tiktoken", theirs_tt), ("tokenizers", theirs_hf)]:
+        bad = sum(a != b for a, b in zip(reference, theirs))
+        if bad or len(theirs) != len(reference):
             raise SystemExit(f"{name} gives different ids on {bad} of {len(texts)} documents: no figures")
-    n_tokens = sum(map(len, ours))
-    print(f"\nEncode {megabytes:.1f} MB ({len(texts):,} documents, {n_tokens:,} tokens, identical ids in all "
-          f"three), single-threaded")
-    print(f"| {'':<40} | {'MB/s':>9} | {'MB/CPU-s':>9} | {'peer/cold':>10} | {'peer/warm':>10} |")
+    n_tokens = sum(map(len, reference))
+    print(f"\nEncode {megabytes:.1f} MB ({len(texts):,} documents, {n_tokens:,} tokens, identical ids everywhere), "
+          f"single-threaded")
+    print(f"| {'':<40} | {'MB/s':>9} | {'MB/CPU-s':>9} | {'x tiktoken':>10} | {'x HF':>10} |")
     print(f"|{'-' * 42}|{'-' * 11}|{'-' * 11}|{'-' * 12}|{'-' * 12}|")
-    for name, wall, cpu in (("bpe_ops, cold cache", cold_wall, cold_cpu), ("bpe_ops, warm cache", warm_wall, warm_cpu),
-                            ("tiktoken encode_ordinary", tt_wall, tt_cpu),
-                            ("HF tokenizers encode", hf_wall, hf_cpu)):
-        # Peer CPU time / ours, cold and warm (above 1: we are faster).
+    rows = []
+    for engine, (_, cold, warm) in ours.items():
+        rows += [(f"bpe_ops ({engine}), cold cache", *cold), (f"bpe_ops ({engine}), warm cache", *warm)]
+    rows += [("tiktoken encode_ordinary", tt_wall, tt_cpu), ("HF tokenizers encode", hf_wall, hf_cpu)]
+    for name, wall, cpu in rows:
+        # CPU speed relative to the peers (above 1: faster than that peer).
         print(f"| {name:<40} | {megabytes / wall:9.2f} | {megabytes / cpu:9.2f} | "
-              f"{cpu / cold_cpu:10.2f} | {cpu / warm_cpu:10.2f} |")
+              f"{tt_cpu / cpu:10.2f} | {hf_cpu / cpu:10.2f} |")
 
 
 def main() -> None:
@@ -212,11 +271,13 @@ def main() -> None:
     print(f"corpus {args.corpus}: {len(texts):,} documents, "
           f"{sum(len(t.encode('utf-8')) for t in texts) / 1e6:.1f} MB; pattern gpt4; "
           f"RAYON_NUM_THREADS={os.environ['RAYON_NUM_THREADS']}; {os.cpu_count()} CPUs")
+    print(f"regex engines: {engine_versions()}; the first is the default")
+    counted = bench_count(texts, 1 if args.skip_train else args.repeat)
     if args.skip_train:
-        result = learn_merges(count_pretokens(texts, "gpt4"), args.vocab_size - 256)
+        result = learn_merges(counted[0], args.vocab_size - 256)
         tok = Tokenizer(result.merges, pattern="gpt4")
     else:
-        tok = bench_train(texts, args)
+        tok = bench_train(texts, args, counted)
     if not args.skip_encode:
         bench_encode(tok, read_texts(args.corpus, args.encode_mb))
 

@@ -1,6 +1,11 @@
 """Pre-tokenization: our named patterns split real text exactly as Hugging Face's Split(Regex) does
-(Oniguruma), special tokens split first, and the byte <-> unicode table is GPT-2's."""
+(Oniguruma), special tokens split first, and the byte <-> unicode table is GPT-2's. The optional PCRE2
+accelerator gives the pieces of `regex` on real text, every code point and adversarial strings."""
+import pickle
+from collections import Counter
+
 import pytest
+import regex
 from tokenizers import Regex, pre_tokenizers
 
 from bpe_ops import pretokenize
@@ -50,3 +55,160 @@ def test_count_pretokens_counts_bytes_and_repairs_lone_surrogates():
 def test_bad_pattern_is_a_value_error():
     with pytest.raises(ValueError, match="invalid split pattern"):
         pretokenize.compile_pattern("(unclosed")
+
+
+# ---- the optional PCRE2 accelerator: the same pieces as `regex`, everywhere --------------------
+
+try:
+    import pcre  # noqa: F401  (the optional accelerator)
+    HAS_PCRE2 = True
+except ImportError:
+    HAS_PCRE2 = False
+needs_pcre2 = pytest.mark.skipif(not HAS_PCRE2, reason="PyPcre not installed (optional accelerator)")
+NAMES = ["gpt2", "gpt4", "o200k", "classic"]
+LLAMA3_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+                  r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
+TIKTOKEN_CL100K = pretokenize.GPT4_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}{1,3}+")
+ADVERSARIAL = [
+    "", " ", "\n", "x\ud800 y", "\udfff", "a\ud83d\ude00b", "  \udc00  \n",   # lone surrogates
+    "a\x00b\x00 \x00\x00 1\x00",                                                # NUL
+    "line\r\nnext\r\n\r\n  \r\n\r", "a\rb\r\r\n c\n\r",                          # CR, LF, CRLF
+    "end   ", "end \n", "end\n\n", "  \n  ", "x\t\n \n", "x \n\n", "\n \n\t ",  # trailing white space, \s++$
+    "e\u0301te\u0301 \u0301abc a\u0301\u0302\u0303 b", "नमस्ते दुनिया", "مَرْحَبًا بِكُمْ", "한국어 각",  # marks
+    "👩\u200d👩\u200d👧\u200d👦 family 🏳️\u200d🌈 1️⃣ 👍🏽!", "\u200d\u200c\ufeff",       # emoji ZWJ, joiners
+    "it's IT'S it'ſ 'LL 'Ll 'K 'Re 'rE 'vE 'D's'", "Straße 'ß ǅemal ǈ",            # case folding
+    "\u00a0\u2003x\u3000\u180e\u2028y\u2029\x85\x0b\x0c\x1c\x1f z \u180e",      # Unicode white space
+    "4294967295 ١٢٣٤٥ ⅫⅣ ½ ²³ 12٣4",                                          # digits of all kinds
+    "\u0295 \U00011f00\U00011f01 \U0001e4d0 \U0002ebf0 \u0c5c \u088f",          # guarded: newer Unicode
+    "\uffff\ufffe \U0010ffff\U000e0001 \ue000",                                # non-characters, private use
+    " " * 100_000, "a" * 100_000, "1" * 100_001, "!" * 50_000, "\n" * 50_000 + " ", "é" * 50_000,
+    "  x" * 30_000, "'s" * 20_000, "\u0301" * 20_000, " \r\n" * 20_000, "ab\u0301" * 30_000,  # long runs
+]
+
+
+def pcre2_pieces(pattern: str, text: str) -> list:
+    """PCRE2's own split, without the guard (the flags `pretokenize` uses, written out here)."""
+    return pcre.compile("(*LF)" + pattern, pcre.Flag.UTF | pcre.Flag.UCP | pcre.Flag.JIT).findall(text)
+
+
+@needs_pcre2
+@pytest.mark.parametrize("name", NAMES)
+def test_pcre2_splits_every_document_like_regex(name, corpora):
+    texts = read_jsonl_texts(corpora / "multi") + read_jsonl_texts(corpora / "code")
+    fast, reference = pretokenize.compile_pattern(name), regex.compile(pretokenize.PATTERNS[name])
+    assert pretokenize.regex_engine(name) == "pcre2"
+    assert [fast.findall(t) for t in texts] == [reference.findall(t) for t in texts]
+    # The comparison above is PCRE2's work, not the guard's fallback: PCRE2 took nearly every text.
+    assert sum(map(fast.pcre2_splits, texts)) >= 0.95 * len(texts)
+
+
+@needs_pcre2
+@pytest.mark.parametrize("name", NAMES)
+def test_pcre2_splits_adversarial_text_like_regex(name):
+    fast, reference = pretokenize.compile_pattern(name), regex.compile(pretokenize.PATTERNS[name])
+    for text in ADVERSARIAL:
+        assert fast.findall(text) == reference.findall(text), repr(text[:40])
+        assert ([(m.start(), m.end(), m.group()) for m in fast.finditer(text)]
+                == [(m.start(), m.end(), m.group()) for m in reference.finditer(text)]), repr(text[:40])
+    # Lone surrogates cannot reach PCRE2 (UTF-8 only): those texts went to `regex`.
+    assert not fast.pcre2_splits("x\ud800 y") and fast.pcre2_splits("x y é")
+
+
+@needs_pcre2
+@pytest.mark.parametrize("name", NAMES)
+def test_pcre2_splits_every_code_point_like_regex(name):
+    """Every code point but the surrogates, 16 at a time between a letter and an apostrophe, a digit
+    and a newline: PCRE2 where it takes the text, `regex` where the guard sends it, always `regex`'s
+    pieces."""
+    fast, reference = pretokenize.compile_pattern(name), regex.compile(pretokenize.PATTERNS[name])
+    points = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    chunks = ["".join(map(chr, points[i:i + 16])) for i in range(0, len(points), 16)]
+    texts = [f"x{c}'s 1\n " for c in chunks]
+    taken = [t for t in texts if fast.pcre2_splits(t)]
+    assert len(taken) >= 0.95 * len(texts)
+    assert [fast.findall(t) for t in texts] == [reference.findall(t) for t in texts]
+
+
+@needs_pcre2
+def test_the_guard_is_needed_and_holds_exactly_what_the_engines_disagree_on():
+    """Texts made of each guarded character split differently by bare PCRE2 somewhere (so the guard
+    is not decoration), and the accelerated pattern still gives `regex`'s pieces on them."""
+    fast = pretokenize.compile_pattern("o200k")
+    reference = regex.compile(pretokenize.O200K_PATTERN)
+    if not fast.guard:
+        pytest.skip("these PCRE2 and regex versions classify every character alike: nothing to guard")
+    texts = [f"a{first}b {first}1 {last}{last}" for first, last in fast.guard]
+    assert not any(map(fast.pcre2_splits, texts))
+    assert any(pcre2_pieces(pretokenize.O200K_PATTERN, t) != reference.findall(t) for t in texts)
+    assert [fast.findall(t) for t in texts] == [reference.findall(t) for t in texts]
+
+
+@needs_pcre2
+def test_custom_patterns_use_pcre2_only_in_the_portable_syntax(corpora):
+    for pattern in (LLAMA3_PATTERN, TIKTOKEN_CL100K, r"\S+|\s+", r"[a[b]+|\p{Han}+|."):
+        assert pretokenize.regex_engine(pattern) == "pcre2", pattern
+    for pattern in (r"\w+", r"\d+", r"\bx", r"a\Z", "x{,3}", "[[:alpha:]]", "(?i)abc", r"(?i:\p{Lu})",
+                    r"\x41", r"(?<=a)b", r"(?P<w>a)", r"\p{Script=Han}", r"(?i:[a-z]+)"):
+        assert pretokenize.regex_engine(pattern) == "regex", pattern
+    texts = read_jsonl_texts(corpora / "multi")[:100] + ADVERSARIAL
+    for pattern in (LLAMA3_PATTERN, TIKTOKEN_CL100K, r"[a[b]+|\p{Han}+|."):
+        fast, reference = pretokenize.compile_pattern(pattern), regex.compile(pattern)
+        assert [fast.findall(t) for t in texts] == [reference.findall(t) for t in texts], pattern
+
+
+@needs_pcre2
+def test_capturing_groups_and_empty_matches_behave_as_in_regex():
+    for pattern, text in ((r"(a)(b)?|(c)", "abacx"), (r"x*", "axxb"), (r"\s*", "a  b \n"), (r"(?=a)|a", "aa"),
+                          (r"\s*$", "a \n"), (r"(\p{L})\p{L}*", "héllo wörld ok")):
+        fast, reference = pretokenize.compile_pattern(pattern), regex.compile(pattern)
+        assert fast.groups == reference.groups
+        assert fast.findall(text) == reference.findall(text), pattern
+        assert ([m.span() for m in fast.finditer(text)] == [m.span() for m in reference.finditer(text)]), pattern
+
+
+@needs_pcre2
+def test_encoder_gives_the_same_ids_with_either_engine(gpt2_files, corpora, monkeypatch):
+    from bpe_ops import Tokenizer
+    texts = read_jsonl_texts(corpora / "multi")[:40] + read_jsonl_texts(corpora / "code")[:20] + ADVERSARIAL[:-11]
+    fast = Tokenizer.from_gpt2_files(*gpt2_files)
+    merges = fast.merges[:5000]
+    # Gaps between matches take the finditer path of the encoder.
+    custom = Tokenizer(merges, pattern=r"\p{L}+| ?\p{N}+")
+    monkeypatch.setenv(pretokenize.ENGINE_VARIABLE, "regex")
+    slow = Tokenizer.from_gpt2_files(*gpt2_files)
+    custom_slow = Tokenizer(merges, pattern=r"\p{L}+| ?\p{N}+")
+    assert isinstance(fast._regex, pretokenize.Pcre2Pattern) and isinstance(slow._regex, regex.Pattern)
+    assert isinstance(custom._regex, pretokenize.Pcre2Pattern)
+    assert fast.encode_batch(texts) == slow.encode_batch(texts)
+    assert custom.encode_batch(texts) == custom_slow.encode_batch(texts)
+
+
+@needs_pcre2
+def test_count_pretokens_and_pickling_with_pcre2(corpora):
+    texts = read_jsonl_texts(corpora / "tiny")
+    counts = pretokenize.count_pretokens(texts + ["x\ud800"], "gpt4")
+    reference = regex.compile(pretokenize.GPT4_PATTERN)
+    expected = Counter(pretokenize.to_utf8(p) for t in texts + ["x\ud800"] for p in reference.findall(t))
+    assert counts == expected
+    fast = pretokenize.compile_pattern("gpt4")
+    back = pickle.loads(pickle.dumps(fast))
+    assert isinstance(back, pretokenize.Pcre2Pattern) and back.findall(texts[0]) == fast.findall(texts[0])
+
+
+def test_engine_choice_environment_variable_and_fallback(monkeypatch):
+    """`TOKENBEAM_REGEX=regex` keeps `regex`; without PyPcre `regex` is used (runs with or without it)."""
+    monkeypatch.setenv(pretokenize.ENGINE_VARIABLE, "regex")
+    assert isinstance(pretokenize.compile_pattern("gpt4"), regex.Pattern)
+    assert pretokenize.regex_engine("gpt4") == "regex"
+    monkeypatch.setenv(pretokenize.ENGINE_VARIABLE, "pcre")
+    with pytest.raises(ValueError, match="TOKENBEAM_REGEX"):
+        pretokenize.compile_pattern("gpt4")
+    monkeypatch.setenv(pretokenize.ENGINE_VARIABLE, "auto")
+    assert pretokenize.regex_engine("gpt4") == ("pcre2" if HAS_PCRE2 else "regex")
+    monkeypatch.setattr(pretokenize, "_pcre2_module", lambda: None)
+    pretokenize._compile.cache_clear()
+    try:
+        compiled = pretokenize.compile_pattern("gpt4")
+        assert isinstance(compiled, regex.Pattern) and compiled.findall("it's 12345") == ["it", "'s", " ", "123", "45"]
+    finally:
+        pretokenize._compile.cache_clear()
