@@ -72,6 +72,10 @@ def _ratio(num: int, den: int) -> float | None:
     return num / den if den else None
 
 
+def _error_key(error: dict) -> tuple:
+    return error["source"], error["rows_read"], error["reason"], error["detail"]
+
+
 class Summary:
     """The exact, mergeable summary of a tokenized dataset (the accumulator behind stats.json).
 
@@ -102,6 +106,7 @@ class Summary:
         self.quarter_bytes_per_token: dict[int, int] = {}  # floor(4 * n_bytes / n_tokens) -> records
         self.rejected: dict[str, int] = {}                 # reason -> records
         self.shards: set[str] = set()
+        self.shard_errors: list[dict] = []                 # file-level problems, in _error_key order
 
     # ---- accumulate -------------------------------------------------------------------------
 
@@ -147,6 +152,12 @@ class Summary:
         """Record that shard `name` contributed to this summary."""
         self.shards.add(name)
 
+    def add_shard_error(self, source: str, rows_read: int, reason: str, detail: str) -> None:
+        """Record that shard `source` could not be read past its first `rows_read` rows (a truncated
+        or unreadable file): the records before stay counted, the rest of the file is lost."""
+        self.shard_errors.append({"source": source, "rows_read": rows_read, "reason": reason, "detail": detail})
+        self.shard_errors.sort(key=_error_key)
+
     def add_text(self, text: str, ids: Sequence[int]) -> None:
         """Add one record from its text and token ids (`record_stats` + `add`)."""
         _, n_bytes, n_chars, n_words = record_stats(text, ids)
@@ -175,6 +186,8 @@ class Summary:
             for key, n in theirs.items():
                 mine[key] = mine.get(key, 0) + n
         self.shards |= other.shards
+        # Sorted on every field: the same list whatever the merge order.
+        self.shard_errors = sorted(self.shard_errors + other.shard_errors, key=_error_key)
         return self
 
     @classmethod

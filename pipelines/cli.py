@@ -5,7 +5,9 @@ turns user errors into one clear line (never a traceback) with a non-zero exit c
 """
 from __future__ import annotations
 
+import os
 import sys
+import traceback
 from typing import Callable
 
 USAGE = """usage: tokenbeam COMMAND [options]
@@ -21,13 +23,17 @@ commands:
 
 
 def run_command(run: Callable[[list[str]], object], argv: list[str]) -> int:
-    """Run a pipeline entry point; a UserError (or a bad input file) becomes one line and exit code 2."""
-    from pipelines.common import UserError
+    """Run a pipeline entry point; a UserError, or an OSError (a path that cannot be read or written),
+    becomes one line and exit code 2. TOKENBEAM_DEBUG=1 prints the traceback before that line."""
+    from pipelines.common import UserError, os_error_reason
 
     try:
         run(argv)
-    except UserError as exc:
-        print(f"tokenbeam: error: {exc}", file=sys.stderr)
+    except (UserError, OSError) as exc:
+        if os.environ.get("TOKENBEAM_DEBUG") == "1":
+            traceback.print_exception(exc.__cause__ or exc.__context__ or exc, file=sys.stderr)
+        message = os_error_reason(exc) if isinstance(exc, OSError) else str(exc)
+        print(f"tokenbeam: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("tokenbeam: interrupted", file=sys.stderr)

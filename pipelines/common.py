@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
+import re
 import tempfile
 import json
 import posixpath
@@ -20,6 +22,69 @@ import fsspec
 
 class UserError(Exception):
     """An error the user can fix; the CLI prints its one-line message (no traceback) and exits 2."""
+
+
+class ShardFailure(Exception):
+    """A failure inside a Beam worker that the user must see as one line: `--fail-fast` meeting a bad
+    record or file, an output that cannot be written. Beam re-raises a DoFn's exception with the step
+    name appended (in process) or as the text of the worker's traceback (worker processes, Dataflow),
+    so the message carries a marker that `pipeline_failures` finds in either form."""
+    MARK = "[tokenbeam] "
+
+    def __init__(self, message: str):
+        super().__init__(message if message.startswith(self.MARK) else self.MARK + message)
+
+
+_FAILURE_LINE = re.compile(re.escape(ShardFailure.MARK) + r"(.*?)(?: \[while running '[^']*'\])*$", re.M)
+_WORKER_DIED = "Channel closed prematurely"     # what the local runner raises when a worker dies
+
+
+class _HideShardFailures(logging.Filter):
+    """Drop Beam's log record of a ShardFailure (a traceback): the user gets its one line instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return ShardFailure.MARK not in record.getMessage()
+
+
+@contextlib.contextmanager
+def pipeline_failures(output: str) -> Iterator[None]:
+    """Run a Beam pipeline inside this block: a ShardFailure raised in a worker, or a worker process
+    that died, becomes a one-line UserError; anything else is a bug and keeps its traceback.
+    TOKENBEAM_DEBUG=1 keeps Beam's own log of the failure."""
+    hide = _HideShardFailures()
+    loggers = [] if os.environ.get("TOKENBEAM_DEBUG") == "1" else [
+        logging.getLogger(name) for name in ("apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker")]
+    for logger in loggers:
+        logger.addFilter(hide)
+    try:
+        yield
+    except Exception as exc:
+        found = _FAILURE_LINE.search(str(exc))
+        if found:
+            raise UserError(found.group(1)) from exc
+        if _WORKER_DIED in str(exc):
+            raise UserError(f"a Beam worker process died during the run ({_WORKER_DIED.lower()}); the files "
+                            f"already under {output} are complete: rerun the same command to do the rest") from exc
+        raise
+    finally:
+        for logger in loggers:
+            logger.removeFilter(hide)
+
+
+@contextlib.contextmanager
+def writing(url: str) -> Iterator[None]:
+    """Inside a worker: an OSError while writing `url` (a read-only or full filesystem, a file where a
+    folder should be) becomes a ShardFailure naming it."""
+    try:
+        yield
+    except OSError as exc:
+        raise ShardFailure(f"cannot write {url}: {os_error_reason(exc)}") from exc
+
+
+def os_error_reason(exc: OSError) -> str:
+    """`No space left on device`-style text of an OSError, with the path it names if any."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return f"{reason} ({exc.filename})" if exc.filename and exc.strerror else reason
 
 
 # --- paths and files (any fsspec URL) ----------------------------------------------------------
@@ -50,14 +115,16 @@ def exists(url: str) -> bool:
 def open_atomic(url: str, mode: str = "wb") -> Iterator:
     """Open `url` for writing under a temporary name and rename it into place when the block succeeds.
 
-    A crash mid-write leaves only a `.tmp-*` file, never a file that looks complete under its final
-    name. On object stores the rename is a copy + delete, which is still all-or-nothing for readers.
+    A crash mid-write leaves only a hidden `.NAME.tmp-*` file, never a file that looks complete under
+    its final name. On object stores the rename is a copy + delete, so a worker killed in between (a
+    retried bundle on Dataflow) can leave the temporary next to the final file: its name ends in
+    `.tmp-*`, not in the final extension, so the globs that read outputs (`counts/*.parquet`) skip it.
     """
     fs, path = filesystem(url)
-    parent = posixpath.dirname(path)
+    parent, name = posixpath.split(path)
     if parent:
         fs.makedirs(parent, exist_ok=True)
-    tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{posixpath.basename(path)}" if parent else f".tmp-{uuid.uuid4().hex}"
+    tmp = posixpath.join(parent, f".{name}.tmp-{uuid.uuid4().hex}")
     try:
         with fs.open(tmp, mode) as f:
             yield f
@@ -66,6 +133,22 @@ def open_atomic(url: str, mode: str = "wb") -> Iterator:
         with contextlib.suppress(Exception):
             fs.rm(tmp)
         raise
+
+
+_TEMPORARY = re.compile(r"\..+\.tmp-[0-9a-f]{32}")     # open_atomic's temporary names
+
+
+def remove_stale_temporaries(output: str) -> int:
+    """Remove the temporaries that a killed worker left under `output` (open_atomic cleans up after
+    itself otherwise). Called by the launcher before a run starts, when no worker of this run can be
+    writing one; returns how many were removed."""
+    fs, path = filesystem(output)
+    if not fs.exists(path):
+        return 0
+    stale = [f for f in fs.find(path) if _TEMPORARY.fullmatch(posixpath.basename(f))]
+    for f in stale:
+        fs.rm(f)
+    return len(stale)
 
 
 def write_text_atomic(url: str, text: str) -> None:
@@ -94,6 +177,10 @@ def load_tokenizer(url: str):
             return Tokenizer.from_file(local)
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot use tokenizer {url}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    except (TypeError, KeyError, AttributeError, IndexError, OverflowError) as exc:
+        # A file of the right shape with a value of the wrong type (an id written as a string...).
+        raise UserError(f"cannot use tokenizer {url}: malformed tokenizer.json "
+                        f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
 
 
 # --- Beam options -------------------------------------------------------------------------------
@@ -122,6 +209,19 @@ def pipeline_options(beam_args: list[str]):
     return options, runner
 
 
+def check_worker_paths(options, urls) -> None:
+    """Refuse local paths on Dataflow, before the job is submitted: its workers run on other machines,
+    so a local input would be unreadable there and a local output written to each worker's own disk
+    and lost. (Flink and Spark clusters may share a mounted disk, so they are left to the user.)"""
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    runner = options.view_as(StandardOptions).runner or ""
+    local = [url for url in urls if "://" not in url or url.startswith("file://")]
+    if "dataflow" in runner.lower() and local:
+        raise UserError(f"--runner {runner} runs on remote workers, which cannot see local paths "
+                        f"({', '.join(local)}): use gs:// (or another object store) URLs")
+
+
 def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     """The input flags both pipelines take (DESIGN.md section 5, Sources)."""
     parser.add_argument("--input", action="append", required=True, metavar="GLOB",
@@ -137,6 +237,9 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
                         help="txt: split each file into records on STR (e.g. '<|endoftext|>')")
     parser.add_argument("--invalid-utf8", default="replace", choices=["replace", "reject"],
                         help="undecodable bytes: decode with U+FFFD and count it (default), or reject the record")
+    parser.add_argument("--fail-fast", action="store_true",
+                        help="stop at the first rejected record or unreadable file, naming shard and row "
+                             "(default: set them aside, report them, and go on)")
 
 
 def source_options(args: argparse.Namespace, keep_fields: tuple[str, ...] = ()):
@@ -154,7 +257,7 @@ def source_options(args: argparse.Namespace, keep_fields: tuple[str, ...] = ()):
 def expand(args: argparse.Namespace, options) -> list:
     """Match the input shards once, at launch, and check each one's format against the options, so
     that nothing matching, an unknown extension or a txt-only flag on JSONL fails before any work."""
-    from pipelines.sources import InputError, expand_inputs, shard_format
+    from pipelines.sources import InputError, expand_inputs, output_name, shard_format
 
     try:
         shards = expand_inputs(args.input)
@@ -162,7 +265,22 @@ def expand(args: argparse.Namespace, options) -> list:
             shard_format(shard, options)
     except InputError as exc:
         raise UserError(str(exc)) from None
+    # `a.jsonl` and `a.txt.gz` would both write `a.parquet` (and rejected/a.jsonl): one would be lost.
+    claimed: dict[str, str] = {}
+    for shard in shards:
+        other = claimed.setdefault(output_name(shard.relpath), shard.url)
+        if other != shard.url:
+            raise UserError(f"inputs {other} and {shard.url} would both write {output_name(shard.relpath)}; "
+                            f"rename one of them")
     return shards
+
+
+def describe_shard_error(error: dict) -> str:
+    """One line for a shard error ({source, rows_read, reason, detail}): which file, what is wrong,
+    what was kept."""
+    kept = (f"its first {error['rows_read']:,} rows were read, the rest is lost" if error["rows_read"]
+            else "nothing could be read from it")
+    return f"{error['source']}: {error['reason']} ({error['detail']}); {kept}"
 
 
 def say(message: str) -> None:

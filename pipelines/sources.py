@@ -12,6 +12,7 @@ bad row becomes a `Rejected`, a bad file a `ShardError` after the records read b
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import lzma
 import os
@@ -27,7 +28,7 @@ import zstandard
 
 from schemas.records import (
     BAD_JSON, INVALID_UTF8, MISSING_TEXT_COLUMN, MISSING_TEXT_FIELD, NOT_AN_OBJECT,
-    TEXT_COLUMN_NOT_STRING, TEXT_NOT_A_STRING, TRUNCATED_OR_CORRUPT, UNREADABLE_FILE,
+    TEXT_COLUMN_NOT_STRING, TEXT_NOT_A_STRING, TRUNCATED_OR_CORRUPT, UNREADABLE_FILE, WRONG_FORMAT,
     Record, Rejected, ShardError,
 )
 
@@ -47,6 +48,12 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # What a damaged or unreadable file raises while we open, decompress or parse it.
 _DATA_ERRORS = (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError, zstandard.ZstdError,
                 pa.ArrowException)
+# Leading bytes of binary formats that never start UTF-8 text: a text shard that begins with one is
+# compressed or encoded data under a wrong name, and reading it as lines would let garbage in.
+_BINARY_MAGIC = re.compile(rb"(\x1f\x8b)|(\x28\xb5\x2f\xfd)|(BZh[1-9](?:1AY&SY|\x17rE8P\x90))|(\xfd7zXZ\x00)"
+                           rb"|(PK\x03\x04)|(PAR1\x15)|(\xff\xfe|\xfe\xff)")
+_BINARY_NAMES = ("gzip", "zstd", "bzip2", "xz", "zip", "Parquet", "UTF-16/UTF-32 text")
+ZSTD_READ_SIZE = 1 << 16      # compressed bytes fed to the zstd decompressor at a time
 
 
 class InputError(Exception):
@@ -189,9 +196,16 @@ def read_shard(shard: Shard, options: SourceOptions,
     # Failing to open is an unreadable file; Parquet damage always is (its footer says where data is).
     reason = UNREADABLE_FILE
     try:
-        with fsspec.open(shard.url, "rb", compression="infer") as f:
+        with _open_decompressed(shard.url) as f:
             if fmt != "parquet":
                 reason = TRUNCATED_OR_CORRUPT
+                f = _Peeked(f)
+                binary = _BINARY_MAGIC.match(f.head)
+                if binary:
+                    kind = _BINARY_NAMES[binary.lastindex - 1]
+                    yield ShardError(shard.url, 0, WRONG_FORMAT, f"the content is {kind} data, not {fmt} "
+                                     f"text: is the file's extension missing or wrong?")
+                    return
             for item in reader(f, shard, options, chunk_size):
                 rows += not isinstance(item, ShardError)
                 yield item
@@ -199,8 +213,95 @@ def read_shard(shard: Shard, options: SourceOptions,
         yield ShardError(shard.url, rows, reason, _one_line(f"{type(exc).__name__}: {exc}"))
 
 
+@contextlib.contextmanager
+def _open_decompressed(url: str) -> Iterator[BinaryIO]:
+    """The shard's bytes, decompressed by extension. zstandard's stream reader ends silently inside a
+    truncated frame (the records of its last block vanish unreported), so .zst goes through
+    `_ZstdReader`, which raises EOFError there like gzip and bz2 do."""
+    if url.lower().endswith(".zst"):
+        with fsspec.open(url, "rb") as raw:
+            yield _ZstdReader(raw)
+    else:
+        with fsspec.open(url, "rb", compression="infer") as f:
+            yield f
+
+
+class _ZstdReader:
+    """A .zst stream of one or more frames, decompressed; EOFError if the data ends inside a frame."""
+
+    def __init__(self, raw: BinaryIO):
+        self.raw = raw
+        self.dctx = zstandard.ZstdDecompressor()
+        self.frame = None            # the decompressor of the current frame
+        self.pending = b""           # decompressed, not yet returned
+
+    def _more(self) -> bytes | None:
+        """The next non-empty decompressed bytes, or None at a clean end of the data."""
+        out = b""
+        while not out:
+            data = self.raw.read(ZSTD_READ_SIZE)
+            if not data:
+                if self.frame is not None and not self.frame.eof:
+                    raise EOFError("zstd data ends inside a frame (truncated file)")
+                return None
+            parts = []
+            while data:
+                if self.frame is None or self.frame.eof:
+                    self.frame = self.dctx.decompressobj()
+                parts.append(self.frame.decompress(data))
+                data = self.frame.unused_data if self.frame.eof else b""
+            out = b"".join(parts)
+        return out
+
+    def read1(self, n: int = -1) -> bytes:
+        """At most `n` bytes, decompressing at most one step: all data before a failure gets out."""
+        if not self.pending:
+            self.pending = self._more() or b""
+        out, self.pending = (self.pending, b"") if n < 0 else (self.pending[:n], self.pending[n:])
+        return out
+
+    def read(self, n: int = -1) -> bytes:
+        parts, have = [self.pending], len(self.pending)
+        while n < 0 or have < n:
+            more = self._more()
+            if more is None:
+                break
+            parts.append(more)
+            have += len(more)
+        data = b"".join(parts)
+        out, self.pending = (data, b"") if n < 0 else (data[:n], data[n:])
+        return out
+
+
+class _Peeked:
+    """A stream whose first bytes were read ahead (to recognise binary data) and are read again."""
+
+    def __init__(self, f: BinaryIO, n: int = 16):
+        self.f = f
+        self.head = self.pending = f.read(n)
+
+    def read(self, n: int = -1) -> bytes:
+        return self._read(n, self.f.read)
+
+    def read1(self, n: int = -1) -> bytes:
+        return self._read(n, getattr(self.f, "read1", self.f.read))
+
+    def _read(self, n: int, read) -> bytes:
+        if not self.pending:
+            return read(n)
+        if n < 0:
+            out, self.pending = self.pending + self.f.read(), b""
+        else:
+            out, self.pending = self.pending[:n], self.pending[n:]
+        return out
+
+
 def _read_jsonl(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int):
-    for row, (offset, raw) in enumerate(_non_blank(_lines(f, chunk_size))):
+    # A BOM starting a line (left by `cat a.jsonl b.jsonl` of files that each start with one) cannot
+    # begin JSON: drop it rather than reject the record.
+    lines = ((offset + len(_BOM), raw[len(_BOM):]) if raw.startswith(_BOM) else (offset, raw)
+             for offset, raw in _lines(f, chunk_size))
+    for row, (offset, raw) in enumerate(_non_blank(lines)):
         yield _jsonl_record(raw, offset, row, shard, options)
 
 
@@ -265,6 +366,8 @@ def _read_parquet(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size:
                          _one_line(f"no column {name!r}; columns: {', '.join(names)}"))
         return
     text_type = pf.schema_arrow.field(name).type
+    if pa.types.is_dictionary(text_type):    # a categorical column (pandas) is text all the same
+        text_type = text_type.value_type
     if not (pa.types.is_string(text_type) or pa.types.is_large_string(text_type)):
         yield ShardError(shard.url, 0, TEXT_COLUMN_NOT_STRING, f"column {name!r} is {text_type}")
         return
@@ -305,7 +408,10 @@ def _split_stream(f: BinaryIO, sep: bytes, chunk_size: int) -> Iterator[tuple[in
     parts: list[bytes] = []       # the unfinished piece
     tail = b""                    # its last k bytes
     start = 0                     # its stream offset
-    while chunk := f.read(chunk_size):
+    # read1 returns what one step of decompression gives: when a compressed shard turns out to be
+    # truncated, every complete piece before the damage has already been yielded.
+    read = getattr(f, "read1", f.read)
+    while chunk := read(chunk_size):
         if sep not in chunk and sep not in tail + chunk[:k]:
             parts.append(chunk)
             tail = (tail + chunk[-k:])[-k:] if k else b""

@@ -5,7 +5,8 @@
     -> _SUCCESS (written last: the shards, their record counts, the tokenizer sha256).
 
 A rerun into the same output skips shards whose Parquet is complete and was made with the same
-tokenizer (their summaries are rebuilt from the Parquet itself) and redoes the rest.
+tokenizer (their summaries are rebuilt from the Parquet itself) and redoes the rest, including the
+shards whose input could not be read to the end last time (it may have been repaired since).
 """
 from __future__ import annotations
 
@@ -34,6 +35,18 @@ ROW_GROUP_ROWS = 8_192            # bounded row groups: memory stays bounded by 
 ROW_GROUP_TOKENS = 4_000_000      # ... or by this many token ids, whichever comes first
 SUCCESS = "_SUCCESS"
 MANIFEST_VERSION = 1
+MAX_TOKEN_ID = 2**32 - 1          # the widest id type of the token Parquet is uint32
+
+
+def check_id_range(tok, url: str) -> None:
+    """Refuse a tokenizer whose ids do not fit uint32, or leave most of their range unused: stats
+    count every id of the range densely, so one stray id of 3,000,000,000 would cost gigabytes."""
+    if tok.vocab_size - 1 > MAX_TOKEN_ID:
+        raise UserError(f"cannot use tokenizer {url}: its largest id is {tok.vocab_size - 1:,}, too large for "
+                        f"uint32, the widest token id type; supported: ids 0 to {MAX_TOKEN_ID:,}")
+    if len(tok.vocab) < tok.vocab_size // 2:
+        raise UserError(f"cannot use tokenizer {url}: {len(tok.vocab):,} tokens spread over ids 0 to "
+                        f"{tok.vocab_size - 1:,}; supported: ids numbered from 0 with few gaps")
 
 
 def read_shard_metadata(url: str) -> dict | None:
@@ -57,11 +70,13 @@ class TokenizeShard(beam.DoFn):
     """
     MANIFEST = "manifest"
 
-    def __init__(self, tokenizer_url: str, source_options, output: str, eos_token: str | None):
+    def __init__(self, tokenizer_url: str, source_options, output: str, eos_token: str | None,
+                 fail_fast: bool = False):
         self.tokenizer_url = tokenizer_url
         self.source_options = source_options
         self.output = output
         self.eos_token = eos_token
+        self.fail_fast = fail_fast
 
     def setup(self):
         self.tok = common.load_tokenizer(self.tokenizer_url)
@@ -76,13 +91,14 @@ class TokenizeShard(beam.DoFn):
 
         out_url = join(self.output, output_name(shard.relpath))
         done = read_shard_metadata(out_url)
-        if done is not None and done.get("tokenizer_sha256") == self.tok.sha256:
+        if done is not None and done.get("tokenizer_sha256") == self.tok.sha256 and not done.get("shard_errors"):
             summary = self.summary_from_parquet(out_url)
             say(f"skipped {shard.relpath}: complete from an earlier run ({done['rows']:,} rows)")
             yield summary
             yield beam.pvalue.TaggedOutput(self.MANIFEST, dict(done, reused=True))
             return
-        summary, entry = self.tokenize(shard, out_url)
+        with common.writing(out_url):
+            summary, entry = self.tokenize(shard, out_url)
         yield summary
         yield beam.pvalue.TaggedOutput(self.MANIFEST, dict(entry, reused=False))
 
@@ -98,8 +114,10 @@ class TokenizeShard(beam.DoFn):
         rejected_lines: list[str] = []
         batch: list = []
         group = RowGroup(self.source_options.keep_fields)
-        with common.open_atomic(out_url) as f:
-            writer = pq.ParquetWriter(f, self.schema, compression="zstd", write_statistics=False)
+        # The writer is a context too: a failure mid-shard closes it before its file goes, rather than
+        # leaving its finalizer to write into a closed file (a traceback on the terminal).
+        with common.open_atomic(out_url) as f, \
+                pq.ParquetWriter(f, self.schema, compression="zstd", write_statistics=False) as writer:
             for item in read_shard(shard, self.source_options):
                 if isinstance(item, Record):
                     batch.append(item)
@@ -110,13 +128,21 @@ class TokenizeShard(beam.DoFn):
                             writer.write_table(group.to_table(self.schema))
                             group = RowGroup(self.source_options.keep_fields)
                 elif isinstance(item, Rejected):
+                    if self.fail_fast:
+                        raise common.ShardFailure(f"--fail-fast: {item.source} row {item.row}: rejected, "
+                                                  f"{item.reason}: {item.detail}")
                     entry["records_read"] += 1
                     entry["rejected"] += 1
                     summary.add_rejected(item.reason)
                     rejected_lines.append(json.dumps(rejected_to_json(item), ensure_ascii=False))
-                else:
+                else:  # ShardError: the rest of the file is unreadable; the rows before it stay
+                    if self.fail_fast:
+                        raise common.ShardFailure(f"--fail-fast: {item.source} row {item.rows_read}: unreadable "
+                                                  f"from here, {item.reason}: {item.detail}")
+                    say(f"shard error: {common.describe_shard_error(item.__dict__)}")
                     entry["shard_errors"].append({"source": item.source, "rows_read": item.rows_read,
                                                   "reason": item.reason, "detail": item.detail})
+                    summary.add_shard_error(item.source, item.rows_read, item.reason, item.detail)
             self.encode_into(batch, group, summary, entry)
             if group.rows or entry["rows"] == 0:
                 writer.write_table(group.to_table(self.schema))
@@ -124,10 +150,11 @@ class TokenizeShard(beam.DoFn):
                 raise RuntimeError(f"{shard.relpath}: record accounting is broken: {entry['records_read']} read != "
                                    f"{entry['rows']} written + {entry['rejected']} rejected")
             rejected_url = join(self.output, "rejected", output_name(shard.relpath, ".jsonl"))
-            if rejected_lines:
-                common.write_text_atomic(rejected_url, "\n".join(rejected_lines) + "\n")
-            elif common.exists(rejected_url):
-                common.filesystem(rejected_url)[0].rm(common.filesystem(rejected_url)[1])
+            with common.writing(rejected_url):
+                if rejected_lines:
+                    common.write_text_atomic(rejected_url, "\n".join(rejected_lines) + "\n")
+                elif common.exists(rejected_url):
+                    common.filesystem(rejected_url)[0].rm(common.filesystem(rejected_url)[1])
             entry["rejected_by_reason"] = summary.rejected_by_reason()
             # The footer carries the shard's accounting: a rerun rebuilds its summary from the file alone.
             writer.add_key_value_metadata({tables.SHARD_KEY: json.dumps(entry, sort_keys=True)})
@@ -240,27 +267,44 @@ def write_stats(summary, tokenizer_url: str, output: str, inputs: list[str], sta
     stats = stats_json(summary, tok, {"inputs": inputs, "tokenizer": tokenizer_url,
                                   "timing": {"started_at": started_at, "elapsed_seconds": round(time.time() - started_at, 3)}})
     url = join(output, "stats.json")
-    common.write_text_atomic(url, dump_stats(stats))
+    with common.writing(url):
+        common.write_text_atomic(url, dump_stats(stats))
     return url
 
 
 def write_success(entries: list[dict], stats_url: str, output: str, tokenizer_sha256: str) -> None:
-    """`_SUCCESS`, written last: the shards, their record counts and the tokenizer sha256."""
+    """`_SUCCESS`, written last: the shards, their record counts and the tokenizer sha256.
+
+    Written only when the books balance: records read == written + rejected for every shard and in
+    total, and the totals of the manifest equal those of stats.json (two separate aggregations)."""
     entries = sorted(entries, key=lambda e: e["relpath"])
     manifest = {"version": MANIFEST_VERSION, "tokenizer_sha256": tokenizer_sha256, "stats": "stats.json",
                 "shards": [{k: e[k] for k in ("relpath", "output", "records_read", "rows", "rejected", "shard_errors")}
                            for e in entries],
                 "records_read": sum(e["records_read"] for e in entries),
                 "rows": sum(e["rows"] for e in entries), "rejected": sum(e["rejected"] for e in entries)}
-    common.write_text_atomic(join(output, SUCCESS), json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    stats = common.read_json(stats_url)
+    unbalanced = [e["relpath"] for e in entries if e["records_read"] != e["rows"] + e["rejected"]]
+    if unbalanced or manifest["records_read"] != manifest["rows"] + manifest["rejected"] or (
+            (manifest["records_read"], manifest["rows"], manifest["rejected"])
+            != (stats["records_read"], stats["records"], stats["rejected"]["total"])):
+        raise RuntimeError(f"record accounting is broken (shards {unbalanced}): the manifest says "
+                           f"{manifest['records_read']} read, {manifest['rows']} written, {manifest['rejected']} "
+                           f"rejected; stats.json says {stats['records_read']}, {stats['records']}, "
+                           f"{stats['rejected']['total']}")
+    url = join(output, SUCCESS)
+    with common.writing(url):
+        common.write_text_atomic(url, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
 
 
 def build_tokenize_pipeline(p, shards, tokenizer_url: str, vocab_size: int, sha256: str, source_options,
-                            output: str, eos_token: str | None, inputs: list[str], started_at: float):
+                            output: str, eos_token: str | None, inputs: list[str], started_at: float,
+                            fail_fast: bool = False):
     results = (p
                | "Shards" >> beam.Create(shards)
                | "SpreadShards" >> beam.Reshuffle()
-               | "TokenizeShard" >> beam.ParDo(TokenizeShard(tokenizer_url, source_options, output, eos_token)
+               | "TokenizeShard" >> beam.ParDo(TokenizeShard(tokenizer_url, source_options, output, eos_token,
+                                                             fail_fast)
                                                ).with_outputs(TokenizeShard.MANIFEST, main="summaries"))
     stats_url = (results.summaries
                  | "CombineStats" >> beam.CombineGlobally(CombineStats(vocab_size))
@@ -291,6 +335,7 @@ def run(argv: list[str]) -> dict:
     args, beam_args = build_parser().parse_known_args(argv)
     started_at = time.time()
     tok = common.load_tokenizer(args.tokenizer)
+    check_id_range(tok, args.tokenizer)
     if args.eos_token is not None and args.eos_token not in tok.special_tokens:
         known = ", ".join(sorted(tok.special_tokens)) or "none"
         raise UserError(f"--eos-token {args.eos_token!r} is not a special token of {args.tokenizer} (it has: {known})")
@@ -301,6 +346,7 @@ def run(argv: list[str]) -> dict:
     source_options = common.source_options(args, tuple(args.keep_field))
     shards = common.expand(args, source_options)
     options, runner = common.pipeline_options(beam_args)
+    common.check_worker_paths(options, [*args.input, args.output, args.tokenizer])
     common.makedirs(args.output)
     say(f"tokenize: {len(shards)} shard(s), {sum(s.size for s in shards) / 1e6:.1f} MB, "
         f"vocabulary {tok.vocab_size:,} -> {args.output}")
@@ -308,12 +354,18 @@ def run(argv: list[str]) -> dict:
     if common.exists(join(args.output, SUCCESS)):
         fs, path = common.filesystem(join(args.output, SUCCESS))
         fs.rm(path)
-    with beam.Pipeline(runner=runner, options=options) as p:
+    if common.remove_stale_temporaries(args.output):
+        say(f"removed the temporary files of an interrupted earlier run under {args.output}")
+    # The input globs as a sorted set: the same inputs listed in another order give the same stats.json.
+    inputs = sorted(set(args.input))
+    with common.pipeline_failures(args.output), beam.Pipeline(runner=runner, options=options) as p:
         build_tokenize_pipeline(p, shards, args.tokenizer, tok.vocab_size, tok.sha256, source_options,
-                                args.output, args.eos_token, list(args.input), started_at)
+                                args.output, args.eos_token, inputs, started_at, args.fail_fast)
     stats = common.read_json(join(args.output, "stats.json"))
     manifest = common.read_json(join(args.output, SUCCESS))
     elapsed = time.time() - started_at
+    for error in stats["shard_errors"]:
+        say(f"warning: {common.describe_shard_error(error)}")
     say(f"done: {manifest['records_read']:,} records read, {manifest['rows']:,} written, {manifest['rejected']:,} "
         f"rejected; {stats['tokens']:,} tokens, {stats['bytes'] / 1e6:.1f} MB in {elapsed:.1f}s "
         f"({stats['bytes'] / 1e6 / max(elapsed, 1e-9):.2f} MB/s) -> {args.output}")

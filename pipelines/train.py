@@ -404,6 +404,8 @@ def run(argv: list[str]) -> dict:
         common.makedirs(args.output)
         counts_dir = join(args.output, "counts")
         clear_counts(counts_dir)
+        if common.remove_stale_temporaries(args.output):
+            say(f"removed the temporary files of an interrupted earlier run under {args.output}")
         say(f"train: {len(shards)} shard(s), {sum(s.size for s in shards) / 1e6:.1f} MB -> {args.output}")
         with common.pipeline_failures(args.output), beam.Pipeline(runner=runner, options=options) as p:
             build_count_pipeline(p, shards, source_options, args.pattern, specials, args.output,

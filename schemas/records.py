@@ -24,7 +24,9 @@ TRUNCATED_OR_CORRUPT = "truncated_or_corrupt"       # a compressed stream ends e
 UNREADABLE_FILE = "unreadable_file"                 # cannot be opened, or not valid Parquet
 MISSING_TEXT_COLUMN = "missing_text_column"         # Parquet without the text column
 TEXT_COLUMN_NOT_STRING = "text_column_not_string"   # Parquet text column of another type
-SHARD_REASONS = (TRUNCATED_OR_CORRUPT, UNREADABLE_FILE, MISSING_TEXT_COLUMN, TEXT_COLUMN_NOT_STRING)
+WRONG_FORMAT = "wrong_format"                       # e.g. gzip or UTF-16 bytes in a file named .jsonl
+SHARD_REASONS = (TRUNCATED_OR_CORRUPT, UNREADABLE_FILE, MISSING_TEXT_COLUMN, TEXT_COLUMN_NOT_STRING,
+                 WRONG_FORMAT)
 
 # One JSON object per line of rejected/*.jsonl, with exactly these keys.
 REJECTED_FIELDS = ("source", "row", "id", "reason", "detail")

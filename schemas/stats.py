@@ -19,6 +19,8 @@ Layout (version 1; `...` = a JSON number, `null` where the figure is undefined f
     token_frequency: {counts: [count of id 0, id 1, ...] (dense, length vocab_size),
                       top: [{id, count, token}] (most frequent first, `token` a repr of its bytes)}
     shards: {count, names}
+    shard_errors: [{source, rows_read, reason, detail}]   files that could not be read (completely):
+                  the first rows_read rows of source were read, the rest is lost; sorted
     timing: {elapsed_seconds, created_at, ...}   optional; the only part that differs between runs
     + free keys added by the writer (input globs, output path, ...)
 
@@ -169,6 +171,12 @@ def validate_stats(d) -> None:
         raise ValueError("token_frequency.counts do not add up to tokens")
     if d["records"] + d["rejected"]["total"] != d["records_read"]:
         raise ValueError("records + rejected.total != records_read")
+    # Optional: files written before shard errors were recorded here lack the key.
+    errors = d.get("shard_errors", [])
+    if not isinstance(errors, list) or not all(
+            isinstance(e, dict) and isinstance(e.get("rows_read"), int) and not isinstance(e["rows_read"], bool)
+            and all(isinstance(e.get(k), str) for k in ("source", "reason", "detail")) for e in errors):
+        raise ValueError("key 'shard_errors' must be a list of {source, rows_read, reason, detail} objects")
 
 
 def load_stats(path) -> dict:
@@ -268,6 +276,7 @@ def stats_json(summary, tokenizer, extra: Mapping | None = None) -> dict:
                      "token": token_label(tokenizer.vocab[i])} for i in ranked],
         },
         "shards": {"count": len(summary.shards), "names": sorted(summary.shards)},
+        "shard_errors": [dict(e) for e in summary.shard_errors],
     }
     for key, value in (extra or {}).items():
         if key in out:
