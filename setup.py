@@ -25,8 +25,12 @@ setup(
         "bench": ["tokenizers>=0.20", "tiktoken>=0.7", "rustbpe", "psutil"],
         "plot": ["matplotlib>=3.5"],
         "gcp": ["apache-beam[gcp]", "gcsfs"],
+        # PCRE2 splitting, 3-4x faster than `regex` with the same pieces (builds against libpcre2-dev).
+        "fast": ["PyPcre>=0.6"],
     },
     entry_points={"console_scripts": ["tokenbeam = pipelines.cli:main"]},
-    # The merge loop's compiled twin; optional: without a compiler the pure-Python loop is used.
-    ext_modules=[Extension("bpe_ops._merge_loop", ["bpe_ops/_merge_loop.c"], optional=True)],
+    # Compiled twins of the trainer's merge loop and the encoder's per-piece merge; optional: without
+    # a compiler the pure-Python code is used.
+    ext_modules=[Extension("bpe_ops._merge_loop", ["bpe_ops/_merge_loop.c"], optional=True),
+                 Extension("bpe_ops._piece_merge", ["bpe_ops/_piece_merge.c"], optional=True)],
 )

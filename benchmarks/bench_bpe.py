@@ -12,7 +12,8 @@
 2. Encode: MB/s on the first `--encode-mb` MB of the corpus, with the same merges everywhere (our
    tokenizer trained in step 1 at the same vocabulary size, saved, and loaded by
    `tokenizers.Tokenizer.from_file` and by tiktoken from our `.tiktoken`); the ids are checked equal
-   before any figure is printed. Ours is timed cold (empty cache) and warm (second pass).
+   before any figure is printed. Ours is timed cold (empty cache) and warm (second pass), and cold
+   with the per-piece merge in Python instead of C (`TOKENBEAM_PURE_PYTHON=1`).
 
 Pre-tokenization (`count_pretokens`) and our encoder are timed with each regex engine in reach:
 PCRE2 (the optional PyPcre package, when installed) and the `regex` package (`TOKENBEAM_REGEX=regex`).
@@ -69,6 +70,19 @@ def using(engine: str):
         os.environ.pop(ENGINE_VARIABLE)
         if previous is not None:
             os.environ[ENGINE_VARIABLE] = previous
+
+
+@contextmanager
+def pure_python():
+    """Tokenizers built inside the block merge pieces in Python, not with the compiled merger."""
+    previous = os.environ.get("TOKENBEAM_PURE_PYTHON")
+    os.environ["TOKENBEAM_PURE_PYTHON"] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop("TOKENBEAM_PURE_PYTHON")
+        if previous is not None:
+            os.environ["TOKENBEAM_PURE_PYTHON"] = previous
 
 
 def read_texts(corpus: Path, max_mb: float) -> list[str]:
@@ -218,6 +232,9 @@ def bench_encode(tok: Tokenizer, texts: list[str]) -> None:
             ids, cold_wall, cold_cpu = timed(loaded.encode_batch, texts)
             _, warm_wall, warm_cpu = timed(loaded.encode_batch, texts)
             ours[engine] = ids, (cold_wall, cold_cpu), (warm_wall, warm_cpu)
+        with using(engines()[0]), pure_python():
+            pure = Tokenizer.from_file(json_path)
+        pure_ids, *pure_cold = timed(pure.encode_batch, texts)
         hf = HFTokenizer.from_file(json_path)
         ranks = {}
         with open(Path(tmp) / "tokenizer.tiktoken", encoding="ascii") as f:
@@ -230,6 +247,7 @@ def bench_encode(tok: Tokenizer, texts: list[str]) -> None:
     theirs_hf, hf_wall, hf_cpu = timed(lambda: [hf.encode(t, add_special_tokens=False).ids for t in texts])
     reference = ours[engines()[0]][0]
     others = [(f"bpe_ops ({engine})", ids) for engine, (ids, _, _) in ours.items()]
+    others.append(("bpe_ops (Python merge)", pure_ids))
     for name, theirs in others + [("tiktoken", theirs_tt), ("tokenizers", theirs_hf)]:
         bad = sum(a != b for a, b in zip(reference, theirs))
         if bad or len(theirs) != len(reference):
@@ -242,6 +260,7 @@ def bench_encode(tok: Tokenizer, texts: list[str]) -> None:
     rows = []
     for engine, (_, cold, warm) in ours.items():
         rows += [(f"bpe_ops ({engine}), cold cache", *cold), (f"bpe_ops ({engine}), warm cache", *warm)]
+    rows.append((f"bpe_ops ({engines()[0]}), cold, Python merge", *pure_cold))
     rows += [("tiktoken encode_ordinary", tt_wall, tt_cpu), ("HF tokenizers encode", hf_wall, hf_cpu)]
     for name, wall, cpu in rows:
         # CPU speed relative to the peers (above 1: faster than that peer).

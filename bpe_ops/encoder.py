@@ -8,6 +8,10 @@ adjacent pair is a merge. Merges are keyed on token ids: `(id_a, id_b) -> rank`,
 Real text repeats its pre-tokens, so a bounded cache from pre-token string to ids makes the hot path
 a regex split plus dictionary lookups. Long pre-tokens (a base64 blob, a run of one character) are
 merged rank by rank over a linked list, so their cost stays near-linear in their length.
+
+Cache misses pay for that merge, so it runs compiled (`bpe_ops/_piece_merge.c`, built by setup.py)
+where the extension is built, unless `TOKENBEAM_PURE_PYTHON=1`; `_merge_python` is its
+specification, and the tests require the two to give identical ids.
 """
 from __future__ import annotations
 
@@ -20,6 +24,11 @@ from typing import Iterable, Mapping, Sequence
 
 from . import formats
 from .pretokenize import END_OF_WORD, compile_pattern, pattern_name, resolve_pattern, split_on_special, to_utf8
+
+try:
+    from . import _piece_merge       # the compiled twin of Tokenizer._merge_python (optional)
+except ImportError:
+    _piece_merge = None
 
 MODES = ("byte", "classic")
 # Pieces up to this many symbols use the simple scan, longer ones the rank buckets: measured on
@@ -75,6 +84,7 @@ class Tokenizer:
         self._tokens = tokens
         self._ranks, self._pairs, self._merged = self._build_merge_table(extend=vocab is None)
         self._ranks_ascend = _ranks_ascend(self._ranks, self._merged)
+        self._merger = _piece_merger(self._pairs, self._merged, tokens)
         if mode == "byte":
             missing = [b for b in range(256) if bytes([b]) not in self._token_ids]
             if missing:
@@ -260,7 +270,15 @@ class Tokenizer:
         return symbols
 
     def _merge(self, ids: list[int]) -> list[int]:
-        """Apply merges to one pre-token's symbol ids: lowest rank first, leftmost on ties.
+        """Apply merges to one pre-token's symbol ids: lowest rank first, leftmost on ties. Compiled
+        (`bpe_ops._piece_merge`) when built; `_merge_python` is its specification."""
+        if self._merger is not None:
+            return self._merger.merge(ids)
+        return self._merge_python(ids)
+
+    def _merge_python(self, ids: list[int]) -> list[int]:
+        """`_merge` in Python: apply merges to one pre-token's symbol ids, lowest rank first, leftmost
+        on ties.
 
         Short pieces keep the rank of every adjacent pair in a list and update only the two pairs
         next to each merge; min/index then run in C. The quadratic worst case is also the exact
@@ -423,6 +441,16 @@ def _named(path, cls, kwargs: dict) -> "Tokenizer":
         return cls(**kwargs)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
+
+
+def _piece_merger(pairs: list[tuple[int, int]], merged: list[int], token_ids: Iterable[int]):
+    """The compiled merger of this merge table, or None: not built, `TOKENBEAM_PURE_PYTHON=1`, or a
+    token id outside 0..2**31 - 1 (the C merger packs two ids in 64 bits; Python takes any int)."""
+    if _piece_merge is None or os.environ.get("TOKENBEAM_PURE_PYTHON") == "1":
+        return None
+    if not (0 <= min(token_ids, default=0) and max(token_ids, default=0) < 2**31):
+        return None
+    return _piece_merge.PieceMerger([a for a, _ in pairs], [b for _, b in pairs], merged)
 
 
 def _ranks_ascend(ranks: dict[tuple[int, int], int], merged: list[int]) -> bool:
