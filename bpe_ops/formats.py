@@ -15,6 +15,8 @@ Readers return the keyword arguments of `Tokenizer(...)`, so this module does no
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import base64
 import json
 import os
@@ -136,6 +138,9 @@ def _read_tokenizer_doc(doc: dict, path) -> dict:
 
     specials = {t["content"]: t["id"] for t in doc.get("added_tokens") or ()}
     special_ids = set(specials.values())
+    problem = _id_problem(model["vocab"], specials)
+    if problem:
+        raise unsupported(problem)
     try:
         vocab = {i: unicode_to_token(s) for s, i in model["vocab"].items() if i not in special_ids}
         merges = [_merge_pair(m) for m in model["merges"]]
@@ -208,6 +213,19 @@ def _load_json(path: str | os.PathLike):
                          f"truncated or not a JSON file?") from None
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def _id_problem(vocab: Mapping, specials: Mapping) -> str | None:
+    """Why a vocab's ids cannot be trusted (not non-negative integers, two tokens on one id), or None.
+
+    An added token may repeat its own vocab entry (same content, same id), as Hugging Face writes them."""
+    owner: dict[int, str] = {}
+    for token, i in list(vocab.items()) + list(specials.items()):
+        if not isinstance(i, int) or isinstance(i, bool) or i < 0:
+            return f"malformed id {i!r} for token {token!r} (ids are non-negative integers)"
+        if owner.setdefault(i, token) != token:
+            return f"duplicate id {i}: both {owner[i]!r} and {token!r}"
+    return None
 
 
 # ---- reading vocab.json + merges.txt ------------------------------------------------------------

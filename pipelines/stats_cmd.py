@@ -94,6 +94,8 @@ def add_file(summary: Summary, url: str, sha256: str) -> int:
     for reason, n in shard.get("rejected_by_reason", {}).items():
         summary.add_rejected(reason, n)
     summary.add_repaired(shard.get("repaired", 0))
+    for error in shard.get("shard_errors", ()):
+        summary.add_shard_error(error["source"], error["rows_read"], error["reason"], error["detail"])
     summary.add_shard(shard.get("relpath", url.rsplit("/", 1)[-1]))
     return rows
 

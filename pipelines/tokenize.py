@@ -80,7 +80,10 @@ class TokenizeShard(beam.DoFn):
         self.fail_fast = fail_fast
 
     def setup(self):
-        self.tok = common.load_tokenizer(self.tokenizer_url)
+        try:
+            self.tok = common.load_tokenizer(self.tokenizer_url)
+        except UserError as exc:      # the launcher could read it, this worker cannot: say so in one line
+            raise common.ShardFailure(str(exc)) from exc
         self.eos_id = self.tok.special_tokens[self.eos_token] if self.eos_token else None
         self.schema = tables.tokens_schema(self.tok.vocab_size, self.source_options.keep_fields, {
             tables.TOKENIZER_SHA256_KEY: self.tok.sha256, tables.VOCAB_SIZE_KEY: str(self.tok.vocab_size)})

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bpe_ops import pretokenize
+from bpe_ops.trainer import MAX_IDS
 from schemas import reports
 from schemas.records import rejected_to_json
 from schemas.tables import COUNTS_SCHEMA
@@ -372,6 +373,9 @@ def parse(argv):
                         "give either --counts or --input, not both")
     if args.vocab_size < 1:
         raise UserError("--vocab-size must be positive")
+    if args.vocab_size > MAX_IDS + len(set(args.special_token)):
+        raise UserError(f"--vocab-size {args.vocab_size:,} is too large: the merge loop makes at most "
+                        f"{MAX_IDS:,} ids (plus the special tokens)")
     if args.min_count < 1 or args.min_frequency < 1:
         raise UserError("--min-count and --min-frequency must be at least 1")
     try:

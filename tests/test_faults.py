@@ -1,0 +1,263 @@
+"""Faults, for real: a worker process killed mid-run, an output on a read-only or full filesystem (or
+behind a regular file), a training run killed after its counts were written.
+
+Each run is a `python -m pipelines.*` subprocess bounded by a timeout; a kill comes from a side thread
+that watches the output folder. The outcome must be a run that fails with one clear line (or
+finishes), never a partial file under a final name, and a rerun that gives the same bytes as an
+undisturbed run.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines import tokenize, train
+from tests.conftest import ROOT
+
+RUN_TIMEOUT = 240
+
+
+def cli(module, *argv, env=None):
+    return subprocess.run([sys.executable, "-m", f"pipelines.{module}", *map(str, argv)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT, env=env)
+
+
+def error_line(result) -> str:
+    """The single `tokenbeam: error:` line of a failed run (and no traceback)."""
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("tokenbeam: error:")]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    return lines[0]
+
+
+def parquet_bytes(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*.parquet"))}
+
+
+def without_timing(stats_path: Path) -> dict:
+    stats = json.loads(stats_path.read_text())
+    stats.pop("timing")
+    return stats
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (children of all its threads, recursively), from /proc."""
+    out = []
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            kids = [int(c) for c in children.read_text().split()]
+        except OSError:          # the thread ended while we looked
+            continue
+        for kid in kids:
+            out += [kid] + descendants(kid)
+    return out
+
+
+def beam_workers(pid: int) -> list[int]:
+    """The Python SDK worker processes the local runner started under `pid` (not their /bin/sh)."""
+    workers = []
+    for kid in descendants(pid):
+        try:
+            argv = Path(f"/proc/{kid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"sdk_worker_main" in b" ".join(argv) and b"python" in os.path.basename(argv[0]):
+            workers.append(kid)
+    return workers
+
+
+@pytest.fixture(scope="module")
+def tokenizer_json(tmp_path_factory, corpora):
+    out = tmp_path_factory.mktemp("tok")
+    train.run(["--input", str(corpora / "tiny" / "*.jsonl"), "--output", str(out), "--vocab-size", "1000",
+               "--special-token", "<|endoftext|>"])
+    return out / "tokenizer.json"
+
+
+# ---------------------------------------------------------------------------- a worker killed
+
+def test_killed_worker_fails_the_run_and_a_rerun_gives_the_undisturbed_bytes(tmp_path, corpora, tokenizer_json):
+    shards = sum((["--input", corpora / "en" / f"en-00{i}-of-012.jsonl"] for i in range(4)), [])
+    undisturbed = tmp_path / "undisturbed"
+    tokenize.run([str(a) for a in ["--tokenizer", tokenizer_json, "--output", undisturbed, *shards]])
+    expected = parquet_bytes(undisturbed)
+    assert len(expected) == 4
+
+    out = tmp_path / "killed"
+    argv = [sys.executable, "-m", "pipelines.tokenize", "--tokenizer", str(tokenizer_json), "--output", str(out),
+            *map(str, shards), "--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
+    launcher = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    seen = {"killed": None, "partial": [], "complete": set()}
+
+    def watch():
+        """Kill one worker as soon as a shard is being written; meanwhile and afterwards, every file
+        under a final name must be a complete Parquet file."""
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while launcher.poll() is None and time.monotonic() < deadline:
+            if seen["killed"] is None and any(out.glob(".*.parquet.tmp-*")):
+                workers = beam_workers(launcher.pid)
+                if workers:
+                    os.kill(workers[0], signal.SIGKILL)
+                    seen["killed"] = workers[0]
+            for p in out.glob("*.parquet"):
+                if p.name not in seen["complete"]:
+                    try:
+                        pq.read_metadata(p)
+                        seen["complete"].add(p.name)
+                    except Exception as exc:
+                        seen["partial"].append((p.name, repr(exc)))
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        _, stderr = launcher.communicate(timeout=RUN_TIMEOUT)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)    # our own process group, started above
+            launcher.wait()
+    watcher.join(timeout=10)
+
+    assert seen["killed"] is not None, "no worker was killed: the run ended before a shard was written"
+    assert seen["partial"] == []
+    # The run fails with one closing line. (Beam's threads in the surviving worker print their own
+    # tracebacks when the other one dies: those are not ours to silence.)
+    assert launcher.returncode == 2, stderr
+    line = stderr.splitlines()[-1]
+    assert line.startswith("tokenbeam: error:") and "worker" in line and "rerun" in line and str(out) in line
+    assert not (out / "_SUCCESS").exists()
+    # Whatever got a final name is complete and exactly what the undisturbed run wrote.
+    survived = parquet_bytes(out)
+    assert len(survived) < 4 and all(survived[name] == expected[name] for name in survived)
+
+    rerun = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert rerun.returncode == 0, rerun.stderr
+    assert parquet_bytes(out) == expected
+    assert without_timing(out / "stats.json") == without_timing(undisturbed / "stats.json")
+    manifest = json.loads((out / "_SUCCESS").read_text())
+    assert manifest["records_read"] == manifest["rows"] == json.loads((undisturbed / "_SUCCESS").read_text())["rows"]
+    assert not [p for p in out.rglob("*") if ".tmp-" in p.name]      # the dead worker's temporary is gone
+
+
+# ---------------------------------------------------------------------------- unwritable output
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """mount(name, options) -> a fresh tmpfs folder; unmounted afterwards. Skips where mounting is not
+    permitted (it needs root with CAP_SYS_ADMIN, e.g. not in an unprivileged container)."""
+    mounted = []
+
+    def mount(name: str, options: str) -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        result = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs ({result.stderr.strip() or result.returncode}): "
+                        f"mounting needs root with CAP_SYS_ADMIN")
+        mounted.append(folder)
+        return folder
+
+    yield mount
+    for folder in mounted:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+@pytest.fixture(scope="module")
+def small_text(tmp_path_factory):
+    path = tmp_path_factory.mktemp("in") / "small.txt"
+    path.write_text("one line of text\nanother line\n")
+    return path
+
+
+@pytest.mark.parametrize("module", ["tokenize", "train"])
+def test_read_only_output_is_one_line_naming_the_path(module, tmpfs, small_text, tokenizer_json):
+    read_only = tmpfs("ro", "ro,size=1m")
+    args = ["--tokenizer", tokenizer_json] if module == "tokenize" else ["--vocab-size", 300, "--min-frequency", 1]
+    # The folder exists but cannot be written: the workers fail, the launcher says where.
+    line = error_line(cli(module, *args, "--input", small_text, "--output", read_only))
+    assert f"cannot write {read_only}/" in line and "Read-only file system" in line
+    # A folder to create there: the launcher fails before any work.
+    line = error_line(cli(module, *args, "--input", small_text, "--output", read_only / "sub"))
+    assert str(read_only / "sub") in line and "Read-only file system" in line
+
+
+def test_full_filesystem_is_one_line_and_leaves_no_partial_file(tmpfs, corpora, tokenizer_json):
+    full = tmpfs("full", "size=1m")
+    out = full / "out"
+    shards = sum((["--input", corpora / "en" / f"en-00{i}-of-012.jsonl"] for i in range(2)), [])
+    line = error_line(cli("tokenize", "--tokenizer", tokenizer_json, "--output", out, *shards))
+    assert f"cannot write {out}/" in line and "No space left on device" in line
+    for p in out.rglob("*"):
+        assert p.suffix == ".parquet" or p.is_dir(), p          # no temporary left behind
+        if p.suffix == ".parquet":
+            pq.read_metadata(p)                                    # and what has a final name is complete
+
+
+@pytest.mark.parametrize("module", ["tokenize", "train"])
+def test_output_behind_a_regular_file_is_one_line_naming_the_path(module, tmp_path, small_text, tokenizer_json):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    args = ["--tokenizer", tokenizer_json] if module == "tokenize" else ["--vocab-size", 300]
+    line = error_line(cli(module, *args, "--input", small_text, "--output", blocker / "out"))
+    assert str(blocker / "out") in line and "Not a directory" in line
+    line = error_line(cli(module, *args, "--input", small_text, "--output", blocker))
+    assert str(blocker) in line and "File exists" in line
+    assert blocker.read_text() == "not a folder\n"
+
+
+# ---------------------------------------------------------------------------- training interrupted
+
+def test_train_killed_after_counting_resumes_from_its_counts(tmp_path, corpora):
+    args = ["--input", corpora / "tiny" / "*.jsonl", "--vocab-size", 2000, "--special-token", "<|endoftext|>"]
+    reference = tmp_path / "reference"
+    train.run([str(a) for a in [*args, "--output", reference]])
+
+    out = tmp_path / "interrupted"
+    argv = [sys.executable, "-m", "pipelines.train", *map(str, args), "--output", str(out)]
+    # The pure-Python merge loop (the compiled one's proven twin) keeps the launcher in the merge loop
+    # long enough to be killed there.
+    launcher = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                env={**os.environ, "TOKENBEAM_PURE_PYTHON": "1"}, start_new_session=True)
+    deadline = time.monotonic() + RUN_TIMEOUT
+    try:
+        while not (out / "counts" / "_totals.json").exists() and launcher.poll() is None:
+            assert time.monotonic() < deadline, "the counts never appeared"
+            time.sleep(0.01)
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait(timeout=30)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait()
+    assert launcher.returncode == -signal.SIGKILL
+    assert not (out / "tokenizer.json").exists()          # killed between the counts and the merges
+
+    resumed = cli("train", "--counts", out, "--output", out, "--vocab-size", 2000, "--special-token", "<|endoftext|>")
+    assert resumed.returncode == 0, resumed.stderr
+    assert (out / "tokenizer.json").read_bytes() == (reference / "tokenizer.json").read_bytes()
+    report = json.loads((out / "train_report.json").read_text())
+    assert report["records"] == json.loads((reference / "train_report.json").read_text())["records"]
+
+
+def test_train_into_a_used_folder_does_not_mix_in_old_counts(tmp_path, corpora):
+    """A second corpus that leaves most count buckets empty must not train on the first one's files."""
+    small = tmp_path / "small.txt"
+    small.write_text("lower lowest newer newest wider widest\n" * 3)
+    used, fresh = tmp_path / "used", tmp_path / "fresh"
+    train.run(["--input", str(corpora / "tiny" / "*.jsonl"), "--output", str(used), "--vocab-size", "300"])
+    assert len(list((used / "counts").glob("part-*.parquet"))) == train.N_COUNT_BUCKETS
+    for out in (used, fresh):
+        train.run(["--input", str(small), "--output", str(out), "--vocab-size", "270"])
+    assert (used / "tokenizer.json").read_bytes() == (fresh / "tokenizer.json").read_bytes()
+    assert train.load_counts(str(used / "counts")) == train.load_counts(str(fresh / "counts"))
+    assert len(list((used / "counts").glob("part-*.parquet"))) < train.N_COUNT_BUCKETS
