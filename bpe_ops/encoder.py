@@ -77,6 +77,7 @@ class Tokenizer:
         self.training = None
         self._cache: dict[str, tuple[int, ...]] = {}
         self._sha256: str | None = None
+        self._json: str | None = None
 
         self.merges = [(bytes(a), bytes(b)) for a, b in merges]
         tokens = dict(vocab) if vocab is not None else {b: bytes([b]) for b in range(256)}
@@ -401,12 +402,19 @@ class Tokenizer:
     def sha256(self) -> str:
         """Hex SHA-256 of the canonical tokenizer.json text (`save` writes exactly this text)."""
         if self._sha256 is None:
-            self._sha256 = hashlib.sha256(formats.tokenizer_json_text(self).encode("utf-8")).hexdigest()
+            self._sha256 = hashlib.sha256(self._json_text().encode("utf-8")).hexdigest()
         return self._sha256
+
+    def _json_text(self) -> str:
+        """The canonical tokenizer.json text, built once (about 1 s for a 50k vocabulary): `sha256`
+        and `save` both need it, and the train pipeline asks for both."""
+        if self._json is None:
+            self._json = formats.tokenizer_json_text(self)  # refuses classic mode
+        return self._json
 
     def save(self, directory: str | os.PathLike) -> str:
         """Write `tokenizer.json` and `tokenizer.tiktoken` into `directory`; return the json path."""
-        text = formats.tokenizer_json_text(self)  # refuses classic mode before anything is written
+        text = self._json_text()  # refuses classic mode before anything is written
         os.makedirs(directory, exist_ok=True)
         json_path = os.path.join(directory, "tokenizer.json")
         with open(json_path, "w", encoding="utf-8", newline="\n") as f:
