@@ -25,12 +25,14 @@ setup(
         "bench": ["tokenizers>=0.20", "tiktoken>=0.7", "rustbpe", "psutil"],
         "plot": ["matplotlib>=3.5"],
         "gcp": ["apache-beam[gcp]", "gcsfs"],
-        # PCRE2 splitting, 3-4x faster than `regex` with the same pieces (builds against libpcre2-dev).
-        "fast": ["PyPcre>=0.6"],
     },
     entry_points={"console_scripts": ["tokenbeam = pipelines.cli:main"]},
-    # Compiled twins of the trainer's merge loop and the encoder's per-piece merge; optional: without
-    # a compiler the pure-Python code is used.
+    # Compiled twins of the trainer's merge loop, the encoder's per-piece merge, and PCRE2 splitting,
+    # counting and whole-text encoding (it loads the system's libpcre2-8 at import, so it builds
+    # without PCRE2 headers). All optional: without a compiler or libpcre2 the Python code is used.
     ext_modules=[Extension("bpe_ops._merge_loop", ["bpe_ops/_merge_loop.c"], optional=True),
-                 Extension("bpe_ops._piece_merge", ["bpe_ops/_piece_merge.c"], optional=True)],
+                 Extension("bpe_ops._piece_merge", ["bpe_ops/_piece_merge.c"], depends=["bpe_ops/_merge_table.h"],
+                           optional=True),
+                 Extension("bpe_ops._pcre2", ["bpe_ops/_pcre2.c"], depends=["bpe_ops/_merge_table.h"],
+                           libraries=["dl"], optional=True)],
 )

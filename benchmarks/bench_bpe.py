@@ -16,7 +16,8 @@
    with the per-piece merge in Python instead of C (`TOKENBEAM_PURE_PYTHON=1`).
 
 Pre-tokenization (`count_pretokens`) and our encoder are timed with each regex engine in reach:
-PCRE2 (the optional PyPcre package, when installed) and the `regex` package (`TOKENBEAM_REGEX=regex`).
+PCRE2 (the compiled `bpe_ops._pcre2`, where built and libpcre2-8 is installed) and the `regex` package
+(`TOKENBEAM_REGEX=regex`).
 
 Prints wall and CPU seconds and ratios (peer time / our time: above 1 means we are faster; the encode
 table gives every row's speed as a multiple of tiktoken's and HF's, from CPU time). The peers run
@@ -46,7 +47,7 @@ from bpe_ops.pretokenize import ENGINE_VARIABLE, GPT4_PATTERN, count_pretokens, 
 
 
 def engines() -> list[str]:
-    """The regex engines to time: PCRE2 when PyPcre is installed (and not turned off), and `regex`."""
+    """The regex engines to time: PCRE2 when bpe_ops._pcre2 loads (and is not turned off), and `regex`."""
     return ["pcre2", "regex"] if regex_engine("gpt4") == "pcre2" else ["regex"]
 
 
@@ -54,8 +55,9 @@ def engine_versions() -> str:
     from importlib.metadata import version
     out = f"regex {version('regex')}"
     if "pcre2" in engines():
-        import pcre
-        out = f"PCRE2 {pcre.pcre_ext_c.get_library_version().split()[0]} (PyPcre {version('PyPcre')}, JIT), " + out
+        from bpe_ops import _pcre2
+        pcre2_version, unicode_version = _pcre2.library_version()
+        out = f"PCRE2 {pcre2_version.split()[0]} (Unicode {unicode_version}, JIT, via bpe_ops._pcre2), " + out
     return out
 
 

@@ -12,6 +12,10 @@ merged rank by rank over a linked list, so their cost stays near-linear in their
 Cache misses pay for that merge, so it runs compiled (`bpe_ops/_piece_merge.c`, built by setup.py)
 where the extension is built, unless `TOKENBEAM_PURE_PYTHON=1`; `_merge_python` is its
 specification, and the tests require the two to give identical ids.
+
+Where the split runs on PCRE2 (see `pretokenize.Pcre2Pattern`), the whole of `_encode_ordinary`
+runs compiled too (`bpe_ops/_pcre2.c`'s `TextEncoder`: split, a byte-keyed cache, the same merge
+replay) for every text PCRE2 may split; the Python path below is its specification.
 """
 from __future__ import annotations
 
@@ -23,12 +27,17 @@ from itertools import chain, islice, repeat
 from typing import Iterable, Mapping, Sequence
 
 from . import formats
-from .pretokenize import END_OF_WORD, compile_pattern, pattern_name, resolve_pattern, split_on_special, to_utf8
+from .pretokenize import (END_OF_WORD, Pcre2Pattern, compile_pattern, pattern_name, resolve_pattern,
+                          split_on_special, to_utf8)
 
 try:
     from . import _piece_merge       # the compiled twin of Tokenizer._merge_python (optional)
 except ImportError:
     _piece_merge = None
+try:
+    from ._pcre2 import Fallback as _Fallback, TextEncoder as _TextEncoder   # optional: PCRE2 and C
+except ImportError:
+    _Fallback = _TextEncoder = None
 
 MODES = ("byte", "classic")
 # Pieces up to this many symbols use the simple scan, longer ones the rank buckets: measured on
@@ -106,6 +115,24 @@ class Tokenizer:
                 del self._token_ids[tokens.pop(i)]
         self.vocab = {**tokens, **{i: s.encode("utf-8") for s, i in self.special_tokens.items()}}
         self.vocab_size = max(self.vocab) + 1
+        self._text_encoder = self._compiled_text_encoder()
+
+    def _compiled_text_encoder(self):
+        """The compiled whole-text encoder (`bpe_ops._pcre2.TextEncoder`) of this tokenizer, or None:
+        classic mode, the split not on PCRE2, no compiled merger (see `_piece_merger`)."""
+        if self.mode != "byte" or self._merger is None or not isinstance(self._regex, Pcre2Pattern):
+            return None
+        return _TextEncoder(self._regex.compiled, [a for a, _ in self._pairs], [b for _, b in self._pairs],
+                                  self._merged, self._byte_ids, self._token_ids if self.ignore_merges else None,
+                                  self.cache_size)
+
+    def __getstate__(self):
+        # The compiled encoder holds buffers, not a recipe: pickled without it, rebuilt on load.
+        return {**self.__dict__, "_text_encoder": None}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._text_encoder = self._compiled_text_encoder()
 
     # ---- construction -------------------------------------------------------------------------
 
@@ -205,8 +232,13 @@ class Tokenizer:
     def _encode_ordinary(self, text: str) -> list[int]:
         """Ids of text with no special tokens: split, look every piece up in the cache, merge misses.
 
-        Every step over all pieces runs in C (map, set, chain); Python code runs once per distinct
-        missing piece only."""
+        The compiled encoder takes every text PCRE2 may split. Otherwise every step over all pieces
+        runs in C (map, set, chain); Python code runs once per distinct missing piece only."""
+        if self._text_encoder is not None and self._regex.pcre2_splits(text):
+            try:
+                return self._text_encoder.encode(text)
+            except _Fallback:           # a text only `regex` may split: below
+                pass
         pieces = self._split(text)
         cache = self._cache
         hits = list(map(cache.get, pieces))

@@ -7,11 +7,12 @@ end-of-word marker `</w>` appended to every word.
 
 Special tokens split the text *before* the pattern applies, so no pre-token ever spans one.
 
-Splitting is the ceiling of encoding and counting, and the `regex` package splits at 4-6 MB/s. When
-the optional PyPcre package (`pip install tokenbeam[fast]`) is installed, PCRE2 with its JIT splits
-the named patterns 3-4x faster, with the same pieces: it runs only patterns written in the syntax both engines read
-alike and only texts free of the characters their Unicode tables classify differently (see
-`Pcre2Pattern`); everything else stays on `regex`. `TOKENBEAM_REGEX=regex` turns PCRE2 off.
+Splitting is the ceiling of encoding and counting, and the `regex` package splits at 4-6 MB/s. Where
+the compiled module `bpe_ops._pcre2` is built and the system's PCRE2 library (libpcre2-8) is
+installed, PCRE2 with its JIT splits the named patterns 3-4x faster, with the same pieces: it runs
+only patterns written in the syntax both engines read alike and only texts free of the characters
+their Unicode tables classify differently (see `Pcre2Pattern`); everything else stays on `regex`.
+`TOKENBEAM_REGEX=regex` turns PCRE2 off.
 """
 from __future__ import annotations
 
@@ -121,72 +122,64 @@ _FLIP = bytes([1, 0]) + bytes(254)    # translate table: 0 <-> 1
 class Pcre2Pattern:
     """A split pattern that PCRE2 runs wherever it gives the same pieces as `regex`, else `regex`.
 
-    Built only for patterns in the portable syntax above. Both engines classify characters with
-    their own Unicode tables, so the classes the pattern uses (`\\p{..}`, `\\s`, the letters of its
-    case-insensitive words) are compared on every code point once per process; a text holding a
-    character they disagree on (its `guard`), a lone surrogate (PCRE2 takes UTF-8 only) or hitting
-    a PCRE2 match limit is split by `regex`. ASCII texts skip the guard: a pattern whose classes
-    disagree on an ASCII character is not accelerated at all.
+    Built only for patterns in the portable syntax above, without capturing groups (which change
+    what `findall` returns). Both engines classify characters with their own Unicode tables, so the
+    classes the pattern uses (`\\p{..}`, `\\s`, the letters of its case-insensitive words) are
+    compared on every code point once per process; a text holding a character they disagree on (its
+    `guard`), a lone surrogate (PCRE2 takes UTF-8 only), an empty match or a PCRE2 match limit is
+    split by `regex`. ASCII texts skip the guard: a pattern whose classes disagree on an ASCII
+    character is not accelerated at all. `compiled` is the `bpe_ops._pcre2.Pattern`, which the
+    encoder and the pre-token counter run directly.
     """
 
-    __slots__ = ("pattern", "groups", "guard", "_regex", "_pcre", "_guard_search", "_pcre_error")
+    __slots__ = ("pattern", "groups", "guard", "compiled", "_regex", "_guard_search")
 
-    def __init__(self, compiled: "regex.Pattern[str]", pcre_module, pcre_pattern,
-                 guard: Sequence[tuple[str, str]]):
+    def __init__(self, compiled: "regex.Pattern[str]", pcre_pattern, guard: Sequence[tuple[str, str]]):
         self.pattern = compiled.pattern
         self.groups = compiled.groups
         self.guard = tuple(guard)            # (first, last) character ranges
+        self.compiled = pcre_pattern
         self._regex = compiled
-        self._pcre = pcre_pattern
-        self._pcre_error = pcre_module.PcreError
         # A guard that never matches still encodes the text, so a lone surrogate is still caught.
         ranges = "".join(f"\\x{{{ord(a):x}}}-\\x{{{ord(b):x}}}" for a, b in guard)
-        self._guard_search = _pcre2_compile(pcre_module, f"[{ranges}]" if ranges else "(?!)").search
+        self._guard_search = _pcre2_compile(f"[{ranges}]" if ranges else "(?!)").search
 
     @classmethod
     def build(cls, compiled: "regex.Pattern[str]") -> "Pcre2Pattern | None":
-        """The accelerated pattern, or None: PyPcre missing, syntax not portable, PCRE2 refusing the
-        pattern, or the engines disagreeing on an ASCII character."""
-        pcre_module = _pcre2_module()
-        if pcre_module is None or not _PORTABLE_SYNTAX.fullmatch(compiled.pattern):
+        """The accelerated pattern, or None: no PCRE2, syntax not portable, capturing groups, PCRE2
+        refusing the pattern, or the engines disagreeing on an ASCII character."""
+        pcre2 = _pcre2_module()
+        if pcre2 is None or compiled.groups or not _PORTABLE_SYNTAX.fullmatch(compiled.pattern):
             return None
         try:
-            pcre_pattern = _pcre2_compile(pcre_module, compiled.pattern)
-        except pcre_module.PcreError:
+            pcre_pattern = _pcre2_compile(compiled.pattern)
+        except pcre2.Pcre2Error:
             return None
-        guard = _disagreement(pcre_module, _compared_classes(compiled.pattern))
+        guard = _disagreement(_compared_classes(compiled.pattern))
         if guard and guard[0][0] < "\x80":
             return None
-        return cls(compiled, pcre_module, pcre_pattern, guard)
+        return cls(compiled, pcre_pattern, guard)
 
     def pcre2_splits(self, text: str) -> bool:
-        """Whether PCRE2 splits `text`: no character the engines classify differently, no lone
+        """Whether PCRE2 may split `text`: no character the engines classify differently, no lone
         surrogate (PCRE2 takes UTF-8 only)."""
         if text.isascii():
             return True
         try:
-            return self._guard_search(text) is None
-        except UnicodeEncodeError:
+            return not self._guard_search(text)
+        except _pcre2_module().Fallback:
             return False
 
     def findall(self, text: str) -> list:
         if self.pcre2_splits(text):
             try:
-                return self._pcre.findall(text)
-            except self._pcre_error:     # a PCRE2 match or memory limit; `regex` has none
+                return self.compiled.findall(text)
+            except _pcre2_module().Fallback:     # an empty match or a PCRE2 limit; `regex` has none
                 pass
         return self._regex.findall(text)
 
     def finditer(self, text: str) -> Iterable:
-        """Match objects with `start()`, `end()` and `group()` in characters, as `regex` gives.
-
-        PCRE2 only for ASCII texts: PyPcre turns each byte offset into a character offset by
-        counting from the start of the text, which is quadratic over a long non-ASCII text."""
-        if text.isascii():
-            try:
-                return list(self._pcre.finditer(text))   # the matching (and its errors) happen here
-            except self._pcre_error:
-                pass
+        """`regex`'s match objects (character offsets): only the slow paths need them."""
         return self._regex.finditer(text)
 
     def __reduce__(self):
@@ -199,20 +192,20 @@ class Pcre2Pattern:
 
 @lru_cache(maxsize=1)
 def _pcre2_module():
-    """The PyPcre module, or None when it is not installed (it is optional)."""
+    """The compiled `bpe_ops._pcre2` module, or None when it is not built or libpcre2-8 is missing
+    (it is optional)."""
     try:
-        import pcre
+        from . import _pcre2
     except ImportError:
         return None
-    return pcre
+    return _pcre2
 
 
-def _pcre2_compile(pcre_module, pattern: str):
+def _pcre2_compile(pattern: str):
     """PCRE2 in UTF mode with Unicode properties for `\\s` and friends (UCP), JIT-compiled, with LF
     as the only newline (a build may default to another), so `$` and `.` mean what they mean in
     `regex`."""
-    flags = pcre_module.Flag.UTF | pcre_module.Flag.UCP | pcre_module.Flag.JIT
-    return pcre_module.compile("(*LF)" + pattern, flags)
+    return _pcre2_module().Pattern("(*LF)" + pattern)
 
 
 def _compared_classes(pattern: str) -> tuple[str, ...]:
@@ -224,7 +217,7 @@ def _compared_classes(pattern: str) -> tuple[str, ...]:
     return tuple(sorted(classes | {f"(?i:{c})" for c in letters}))
 
 
-def _disagreement(pcre_module, classes: Sequence[str]) -> list[tuple[str, str]]:
+def _disagreement(classes: Sequence[str]) -> list[tuple[str, str]]:
     """Sorted `(first, last)` character ranges that one engine puts in one of `classes` and the
     other does not (cached per class: ~20 ms each, once per process)."""
     missing = [c for c in classes if c not in _DISAGREEMENT]
@@ -234,7 +227,7 @@ def _disagreement(pcre_module, classes: Sequence[str]) -> list[tuple[str, str]]:
         every = array("I", chain(range(0xD800), range(0xE000, 0x110000))).tobytes().decode("utf-32-le")
         for cls in missing:
             marks = bytearray(len(every))        # 1 where exactly one engine matched
-            for findall in (regex.compile(cls + "+").findall, _pcre2_compile(pcre_module, cls + "+").findall):
+            for findall in (regex.compile(cls + "+").findall, _pcre2_compile(cls + "+").findall):
                 for run in findall(every):
                     i = ord(run[0]) - (0x800 if run[0] >= "\ue000" else 0)
                     marks[i:i + len(run)] = marks[i:i + len(run)].translate(_FLIP)
@@ -334,19 +327,39 @@ def count_pretokens(texts: Iterable[str], pattern: str = "gpt4",
                     special_tokens: Sequence[str] = (), counter: Counter | None = None) -> Counter:
     """Count the pre-tokens of `texts` as `{pretoken UTF-8 bytes: count}` (the trainer's input).
 
-    Counting happens on strings (cheap) and is converted to bytes once at the end. Lone surrogates
-    cannot be encoded to UTF-8; they are replaced with U+FFFD, as the pipelines do on decode.
+    With PCRE2, a compiled counter splits and counts each text on its UTF-8 bytes; a text PCRE2
+    may not split (see `Pcre2Pattern`) is counted on strings with `regex`, as everything is without
+    PCRE2 (cheap), converted to bytes once at the end. Lone surrogates cannot be encoded to UTF-8;
+    they are replaced with U+FFFD, as the pipelines do on decode.
     """
-    findall = compile_pattern(pattern).findall
+    compiled = compile_pattern(pattern)
+    findall = compiled.findall
+    fast = _pcre2_module().PieceCounter(compiled.compiled) if isinstance(compiled, Pcre2Pattern) else None
     by_str: Counter = Counter()
+
+    def count(segment: str) -> None:
+        if fast is not None and compiled.pcre2_splits(segment):
+            try:
+                fast.add(segment)
+                return
+            except _pcre2_module().Fallback:      # nothing of the segment was counted
+                pass
+        by_str.update(findall(segment))
+
     for text in texts:
         if special_tokens:
             for segment, is_special in split_on_special(text, special_tokens):
                 if not is_special:
-                    by_str.update(findall(segment))
+                    count(segment)
         else:
-            by_str.update(findall(text))
+            count(text)
     out = counter if counter is not None else Counter()
+    if fast is not None:
+        if out:
+            for piece, n in fast.to_dict().items():
+                out[piece] += n
+        else:
+            out.update(fast.to_dict())
     for piece, n in by_str.items():
         out[to_utf8(piece)] += n
     return out

@@ -159,6 +159,7 @@ def test_merge_dispatches_to_the_compiled_merger(gpt2, monkeypatch):
 
     tok = pickle.loads(pickle.dumps(gpt2))     # a copy with its own merger
     monkeypatch.setattr(tok, "_merger", Spy())
+    monkeypatch.setattr(tok, "_text_encoder", None)   # the per-piece path (test_pcre2_c.py: whole texts)
     assert tok.encode(" dispatched") == gpt2.encode(" dispatched")
     assert calls == [symbols(gpt2, " dispatched")]
 

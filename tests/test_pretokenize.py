@@ -1,6 +1,7 @@
 """Pre-tokenization: our named patterns split real text exactly as Hugging Face's Split(Regex) does
 (Oniguruma), special tokens split first, and the byte <-> unicode table is GPT-2's. The optional PCRE2
 accelerator gives the pieces of `regex` on real text, every code point and adversarial strings."""
+import os
 import pickle
 from collections import Counter
 
@@ -59,12 +60,10 @@ def test_bad_pattern_is_a_value_error():
 
 # ---- the optional PCRE2 accelerator: the same pieces as `regex`, everywhere --------------------
 
-try:
-    import pcre  # noqa: F401  (the optional accelerator)
-    HAS_PCRE2 = True
-except ImportError:
-    HAS_PCRE2 = False
-needs_pcre2 = pytest.mark.skipif(not HAS_PCRE2, reason="PyPcre not installed (optional accelerator)")
+PCRE2_MISSING = pretokenize._pcre2_module() is None
+needs_pcre2 = pytest.mark.skipif(PCRE2_MISSING and os.environ.get("TOKENBEAM_REQUIRE_PCRE2") != "1",
+                                 reason="bpe_ops._pcre2 not built or libpcre2-8 missing (optional accelerator)")
+HAS_PCRE2 = not PCRE2_MISSING
 NAMES = ["gpt2", "gpt4", "o200k", "classic"]
 LLAMA3_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
                   r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
@@ -88,7 +87,8 @@ ADVERSARIAL = [
 
 def pcre2_pieces(pattern: str, text: str) -> list:
     """PCRE2's own split, without the guard (the flags `pretokenize` uses, written out here)."""
-    return pcre.compile("(*LF)" + pattern, pcre.Flag.UTF | pcre.Flag.UCP | pcre.Flag.JIT).findall(text)
+    from bpe_ops import _pcre2
+    return _pcre2.Pattern("(*LF)" + pattern).findall(text)
 
 
 @needs_pcre2
@@ -196,7 +196,7 @@ def test_count_pretokens_and_pickling_with_pcre2(corpora):
 
 
 def test_engine_choice_environment_variable_and_fallback(monkeypatch):
-    """`TOKENBEAM_REGEX=regex` keeps `regex`; without PyPcre `regex` is used (runs with or without it)."""
+    """`TOKENBEAM_REGEX=regex` keeps `regex`; without PCRE2 `regex` is used (runs with or without it)."""
     monkeypatch.setenv(pretokenize.ENGINE_VARIABLE, "regex")
     assert isinstance(pretokenize.compile_pattern("gpt4"), regex.Pattern)
     assert pretokenize.regex_engine("gpt4") == "regex"

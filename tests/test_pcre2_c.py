@@ -1,0 +1,177 @@
+"""The compiled PCRE2 module (`bpe_ops._pcre2`) against its specification, the Python layer:
+`TextEncoder.encode` gives the ids of the Python encoder (regex split, per-piece merge) on real
+documents in every named pattern, on hostile texts, on random texts, with a tiny cache, with
+`ignore_merges`, from several threads and after pickling; `PieceCounter` gives `regex`'s counts;
+texts it must not take fall back whole."""
+import os
+import pickle
+import threading
+from collections import Counter
+
+import pytest
+import regex
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bpe_ops import Tokenizer, encoder, pretokenize
+from tests.conftest import read_jsonl_texts
+from tests.test_pretokenize import ADVERSARIAL
+
+pcre2 = pretokenize._pcre2_module()
+pytestmark = pytest.mark.skipif(pcre2 is None and os.environ.get("TOKENBEAM_REQUIRE_PCRE2") != "1",
+                                reason="bpe_ops._pcre2 not built or libpcre2-8 missing (optional accelerator)")
+
+
+@pytest.fixture(autouse=True)
+def accelerated(monkeypatch):
+    monkeypatch.delenv("TOKENBEAM_PURE_PYTHON", raising=False)
+    monkeypatch.delenv(pretokenize.ENGINE_VARIABLE, raising=False)
+
+
+def python_ids(tok: Tokenizer, text: str) -> list[int]:
+    """The specification: the same tokenizer's Python path (regex split, cache, per-piece merge)."""
+    saved, tok._text_encoder = tok._text_encoder, None
+    saved_regex, tok._regex = tok._regex, regex.compile(tok.pattern)
+    try:
+        return tok._encode_ordinary(text)
+    finally:
+        tok._text_encoder, tok._regex = saved, saved_regex
+
+
+@pytest.fixture(scope="module")
+def gpt2_merges(gpt2_files):
+    return Tokenizer.from_gpt2_files(*gpt2_files).merges
+
+
+def byte_tokenizer(merges, pattern: str, **kwargs) -> Tokenizer:
+    tok = Tokenizer(merges, pattern=pattern, **kwargs)
+    assert tok._text_encoder is not None, "the compiled whole-text encoder should be in use"
+    return tok
+
+
+@pytest.mark.parametrize("pattern", ["gpt2", "gpt4", "o200k"])
+def test_whole_text_encoder_equals_the_python_encoder_on_real_text(pattern, gpt2_merges, corpora):
+    tok = byte_tokenizer(gpt2_merges, pattern)
+    texts = (read_jsonl_texts(corpora / "multi", limit=150) + read_jsonl_texts(corpora / "code", limit=60)
+             + [t for t in ADVERSARIAL if len(t) < 20_000])
+    for text in texts:
+        assert tok.encode(text) == python_ids(tok, text), repr(text[:60])
+    # The comparison above is the compiled encoder's: it took (and cached) nearly all of it.
+    assert len(tok._text_encoder) > 1000
+
+
+def test_gaps_between_matches_are_pieces_too(gpt2_merges, corpora):
+    """A custom pattern that skips characters: the text between matches is encoded, never dropped."""
+    tok = byte_tokenizer(gpt2_merges[:3000], r"\p{L}+| ?\p{N}+")
+    texts = read_jsonl_texts(corpora / "multi", limit=60) + ["  12 ab, cd!!", "!!", "ab", "1 2 3 ..."]
+    for text in texts:
+        ids = tok.encode(text)
+        assert ids == python_ids(tok, text)
+        assert tok.decode(ids) == text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from("ab \n\t'1é中😀\u0301\r.Ś"), max_size=60))
+def test_random_texts(gpt2_tokenizers, text):
+    for tok in gpt2_tokenizers:
+        assert tok.encode(text) == python_ids(tok, text)
+
+
+@pytest.fixture(scope="module")
+def gpt2_tokenizers(gpt2_merges):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("TOKENBEAM_PURE_PYTHON", raising=False)
+        mp.delenv(pretokenize.ENGINE_VARIABLE, raising=False)
+        # A cache of 3 entries is emptied all the time: eviction never changes an id.
+        return [byte_tokenizer(gpt2_merges, "gpt4"), byte_tokenizer(gpt2_merges, "o200k", cache_size=3)]
+
+
+def test_tiny_cache_and_long_pieces(gpt2_merges, corpora):
+    tok = byte_tokenizer(gpt2_merges, "gpt2", cache_size=2)
+    texts = read_jsonl_texts(corpora / "code", limit=30) + ["a" * 5000, "x" + "ab" * 3000, "\u00e9" * 4000]
+    for text in texts:
+        assert tok.encode(text) == python_ids(tok, text)
+    assert len(tok._text_encoder) <= 2
+
+
+def test_ignore_merges_takes_whole_tokens(gpt2_files):
+    """Llama-3 style: a piece that is itself a token is that token, even where the merges would
+    not make it. Here the vocabulary holds ' zzzz' but no merge makes it."""
+    base = Tokenizer.from_gpt2_files(*gpt2_files)
+    vocab = dict(base._tokens)
+    vocab[max(vocab) + 1] = b" zzzz"
+    tok = Tokenizer(base.merges, pattern="gpt4", vocab=vocab, ignore_merges=True)
+    assert tok._text_encoder is not None
+    for text in ("a zzzz b", " zzzz", "zzzz zzzzz", "hello world zzzz!"):
+        assert tok.encode(text) == python_ids(tok, text)
+    assert tok.encode(" zzzz") == [max(vocab)]
+
+
+def test_threads_share_one_tokenizer(gpt2_merges, corpora):
+    """The encoder drops the GIL while it works; a second thread meeting it busy takes the Python
+    path. Either way, every thread gets the ids."""
+    tok = byte_tokenizer(gpt2_merges, "gpt4")
+    texts = read_jsonl_texts(corpora / "multi", limit=80)
+    expected = [python_ids(tok, t) for t in texts]
+    results: dict[int, list] = {}
+
+    def work(k: int) -> None:
+        results[k] = [tok.encode(t) for t in texts * 3]
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(results[k] == expected * 3 for k in range(4))
+
+
+def test_pickled_tokenizer_rebuilds_its_encoder(gpt2_merges):
+    tok = byte_tokenizer(gpt2_merges, "gpt4")
+    back = pickle.loads(pickle.dumps(tok))
+    assert back._text_encoder is not None and back._text_encoder is not tok._text_encoder
+    assert back.encode("pickled, then encoded: 12345 ok") == tok.encode("pickled, then encoded: 12345 ok")
+
+
+def test_texts_pcre2_must_not_split_fall_back_whole(gpt2_merges):
+    tok = byte_tokenizer(gpt2_merges, "gpt4")
+    with pytest.raises(pcre2.Fallback, match="surrogate"):
+        tok._text_encoder.encode("x\ud800 y")
+    assert tok.encode("x\ud800 y") == python_ids(tok, "x\ud800 y")
+    empty = byte_tokenizer(gpt2_merges[:100], r"a*")       # matches the empty string everywhere
+    with pytest.raises(pcre2.Fallback, match="empty"):
+        empty._text_encoder.encode("baab")
+    assert empty.encode("baab") == python_ids(empty, "baab")
+
+
+def test_piece_counter_counts_like_regex(corpora):
+    texts = read_jsonl_texts(corpora / "multi", limit=100) + [t for t in ADVERSARIAL if len(t) < 20_000]
+    for name in ("gpt2", "gpt4", "o200k"):
+        reference = regex.compile(pretokenize.PATTERNS[name])
+        expected = Counter(pretokenize.to_utf8(p) for t in texts for p in reference.findall(t))
+        assert pretokenize.count_pretokens(texts, name) == expected, name
+
+
+def test_piece_counter_counts_nothing_of_a_text_that_falls_back():
+    counter = pcre2.PieceCounter(pcre2.Pattern("(*LF)a|(?<=b)c*"))
+    counter.add("aa")
+    with pytest.raises(pcre2.Fallback):
+        counter.add("aab")        # matches "a", "a", then "" after the "b": an empty match
+    assert counter.to_dict() == {b"a": 2} and counter.pieces == 2 and len(counter) == 1
+
+
+def test_errors_are_python_exceptions():
+    with pytest.raises(pcre2.Pcre2Error, match="refuses"):
+        pcre2.Pattern("(unclosed")
+    pattern = pcre2.Pattern(r"\p{L}+")
+    with pytest.raises(TypeError):
+        pattern.findall(b"bytes")
+    with pytest.raises(TypeError):
+        pcre2.PieceCounter("not a pattern")
+    with pytest.raises(ValueError, match="byte_ids"):
+        pcre2.TextEncoder(pattern, [97], [98], [256], list(range(255)))
+    with pytest.raises(OverflowError):
+        pcre2.TextEncoder(pattern, [97], [98], [2**31], list(range(256)))
+    assert pickle.loads(pickle.dumps(pattern)).findall("ab cd") == ["ab", "cd"]
+    version, unicode_version = pcre2.library_version()
+    assert version[:2].isdigit() and unicode_version[:2].isdigit()
