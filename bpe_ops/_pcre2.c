@@ -531,9 +531,11 @@ static Entry *bytemap_insert(ByteMap *m, Entry *slot, const uint8_t *key, size_t
 typedef struct {
     PyObject_HEAD
     Pattern *pattern;
+    Matcher *matcher;            /* this counter's own: it counts without the GIL */
     ByteMap counts;
     Spans spans;                 /* reused between texts */
     int64_t pieces;              /* pre-tokens counted, all texts */
+    int busy;                    /* set (with the GIL held) while a call runs without it */
 } PieceCounter;
 
 static int counter_init(PieceCounter *self, PyObject *args, PyObject *kwds)
@@ -551,6 +553,8 @@ static int counter_init(PieceCounter *self, PyObject *args, PyObject *kwds)
         PyErr_NoMemory();
         return -1;
     }
+    if ((self->matcher = matcher_new((Pattern *)pattern)) == NULL)
+        return -1;
     Py_INCREF(pattern);
     self->pattern = (Pattern *)pattern;
     return 0;
@@ -558,10 +562,32 @@ static int counter_init(PieceCounter *self, PyObject *args, PyObject *kwds)
 
 static void counter_dealloc(PieceCounter *self)
 {
+    matcher_free(self->matcher);
     bytemap_free(&self->counts);
     free(self->spans.spans);
     Py_XDECREF(self->pattern);
     Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int count_text(PieceCounter *self, const uint8_t *s, size_t len)
+{
+    /* Split s[0..len) and count its pieces; nothing is counted when the split fails. Touches no
+     * Python object. */
+    size_t i;
+    int rc;
+    if ((rc = split_text(self->pattern, self->matcher, s, len, 0, &self->spans)) < 0)
+        return rc;
+    for (i = 0; i < self->spans.n; i++) {
+        const uint8_t *key = s + self->spans.spans[i].start;
+        size_t n = self->spans.spans[i].end - self->spans.spans[i].start;
+        uint64_t hash = hash_bytes(key, n);
+        Entry *e = bytemap_find(&self->counts, key, n, hash);
+        if (e->hash == 0 && (e = bytemap_insert(&self->counts, e, key, n, hash)) == NULL)
+            return SPLIT_NOMEM;     /* the pieces before it stay counted: the caller raises MemoryError */
+        e->value++;
+    }
+    self->pieces += (int64_t)self->spans.n;
+    return 0;
 }
 
 static PyObject *counter_add(PieceCounter *self, PyObject *text)
@@ -569,26 +595,25 @@ static PyObject *counter_add(PieceCounter *self, PyObject *text)
     /* Count the pre-tokens of one text; a text that falls back is not counted at all. */
     Py_ssize_t len;
     const uint8_t *s;
-    size_t i;
     int rc;
     if (self->pattern == NULL) {
         PyErr_SetString(PyExc_TypeError, "PieceCounter is not initialised");
         return NULL;
     }
+    if (self->busy) {
+        PyErr_SetString(Fallback, "this PieceCounter is counting in another thread");
+        return NULL;
+    }
     if ((s = utf8_of(text, &len)) == NULL)
         return NULL;
-    if ((rc = split_text(self->pattern, self->pattern->matcher, s, (size_t)len, 0, &self->spans)) < 0)
+    self->busy = 1;
+    /* Only this counter's own buffers are touched while counting: let other threads run. */
+    Py_BEGIN_ALLOW_THREADS
+    rc = count_text(self, s, (size_t)len);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (rc < 0)
         return split_failed(rc), NULL;
-    for (i = 0; i < self->spans.n; i++) {
-        const uint8_t *key = s + self->spans.spans[i].start;
-        size_t n = self->spans.spans[i].end - self->spans.spans[i].start;
-        uint64_t hash = hash_bytes(key, n);
-        Entry *e = bytemap_find(&self->counts, key, n, hash);
-        if (e->hash == 0 && (e = bytemap_insert(&self->counts, e, key, n, hash)) == NULL)
-            return PyErr_NoMemory();
-        e->value++;
-    }
-    self->pieces += (int64_t)self->spans.n;
     Py_RETURN_NONE;
 }
 
@@ -618,6 +643,76 @@ static PyObject *counter_to_dict(PieceCounter *self, PyObject *Py_UNUSED(ignored
     return out;
 }
 
+static uint32_t crc32_table[256];
+
+static void crc32_init(void)
+{
+    /* The CRC-32 of zlib (reflected polynomial 0xEDB88320), table-driven. */
+    uint32_t i, c;
+    int k;
+    for (i = 0; i < 256; i++) {
+        for (c = i, k = 0; k < 8; k++)
+            c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc32_table[i] = c;
+    }
+}
+
+static uint32_t crc32_of(const uint8_t *s, size_t n)
+{
+    /* zlib.crc32(s): the same stable bucket the Python path computes. */
+    uint32_t c = 0xFFFFFFFFu;
+    while (n--)
+        c = crc32_table[(c ^ *s++) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+static PyObject *counter_to_dicts(PieceCounter *self, PyObject *arg)
+{
+    /* The counts split into n dicts {pre-token UTF-8 bytes: count}: dict i holds the pre-tokens p
+     * with zlib.crc32(p) % n == i (stable across processes and runs, unlike Python's hash). */
+    Py_ssize_t n = PyLong_AsSsize_t(arg), b;
+    PyObject *out;
+    size_t i;
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (n < 1) {
+        PyErr_SetString(PyExc_ValueError, "to_dicts(n): n must be at least 1");
+        return NULL;
+    }
+    if ((out = PyList_New(n)) == NULL)
+        return NULL;
+    for (b = 0; b < n; b++) {
+        PyObject *d = PyDict_New();
+        if (d == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, b, d);
+    }
+    if (self->pattern == NULL)
+        return out;
+    for (i = 0; i <= self->counts.mask; i++) {
+        const Entry *e = &self->counts.slots[i];
+        const uint8_t *key_bytes;
+        PyObject *key, *value;
+        int rc;
+        if (e->hash == 0)
+            continue;
+        key_bytes = self->counts.keys + e->key_at;
+        key = PyBytes_FromStringAndSize((const char *)key_bytes, e->key_len);
+        value = PyLong_FromLongLong(e->value);
+        rc = key && value ? PyDict_SetItem(PyList_GET_ITEM(out, crc32_of(key_bytes, e->key_len) % (uint64_t)n),
+                                           key, value) : -1;
+        Py_XDECREF(key);
+        Py_XDECREF(value);
+        if (rc < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
 static Py_ssize_t counter_len(PieceCounter *self)
 {
     return (Py_ssize_t)self->counts.used;
@@ -633,6 +728,8 @@ static PyMethodDef counter_methods[] = {
      "add(text)\n--\n\nCount the pre-tokens of text (Fallback: nothing of it is counted)."},
     {"to_dict", (PyCFunction)counter_to_dict, METH_NOARGS,
      "to_dict()\n--\n\nThe counts as {pre-token UTF-8 bytes: count}."},
+    {"to_dicts", (PyCFunction)counter_to_dicts, METH_O,
+     "to_dicts(n)\n--\n\nThe counts as n dicts; dict i holds the pre-tokens p with zlib.crc32(p) % n == i."},
     {NULL, NULL, 0, NULL}
 };
 
@@ -991,7 +1088,34 @@ static PyObject *library_version(PyObject *Py_UNUSED(module), PyObject *Py_UNUSE
     return Py_BuildValue("(ss)", version, unicode);
 }
 
+static PyObject *add_counts(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    /* into[k] = into.get(k, 0) + v for every (k, v) of counts: the sum of two count tables. */
+    PyObject *into, *counts, *key, *value;
+    Py_ssize_t pos = 0;
+    if (!PyArg_ParseTuple(args, "O!O!:add_counts", &PyDict_Type, &into, &PyDict_Type, &counts))
+        return NULL;
+    while (PyDict_Next(counts, &pos, &key, &value)) {
+        PyObject *old = PyDict_GetItemWithError(into, key), *sum;
+        int rc;
+        if (old == NULL) {
+            if (PyErr_Occurred() || PyDict_SetItem(into, key, value) < 0)
+                return NULL;
+            continue;
+        }
+        if ((sum = PyNumber_Add(old, value)) == NULL)
+            return NULL;
+        rc = PyDict_SetItem(into, key, sum);
+        Py_DECREF(sum);
+        if (rc < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
+    {"add_counts", add_counts, METH_VARARGS,
+     "add_counts(into, counts)\n--\n\nAdd the count table `counts` into the dict `into`, key by key."},
     {"library_version", library_version, METH_NOARGS,
      "library_version()\n--\n\n(PCRE2 version, its Unicode version), as the loaded library reports them."},
     {NULL, NULL, 0, NULL}
@@ -1011,6 +1135,7 @@ PyInit__pcre2(void)
     size_t i;
     if (load_pcre2() < 0)
         return NULL;
+    crc32_init();
     for (i = 0; i < 3; i++)
         if (PyType_Ready(types[i]) < 0)
             return NULL;

@@ -90,14 +90,27 @@ def _require_byte_mode(tok, what: str) -> None:
 
 
 def _dumps(value: Any, depth: int = 0) -> str:
-    """JSON with two-space indentation, except that lists of scalars (merge pairs) stay on one line."""
+    """JSON with two-space indentation, except that lists of scalars (merge pairs) stay on one line.
+
+    Strings and ints, the bulk of a vocabulary, skip `json.dumps` (its per-call cost was most of a
+    32k-id file's ~1 s) for the C string encoder it would call; the text is the same."""
+    if isinstance(value, str):
+        return _encode_string(value)
+    if type(value) is int:
+        return str(value)
     pad, end = "  " * (depth + 1), "\n" + "  " * depth
     if isinstance(value, dict) and value:
-        items = (f"{pad}{json.dumps(k, ensure_ascii=False)}: {_dumps(v, depth + 1)}" for k, v in value.items())
+        items = (f"{pad}{_encode_string(k)}: {_dumps(v, depth + 1)}" for k, v in value.items())
         return "{\n" + ",\n".join(items) + end + "}"
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return "[" + ", ".join(map(_encode_string, value)) + "]"
     if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
         return "[\n" + ",\n".join(pad + _dumps(v, depth + 1) for v in value) + end + "]"
     return json.dumps(value, ensure_ascii=False)
+
+
+# What `json.dumps(s, ensure_ascii=False)` returns for a str s (C-accelerated where available).
+_encode_string = json.encoder.encode_basestring
 
 
 # ---- reading tokenizer.json ---------------------------------------------------------------------

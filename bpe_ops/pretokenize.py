@@ -17,11 +17,12 @@ their Unicode tables classify differently (see `Pcre2Pattern`); everything else 
 from __future__ import annotations
 
 import os
+import zlib
 from array import array
 from collections import Counter
 from functools import lru_cache
 from itertools import chain
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 import regex
 
@@ -271,9 +272,15 @@ def unicode_to_bytes() -> dict[str, int]:
 
 
 def token_to_unicode(token: bytes) -> str:
-    """Token bytes -> their GPT-2 alphabet spelling (as in vocab.json / tokenizer.json)."""
-    table = bytes_to_unicode()
-    return "".join(table[b] for b in token)
+    """Token bytes -> their GPT-2 alphabet spelling (as in vocab.json / tokenizer.json): each byte
+    read as the Latin-1 character of its value, then translated (one C call per token)."""
+    return token.decode("latin-1").translate(_byte_spelling())
+
+
+@lru_cache(maxsize=1)
+def _byte_spelling() -> dict[int, str]:
+    """`str.translate` table from each Latin-1 character (a byte's value) to its GPT-2 spelling."""
+    return {b: c for b, c in bytes_to_unicode().items() if chr(b) != c}
 
 
 def unicode_to_token(text: str) -> bytes:
@@ -323,45 +330,89 @@ def pretokenize(text: str, pattern: str = "gpt4", special_tokens: Sequence[str] 
     return out
 
 
+class PretokenCounter:
+    """Counts of the pre-tokens of many texts, by their UTF-8 bytes (the trainer's input).
+
+    Special tokens split each text first and are not counted. With PCRE2, a compiled counter splits
+    and counts each text on its UTF-8 bytes; a text PCRE2 may not split (see `Pcre2Pattern`) is
+    counted on strings with `regex`, as everything is without PCRE2, and converted to bytes once in
+    `drain`. Lone surrogates cannot be encoded to UTF-8; they become U+FFFD, as the pipelines do on
+    decode.
+    """
+
+    def __init__(self, pattern: str = "gpt4", special_tokens: Sequence[str] = ()):
+        self._compiled = compile_pattern(pattern)
+        self._special_tokens = tuple(special_tokens)
+        self._pcre2 = _pcre2_module() if isinstance(self._compiled, Pcre2Pattern) else None
+        self._fast = self._pcre2.PieceCounter(self._compiled.compiled) if self._pcre2 else None
+        self._by_str: Counter = Counter()
+
+    def add(self, text: str) -> None:
+        if not self._special_tokens:
+            self._add_segment(text)
+            return
+        for segment, is_special in split_on_special(text, self._special_tokens):
+            if not is_special:
+                self._add_segment(segment)
+
+    def _add_segment(self, segment: str) -> None:
+        if self._fast is not None and self._compiled.pcre2_splits(segment):
+            try:
+                self._fast.add(segment)
+                return
+            except self._pcre2.Fallback:      # nothing of the segment was counted: `regex` below
+                pass
+        self._by_str.update(self._compiled.findall(segment))
+
+    def __len__(self) -> int:
+        """Distinct pre-tokens held (a piece counted by both paths counts twice until `drain`)."""
+        return len(self._by_str) + (len(self._fast) if self._fast is not None else 0)
+
+    def drain(self) -> dict[bytes, int]:
+        """The counts so far as `{pre-token UTF-8 bytes: count}`; the counter starts over empty."""
+        return self.drain_buckets(1)[0]
+
+    def drain_buckets(self, n: int) -> list[dict[bytes, int]]:
+        """`drain`, split into n tables: table i holds the pre-tokens p with `zlib.crc32(p) % n == i`
+        (a bucket stable across processes and runs, unlike Python's salted hash)."""
+        if self._fast is not None:
+            buckets = self._fast.to_dicts(n)
+            self._fast = self._pcre2.PieceCounter(self._compiled.compiled)
+        else:
+            buckets = [{} for _ in range(n)]
+        for piece, count in self._by_str.items():
+            key = to_utf8(piece)
+            bucket = buckets[zlib.crc32(key) % n]
+            bucket[key] = bucket.get(key, 0) + count
+        self._by_str.clear()
+        return buckets
+
+
+def add_counts(into: dict, counts: Mapping) -> None:
+    """`into[k] += v` for every `(k, v)` of `counts` (missing keys start at 0): the sum of two count
+    tables, in C where `bpe_ops._pcre2` is built."""
+    pcre2 = _pcre2_module()
+    if pcre2 is not None and type(into) is dict and type(counts) is dict:
+        pcre2.add_counts(into, counts)
+        return
+    get = into.get
+    for key, n in counts.items():
+        into[key] = get(key, 0) + n
+
+
 def count_pretokens(texts: Iterable[str], pattern: str = "gpt4",
                     special_tokens: Sequence[str] = (), counter: Counter | None = None) -> Counter:
-    """Count the pre-tokens of `texts` as `{pretoken UTF-8 bytes: count}` (the trainer's input).
-
-    With PCRE2, a compiled counter splits and counts each text on its UTF-8 bytes; a text PCRE2
-    may not split (see `Pcre2Pattern`) is counted on strings with `regex`, as everything is without
-    PCRE2 (cheap), converted to bytes once at the end. Lone surrogates cannot be encoded to UTF-8;
-    they are replaced with U+FFFD, as the pipelines do on decode.
-    """
-    compiled = compile_pattern(pattern)
-    findall = compiled.findall
-    fast = _pcre2_module().PieceCounter(compiled.compiled) if isinstance(compiled, Pcre2Pattern) else None
-    by_str: Counter = Counter()
-
-    def count(segment: str) -> None:
-        if fast is not None and compiled.pcre2_splits(segment):
-            try:
-                fast.add(segment)
-                return
-            except _pcre2_module().Fallback:      # nothing of the segment was counted
-                pass
-        by_str.update(findall(segment))
-
+    """Count the pre-tokens of `texts` as `{pretoken UTF-8 bytes: count}` (see `PretokenCounter`),
+    added to `counter` when given."""
+    counting = PretokenCounter(pattern, special_tokens)
     for text in texts:
-        if special_tokens:
-            for segment, is_special in split_on_special(text, special_tokens):
-                if not is_special:
-                    count(segment)
-        else:
-            count(text)
+        counting.add(text)
     out = counter if counter is not None else Counter()
-    if fast is not None:
-        if out:
-            for piece, n in fast.to_dict().items():
-                out[piece] += n
-        else:
-            out.update(fast.to_dict())
-    for piece, n in by_str.items():
-        out[to_utf8(piece)] += n
+    counts = counting.drain()
+    if out:
+        add_counts(out, counts)
+    else:
+        out.update(counts)
     return out
 
 

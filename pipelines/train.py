@@ -1,6 +1,6 @@
 """`tokenbeam train`: sharded text -> pre-token counts (Beam) -> BPE merge loop -> tokenizer files.
 
-    shards -> CountShardPretokens (one DoFn call per shard, local Counter) -> SumCounts (CombinePerKey,
+    shards -> CountShardPretokens (one DoFn call per shard, local counter) -> SumCounts (CombinePerKey,
     hot-key fan-out) -> PruneRare (--min-count) -> WriteCounts (counts/*.parquet, by bucket)
     then, in the launching process: load counts -> learn merges (progress bar) -> write tokenizer.json,
     tokenizer.tiktoken, train_report.json, compression_curve.png.
@@ -56,7 +56,7 @@ class CountShardPretokens(beam.DoFn):
         self.fail_fast = fail_fast
 
     def setup(self):
-        self.findall = pretokenize.compile_pattern(self.pattern).findall
+        pretokenize.compile_pattern(self.pattern)     # compiled (and its PCRE2 guard built) once per worker
         self.records = beam.metrics.Metrics.counter("tokenbeam", "records")
         self.bytes = beam.metrics.Metrics.counter("tokenbeam", "bytes")
         self.rejected = beam.metrics.Metrics.counter("tokenbeam", "rejected")
@@ -67,9 +67,8 @@ class CountShardPretokens(beam.DoFn):
         started = time.perf_counter()
         totals = reports.empty_totals()
         totals["shards"] = 1
-        counter: Counter = Counter()
+        counter = pretokenize.PretokenCounter(self.pattern, self.special_tokens)
         rejected_lines: list[str] = []
-        specials = self.special_tokens
         for item in read_shard(shard, self.source_options):
             if isinstance(item, Record):
                 totals["records"] += 1
@@ -77,14 +76,9 @@ class CountShardPretokens(beam.DoFn):
                 totals["records_repaired"] += item.repaired
                 text = item.text
                 totals["bytes"] += len(pretokenize.to_utf8(text))
-                if specials:
-                    for segment, is_special in pretokenize.split_on_special(text, specials):
-                        if not is_special:
-                            counter.update(self.findall(segment))
-                else:
-                    counter.update(self.findall(text))
+                counter.add(text)
                 if len(counter) >= LOCAL_COUNTER_FLUSH:
-                    yield from _emit(counter, totals)
+                    yield from _emit(counter.drain_buckets(N_COUNT_BUCKETS), totals)
             elif isinstance(item, Rejected):
                 if self.fail_fast:
                     raise common.ShardFailure(f"--fail-fast: {item.source} row {item.row}: rejected, "
@@ -101,7 +95,7 @@ class CountShardPretokens(beam.DoFn):
                 say(f"shard error: {common.describe_shard_error(item.__dict__)}")
                 totals["shard_errors"].append({"source": item.source, "rows_read": item.rows_read,
                                                "reason": item.reason, "detail": item.detail})
-        yield from _emit(counter, totals)
+        yield from _emit(counter.drain_buckets(N_COUNT_BUCKETS), totals)
         if rejected_lines:
             from pipelines.sources import output_name
             rejected_url = join(self.output, "rejected", output_name(shard.relpath, ".jsonl"))
@@ -116,20 +110,16 @@ class CountShardPretokens(beam.DoFn):
         yield beam.pvalue.TaggedOutput(self.TOTALS, totals)
 
 
-def _emit(counter: Counter, totals: dict):
-    """Emit a local counter as one `(bucket, {pre-token bytes: count})` element per bucket, and clear it.
+def _emit(buckets: list[dict[bytes, int]], totals: dict):
+    """Emit a shard's local counts as one `(bucket, {pre-token bytes: count})` element per bucket
+    (`count_bucket` of each pre-token, as `PretokenCounter.drain_buckets` splits them).
 
     A shard holds ~60k distinct pre-tokens: emitted one by one, Beam's per-element cost dwarfed the
     counting itself (measured on 4 en/ shards: 27.6 s in the counting stage against ~3 CPU-s of regex
     and Counter work). Bucketing by a stable hash keeps the elements few and still spreads the sum
     over N_COUNT_BUCKETS keys.
     """
-    totals["pretokens"] += sum(counter.values())
-    buckets: list[dict[bytes, int]] = [{} for _ in range(N_COUNT_BUCKETS)]
-    for piece, n in counter.items():
-        pretoken = pretokenize.to_utf8(piece)
-        buckets[count_bucket(pretoken)][pretoken] = n
-    counter.clear()
+    totals["pretokens"] += sum(sum(counts.values()) for counts in buckets)
     for bucket, counts in enumerate(buckets):
         if counts:
             yield bucket, counts
@@ -143,9 +133,7 @@ class SumCounts(beam.CombineFn):
         return {}
 
     def add_input(self, acc, counts):
-        get = acc.get
-        for pretoken, n in counts.items():
-            acc[pretoken] = get(pretoken, 0) + n
+        pretokenize.add_counts(acc, counts)
         return acc
 
     def merge_accumulators(self, accs):

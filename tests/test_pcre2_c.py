@@ -175,3 +175,27 @@ def test_errors_are_python_exceptions():
     assert pickle.loads(pickle.dumps(pattern)).findall("ab cd") == ["ab", "cd"]
     version, unicode_version = pcre2.library_version()
     assert version[:2].isdigit() and unicode_version[:2].isdigit()
+
+
+def test_drained_buckets_are_zlib_crc32_buckets_on_both_paths(corpora):
+    """The compiled counter and the `regex` fallback (a lone surrogate) fill the same stable buckets."""
+    import zlib
+    texts = read_jsonl_texts(corpora / "multi", limit=40) + ["x\ud800 y it's", "it's 12345 x"]
+    counting = pretokenize.PretokenCounter("gpt4", special_tokens=["<|endoftext|>"])
+    for text in texts:
+        counting.add(text + "<|endoftext|>" + text[:10])
+    buckets = counting.drain_buckets(7)
+    reference = regex.compile(pretokenize.GPT4_PATTERN)
+    expected = Counter(pretokenize.to_utf8(p) for t in texts for s in (t, t[:10]) for p in reference.findall(s))
+    assert [dict(b) for b in buckets] == [{p: n for p, n in expected.items() if zlib.crc32(p) % 7 == i}
+                                          for i in range(7)]
+    assert len(counting) == 0 and counting.drain() == {}
+
+
+def test_add_counts_sums_tables():
+    into = {b"a": 1, b"b": 2**40}
+    pretokenize.add_counts(into, {b"b": 3, b"c": 4})
+    assert into == {b"a": 1, b"b": 2**40 + 3, b"c": 4}
+    plain = Counter({b"a": 1})
+    pretokenize.add_counts(plain, {b"a": 2})
+    assert plain == Counter({b"a": 3})
