@@ -1,5 +1,6 @@
-"""Train side by side: `tokenbeam train` (Beam, local runner, 2 workers) vs Hugging Face
-`tokenizers` (train_from_iterator, ByteLevel, same vocabulary size) vs `rustbpe`, on the same shards.
+"""Train side by side: `tokenbeam train` (Beam's local runner: its default in-process mode, and
+`multi_processing` with `--workers` worker processes) vs Hugging Face `tokenizers`
+(train_from_iterator, ByteLevel, same vocabulary size) vs `rustbpe`, on the same shards.
 
     python benchmarks/bench_train.py [--corpus ../shared/corpora/en] [--vocab-size 32768] [--scales 1 2 4]
 
@@ -79,28 +80,34 @@ def main() -> None:
     corpus = Path(args.corpus)
     size_mb = sum(p.stat().st_size for p in corpus.glob("*.jsonl")) / 1e6
     print(f"corpus {corpus} ({size_mb:.1f} MB), vocab {args.vocab_size}, {os.cpu_count()} cores")
-    print(f"{'scale':>5} {'tool':<10} {'wall s':>8} {'CPU s':>8} {'peak MB':>8}   ours/peer: wall  CPU  memory")
+    print(f"{'scale':>5} {'tool':<14} {'wall s':>8} {'CPU s':>8} {'peak MB':>8}")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for scale in args.scales:
             pattern = repeated_corpus(corpus, scale, tmp)
-            results = {}
-            ours = measure(python("-m", "pipelines.train", "--input", pattern, "--output", str(tmp / f"ours{scale}"),
-                                  "--vocab-size", str(args.vocab_size), "--direct_running_mode", "multi_processing",
-                                  "--direct_num_workers", str(args.workers)), env=env, cwd=str(ROOT))
-            if ours.returncode:
-                raise SystemExit(f"tokenbeam train failed:\n{ours.stderr[-3000:]}")
-            results["tokenbeam"] = ours
+            results, ours = {}, {}
+            modes = {"tokenbeam": (), f"tokenbeam-mp{args.workers}": (
+                "--direct_running_mode", "multi_processing", "--direct_num_workers", str(args.workers))}
+            for name, flags in modes.items():
+                out = tmp / f"{name}-{scale}"
+                ours[name] = measure(python("-m", "pipelines.train", "--input", pattern, "--output", str(out),
+                                            "--vocab-size", str(args.vocab_size), *flags), env=env, cwd=str(ROOT))
+                if ours[name].returncode:
+                    raise SystemExit(f"tokenbeam train ({name}) failed:\n{ours[name].stderr[-3000:]}")
+                results[name] = ours[name]
             for peer in args.peers:
                 results[peer] = measure(python(__file__, "--run-peer", peer, "--input", pattern,
                                                "--vocab-size", str(args.vocab_size)), env=env)
-            report = json.loads((tmp / f"ours{scale}" / "train_report.json").read_text())
             for name, m in results.items():
-                ratio = "" if name == "tokenbeam" else (
-                    f"   {ours.wall / m.wall:5.2f} {ours.cpu / m.cpu:5.2f} {ours.peak_rss_mb / m.peak_rss_mb:5.2f}")
-                print(f"{scale:>4}x {name:<10} {m.wall:8.1f} {m.cpu:8.1f} {m.peak_rss_mb:8.0f}{ratio}")
-            stages = ", ".join(f"{k} {v:.1f}s" for k, v in report["timing_seconds"].items())
-            print(f"       tokenbeam stages: {stages}; {report['unique_pretokens_after_pruning']:,} unique pre-tokens")
+                print(f"{scale:>4}x {name:<14} {m.wall:8.1f} {m.cpu:8.1f} {m.peak_rss_mb:8.0f}")
+            for name, mine in ours.items():
+                for peer in args.peers:
+                    m = results[peer]
+                    print(f"       {name} / {peer}: wall {mine.wall / m.wall:.2f}, CPU {mine.cpu / m.cpu:.2f}, "
+                          f"memory {mine.peak_rss_mb / m.peak_rss_mb:.2f}")
+                report = json.loads((tmp / f"{name}-{scale}" / "train_report.json").read_text())
+                stages = ", ".join(f"{k} {v:.1f}s" for k, v in report["timing_seconds"].items())
+                print(f"       {name} stages: {stages}; {report['unique_pretokens_after_pruning']:,} unique pre-tokens")
 
 
 if __name__ == "__main__":
