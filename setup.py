@@ -26,7 +26,7 @@ setup(
         "plot": ["matplotlib>=3.5"],
         "gcp": ["apache-beam[gcp]", "gcsfs"],
     },
-    entry_points={"console_scripts": ["tokenbeam = pipelines.cli:main"]},
+    entry_points={"console_scripts": ["tokenbeam = pipelines.cli:console"]},
     # Compiled twins of the trainer's merge loop, the encoder's per-piece merge, and PCRE2 splitting,
     # counting and whole-text encoding (it loads the system's libpcre2-8 at import, so it builds
     # without PCRE2 headers). All optional: without a compiler or libpcre2 the Python code is used.

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -555,4 +556,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    gc.freeze()       # the process exits next: spare the interpreter's final walk over Beam's objects (~1 s)
+    sys.exit(code)
