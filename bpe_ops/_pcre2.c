@@ -1005,24 +1005,23 @@ static int encode_text(TextEncoder *self, const uint8_t *s, size_t len)
     return 0;
 }
 
-static PyObject *encoder_encode(TextEncoder *self, PyObject *text)
+static int encoder_run(TextEncoder *self, PyObject *text)
 {
+    /* self->out = the ids of text; -1 with an exception set (Fallback among them). */
     Py_ssize_t len;
     const uint8_t *s;
-    PyObject *out;
-    size_t i;
     int rc;
 
     if (self->pattern == NULL) {
         PyErr_SetString(PyExc_TypeError, "TextEncoder is not initialised");
-        return NULL;
+        return -1;
     }
     if (self->busy) {
         PyErr_SetString(Fallback, "this TextEncoder is encoding in another thread");
-        return NULL;
+        return -1;
     }
     if ((s = utf8_of(text, &len)) == NULL)
-        return NULL;
+        return -1;
     self->busy = 1;
     /* Only this encoder's own buffers are touched while encoding: let other threads run. */
     Py_BEGIN_ALLOW_THREADS
@@ -1034,9 +1033,16 @@ static PyObject *encoder_encode(TextEncoder *self, PyObject *text)
             bytemap_clear(&self->cache);
             self->cache_ids.n = 0;
         }
-        return split_failed(rc), NULL;
+        return split_failed(rc);
     }
-    if ((out = PyList_New((Py_ssize_t)self->out.n)) == NULL)
+    return 0;
+}
+
+static PyObject *encoder_encode(TextEncoder *self, PyObject *text)
+{
+    PyObject *out;
+    size_t i;
+    if (encoder_run(self, text) < 0 || (out = PyList_New((Py_ssize_t)self->out.n)) == NULL)
         return NULL;
     for (i = 0; i < self->out.n; i++) {
         PyObject *v = PyLong_FromLong(self->out.ids[i]);
@@ -1049,6 +1055,14 @@ static PyObject *encoder_encode(TextEncoder *self, PyObject *text)
     return out;
 }
 
+static PyObject *encoder_encode_bytes(TextEncoder *self, PyObject *text)
+{
+    /* The ids as native 32-bit unsigned integers, one bytes object: no Python int per id. */
+    if (encoder_run(self, text) < 0)
+        return NULL;
+    return PyBytes_FromStringAndSize((const char *)self->out.ids, (Py_ssize_t)(self->out.n * sizeof(int32_t)));
+}
+
 static Py_ssize_t encoder_len(TextEncoder *self)
 {
     return (Py_ssize_t)self->cache.used;
@@ -1058,6 +1072,8 @@ static PyMethodDef encoder_methods[] = {
     {"encode", (PyCFunction)encoder_encode, METH_O,
      "encode(text)\n--\n\nThe token ids of text (no special tokens are recognised); Fallback when\n"
      "the text must take the `regex` path."},
+    {"encode_bytes", (PyCFunction)encoder_encode_bytes, METH_O,
+     "encode_bytes(text)\n--\n\n`encode`, as native uint32 values in one bytes object (array('I').frombytes takes it)."},
     {NULL, NULL, 0, NULL}
 };
 

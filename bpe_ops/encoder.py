@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from array import array
 from bisect import bisect_left, bisect_right
 from heapq import heappop, heappush
 from itertools import chain, islice, repeat
@@ -217,6 +218,19 @@ class Tokenizer:
     def encode_batch(self, texts: Iterable[str], allowed_special: Iterable[str] | str = ()) -> list[list[int]]:
         """`encode` for each text."""
         return [self.encode(text, allowed_special) for text in texts]
+
+    def encode_array(self, text: str, allowed_special: Iterable[str] | str = ()) -> array:
+        """`encode` as an `array("I")`: from the compiled encoder, the ids arrive as one buffer with no
+        Python int per id (what a Parquet writer wants). Ids must fit uint32."""
+        out = array("I")
+        if not allowed_special and self._text_encoder is not None and self._regex.pcre2_splits(text):
+            try:
+                out.frombytes(self._text_encoder.encode_bytes(text))
+                return out
+            except _Fallback:
+                pass
+        out.extend(self.encode(text, allowed_special))
+        return out
 
     def _allowed(self, allowed_special: Iterable[str] | str) -> tuple[str, ...]:
         if allowed_special == "all":

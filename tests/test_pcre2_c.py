@@ -199,3 +199,16 @@ def test_add_counts_sums_tables():
     plain = Counter({b"a": 1})
     pretokenize.add_counts(plain, {b"a": 2})
     assert plain == Counter({b"a": 3})
+
+
+def test_encode_array_gives_the_ids_as_uint32_on_every_path(gpt2_merges, corpora):
+    from array import array
+    tok = byte_tokenizer(gpt2_merges, "gpt4")
+    tok_special = Tokenizer(gpt2_merges, pattern="gpt4", special_tokens=["<|endoftext|>"])
+    texts = read_jsonl_texts(corpora / "multi", limit=40) + ["x\ud800 y", "", "a" * 3000]
+    for text in texts:
+        out = tok.encode_array(text)
+        assert isinstance(out, array) and out.typecode == "I" and list(out) == tok.encode(text)
+    mixed = "one<|endoftext|>two"
+    assert list(tok_special.encode_array(mixed, allowed_special="all")) == tok_special.encode(mixed, "all")
+    assert list(tok_special.encode_array(mixed)) == tok_special.encode(mixed)
