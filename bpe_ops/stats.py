@@ -157,7 +157,8 @@ class Summary:
     def add_batch(self, n_tokens: Sequence[int], n_bytes: Sequence[int], n_chars: Sequence[int],
                   n_words: Sequence[int]) -> None:
         """`add(n_tokens[i], n_bytes[i], n_chars[i], n_words[i])` for every record of a batch given as
-        columns (ids counted in bulk with `add_id_counts`): the same tables, tallied with Counter."""
+        columns (ids counted in bulk with `add_id_counts` or `add_dense_id_counts`): the same tables,
+        tallied with Counter."""
         self.records += len(n_tokens)
         self.tokens += sum(n_tokens)
         self.bytes += sum(n_bytes)

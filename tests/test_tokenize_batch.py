@@ -1,0 +1,154 @@
+"""The tokenize pipeline's batch paths equal the per-record definitions they replace, and its workers
+take the tokenizer's sha256 from the launcher instead of computing it.
+
+Expected values are computed here the plain way (per record, `str.encode`, `str.split`, Python
+lists), never by the batch code under test.
+"""
+import gc
+import json
+import random
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from bpe_ops import Tokenizer
+from bpe_ops.stats import Summary, batch_stats, record_stats
+from pipelines import common, tokenize
+from pipelines.sources import Shard, SourceOptions
+from schemas import tables
+from schemas.records import Record
+from schemas.stats import TokenizerFacts, dump_stats, stats_json
+from tests.conftest import read_jsonl_texts
+
+# Every character str.split() treats as whitespace, plus look-alikes that are not whitespace.
+SPACES = "".join(chr(c) for c in range(0x3001) if chr(c).isspace())
+NOT_SPACES = "\u200b\u2060\ufeff\x00x"
+
+
+@pytest.fixture(scope="module")
+def texts(corpora):
+    """Real multilingual text and code, plus edge cases: empty, all whitespace, lone surrogates."""
+    edge = ["", " ", SPACES, "a" + SPACES + "b", NOT_SPACES + SPACES, "x\ud800y \udfff", "\ud83d\ude00 é"]
+    rng = random.Random(4)
+    alphabet = SPACES + NOT_SPACES + "ab é日\ud800"
+    fuzz = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(30))) for _ in range(300)]
+    return read_jsonl_texts(corpora / "multi", limit=100) + read_jsonl_texts(corpora / "code", limit=50) + edge + fuzz
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory):
+    """A small byte-level tokenizer saved to disk (ids fit uint16)."""
+    t = Tokenizer([(b"t", b"h"), (b"th", b"e"), (b" ", b"the")], special_tokens=["<|endoftext|>"])
+    return t, t.save(str(tmp_path_factory.mktemp("tok")))
+
+
+def test_batch_stats_equal_record_stats_and_the_plain_definitions(texts):
+    id_lists = [list(range(len(t) % 7)) for t in texts]
+    columns = batch_stats(texts, id_lists)
+    assert [tuple(row) for row in zip(*columns)] == [record_stats(t, ids) for t, ids in zip(texts, id_lists)]
+    n_tokens, n_bytes, n_chars, n_words = columns
+    assert n_tokens == [len(ids) for ids in id_lists]
+    # A lone surrogate is written as U+FFFD (3 bytes).
+    assert n_bytes == [len("".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in t).encode("utf-8"))
+                       for t in texts]
+    assert n_chars == [len(t) for t in texts]
+    assert n_words == [len(t.split()) for t in texts]
+
+
+def test_add_batch_builds_the_same_summary_as_add_per_record(texts, tok):
+    facts = TokenizerFacts.of(tok[0])
+    rng = random.Random(7)
+    id_lists = [[rng.randrange(facts.vocab_size) for _ in range(rng.choice([0, 1, 3, 40]))] for _ in texts]
+    per_record, batched = Summary(facts.vocab_size), Summary(facts.vocab_size)
+    for text, ids in zip(texts, id_lists):
+        per_record.add_text(text, ids)
+    for start in range(0, len(texts), 64):
+        chunk, ids = texts[start:start + 64], id_lists[start:start + 64]
+        batched.add_batch(*batch_stats(chunk, ids))
+        dense = [0] * facts.vocab_size
+        for i in (i for x in ids for i in x):
+            dense[i] += 1
+        batched.add_dense_id_counts(dense)
+    assert batched.tokens_per_record == per_record.tokens_per_record
+    assert batched.quarter_bytes_per_token == per_record.quarter_bytes_per_token
+    assert dump_stats(stats_json(batched, facts)) == dump_stats(stats_json(per_record, facts))
+
+
+def test_dense_id_counts_refuse_ids_outside_the_vocabulary():
+    s = Summary(5)
+    with pytest.raises(ValueError, match="token id 5 outside"):
+        s.add_dense_id_counts([0, 0, 0, 0, 0, 1])
+    with pytest.raises(ValueError, match="4 id counts"):
+        s.add_dense_id_counts([1, 1, 1, 1])
+    s.add_dense_id_counts([0, 2, 0, 0, 1])
+    assert s.id_counts == [0, 2, 0, 0, 1]
+
+
+@pytest.mark.parametrize("vocab_size", [1000, 70_000])
+def test_row_group_table_equals_the_plain_arrow_table(vocab_size):
+    rng = random.Random(vocab_size)
+    records = [Record(f"r{i}", "x" * rng.randrange(5), i, keep={"meta": {"n": i}} if i % 3 else {})
+               for i in range(300)]
+    id_lists = [[rng.randrange(vocab_size) for _ in range(rng.choice([0, 1, 2, 50]))] for _ in records]
+    schema = tables.tokens_schema(vocab_size, ("meta",))
+    group, summary = tokenize.RowGroup(("meta",)), Summary(vocab_size)
+    for start in range(0, len(records), 128):      # several batches into one row group
+        chunk, ids = records[start:start + 128], id_lists[start:start + 128]
+        group.extend(chunk, ids, batch_stats([r.text for r in chunk], ids))
+    table = group.to_table(schema, summary)
+    expected = pa.table({
+        "id": [r.id for r in records],
+        "token_ids": pa.array(id_lists, schema.field("token_ids").type),
+        "n_tokens": pa.array([len(x) for x in id_lists], pa.int32()),
+        "n_bytes": pa.array([len(r.text) for r in records], pa.int32()),
+        "n_chars": pa.array([len(r.text) for r in records], pa.int32()),
+        "n_words": pa.array([len(r.text.split()) for r in records], pa.int32()),
+        "meta": [json.dumps(r.keep["meta"]) if "meta" in r.keep else None for r in records],
+    }, schema=schema)
+    assert table.equals(expected)
+    counts = [0] * vocab_size
+    for i in (i for x in id_lists for i in x):
+        counts[i] += 1
+    assert summary.id_counts == counts
+    assert group.rows == 300 and group.tokens == sum(map(len, id_lists))
+
+
+def test_worker_takes_the_sha256_from_the_launcher_and_writes_stats_without_the_tokenizer(
+        tmp_path, tok, monkeypatch):
+    _, path = tok
+    loaded, ref = common.identify_tokenizer(path)
+    facts = TokenizerFacts.of(loaded)
+    src = tmp_path / "in.txt"
+    src.write_text("the thin theme\n\nthe end\n")
+    # Neither the worker nor the stats step may build the canonical tokenizer.json to hash it, and the
+    # stats step may not load the tokenizer at all.
+    monkeypatch.setattr(Tokenizer, "sha256", property(lambda self: pytest.fail("sha256 computed again")))
+    fn = tokenize.TokenizeShard(ref, SourceOptions(), str(tmp_path / "out"), "<|endoftext|>")
+    frozen = gc.get_freeze_count()
+    fn.setup()
+    assert gc.get_freeze_count() == frozen      # only a worker process of its own freezes its heap
+    summary, _manifest = list(fn.process(Shard(str(src), "in.txt", src.stat().st_size)))
+    meta = pq.read_schema(tmp_path / "out" / "in.parquet").metadata
+    assert meta[tables.TOKENIZER_SHA256_KEY.encode()].decode() == ref.sha256
+    monkeypatch.setattr(common, "load_tokenizer", lambda url: pytest.fail("tokenizer loaded again"))
+    url = tokenize.write_stats(summary, facts, path, str(tmp_path / "out"), ["in.txt"], 0.0)
+    stats = json.loads(open(url, encoding="utf-8").read())
+    monkeypatch.undo()
+    assert stats["tokenizer_sha256"] == Tokenizer.from_file(path).sha256 == ref.sha256
+    assert stats == {**stats_json(summary, Tokenizer.from_file(path), {"inputs": ["in.txt"], "tokenizer": path}),
+                     "timing": stats["timing"]}
+
+
+def test_worker_refuses_a_tokenizer_file_changed_since_launch(tmp_path, tok):
+    tokenizer, path = tok
+    folder = tmp_path / "tok"
+    tokenizer.save(str(folder))
+    _, ref = common.identify_tokenizer(str(folder))
+    assert common.load_identified_tokenizer(ref).merges == tokenizer.merges
+    Tokenizer(tokenizer.merges[:2]).save(str(folder))        # another tokenizer at the same path
+    with pytest.raises(common.UserError, match="changed since the run started"):
+        common.load_identified_tokenizer(ref)
+    fn = tokenize.TokenizeShard(ref, SourceOptions(), str(tmp_path / "out"), None)
+    with pytest.raises(common.ShardFailure, match="changed since the run started"):
+        fn.setup()
