@@ -284,9 +284,25 @@ def _byte_spelling() -> dict[int, str]:
 
 
 def unicode_to_token(text: str) -> bytes:
-    """GPT-2 alphabet spelling -> token bytes; KeyError names a character outside the alphabet."""
-    table = unicode_to_bytes()
-    return bytes(table[c] for c in text)
+    """GPT-2 alphabet spelling -> token bytes; KeyError names a character outside the alphabet.
+
+    One `translate` and one Latin-1 encode per token: every character of the alphabet becomes the
+    Latin-1 character of its byte, every character below U+0100 outside it becomes U+FFFF, so a
+    character outside the alphabet always fails the encode and the slow path names it."""
+    try:
+        return text.translate(_byte_reading()).encode("latin-1")
+    except UnicodeEncodeError:
+        table = unicode_to_bytes()
+        return bytes(table[c] for c in text)
+
+
+@lru_cache(maxsize=1)
+def _byte_reading() -> dict[int, str]:
+    """`str.translate` table: GPT-2 spelling -> the Latin-1 character of its byte (see above)."""
+    table = {ord(c): chr(b) for c, b in unicode_to_bytes().items()}
+    for code in range(256):
+        table.setdefault(code, "\uffff")
+    return table
 
 
 @lru_cache(maxsize=64)
