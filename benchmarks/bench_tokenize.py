@@ -1,4 +1,5 @@
-"""Tokenize side by side: `tokenbeam tokenize` (Beam, local runner, 2 workers) vs the baseline a user
+"""Tokenize side by side: `tokenbeam tokenize` (Beam's local runner: its default in-process mode, and
+`multi_processing` with `--workers` worker processes) vs the baseline a user
 would otherwise write: tiktoken (`encode_ordinary_batch`, built from the same tokenizer) plus a
 pyarrow Parquet write of the same columns, one file per shard.
 
@@ -79,29 +80,33 @@ def main() -> None:
                                      "--vocab-size", str(args.vocab_size)), env=env, cwd=str(ROOT))
             if trained.returncode:
                 raise SystemExit(trained.stderr[-3000:])
-        ours = measure(python("-m", "pipelines.tokenize", "--tokenizer", os.path.join(tok_dir, "tokenizer.json"),
-                              "--input", pattern, "--output", os.path.join(tmp, "ours"),
-                              "--direct_running_mode", "multi_processing", "--direct_num_workers", str(args.workers)),
-                       env=env, cwd=str(ROOT))
-        if ours.returncode:
-            raise SystemExit(ours.stderr[-3000:])
+        modes = {"tokenbeam tokenize": (), f"tokenbeam tokenize (mp x{args.workers})": (
+            "--direct_running_mode", "multi_processing", "--direct_num_workers", str(args.workers))}
+        ours = {}
+        for name, flags in modes.items():
+            out = os.path.join(tmp, f"ours{len(ours)}")
+            ours[name] = measure(python("-m", "pipelines.tokenize", "--tokenizer", os.path.join(tok_dir, "tokenizer.json"),
+                                        "--input", pattern, "--output", out, *flags), env=env, cwd=str(ROOT))
+            if ours[name].returncode:
+                raise SystemExit(ours[name].stderr[-3000:])
         base = measure(python(__file__, "--run-baseline", tok_dir, pattern, os.path.join(tmp, "base")), env=env)
         if base.returncode:
             raise SystemExit(base.stderr[-3000:])
         tokens = 0
         for p in sorted(Path(tmp, "base").glob("*.parquet")):
             theirs = pq.read_table(p).column("token_ids").to_pylist()
-            mine = pq.read_table(Path(tmp, "ours", p.name)).column("token_ids").to_pylist()
-            if mine != theirs:
-                raise SystemExit(f"ids differ in {p.name}")
-            tokens += sum(map(len, mine))
+            for k in range(len(ours)):
+                mine = pq.read_table(Path(tmp, f"ours{k}", p.name)).column("token_ids").to_pylist()
+                if mine != theirs:
+                    raise SystemExit(f"ids differ in {p.name}")
+            tokens += sum(map(len, theirs))
     print(f"corpus {corpus}: {size_mb:.1f} MB of text, {tokens:,} tokens, {os.cpu_count()} cores; ids identical")
-    print(f"{'tool':<28} {'wall s':>7} {'CPU s':>7} {'MB/s':>7} {'Mtok/s':>7} {'peak MB':>8}")
-    for name, m in (("tokenbeam tokenize", ours), ("tiktoken + pyarrow baseline", base)):
-        print(f"{name:<28} {m.wall:7.1f} {m.cpu:7.1f} {size_mb / m.wall:7.2f} {tokens / m.wall / 1e6:7.2f} "
+    print(f"{'tool':<32} {'wall s':>7} {'CPU s':>7} {'MB/s':>7} {'Mtok/s':>7} {'peak MB':>8}")
+    for name, m in (*ours.items(), ("tiktoken + pyarrow baseline", base)):
+        print(f"{name:<32} {m.wall:7.1f} {m.cpu:7.1f} {size_mb / m.wall:7.2f} {tokens / m.wall / 1e6:7.2f} "
               f"{m.peak_rss_mb:8.0f}")
-    print(f"throughput ratio ours/baseline: {base.wall / ours.wall:.2f} (wall), CPU ratio {ours.cpu / base.cpu:.2f}")
-
+    for name, m in ours.items():
+        print(f"{name}: throughput ratio ours/baseline {base.wall / m.wall:.2f} (wall), CPU ratio {m.cpu / base.cpu:.2f}")
 
 if __name__ == "__main__":
     main()

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from array import array
+from concurrent.futures import ThreadPoolExecutor
 from bisect import bisect_left, bisect_right
 from heapq import heappop, heappush
 from itertools import chain, islice, repeat
@@ -50,6 +52,8 @@ NO_MERGE = 1 << 62
 DEAD, OUTSIDE = -1, -2
 # Pre-tokens longer than this are not cached: they rarely repeat and would pin memory.
 MAX_CACHED_CHARS = 256
+# Texts per task when encode_arrays shares a batch between threads.
+THREAD_CHUNK = 16
 
 
 class Tokenizer:
@@ -117,6 +121,8 @@ class Tokenizer:
         self.vocab = {**tokens, **{i: s.encode("utf-8") for s, i in self.special_tokens.items()}}
         self.vocab_size = max(self.vocab) + 1
         self._text_encoder = self._compiled_text_encoder()
+        self._pool: ThreadPoolExecutor | None = None     # encode_arrays' threads, made on first use
+        self._thread_encoders = threading.local()         # ... and their own compiled encoders
 
     def _compiled_text_encoder(self):
         """The compiled whole-text encoder (`bpe_ops._pcre2.TextEncoder`) of this tokenizer, or None:
@@ -128,12 +134,14 @@ class Tokenizer:
                                   self.cache_size)
 
     def __getstate__(self):
-        # The compiled encoder holds buffers, not a recipe: pickled without it, rebuilt on load.
-        return {**self.__dict__, "_text_encoder": None}
+        # The compiled encoder holds buffers, not a recipe, and threads do not pickle: pickled
+        # without them, rebuilt on load.
+        return {**self.__dict__, "_text_encoder": None, "_pool": None, "_thread_encoders": None}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._text_encoder = self._compiled_text_encoder()
+        self._thread_encoders = threading.local()
 
     # ---- construction -------------------------------------------------------------------------
 
@@ -222,10 +230,31 @@ class Tokenizer:
     def encode_array(self, text: str, allowed_special: Iterable[str] | str = ()) -> array:
         """`encode` as an `array("I")`: from the compiled encoder, the ids arrive as one buffer with no
         Python int per id (what a Parquet writer wants). Ids must fit uint32."""
+        return self._encode_array_with(self._text_encoder, text, allowed_special)
+
+    def encode_arrays(self, texts: Sequence[str], num_threads: int = 1) -> list[array]:
+        """`encode_array` of each text (no special tokens allowed), in order. With `num_threads` > 1 and
+        the compiled encoder, threads share the work, each with an encoder of its own: the encoder
+        drops the GIL while it works, so they run on as many cores."""
+        if num_threads <= 1 or self._text_encoder is None or len(texts) < 2 * THREAD_CHUNK:
+            return [self._encode_array_with(self._text_encoder, text) for text in texts]
+        if self._pool is None or self._pool._max_workers != num_threads:
+            self._pool = ThreadPoolExecutor(num_threads, thread_name_prefix="tokenbeam-encode")
+        chunks = [texts[i:i + THREAD_CHUNK] for i in range(0, len(texts), THREAD_CHUNK)]
+        return list(chain.from_iterable(self._pool.map(self._encode_chunk, chunks)))
+
+    def _encode_chunk(self, texts: Sequence[str]) -> list[array]:
+        """`encode_array` of each text with this thread's own compiled encoder (made on first use)."""
+        encoder = getattr(self._thread_encoders, "encoder", None)
+        if encoder is None:
+            encoder = self._thread_encoders.encoder = self._compiled_text_encoder()
+        return [self._encode_array_with(encoder, text) for text in texts]
+
+    def _encode_array_with(self, encoder, text: str, allowed_special: Iterable[str] | str = ()) -> array:
         out = array("I")
-        if not allowed_special and self._text_encoder is not None and self._regex.pcre2_splits(text):
+        if not allowed_special and encoder is not None and self._regex.pcre2_splits(text):
             try:
-                out.frombytes(self._text_encoder.encode_bytes(text))
+                out.frombytes(encoder.encode_bytes(text))
                 return out
             except _Fallback:
                 pass

@@ -262,6 +262,21 @@ def pipeline_options(beam_args: list[str]):
     return options, runner
 
 
+def local_cores_per_worker(options, runner) -> int:
+    """The cores each worker may use for its own threads: on the pinned local runner, this machine's
+    cores shared among its worker processes (all of them in one process in `in_memory` mode); on any
+    other runner 1, since its workers already run one per core."""
+    from apache_beam.options.pipeline_options import DirectOptions
+
+    if runner is None:
+        return 1
+    direct = options.view_as(DirectOptions)
+    cores = os.cpu_count() or 1
+    # multi_processing with --direct_num_workers 0 (Beam: one worker per core) or unset (Beam: 1).
+    workers = (direct.direct_num_workers or cores) if direct.direct_running_mode == "multi_processing" else 1
+    return max(1, cores // workers)
+
+
 def check_worker_paths(options, urls) -> None:
     """Refuse local paths on Dataflow, before the job is submitted: its workers run on other machines,
     so a local input would be unreadable there and a local output written to each worker's own disk

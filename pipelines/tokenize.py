@@ -73,12 +73,13 @@ class TokenizeShard(beam.DoFn):
     MANIFEST = "manifest"
 
     def __init__(self, tokenizer: common.TokenizerRef, source_options, output: str, eos_token: str | None,
-                 fail_fast: bool = False):
+                 fail_fast: bool = False, encode_threads: int = 1):
         self.tokenizer = tokenizer
         self.source_options = source_options
         self.output = output
         self.eos_token = eos_token
         self.fail_fast = fail_fast
+        self.encode_threads = encode_threads
         self.launcher_pid = os.getpid()
 
     def setup(self):
@@ -185,8 +186,9 @@ class TokenizeShard(beam.DoFn):
         if not batch:
             return
         texts = [r.text for r in batch]
-        # uint32 arrays straight from the compiled encoder's buffer: no Python int per id.
-        id_arrays = list(map(self.tok.encode_array, texts))
+        # uint32 arrays straight from the compiled encoder's buffer (no Python int per id), encoded
+        # by `encode_threads` threads: the compiled encoder drops the GIL.
+        id_arrays = self.tok.encode_arrays(texts, self.encode_threads)
         if self.eos_id is not None:
             for ids in id_arrays:
                 ids.append(self.eos_id)
@@ -333,14 +335,14 @@ def write_success(entries: list[dict], stats_url: str, output: str, tokenizer_sh
 
 def build_tokenize_pipeline(p, shards, tokenizer: common.TokenizerRef, facts: TokenizerFacts, source_options,
                             output: str, eos_token: str | None, inputs: list[str], started_at: float,
-                            fail_fast: bool = False):
+                            fail_fast: bool = False, encode_threads: int = 1):
     """The tokenize pipeline for a tokenizer the launcher loaded: `tokenizer` names it (and carries its
     sha256), `facts` is what stats.json needs of it, so no worker computes either again."""
     results = (p
                | "Shards" >> beam.Create(shards)
                | "SpreadShards" >> beam.Reshuffle()
                | "TokenizeShard" >> beam.ParDo(TokenizeShard(tokenizer, source_options, output, eos_token,
-                                                             fail_fast)
+                                                             fail_fast, encode_threads)
                                                ).with_outputs(TokenizeShard.MANIFEST, main="summaries"))
     stats_url = (results.summaries
                  | "CombineStats" >> beam.CombineGlobally(CombineStats(facts.vocab_size))
@@ -361,6 +363,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--keep-field", action="append", default=[], metavar="NAME",
                         help="copy this input field into the Parquet (JSON-encoded string column; repeatable)")
     parser.add_argument("--eos-token", default=None, metavar="TOKEN", help="end every record with this special token")
+    parser.add_argument("--encode-threads", type=int, default=None, metavar="N",
+                        help="threads that encode each batch in a worker (default: the cores each local worker "
+                             "has, 1 on other runners)")
     parser.add_argument("--baseline", default=None, metavar="STATS",
                         help="compare the new stats.json with this one at the end (as `tokenbeam drift`)")
     common.add_source_arguments(parser)
@@ -379,6 +384,8 @@ def run(argv: list[str]) -> dict:
         tables.tokens_schema(tok.vocab_size, tuple(args.keep_field))
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    if args.encode_threads is not None and args.encode_threads < 1:
+        raise UserError(f"--encode-threads must be at least 1, got {args.encode_threads}")
     source_options = common.source_options(args, tuple(args.keep_field))
     shards = common.expand(args, source_options)
     options, runner = common.pipeline_options(beam_args)
@@ -396,7 +403,8 @@ def run(argv: list[str]) -> dict:
     inputs = sorted(set(args.input))
     with common.pipeline_failures(args.output), beam.Pipeline(runner=runner, options=options) as p:
         build_tokenize_pipeline(p, shards, tokenizer, TokenizerFacts.of(tok), source_options,
-                                args.output, args.eos_token, inputs, started_at, args.fail_fast)
+                                args.output, args.eos_token, inputs, started_at, args.fail_fast,
+                                args.encode_threads or common.local_cores_per_worker(options, runner))
     stats = common.read_json(join(args.output, "stats.json"))
     manifest = common.read_json(join(args.output, SUCCESS))
     elapsed = time.time() - started_at

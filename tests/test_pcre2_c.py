@@ -212,3 +212,14 @@ def test_encode_array_gives_the_ids_as_uint32_on_every_path(gpt2_merges, corpora
     mixed = "one<|endoftext|>two"
     assert list(tok_special.encode_array(mixed, allowed_special="all")) == tok_special.encode(mixed, "all")
     assert list(tok_special.encode_array(mixed)) == tok_special.encode(mixed)
+
+
+def test_encode_arrays_in_threads_equals_one_thread(gpt2_merges, corpora):
+    """Threads each take an encoder of their own; the ids and their order do not depend on them."""
+    tok = byte_tokenizer(gpt2_merges, "gpt4")
+    texts = read_jsonl_texts(corpora / "multi", limit=200) + ["x\ud800 y"] * 3 + [""] * 40
+    one = tok.encode_arrays(texts, 1)
+    assert [list(a) for a in one] == [tok.encode(t) for t in texts]
+    assert tok.encode_arrays(texts, 3) == one == tok.encode_arrays(texts, 2)
+    back = pickle.loads(pickle.dumps(tok))          # the pool and the thread encoders are not pickled
+    assert back.encode_arrays(texts, 2) == one

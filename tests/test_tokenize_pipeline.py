@@ -68,11 +68,13 @@ def test_token_ids_equal_hf_tokenizers_on_multi_and_code(which, trained, gpt2_js
 
 @pytest.fixture(scope="module")
 def en_runs(tmp_path_factory, corpora, trained):
-    """Two en/ shards tokenized in_memory, multi_processing x2, and rerun into the same folder."""
+    """Two en/ shards tokenized in_memory with 3 encoding threads, multi_processing x2 with 1, and rerun
+    into the same folder."""
     inputs = [corpora / "en" / "en-000-of-012.jsonl", corpora / "en" / "en-001-of-012.jsonl"]
     runs = {}
-    for mode, extra in (("in_memory", ["--direct_running_mode", "in_memory"]),
-                        ("multi_processing", ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"])):
+    for mode, extra in (("in_memory", ["--direct_running_mode", "in_memory", "--encode-threads", "3"]),
+                        ("multi_processing", ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2",
+                                              "--encode-threads", "1"])):
         out = tmp_path_factory.mktemp(mode)
         args = ["--tokenizer", trained, "--output", out, *sum((["--input", i] for i in inputs), []), *extra]
         runs[mode] = (out, run_tokenize(*args), args)
