@@ -17,13 +17,15 @@ TRAIN_REPORT_KEYS = (
 def empty_totals() -> dict:
     """The per-shard / whole-corpus totals of the counting stage (mergeable by `merge_totals`)."""
     return {"shards": 0, "records": 0, "records_counted": 0, "records_rejected": 0, "records_repaired": 0,
-            "bytes": 0, "pretokens": 0, "rejected_by_reason": {}, "shard_errors": []}
+            "bytes": 0, "pretokens": 0, "unique_pretokens_before_pruning": 0, "unique_pretokens_after_pruning": 0,
+            "rejected_by_reason": {}, "shard_errors": []}
 
 
 def merge_totals(a: dict, b: dict) -> dict:
     """Exact, associative and commutative merge of two totals dicts (shard errors kept sorted)."""
     out = empty_totals()
-    for key in ("shards", "records", "records_counted", "records_rejected", "records_repaired", "bytes", "pretokens"):
+    for key in ("shards", "records", "records_counted", "records_rejected", "records_repaired", "bytes", "pretokens",
+                "unique_pretokens_before_pruning", "unique_pretokens_after_pruning"):
         out[key] = a[key] + b[key]
     reasons = dict(a["rejected_by_reason"])
     for reason, n in b["rejected_by_reason"].items():
