@@ -45,18 +45,19 @@ class CountShardPretokens(beam.DoFn):
     """Read one shard, pre-tokenize and count its records locally, emit `(bucket, {pretoken: count})`.
 
     One call per shard keeps Beam's per-element cost out of the hot loop (a plain Counter is ~5x
-    cheaper than `(word, 1)` + CombinePerKey). Rejected records go to `rejected/<shard>.jsonl`; the
-    shard's totals go to the `totals` output.
+    cheaper than `(word, 1)` + CombinePerKey); `threads` threads count while the next records are
+    read. Rejected records go to `rejected/<shard>.jsonl`; the shard's totals go to the `totals` output.
     """
     TOTALS = "totals"
 
     def __init__(self, source_options, pattern: str, special_tokens: tuple[str, ...], output: str,
-                 fail_fast: bool = False):
+                 fail_fast: bool = False, threads: int = 1):
         self.source_options = source_options
         self.pattern = pattern
         self.special_tokens = special_tokens
         self.output = output
         self.fail_fast = fail_fast
+        self.threads = threads
 
     def setup(self):
         pretokenize.compile_pattern(self.pattern)     # compiled (and its PCRE2 guard built) once per worker
@@ -70,7 +71,8 @@ class CountShardPretokens(beam.DoFn):
         started = time.perf_counter()
         totals = reports.empty_totals()
         totals["shards"] = 1
-        counter = CountingThread(pretokenize.PretokenCounter(self.pattern, self.special_tokens))
+        counter = CountingThreads(lambda: pretokenize.PretokenCounter(self.pattern, self.special_tokens),
+                                  self.threads)
         rejected_lines: list[str] = []
         try:
             for item in read_shard(shard, self.source_options):
@@ -116,18 +118,19 @@ class CountShardPretokens(beam.DoFn):
         yield beam.pvalue.TaggedOutput(self.TOTALS, totals)
 
 
-class CountingThread:
-    """A shard's pre-token counter fed through one worker thread: the compiled counter drops the GIL
-    while it splits and counts, so counting a batch of records overlaps reading and decoding the
-    next ones (one thread only: a counter is single-threaded). Without the compiled counter it still
-    counts right, just without the overlap."""
+class CountingThreads:
+    """A shard's pre-token counting, fed to `threads` worker threads in batches of records, each thread
+    with a counter of its own: the compiled counter drops the GIL while it splits and counts, so the
+    threads count on as many cores while the DoFn reads and decodes the next records. Their counts
+    are summed when drained. Without the compiled counter it still counts right, without overlap."""
     BATCH = 32                    # records per hand-over
 
-    def __init__(self, counter: pretokenize.PretokenCounter):
-        self.counter = counter
+    def __init__(self, make_counter, threads: int = 1):
+        self.counters = [make_counter() for _ in range(max(1, threads))]
+        self.pools = [ThreadPoolExecutor(max_workers=1, thread_name_prefix="count-pretokens") for _ in self.counters]
+        self.pending: list = [None] * len(self.counters)
+        self.next = 0                 # the thread that takes the next batch (round robin)
         self.batch: list[str] = []
-        self.pending = None
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="count-pretokens")
 
     def add(self, text: str) -> None:
         self.batch.append(text)
@@ -135,33 +138,41 @@ class CountingThread:
             self._hand_over()
 
     def _hand_over(self) -> None:
-        self._wait()
+        k, self.next = self.next, (self.next + 1) % len(self.counters)
+        self._wait(k)
         batch, self.batch = self.batch, []
-        self.pending = self.pool.submit(self._count, batch)
+        self.pending[k] = self.pools[k].submit(self._count, self.counters[k], batch)
 
-    def _count(self, texts: list[str]) -> None:
+    @staticmethod
+    def _count(counter: pretokenize.PretokenCounter, texts: list[str]) -> None:
         for text in texts:
-            self.counter.add(text)
+            counter.add(text)
 
-    def _wait(self) -> None:
-        if self.pending is not None:
-            pending, self.pending = self.pending, None
+    def _wait(self, k: int) -> None:
+        pending, self.pending[k] = self.pending[k], None
+        if pending is not None:
             pending.result()                  # re-raises what the thread raised
 
     def full(self) -> bool:
-        """Whether the counter holds LOCAL_COUNTER_FLUSH distinct pre-tokens (read while the thread
-        may be counting: a heuristic for when to emit, never a figure that is reported)."""
-        return len(self.counter) >= LOCAL_COUNTER_FLUSH
+        """Whether the counters hold LOCAL_COUNTER_FLUSH distinct pre-tokens between them (read while
+        threads may be counting: a heuristic for when to emit, never a figure that is reported)."""
+        return sum(map(len, self.counters)) >= LOCAL_COUNTER_FLUSH
 
     def drain_buckets(self, n: int) -> list[dict[bytes, int]]:
-        """Every record added so far counted, drained into n stable buckets."""
+        """Every record added so far counted, the counters summed and drained into n stable buckets."""
         self._hand_over()
-        self._wait()
-        return self.counter.drain_buckets(n)
+        for k in range(len(self.counters)):
+            self._wait(k)
+        buckets = self.counters[0].drain_buckets(n)
+        for counter in self.counters[1:]:
+            for total, part in zip(buckets, counter.drain_buckets(n)):
+                pretokenize.add_counts(total, part)
+        return buckets
 
     def close(self) -> None:
-        """Stop the thread (after its batch, dropping any queued one: only an error gets here early)."""
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        """Stop the threads (after their batch, dropping queued ones: only an error gets here early)."""
+        for pool in self.pools:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _emit(buckets: list[dict[bytes, int]], totals: dict):
@@ -255,14 +266,15 @@ def write_totals(totals, counts_dir):
 
 
 def build_count_pipeline(p, shards, source_options, pattern, special_tokens, output, min_count, hot_key_fanout=None,
-                         fail_fast=False):
+                         fail_fast=False, count_threads=1):
     """The Beam graph of the counting stage (steps 1-4); returns nothing, writes OUTPUT/counts/."""
     counts_dir = join(output, "counts")
     counted = (p
                | "Shards" >> beam.Create(shards)
                | "SpreadShards" >> beam.Reshuffle()
                | "CountShardPretokens" >> beam.ParDo(
-                   CountShardPretokens(source_options, pattern, tuple(special_tokens), output, fail_fast)
+                   CountShardPretokens(source_options, pattern, tuple(special_tokens), output, fail_fast,
+                                       count_threads)
                ).with_outputs(CountShardPretokens.TOTALS, main="counts"))
     # Combiner lifting already sums each bundle's tables before the shuffle; a hot-key fan-out stage
     # cost the local runner ~1 s on en/ (52 MB) for nothing, so it is only there when asked for.
@@ -400,6 +412,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a special token (repeatable): splits the text, never merged across")
     parser.add_argument("--min-frequency", type=int, default=2, help="stop when the best pair count is below this")
     parser.add_argument("--min-count", type=int, default=1, help="drop pre-tokens seen fewer times in the corpus")
+    parser.add_argument("--count-threads", type=int, default=None, metavar="N",
+                        help="threads that count each shard in a worker (default: the cores each local worker "
+                             "has, 1 on other runners)")
     parser.add_argument("--tie-break", default="largest", choices=["largest", "smallest", "hf"])
     parser.add_argument("--counts", default=None, metavar="DIR",
                         help="train from counts written earlier (a run folder or its counts/), skipping the corpus")
@@ -424,6 +439,8 @@ def parse(argv):
                         f"{MAX_IDS:,} ids (plus the special tokens)")
     if args.min_count < 1 or args.min_frequency < 1:
         raise UserError("--min-count and --min-frequency must be at least 1")
+    if args.count_threads is not None and args.count_threads < 1:
+        raise UserError(f"--count-threads must be at least 1, got {args.count_threads}")
     try:
         pretokenize.compile_pattern(args.pattern)
     except ValueError as exc:
@@ -485,7 +502,8 @@ def train(argv: list[str]) -> dict:
         say(f"train: {len(shards)} shard(s), {sum(s.size for s in shards) / 1e6:.1f} MB -> {args.output}")
         with common.pipeline_failures(args.output), beam.Pipeline(runner=runner, options=options) as p:
             build_count_pipeline(p, shards, source_options, args.pattern, specials, args.output,
-                                 args.min_count, fail_fast=args.fail_fast)
+                                 args.min_count, fail_fast=args.fail_fast,
+                                 count_threads=args.count_threads or common.local_cores_per_worker(options, runner))
         inputs = args.input
         timing["count"] = time.perf_counter() - started
     t0 = time.perf_counter()

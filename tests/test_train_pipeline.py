@@ -45,16 +45,17 @@ def test_count_shard_pretokens_dofn_counts_exactly(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_runs(tmp_path_factory, corpora):
-    """The same training three ways: in_memory, multi_processing x2 workers, shuffled input order."""
+    """The same training three ways: in_memory with 3 counting threads, multi_processing x2 workers
+    with 1, shuffled input order."""
     shards = sorted(str(p) for p in (corpora / "tiny").glob("*.jsonl"))
     base = ["--vocab-size", 700, "--pattern", "gpt4"]
     out = {}
     out["in_memory"] = tmp_path_factory.mktemp("in_memory")
     run_train("--input", shards[0], "--input", shards[1], "--output", out["in_memory"], *base,
-              "--direct_running_mode", "in_memory")
+              "--direct_running_mode", "in_memory", "--count-threads", 3)
     out["multi_processing"] = tmp_path_factory.mktemp("multi")
     run_train("--input", str(corpora / "tiny" / "*.jsonl"), "--output", out["multi_processing"], *base,
-              "--direct_running_mode", "multi_processing", "--direct_num_workers", 2)
+              "--direct_running_mode", "multi_processing", "--direct_num_workers", 2, "--count-threads", 1)
     out["shuffled"] = tmp_path_factory.mktemp("shuffled")
     run_train("--input", shards[1], "--input", shards[0], "--output", out["shuffled"], *base)
     return out
