@@ -1,7 +1,7 @@
 """`tokenbeam train`: sharded text -> pre-token counts (Beam) -> BPE merge loop -> tokenizer files.
 
     shards -> CountShardPretokens (one DoFn call per shard, local counter) -> SumCounts (CombinePerKey,
-    optional hot-key fan-out) -> PruneRare (--min-count) -> WriteCounts (counts/*.parquet, by bucket)
+    hot-key fan-out on distributed runners) -> PruneRare (--min-count) -> WriteCounts (counts/*.parquet, by bucket)
     then, in the launching process: load counts -> learn merges (progress bar) -> write tokenizer.json,
     tokenizer.tiktoken, train_report.json, compression_curve.png.
 
@@ -36,6 +36,7 @@ from pipelines import common
 from pipelines.common import UserError, join, say
 
 N_COUNT_BUCKETS = 16            # counts/part-XXXXX-of-00016.parquet
+HOT_KEY_FANOUT = 8               # SumCounts' fan-out on distributed runners (none on the local one)
 LOCAL_COUNTER_FLUSH = 1_000_000  # distinct pre-tokens a shard's counter holds before emitting
 
 
@@ -276,8 +277,9 @@ def build_count_pipeline(p, shards, source_options, pattern, special_tokens, out
                    CountShardPretokens(source_options, pattern, tuple(special_tokens), output, fail_fast,
                                        count_threads)
                ).with_outputs(CountShardPretokens.TOTALS, main="counts"))
-    # Combiner lifting already sums each bundle's tables before the shuffle; a hot-key fan-out stage
-    # cost the local runner ~1 s on en/ (52 MB) for nothing, so it is only there when asked for.
+    # Every one of the 16 bucket keys is hot on a distributed runner, where the fan-out spreads each
+    # key's sum over more workers; on the local runner it is one more stage (~1 s on en/, 52 MB)
+    # for nothing, since combiner lifting already sums each bundle's tables before the shuffle.
     sum_counts = beam.CombinePerKey(SumCounts())
     if hot_key_fanout:
         sum_counts = sum_counts.with_hot_key_fanout(hot_key_fanout)
@@ -503,7 +505,8 @@ def train(argv: list[str]) -> dict:
         with common.pipeline_failures(args.output), beam.Pipeline(runner=runner, options=options) as p:
             build_count_pipeline(p, shards, source_options, args.pattern, specials, args.output,
                                  args.min_count, fail_fast=args.fail_fast,
-                                 count_threads=args.count_threads or common.local_cores_per_worker(options, runner))
+                                 count_threads=args.count_threads or common.local_cores_per_worker(options, runner),
+                                 hot_key_fanout=None if runner is not None else HOT_KEY_FANOUT)
         inputs = args.input
         timing["count"] = time.perf_counter() - started
     t0 = time.perf_counter()
