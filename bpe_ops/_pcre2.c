@@ -643,6 +643,43 @@ static PyObject *counter_to_dict(PieceCounter *self, PyObject *Py_UNUSED(ignored
     return out;
 }
 
+static PyObject *counter_absorb(PieceCounter *self, PyObject *arg)
+{
+    /* Add the counts of another PieceCounter to this one and empty it (both idle: no thread is
+     * counting with either). */
+    PieceCounter *other;
+    size_t i;
+    if (!PyObject_TypeCheck(arg, Py_TYPE(self))) {
+        PyErr_SetString(PyExc_TypeError, "absorb() takes a PieceCounter");
+        return NULL;
+    }
+    other = (PieceCounter *)arg;
+    if (self->pattern == NULL || other->pattern == NULL || other == self) {
+        PyErr_SetString(PyExc_ValueError, "absorb() takes another initialised PieceCounter");
+        return NULL;
+    }
+    if (self->busy || other->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "absorb(): a counter is counting in another thread");
+        return NULL;
+    }
+    for (i = 0; i <= other->counts.mask; i++) {
+        const Entry *o = &other->counts.slots[i];
+        const uint8_t *key;
+        Entry *e;
+        if (o->hash == 0)
+            continue;
+        key = other->counts.keys + o->key_at;
+        e = bytemap_find(&self->counts, key, o->key_len, o->hash);
+        if (e->hash == 0 && (e = bytemap_insert(&self->counts, e, key, o->key_len, o->hash)) == NULL)
+            return PyErr_NoMemory();
+        e->value += o->value;
+    }
+    self->pieces += other->pieces;
+    other->pieces = 0;
+    bytemap_clear(&other->counts);
+    Py_RETURN_NONE;
+}
+
 static uint32_t crc32_table[256];
 
 static void crc32_init(void)
@@ -728,6 +765,8 @@ static PyMethodDef counter_methods[] = {
      "add(text)\n--\n\nCount the pre-tokens of text (Fallback: nothing of it is counted)."},
     {"to_dict", (PyCFunction)counter_to_dict, METH_NOARGS,
      "to_dict()\n--\n\nThe counts as {pre-token UTF-8 bytes: count}."},
+    {"absorb", (PyCFunction)counter_absorb, METH_O,
+     "absorb(other)\n--\n\nAdd the counts of another PieceCounter to this one, and empty the other."},
     {"to_dicts", (PyCFunction)counter_to_dicts, METH_O,
      "to_dicts(n)\n--\n\nThe counts as n dicts; dict i holds the pre-tokens p with zlib.crc32(p) % n == i."},
     {NULL, NULL, 0, NULL}
@@ -1111,6 +1150,11 @@ static PyObject *add_counts(PyObject *Py_UNUSED(module), PyObject *args)
     Py_ssize_t pos = 0;
     if (!PyArg_ParseTuple(args, "O!O!:add_counts", &PyDict_Type, &into, &PyDict_Type, &counts))
         return NULL;
+    if (PyDict_GET_SIZE(into) == 0) {   /* nothing to add to: a copy, without a sum per key */
+        if (PyDict_Update(into, counts) < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
     while (PyDict_Next(counts, &pos, &key, &value)) {
         PyObject *old = PyDict_GetItemWithError(into, key), *sum;
         int rc;

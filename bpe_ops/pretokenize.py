@@ -384,6 +384,20 @@ class PretokenCounter:
         """Distinct pre-tokens held (a piece counted by both paths counts twice until `drain`)."""
         return len(self._by_str) + (len(self._fast) if self._fast is not None else 0)
 
+    def absorb(self, other: "PretokenCounter") -> None:
+        """Add the counts of `other` (same pattern and special tokens) to this counter; `other` is
+        left empty. Neither may be counting in another thread meanwhile."""
+        if (other._compiled.pattern, other._special_tokens) != (self._compiled.pattern, self._special_tokens):
+            raise ValueError("absorb() takes a counter of the same pattern and special tokens")
+        if self._fast is not None and other._fast is not None:
+            self._fast.absorb(other._fast)
+        elif other._fast is not None:
+            for piece, n in other._fast.to_dict().items():
+                self._by_str[piece.decode("utf-8")] += n
+            other._fast = self._pcre2.PieceCounter(other._compiled.compiled)
+        self._by_str.update(other._by_str)
+        other._by_str.clear()
+
     def drain(self) -> dict[bytes, int]:
         """The counts so far as `{pre-token UTF-8 bytes: count}`; the counter starts over empty."""
         return self.drain_buckets(1)[0]

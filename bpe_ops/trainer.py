@@ -31,6 +31,8 @@ import os
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import mul
 
 from . import pretokenize
 from .encoder import Tokenizer
@@ -270,9 +272,10 @@ def _symbolize(counts: Mapping[bytes, int], mode: str,
                alphabet: list[bytes]) -> tuple[list[str], list[int], int]:
     """Words as symbol strings with their counts (only words that have a pair), and the total
     number of symbols (weighted) before any merge."""
-    if mode == "classic":
-        to_symbol = {ord(t.decode("utf-8")): chr(i) for i, t in enumerate(alphabet[:-1])}
-        end = chr(len(alphabet) - 1)
+    if mode == "byte":
+        return _symbolize_bytes(counts)
+    to_symbol = {ord(t.decode("utf-8")): chr(i) for i, t in enumerate(alphabet[:-1])}
+    end = chr(len(alphabet) - 1)
     words, weights = [], []
     total = 0
     for word, n in counts.items():
@@ -280,15 +283,26 @@ def _symbolize(counts: Mapping[bytes, int], mode: str,
             raise ValueError(f"negative count {n} for pre-token {word!r}")
         if n == 0:
             continue
-        if mode == "byte":
-            symbols = word.decode("latin-1")      # byte b -> chr(b), which is symbol id b
-        else:
-            symbols = word.decode("utf-8").translate(to_symbol) + end
+        symbols = word.decode("utf-8").translate(to_symbol) + end
         total += n * len(symbols)
         if len(symbols) > 1:
             words.append(symbols)
             weights.append(n)
     return words, weights, total
+
+
+def _symbolize_bytes(counts: Mapping[bytes, int]) -> tuple[list[str], list[int], int]:
+    """`_symbolize` in byte mode, a column at a time (C loops, not a Python one, over 10^5-10^6
+    pre-tokens): byte b is the character chr(b), which is symbol id b."""
+    ns = list(counts.values())
+    if ns and min(ns) < 0:
+        word, n = next((w, n) for w, n in counts.items() if n < 0)
+        raise ValueError(f"negative count {n} for pre-token {word!r}")
+    symbols = list(map(bytes.decode, counts, repeat("latin-1")))
+    lengths = list(map(len, symbols))
+    total = sum(map(mul, lengths, ns))
+    keep = [length > 1 and n > 0 for length, n in zip(lengths, ns)]
+    return list(compress(symbols, keep)), list(compress(ns, keep)), total
 
 
 def _count_pairs(words: list[str],

@@ -20,6 +20,7 @@ import threading
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
+from operator import mul
 
 import apache_beam as beam
 import fsspec
@@ -164,11 +165,9 @@ class CountingThreads:
         self._hand_over()
         for k in range(len(self.counters)):
             self._wait(k)
-        buckets = self.counters[0].drain_buckets(n)
         for counter in self.counters[1:]:
-            for total, part in zip(buckets, counter.drain_buckets(n)):
-                pretokenize.add_counts(total, part)
-        return buckets
+            self.counters[0].absorb(counter)
+        return self.counters[0].drain_buckets(n)
 
     def close(self) -> None:
         """Stop the threads (after their batch, dropping queued ones: only an error gets here early)."""
@@ -537,7 +536,7 @@ def train(argv: list[str]) -> dict:
     common.makedirs(args.output)
     tokenizer_url = upload_tokenizer(tok, args.output)
     result = tok.training
-    total_bytes = sum(len(p) * n for p, n in counts.items()) if args.pattern != "classic" else totals["bytes"]
+    total_bytes = sum(map(mul, map(len, counts), counts.values())) if args.pattern != "classic" else totals["bytes"]
     base_vocab = tok.vocab_size - len(specials) - (len(result.merges) - result.duplicate_merges)
     curve = compression_curve(result.initial_tokens, total_bytes, result.tokens_saved, base_vocab)
     report = {

@@ -223,3 +223,19 @@ def test_encode_arrays_in_threads_equals_one_thread(gpt2_merges, corpora):
     assert tok.encode_arrays(texts, 3) == one == tok.encode_arrays(texts, 2)
     back = pickle.loads(pickle.dumps(tok))          # the pool and the thread encoders are not pickled
     assert back.encode_arrays(texts, 2) == one
+
+
+def test_absorbed_counters_count_like_one(corpora):
+    """Counts split over several counters (threads) and absorbed into one equal one counter's."""
+    texts = read_jsonl_texts(corpora / "multi", limit=60) + ["x\ud800 y it's"]
+    whole = pretokenize.PretokenCounter("gpt4")
+    parts = [pretokenize.PretokenCounter("gpt4") for _ in range(3)]
+    for i, text in enumerate(texts):
+        whole.add(text)
+        parts[i % 3].add(text)
+    for part in parts[1:]:
+        parts[0].absorb(part)
+        assert len(part) == 0
+    assert parts[0].drain() == whole.drain()
+    with pytest.raises(ValueError, match="same pattern"):
+        parts[0].absorb(pretokenize.PretokenCounter("gpt2"))
