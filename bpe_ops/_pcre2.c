@@ -526,6 +526,13 @@ static Entry *bytemap_insert(ByteMap *m, Entry *slot, const uint8_t *key, size_t
     return slot;
 }
 
+static Entry *bytemap_entry(ByteMap *m, const uint8_t *key, size_t len, uint64_t hash)
+{
+    /* The entry of `key`, added with value 0 when missing; NULL when out of memory. */
+    Entry *e = bytemap_find(m, key, len, hash);
+    return e->hash ? e : bytemap_insert(m, e, key, len, hash);
+}
+
 /* ---- PieceCounter ------------------------------------------------------------------------------ */
 
 typedef struct {
@@ -581,8 +588,8 @@ static int count_text(PieceCounter *self, const uint8_t *s, size_t len)
         const uint8_t *key = s + self->spans.spans[i].start;
         size_t n = self->spans.spans[i].end - self->spans.spans[i].start;
         uint64_t hash = hash_bytes(key, n);
-        Entry *e = bytemap_find(&self->counts, key, n, hash);
-        if (e->hash == 0 && (e = bytemap_insert(&self->counts, e, key, n, hash)) == NULL)
+        Entry *e = bytemap_entry(&self->counts, key, n, hash);
+        if (e == NULL)
             return SPLIT_NOMEM;     /* the pieces before it stay counted: the caller raises MemoryError */
         e->value++;
     }
@@ -669,8 +676,7 @@ static PyObject *counter_absorb(PieceCounter *self, PyObject *arg)
         if (o->hash == 0)
             continue;
         key = other->counts.keys + o->key_at;
-        e = bytemap_find(&self->counts, key, o->key_len, o->hash);
-        if (e->hash == 0 && (e = bytemap_insert(&self->counts, e, key, o->key_len, o->hash)) == NULL)
+        if ((e = bytemap_entry(&self->counts, key, o->key_len, o->hash)) == NULL)
             return PyErr_NoMemory();
         e->value += o->value;
     }
@@ -901,8 +907,7 @@ static int encoder_fill_whole(TextEncoder *self, PyObject *whole)
         s = (const uint8_t *)PyBytes_AS_STRING(key);
         n = (size_t)PyBytes_GET_SIZE(key);
         hash = hash_bytes(s, n);
-        e = bytemap_find(&self->whole, s, n, hash);
-        if (e->hash == 0 && (e = bytemap_insert(&self->whole, e, s, n, hash)) == NULL)
+        if ((e = bytemap_entry(&self->whole, s, n, hash)) == NULL)
             return PyErr_NoMemory(), -1;
         e->value = id;
     }
