@@ -184,6 +184,7 @@ def test_cli_errors_are_one_line(tmp_path, trained):
         (["--tokenizer", trained, "--input", src, "--eos-token", "<eos>"], "<eos>"),
         (["--tokenizer", trained, "--input", tmp_path / "none*.txt"], "none"),
         (["--tokenizer", trained, "--input", src, "--keep-field", "n_tokens"], "n_tokens"),
+        (["--tokenizer", trained, "--input", src, "--encode-threads", "0"], "--encode-threads"),
     ]
     for args, word in cases:
         result = subprocess.run([sys.executable, "-m", "pipelines.tokenize", *map(str, args), "--output",

@@ -128,7 +128,7 @@ def cli(*argv, cwd=ROOT):
 
 
 @pytest.mark.parametrize("case", ["missing_input", "empty_corpus", "vocab_too_small", "multi_threading",
-                                  "bad_pattern"])
+                                  "bad_pattern", "no_threads"])
 def test_bad_input_is_one_clear_line_not_a_traceback(tmp_path, case):
     good = tmp_path / "good.jsonl"
     good.write_text(json.dumps({"text": "hello world"}) + "\n")
@@ -140,6 +140,7 @@ def test_bad_input_is_one_clear_line_not_a_traceback(tmp_path, case):
         "vocab_too_small": ["--input", good, "--vocab-size", 100],
         "multi_threading": ["--input", good, "--vocab-size", 300, "--direct_running_mode", "multi_threading"],
         "bad_pattern": ["--input", good, "--vocab-size", 300, "--pattern", "(unclosed"],
+        "no_threads": ["--input", good, "--vocab-size", 300, "--count-threads", 0],
     }[case]
     result = cli(*args, "--output", tmp_path / "out")
     assert result.returncode != 0
@@ -147,5 +148,6 @@ def test_bad_input_is_one_clear_line_not_a_traceback(tmp_path, case):
     assert len(lines) == 1, result.stderr
     assert "Traceback" not in result.stderr
     expected_word = {"missing_input": "nope", "empty_corpus": "nothing to train", "vocab_too_small": "too small",
-                     "multi_threading": "multi_threading", "bad_pattern": "pattern"}[case]
+                     "multi_threading": "multi_threading", "bad_pattern": "pattern",
+                     "no_threads": "--count-threads"}[case]
     assert expected_word in lines[0]
