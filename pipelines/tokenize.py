@@ -335,12 +335,14 @@ def write_success(entries: list[dict], stats_url: str, output: str, tokenizer_sh
 
 def build_tokenize_pipeline(p, shards, tokenizer: common.TokenizerRef, facts: TokenizerFacts, source_options,
                             output: str, eos_token: str | None, inputs: list[str], started_at: float,
-                            fail_fast: bool = False, encode_threads: int = 1):
+                            fail_fast: bool = False, encode_threads: int = 1, spread: bool = True):
     """The tokenize pipeline for a tokenizer the launcher loaded: `tokenizer` names it (and carries its
     sha256), `facts` is what stats.json needs of it, so no worker computes either again."""
-    results = (p
-               | "Shards" >> beam.Create(shards)
-               | "SpreadShards" >> beam.Reshuffle()
+    # One element per shard, spread over the workers unless they are this one process.
+    shard_elements = p | "Shards" >> beam.Create(shards)
+    if spread:
+        shard_elements = shard_elements | "SpreadShards" >> beam.Reshuffle()
+    results = (shard_elements
                | "TokenizeShard" >> beam.ParDo(TokenizeShard(tokenizer, source_options, output, eos_token,
                                                              fail_fast, encode_threads)
                                                ).with_outputs(TokenizeShard.MANIFEST, main="summaries"))
@@ -404,7 +406,8 @@ def run(argv: list[str]) -> dict:
     with common.pipeline_failures(args.output), beam.Pipeline(runner=runner, options=options) as p:
         build_tokenize_pipeline(p, shards, tokenizer, TokenizerFacts.of(tok), source_options,
                                 args.output, args.eos_token, inputs, started_at, args.fail_fast,
-                                args.encode_threads or common.local_cores_per_worker(options, runner))
+                                args.encode_threads or common.local_cores_per_worker(options, runner),
+                                spread=not common.one_local_worker(options, runner))
     stats = common.read_json(join(args.output, "stats.json"))
     manifest = common.read_json(join(args.output, SUCCESS))
     elapsed = time.time() - started_at

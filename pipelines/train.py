@@ -266,12 +266,14 @@ def write_totals(totals, counts_dir):
 
 
 def build_count_pipeline(p, shards, source_options, pattern, special_tokens, output, min_count, hot_key_fanout=None,
-                         fail_fast=False, count_threads=1):
+                         fail_fast=False, count_threads=1, spread=True):
     """The Beam graph of the counting stage (steps 1-4); returns nothing, writes OUTPUT/counts/."""
     counts_dir = join(output, "counts")
-    counted = (p
-               | "Shards" >> beam.Create(shards)
-               | "SpreadShards" >> beam.Reshuffle()
+    # One element per shard, spread over the workers unless they are this one process.
+    shard_elements = p | "Shards" >> beam.Create(shards)
+    if spread:
+        shard_elements = shard_elements | "SpreadShards" >> beam.Reshuffle()
+    counted = (shard_elements
                | "CountShardPretokens" >> beam.ParDo(
                    CountShardPretokens(source_options, pattern, tuple(special_tokens), output, fail_fast,
                                        count_threads)
@@ -505,7 +507,8 @@ def train(argv: list[str]) -> dict:
             build_count_pipeline(p, shards, source_options, args.pattern, specials, args.output,
                                  args.min_count, fail_fast=args.fail_fast,
                                  count_threads=args.count_threads or common.local_cores_per_worker(options, runner),
-                                 hot_key_fanout=None if runner is not None else HOT_KEY_FANOUT)
+                                 hot_key_fanout=None if runner is not None else HOT_KEY_FANOUT,
+                                 spread=not common.one_local_worker(options, runner))
         inputs = args.input
         timing["count"] = time.perf_counter() - started
     t0 = time.perf_counter()
