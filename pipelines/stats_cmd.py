@@ -51,7 +51,7 @@ def expand_globs(globs: list[str]) -> list[str]:
 
 
 def add_batch(summary: Summary, batch: pa.RecordBatch, where: str) -> None:
-    """Add one record batch: id frequencies in bulk, per-record figures row by row."""
+    """Add one record batch: id frequencies and per-record figures, a column at a time."""
     ids = batch.column("token_ids")
     n_tokens = batch.column("n_tokens")
     if not pc.all(pc.equal(pc.list_value_length(ids), n_tokens)).as_py():
@@ -64,8 +64,7 @@ def add_batch(summary: Summary, batch: pa.RecordBatch, where: str) -> None:
         counts = np.bincount(flat, minlength=summary.vocab_size)
         used = np.flatnonzero(counts)
         summary.add_id_counts(dict(zip(used.tolist(), counts[used].tolist())))
-    for row in zip(*(batch.column(c).to_pylist() for c in COLUMNS[1:])):
-        summary.add(*row)
+    summary.add_batch(*(batch.column(c).to_pylist() for c in COLUMNS[1:]))
 
 
 def add_file(summary: Summary, url: str, sha256: str) -> int:
