@@ -43,7 +43,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bpe_ops import Tokenizer, learn_merges  # noqa: E402
-from bpe_ops.pretokenize import ENGINE_VARIABLE, GPT4_PATTERN, count_pretokens, regex_engine  # noqa: E402
+from _peers import hf_train, rustbpe_train  # noqa: E402  (this script's folder is on sys.path)
+from bpe_ops.pretokenize import ENGINE_VARIABLE, count_pretokens, regex_engine  # noqa: E402
 
 
 def engines() -> list[str]:
@@ -138,26 +139,6 @@ def learn_merges_with(pure_python: bool, counts, num_merges: int):
         os.environ.pop("TOKENBEAM_PURE_PYTHON", None)
         if previous is not None:
             os.environ["TOKENBEAM_PURE_PYTHON"] = previous
-
-
-def hf_train(texts: list[str], vocab_size: int):
-    from tokenizers import Regex, models, pre_tokenizers, trainers
-    from tokenizers import Tokenizer as HFTokenizer
-    hf = HFTokenizer(models.BPE())
-    hf.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(GPT4_PATTERN), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    hf.train_from_iterator(texts, trainer=trainer)
-    return hf
-
-
-def rustbpe_train(texts: list[str], vocab_size: int):
-    import rustbpe
-    tok = rustbpe.Tokenizer()
-    tok.train_from_iterator(iter(texts), vocab_size, pattern=GPT4_PATTERN)
-    return tok
 
 
 def row(name: str, wall: float, cpu: float, ours_wall: float, ours_cpu: float) -> str:

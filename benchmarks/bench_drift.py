@@ -130,7 +130,7 @@ def main() -> int:
     gpt2 = SHARED / "oracles" / "gpt2"
     start = time.perf_counter()
     tok = Tokenizer.from_gpt2_files(gpt2 / "gpt2_vocab.json", gpt2 / "gpt2_merges.txt")
-    sha = tok.sha256
+    tok.sha256                       # part of loading: the sha256 every stats.json records
     load_seconds = time.perf_counter() - start
     specials = set(tok.special_tokens.values())
     enc = tiktoken.Encoding("gpt2-local", pat_str=GPT2_PATTERN, special_tokens=tok.special_tokens,

@@ -20,15 +20,13 @@ import sys
 import time
 from pathlib import Path
 
-import rustbpe
-import tokenizers
-from tokenizers import Regex, models, pre_tokenizers, trainers
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bpe_ops import pretokenize, trainer  # noqa: E402
 from bpe_ops.trainer import learn_merges  # noqa: E402
+from _peers import hf_train, rustbpe_train  # noqa: E402  (this script's folder is on sys.path)
 
 SHARED = Path(os.environ.get("TOKENBEAM_SHARED", ROOT.parent / "shared"))
 
@@ -55,25 +53,11 @@ def ours(counts, num_merges: int, tie_break: str, pure: bool):
         del os.environ["TOKENBEAM_PURE_PYTHON"]
 
 
-def hf_train(texts: list[str], vocab_size: int):
-    tok = tokenizers.Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(pretokenize.GPT4_PATTERN), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
-    bpe = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, show_progress=False,
-                              initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                              special_tokens=[])
-    tok.train_from_iterator(texts, trainer=bpe)
-    merges = json.loads(tok.to_str())["model"]["merges"]
+def hf_merges(texts: list[str], vocab_size: int) -> list[tuple[bytes, bytes]]:
+    """HF's merges as byte pairs."""
+    merges = json.loads(hf_train(texts, vocab_size).to_str())["model"]["merges"]
     pairs = [m if isinstance(m, list) else m.split(" ") for m in merges]
     return [(pretokenize.unicode_to_token(a), pretokenize.unicode_to_token(b)) for a, b in pairs]
-
-
-def rustbpe_train(texts: list[str], vocab_size: int):
-    tok = rustbpe.Tokenizer()
-    tok.train_from_iterator(iter(texts), vocab_size, pattern=pretokenize.GPT4_PATTERN)
-    return tok
 
 
 def main() -> int:
@@ -96,8 +80,8 @@ def main() -> int:
     c_seconds, c_result = ours(counts, num_merges, args.tie_break, pure=False)
     py_seconds, py_result = ours(counts, num_merges, args.tie_break, pure=True)
     assert c_result == py_result, "the compiled loop and its Python twin differ"
-    hf_full, hf_merges = cpu(lambda: hf_train(texts, args.vocab_size))
-    hf_one, _ = cpu(lambda: hf_train(texts, 257))
+    hf_full, hf_merges = cpu(lambda: hf_merges(texts, args.vocab_size))
+    hf_one, _ = cpu(lambda: hf_merges(texts, 257))
     rust_full, _ = cpu(lambda: rustbpe_train(texts, args.vocab_size))
     rust_one, _ = cpu(lambda: rustbpe_train(texts, 257))
 

@@ -70,7 +70,7 @@ def summarize(name: str, shards: int, counts: Counter, size: int) -> dict:
 def growth(corpora: Path) -> tuple[list[dict], dict[str, Counter]]:
     """The growth rows, and the count tables the memory part trains on."""
     rows, tables = [], {}
-    total, total_size, done = Counter(), 0, 0
+    total, total_size = Counter(), 0
     en = sorted((corpora / "en").glob("*.jsonl"))
     for i, shard in enumerate(en, start=1):
         counts, size = count_shard(shard)

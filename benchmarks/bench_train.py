@@ -33,22 +33,10 @@ def texts(pattern: str):
 
 def run_peer(name: str, pattern: str, vocab_size: int) -> None:
     """Train one peer in this process (the parent measures it)."""
-    if name == "hf":
-        from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
-        from bpe_ops.pretokenize import GPT4_PATTERN
-        tok = Tokenizer(models.BPE())
-        tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(GPT4_PATTERN), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, show_progress=False,
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-        tok.train_from_iterator(texts(pattern), trainer=trainer)
-    elif name == "rustbpe":
-        import rustbpe
-        tok = rustbpe.Tokenizer()
-        tok.train_from_iterator(texts(pattern), vocab_size)
-    else:
+    from _peers import hf_train, rustbpe_train
+    if name not in ("hf", "rustbpe"):
         raise SystemExit(f"unknown peer {name}")
+    (hf_train if name == "hf" else rustbpe_train)(texts(pattern), vocab_size)
 
 
 def repeated_corpus(corpus: Path, scale: int, tmp: Path) -> str:

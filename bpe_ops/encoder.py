@@ -23,8 +23,8 @@ import hashlib
 import os
 import threading
 from array import array
-from concurrent.futures import ThreadPoolExecutor
 from bisect import bisect_left, bisect_right
+from concurrent.futures import ThreadPoolExecutor
 from heapq import heappop, heappush
 from itertools import chain, islice, repeat
 from typing import Iterable, Mapping, Sequence
@@ -122,6 +122,7 @@ class Tokenizer:
         self.vocab_size = max(self.vocab) + 1
         self._text_encoder = self._compiled_text_encoder()
         self._pool: ThreadPoolExecutor | None = None     # encode_arrays' threads, made on first use
+        self._pool_threads = 0
         self._thread_encoders = threading.local()         # ... and their own compiled encoders
 
     def _compiled_text_encoder(self):
@@ -130,13 +131,13 @@ class Tokenizer:
         if self.mode != "byte" or self._merger is None or not isinstance(self._regex, Pcre2Pattern):
             return None
         return _TextEncoder(self._regex.compiled, [a for a, _ in self._pairs], [b for _, b in self._pairs],
-                                  self._merged, self._byte_ids, self._token_ids if self.ignore_merges else None,
-                                  self.cache_size)
+                            self._merged, self._byte_ids, self._token_ids if self.ignore_merges else None,
+                            self.cache_size)
 
     def __getstate__(self):
         # The compiled encoder holds buffers, not a recipe, and threads do not pickle: pickled
         # without them, rebuilt on load.
-        return {**self.__dict__, "_text_encoder": None, "_pool": None, "_thread_encoders": None}
+        return {**self.__dict__, "_text_encoder": None, "_pool": None, "_pool_threads": 0, "_thread_encoders": None}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -238,8 +239,9 @@ class Tokenizer:
         drops the GIL while it works, so they run on as many cores."""
         if num_threads <= 1 or self._text_encoder is None or len(texts) < 2 * THREAD_CHUNK:
             return [self._encode_array_with(self._text_encoder, text) for text in texts]
-        if self._pool is None or self._pool._max_workers != num_threads:
+        if self._pool_threads != num_threads:
             self._pool = ThreadPoolExecutor(num_threads, thread_name_prefix="tokenbeam-encode")
+            self._pool_threads = num_threads
         chunks = [texts[i:i + THREAD_CHUNK] for i in range(0, len(texts), THREAD_CHUNK)]
         return list(chain.from_iterable(self._pool.map(self._encode_chunk, chunks)))
 

@@ -387,14 +387,10 @@ class PretokenCounter:
     def absorb(self, other: "PretokenCounter") -> None:
         """Add the counts of `other` (same pattern and special tokens) to this counter; `other` is
         left empty. Neither may be counting in another thread meanwhile."""
-        if (other._compiled.pattern, other._special_tokens) != (self._compiled.pattern, self._special_tokens):
+        if (other._compiled, other._special_tokens) != (self._compiled, self._special_tokens):
             raise ValueError("absorb() takes a counter of the same pattern and special tokens")
-        if self._fast is not None and other._fast is not None:
+        if self._fast is not None:           # the same compiled pattern: both have one, or neither
             self._fast.absorb(other._fast)
-        elif other._fast is not None:
-            for piece, n in other._fast.to_dict().items():
-                self._by_str[piece.decode("utf-8")] += n
-            other._fast = self._pcre2.PieceCounter(other._compiled.compiled)
         self._by_str.update(other._by_str)
         other._by_str.clear()
 

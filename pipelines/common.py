@@ -351,6 +351,22 @@ def expand(args: argparse.Namespace, options) -> list:
     return shards
 
 
+def fail_fast_failure(item) -> ShardFailure:
+    """The one-line failure `--fail-fast` raises for the first rejected record (`sources.Rejected`)
+    or unreadable rest of a shard (`sources.ShardError`)."""
+    from schemas.records import Rejected
+
+    if isinstance(item, Rejected):
+        return ShardFailure(f"--fail-fast: {item.source} row {item.row}: rejected, {item.reason}: {item.detail}")
+    return ShardFailure(f"--fail-fast: {item.source} row {item.rows_read}: unreadable from here, "
+                        f"{item.reason}: {item.detail}")
+
+
+def shard_error_record(error) -> dict:
+    """A `sources.ShardError` as the record reports keep: {source, rows_read, reason, detail}."""
+    return {"source": error.source, "rows_read": error.rows_read, "reason": error.reason, "detail": error.detail}
+
+
 def describe_shard_error(error: dict) -> str:
     """One line for a shard error ({source, rows_read, reason, detail}): which file, what is wrong,
     what was kept."""

@@ -20,7 +20,6 @@ import time
 
 import apache_beam as beam
 import numpy as np
-import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -142,19 +141,17 @@ class TokenizeShard(beam.DoFn):
                             group = RowGroup(self.source_options.keep_fields)
                 elif isinstance(item, Rejected):
                     if self.fail_fast:
-                        raise common.ShardFailure(f"--fail-fast: {item.source} row {item.row}: rejected, "
-                                                  f"{item.reason}: {item.detail}")
+                        raise common.fail_fast_failure(item)
                     entry["records_read"] += 1
                     entry["rejected"] += 1
                     summary.add_rejected(item.reason)
                     rejected_lines.append(json.dumps(rejected_to_json(item), ensure_ascii=False))
                 else:  # ShardError: the rest of the file is unreadable; the rows before it stay
                     if self.fail_fast:
-                        raise common.ShardFailure(f"--fail-fast: {item.source} row {item.rows_read}: unreadable "
-                                                  f"from here, {item.reason}: {item.detail}")
-                    say(f"shard error: {common.describe_shard_error(item.__dict__)}")
-                    entry["shard_errors"].append({"source": item.source, "rows_read": item.rows_read,
-                                                  "reason": item.reason, "detail": item.detail})
+                        raise common.fail_fast_failure(item)
+                    error = common.shard_error_record(item)
+                    say(f"shard error: {common.describe_shard_error(error)}")
+                    entry["shard_errors"].append(error)
                     summary.add_shard_error(item.source, item.rows_read, item.reason, item.detail)
             self.encode_into(batch, group, summary, entry)
             if group.rows or entry["rows"] == 0:

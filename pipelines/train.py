@@ -23,12 +23,12 @@ from concurrent.futures import ThreadPoolExecutor
 from operator import mul
 
 import apache_beam as beam
-import fsspec
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from bpe_ops import pretokenize
+from bpe_ops.stats import utf8_length
 from bpe_ops.trainer import MAX_IDS
 from schemas import reports
 from schemas.records import rejected_to_json
@@ -83,14 +83,13 @@ class CountShardPretokens(beam.DoFn):
                     totals["records_counted"] += 1
                     totals["records_repaired"] += item.repaired
                     text = item.text
-                    totals["bytes"] += len(pretokenize.to_utf8(text))
+                    totals["bytes"] += utf8_length(text)
                     counter.add(text)
                     if counter.full():
                         yield from _emit(counter.drain_buckets(N_COUNT_BUCKETS), totals)
                 elif isinstance(item, Rejected):
                     if self.fail_fast:
-                        raise common.ShardFailure(f"--fail-fast: {item.source} row {item.row}: rejected, "
-                                                  f"{item.reason}: {item.detail}")
+                        raise common.fail_fast_failure(item)
                     totals["records"] += 1
                     totals["records_rejected"] += 1
                     reasons = totals["rejected_by_reason"]
@@ -98,11 +97,10 @@ class CountShardPretokens(beam.DoFn):
                     rejected_lines.append(json.dumps(rejected_to_json(item), ensure_ascii=False))
                 else:  # ShardError: a file-level problem; the records read before it stay counted
                     if self.fail_fast:
-                        raise common.ShardFailure(f"--fail-fast: {item.source} row {item.rows_read}: unreadable "
-                                                  f"from here, {item.reason}: {item.detail}")
-                    say(f"shard error: {common.describe_shard_error(item.__dict__)}")
-                    totals["shard_errors"].append({"source": item.source, "rows_read": item.rows_read,
-                                                   "reason": item.reason, "detail": item.detail})
+                        raise common.fail_fast_failure(item)
+                    error = common.shard_error_record(item)
+                    say(f"shard error: {common.describe_shard_error(error)}")
+                    totals["shard_errors"].append(error)
             yield from _emit(counter.drain_buckets(N_COUNT_BUCKETS), totals)
         finally:
             counter.close()

@@ -13,7 +13,7 @@ import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bpe_ops import Tokenizer, encoder, pretokenize
+from bpe_ops import Tokenizer, pretokenize
 from tests.conftest import read_jsonl_texts
 from tests.test_pretokenize import ADVERSARIAL
 

@@ -1,7 +1,6 @@
 """The Beam tokenize pipeline: ids equal the oracles on real text, every record accounted for, the
 same bytes on every runner, readable by pyarrow / DuckDB / Hugging Face datasets."""
 import json
-import shutil
 import subprocess
 import sys
 
@@ -10,7 +9,7 @@ import pytest
 
 from bpe_ops import Tokenizer
 from pipelines import tokenize, train
-from tests.conftest import ROOT, read_jsonl_texts
+from tests.conftest import ROOT
 
 
 def run_tokenize(*argv):

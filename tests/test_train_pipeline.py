@@ -1,10 +1,8 @@
 """The Beam training pipeline: determinism across runners, exactness against train_bpe, accounting,
 clear errors. Runs on the real `tiny/` corpus (193 KB) so each run takes a few seconds."""
 import json
-import random
 import subprocess
 import sys
-from collections import Counter
 
 import apache_beam as beam
 import pytest

@@ -4,7 +4,6 @@ Every training test runs twice: with the pure-Python loop and with its compiled 
 (`bpe_ops._merge_loop`), so both meet the same expectations; the real-corpus tests also require the
 two to give identical results, progress calls included.
 """
-import os
 import random
 import shutil
 import sysconfig
