@@ -53,7 +53,7 @@ def ours(counts, num_merges: int, tie_break: str, pure: bool):
         del os.environ["TOKENBEAM_PURE_PYTHON"]
 
 
-def hf_merges(texts: list[str], vocab_size: int) -> list[tuple[bytes, bytes]]:
+def hf_merge_pairs(texts: list[str], vocab_size: int) -> list[tuple[bytes, bytes]]:
     """HF's merges as byte pairs."""
     merges = json.loads(hf_train(texts, vocab_size).to_str())["model"]["merges"]
     pairs = [m if isinstance(m, list) else m.split(" ") for m in merges]
@@ -80,8 +80,8 @@ def main() -> int:
     c_seconds, c_result = ours(counts, num_merges, args.tie_break, pure=False)
     py_seconds, py_result = ours(counts, num_merges, args.tie_break, pure=True)
     assert c_result == py_result, "the compiled loop and its Python twin differ"
-    hf_full, hf_merges = cpu(lambda: hf_merges(texts, args.vocab_size))
-    hf_one, _ = cpu(lambda: hf_merges(texts, 257))
+    hf_full, hf_merges = cpu(lambda: hf_merge_pairs(texts, args.vocab_size))
+    hf_one, _ = cpu(lambda: hf_merge_pairs(texts, 257))
     rust_full, _ = cpu(lambda: rustbpe_train(texts, args.vocab_size))
     rust_one, _ = cpu(lambda: rustbpe_train(texts, 257))
 
