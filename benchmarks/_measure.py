@@ -20,26 +20,30 @@ class Measured:
 
 
 def _tree_rss(pid: int) -> int:
-    """Resident bytes of `pid` and all its descendants (from /proc; psutil when available)."""
-    try:
-        import psutil
-        proc = psutil.Process(pid)
-        total = proc.memory_info().rss
-        for child in proc.children(recursive=True):
+    """Resident bytes of `pid` and all its descendants, from /proc (psutil is not needed: without
+    it, this once measured the launching process alone, missing its children's memory)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
             try:
-                total += child.memory_info().rss
-            except psutil.Error:
-                pass
-        return total
-    except Exception:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        todo.extend(children.get(p, ()))
         try:
-            with open(f"/proc/{pid}/status") as f:
+            with open(f"/proc/{p}/status") as f:
                 for line in f:
                     if line.startswith("VmRSS:"):
-                        return int(line.split()[1]) * 1024
+                        total += int(line.split()[1]) * 1024
+                        break
         except OSError:
             pass
-    return 0
+    return total
 
 
 def measure(cmd: list[str], env: dict | None = None, cwd: str | None = None) -> Measured:

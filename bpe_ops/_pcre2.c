@@ -9,7 +9,10 @@
  *   Pattern(pattern)            a compiled pattern (UTF and UCP modes, JIT when available);
  *     .findall(text)            the matched pieces, as `regex.findall` gives them (no groups);
  *     .search(text)             whether the pattern matches anywhere.
- *   PieceCounter(pattern)       counts pre-tokens by their UTF-8 bytes: .add(text), .to_dict().
+ *   PieceCounter(pattern)       counts pre-tokens by their UTF-8 bytes: .add(text), .to_dict(),
+ *                               .drain_packed(n) (n packed tables, bucketed by crc32).
+ *   CountTable(packed)          a sum of packed count tables (bpe_ops/count_table.py): .add_packed,
+ *                               .absorb, .packed(), .columns(min_count) (sorted, Arrow-ready).
  *   TextEncoder(pattern, left, right, merged, byte_ids, whole_tokens, cache_size)
  *     .encode(text)             the token ids of a text holding no special tokens: split, look each
  *                               piece up in a bounded byte-keyed cache, replay the merges of a miss
@@ -766,6 +769,8 @@ static PyObject *counter_get_pieces(PieceCounter *self, void *closure)
     return PyLong_FromLongLong(self->pieces);
 }
 
+static PyObject *counter_drain_packed(PieceCounter *self, PyObject *arg);
+
 static PyMethodDef counter_methods[] = {
     {"add", (PyCFunction)counter_add, METH_O,
      "add(text)\n--\n\nCount the pre-tokens of text (Fallback: nothing of it is counted)."},
@@ -775,6 +780,9 @@ static PyMethodDef counter_methods[] = {
      "absorb(other)\n--\n\nAdd the counts of another PieceCounter to this one, and empty the other."},
     {"to_dicts", (PyCFunction)counter_to_dicts, METH_O,
      "to_dicts(n)\n--\n\nThe counts as n dicts; dict i holds the pre-tokens p with zlib.crc32(p) % n == i."},
+    {"drain_packed", (PyCFunction)counter_drain_packed, METH_O,
+     "drain_packed(n)\n--\n\nThe counts as n packed tables (table i: the pre-tokens p with zlib.crc32(p) % n "
+     "== i); the counter starts over empty."},
     {NULL, NULL, 0, NULL}
 };
 
@@ -1140,6 +1148,361 @@ static PyTypeObject TextEncoderType = {
 
 /* ---- the module -------------------------------------------------------------------------------- */
 
+/* ---- packed count tables ---------------------------------------------------------------------- */
+
+/* How count tables travel between processes (bpe_ops/count_table.py is the specification): records
+ * of a uint32 key length, the key bytes and an int64 count, both integers little-endian, in any
+ * order; a key may appear more than once, and its counts add up. */
+
+typedef struct {
+    uint8_t *data;
+    size_t len, cap;
+} Buffer;
+
+static int buffer_reserve(Buffer *b, size_t more)
+{
+    if (b->len + more > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        uint8_t *grown;
+        while (cap < b->len + more)
+            cap *= 2;
+        if ((grown = realloc(b->data, cap)) == NULL)
+            return -1;
+        b->data = grown;
+        b->cap = cap;
+    }
+    return 0;
+}
+
+static void put_le(uint8_t *out, uint64_t v, int n)
+{
+    int i;
+    for (i = 0; i < n; i++)
+        out[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le(const uint8_t *in, int n)
+{
+    uint64_t v = 0;
+    int i;
+    for (i = 0; i < n; i++)
+        v |= (uint64_t)in[i] << (8 * i);
+    return v;
+}
+
+static int pack_record(Buffer *b, const uint8_t *key, uint32_t len, int64_t count)
+{
+    if (buffer_reserve(b, 12 + (size_t)len) < 0)
+        return -1;
+    put_le(b->data + b->len, len, 4);
+    memcpy(b->data + b->len + 4, key, len);
+    put_le(b->data + b->len + 4 + len, (uint64_t)count, 8);
+    b->len += 12 + (size_t)len;
+    return 0;
+}
+
+static int unpack_into(ByteMap *m, const uint8_t *s, size_t n)
+{
+    /* Add the records of a packed table to m: 0, -1 out of memory, -2 a malformed table (nothing is
+     * added then: it is checked whole first). */
+    size_t at = 0;
+    while (at < n) {
+        uint64_t len;
+        if (n - at < 12 || (len = get_le(s + at, 4)) > n - at - 12)
+            return -2;
+        at += 12 + (size_t)len;
+    }
+    for (at = 0; at < n;) {
+        size_t len = (size_t)get_le(s + at, 4);
+        const uint8_t *key = s + at + 4;
+        Entry *e = bytemap_entry(m, key, len, hash_bytes(key, len));
+        if (e == NULL)
+            return -1;
+        e->value += (int64_t)get_le(key + len, 8);
+        at += 12 + len;
+    }
+    return 0;
+}
+
+static PyObject *packed_bytes(const ByteMap *m)
+{
+    /* Every entry of m as one packed table. */
+    Buffer b = {NULL, 0, 0};
+    PyObject *out;
+    size_t i;
+    for (i = 0; i <= m->mask; i++) {
+        const Entry *e = &m->slots[i];
+        if (e->hash && pack_record(&b, m->keys + e->key_at, e->key_len, e->value) < 0) {
+            free(b.data);
+            return PyErr_NoMemory();
+        }
+    }
+    out = PyBytes_FromStringAndSize((const char *)b.data, (Py_ssize_t)b.len);
+    free(b.data);
+    return out;
+}
+
+static PyObject *counter_drain_packed(PieceCounter *self, PyObject *arg)
+{
+    /* The counts as n packed tables (table i: the pre-tokens p with zlib.crc32(p) % n == i); the
+     * counter starts over empty, its memory given back. */
+    Py_ssize_t n = PyLong_AsSsize_t(arg), b;
+    Buffer *buffers;
+    PyObject *out = NULL;
+    size_t i;
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (n < 1) {
+        PyErr_SetString(PyExc_ValueError, "drain_packed(n): n must be at least 1");
+        return NULL;
+    }
+    if (self->pattern == NULL) {
+        PyErr_SetString(PyExc_TypeError, "PieceCounter is not initialised");
+        return NULL;
+    }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "drain_packed(): the counter is counting in another thread");
+        return NULL;
+    }
+    if ((buffers = calloc((size_t)n, sizeof(Buffer))) == NULL)
+        return PyErr_NoMemory();
+    for (i = 0; i <= self->counts.mask; i++) {
+        const Entry *e = &self->counts.slots[i];
+        const uint8_t *key;
+        if (e->hash == 0)
+            continue;
+        key = self->counts.keys + e->key_at;
+        if (pack_record(&buffers[crc32_of(key, e->key_len) % (uint64_t)n], key, e->key_len, e->value) < 0) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    if ((out = PyList_New(n)) == NULL)
+        goto done;
+    for (b = 0; b < n; b++) {
+        PyObject *table = PyBytes_FromStringAndSize((const char *)buffers[b].data, (Py_ssize_t)buffers[b].len);
+        if (table == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, b, table);
+    }
+    bytemap_free(&self->counts);
+    self->pieces = 0;
+    if (bytemap_init(&self->counts, 1024) < 0) {
+        Py_CLEAR(out);
+        PyErr_NoMemory();
+    }
+done:
+    for (b = 0; b < n; b++)
+        free(buffers[b].data);
+    free(buffers);
+    return out;
+}
+
+/* A sum of packed count tables, kept in C: what the counting pipeline's combine holds per bucket
+ * instead of a dict of Python objects. */
+typedef struct {
+    PyObject_HEAD
+    ByteMap counts;
+    int ready;
+} CountTable;
+
+static int table_init(CountTable *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"packed", NULL};
+    Py_buffer packed = {NULL, NULL};
+    int rc = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|y*:CountTable", kwlist, &packed))
+        return -1;
+    if (self->ready)
+        bytemap_free(&self->counts);
+    self->ready = 0;
+    if (bytemap_init(&self->counts, 1024) < 0) {
+        PyErr_NoMemory();
+        rc = -1;
+    } else {
+        self->ready = 1;
+        if (packed.buf != NULL) {
+            int r = unpack_into(&self->counts, packed.buf, (size_t)packed.len);
+            if (r == -1)
+                PyErr_NoMemory();
+            else if (r == -2)
+                PyErr_SetString(PyExc_ValueError, "not a packed count table");
+            rc = r < 0 ? -1 : 0;
+        }
+    }
+    if (packed.buf != NULL)
+        PyBuffer_Release(&packed);
+    return rc;
+}
+
+static void table_dealloc(CountTable *self)
+{
+    if (self->ready)
+        bytemap_free(&self->counts);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int table_ready(CountTable *self)
+{
+    if (!self->ready)
+        PyErr_SetString(PyExc_TypeError, "CountTable is not initialised");
+    return self->ready;
+}
+
+static PyObject *table_add_packed(CountTable *self, PyObject *arg)
+{
+    Py_buffer packed;
+    int r;
+    if (!table_ready(self) || PyObject_GetBuffer(arg, &packed, PyBUF_SIMPLE) < 0)
+        return NULL;
+    r = unpack_into(&self->counts, packed.buf, (size_t)packed.len);
+    PyBuffer_Release(&packed);
+    if (r == -1)
+        return PyErr_NoMemory();
+    if (r == -2) {
+        PyErr_SetString(PyExc_ValueError, "not a packed count table");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *table_absorb(CountTable *self, PyObject *arg)
+{
+    /* Add another CountTable's counts to this one and empty it. */
+    CountTable *other;
+    size_t i;
+    if (!PyObject_TypeCheck(arg, Py_TYPE(self))) {
+        PyErr_SetString(PyExc_TypeError, "absorb() takes a CountTable");
+        return NULL;
+    }
+    other = (CountTable *)arg;
+    if (!table_ready(self) || !table_ready(other))
+        return NULL;
+    if (other == self) {
+        PyErr_SetString(PyExc_ValueError, "absorb() takes another CountTable");
+        return NULL;
+    }
+    for (i = 0; i <= other->counts.mask; i++) {
+        const Entry *o = &other->counts.slots[i];
+        Entry *e;
+        if (o->hash == 0)
+            continue;
+        if ((e = bytemap_entry(&self->counts, other->counts.keys + o->key_at, o->key_len, o->hash)) == NULL)
+            return PyErr_NoMemory();
+        e->value += o->value;
+    }
+    bytemap_free(&other->counts);
+    if (bytemap_init(&other->counts, 1024) < 0) {
+        other->ready = 0;
+        return PyErr_NoMemory();
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *table_packed(CountTable *self, PyObject *Py_UNUSED(ignored))
+{
+    return table_ready(self) ? packed_bytes(&self->counts) : NULL;
+}
+
+static const uint8_t *sort_keys;     /* table_columns' qsort context (the GIL is held throughout) */
+
+static int entry_key_order(const void *a, const void *b)
+{
+    const Entry *x = *(const Entry *const *)a, *y = *(const Entry *const *)b;
+    uint32_t n = x->key_len < y->key_len ? x->key_len : y->key_len;
+    int c = memcmp(sort_keys + x->key_at, sort_keys + y->key_at, n);
+    return c ? c : (x->key_len > y->key_len) - (x->key_len < y->key_len);
+}
+
+static PyObject *table_columns(CountTable *self, PyObject *args)
+{
+    /* (rows, offsets, data, counts) of the entries counted at least min_count times, in byte order
+     * of their keys: Arrow's large_binary offsets (int64, rows + 1 of them) and data, and the counts
+     * (int64), all in this machine's byte order, ready to wrap as Arrow buffers. */
+    long long min_count = 1;
+    const Entry **rows;
+    size_t n = 0, i, data_len = 0;
+    PyObject *offsets = NULL, *data = NULL, *counts = NULL, *out = NULL;
+    if (!PyArg_ParseTuple(args, "|L:columns", &min_count) || !table_ready(self))
+        return NULL;
+    if ((rows = malloc((self->counts.used + 1) * sizeof(Entry *))) == NULL)
+        return PyErr_NoMemory();
+    for (i = 0; i <= self->counts.mask; i++) {
+        const Entry *e = &self->counts.slots[i];
+        if (e->hash && e->value >= min_count) {
+            rows[n++] = e;
+            data_len += e->key_len;
+        }
+    }
+    sort_keys = self->counts.keys;
+    qsort(rows, n, sizeof(Entry *), entry_key_order);
+    offsets = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)((n + 1) * sizeof(int64_t)));
+    data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)data_len);
+    counts = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(int64_t)));
+    if (offsets && data && counts) {
+        int64_t *offset = (int64_t *)PyBytes_AS_STRING(offsets), *count = (int64_t *)PyBytes_AS_STRING(counts);
+        uint8_t *at = (uint8_t *)PyBytes_AS_STRING(data);
+        offset[0] = 0;
+        for (i = 0; i < n; i++) {
+            memcpy(at + offset[i], self->counts.keys + rows[i]->key_at, rows[i]->key_len);
+            offset[i + 1] = offset[i] + rows[i]->key_len;
+            count[i] = rows[i]->value;
+        }
+        out = Py_BuildValue("nOOO", (Py_ssize_t)n, offsets, data, counts);
+    }
+    free(rows);
+    Py_XDECREF(offsets);
+    Py_XDECREF(data);
+    Py_XDECREF(counts);
+    return out;
+}
+
+static PyObject *table_reduce(CountTable *self, PyObject *Py_UNUSED(ignored))
+{
+    /* Pickled as its packed table: how Beam moves an accumulator between workers. */
+    PyObject *packed = table_packed(self, NULL), *out;
+    if (packed == NULL)
+        return NULL;
+    out = Py_BuildValue("O(O)", (PyObject *)Py_TYPE(self), packed);
+    Py_DECREF(packed);
+    return out;
+}
+
+static Py_ssize_t table_len(CountTable *self)
+{
+    return self->ready ? (Py_ssize_t)self->counts.used : 0;
+}
+
+static PyMethodDef table_methods[] = {
+    {"add_packed", (PyCFunction)table_add_packed, METH_O,
+     "add_packed(packed)\n--\n\nAdd the counts of a packed table (ValueError when it is malformed)."},
+    {"absorb", (PyCFunction)table_absorb, METH_O,
+     "absorb(other)\n--\n\nAdd the counts of another CountTable to this one, and empty the other."},
+    {"packed", (PyCFunction)table_packed, METH_NOARGS, "packed()\n--\n\nThe counts as one packed table."},
+    {"columns", (PyCFunction)table_columns, METH_VARARGS,
+     "columns(min_count=1)\n--\n\n(rows, offsets, data, counts) of the keys counted at least min_count "
+     "times, in byte order: Arrow large_binary offsets and data, and int64 counts, in native byte order."},
+    {"__reduce__", (PyCFunction)table_reduce, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL}
+};
+
+static PySequenceMethods table_as_sequence = {.sq_length = (lenfunc)table_len};
+
+static PyTypeObject CountTableType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bpe_ops._pcre2.CountTable",
+    .tp_basicsize = sizeof(CountTable),
+    .tp_dealloc = (destructor)table_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "CountTable(packed=b'')\n--\n\nA sum of packed count tables (bpe_ops/count_table.py), in C.",
+    .tp_methods = table_methods,
+    .tp_as_sequence = &table_as_sequence,
+    .tp_init = (initproc)table_init,
+    .tp_new = PyType_GenericNew,
+};
+
 static PyObject *library_version(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
 {
     char version[64] = "", unicode[64] = "";
@@ -1196,12 +1559,12 @@ PyMODINIT_FUNC
 PyInit__pcre2(void)
 {
     PyObject *m;
-    PyTypeObject *types[] = {&PatternType, &PieceCounterType, &TextEncoderType};
+    PyTypeObject *types[] = {&PatternType, &PieceCounterType, &TextEncoderType, &CountTableType};
     size_t i;
     if (load_pcre2() < 0)
         return NULL;
     crc32_init();
-    for (i = 0; i < 3; i++)
+    for (i = 0; i < 4; i++)
         if (PyType_Ready(types[i]) < 0)
             return NULL;
     if ((m = PyModule_Create(&module)) == NULL)
@@ -1215,7 +1578,8 @@ PyInit__pcre2(void)
         PyModule_AddObjectRef(m, "Pcre2Error", Pcre2Error) < 0 ||
         PyModule_AddObjectRef(m, "Pattern", (PyObject *)&PatternType) < 0 ||
         PyModule_AddObjectRef(m, "PieceCounter", (PyObject *)&PieceCounterType) < 0 ||
-        PyModule_AddObjectRef(m, "TextEncoder", (PyObject *)&TextEncoderType) < 0) {
+        PyModule_AddObjectRef(m, "TextEncoder", (PyObject *)&TextEncoderType) < 0 ||
+        PyModule_AddObjectRef(m, "CountTable", (PyObject *)&CountTableType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -26,6 +26,8 @@ from typing import Iterable, Iterator, Mapping, Sequence
 
 import regex
 
+from .count_table import pack_counts
+
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 # tiktoken's cl100k_base pattern as it ships today (with `\s++$`), spelled `\p{N}{1,3}` where tiktoken
 # writes `\p{N}{1,3}+`: the same matches in Python's `regex` and Rust (the `+` is possessive there and,
@@ -406,12 +408,32 @@ class PretokenCounter:
             self._fast = self._pcre2.PieceCounter(self._compiled.compiled)
         else:
             buckets = [{} for _ in range(n)]
+        for bucket, extra in zip(buckets, self._drain_by_str(n)):
+            add_counts(bucket, extra)
+        return buckets
+
+    def drain_packed(self, n: int) -> list[bytes]:
+        """`drain_buckets` as packed tables (bpe_ops/count_table.py): with the compiled counter, the
+        counts go from C to bytes without a Python object per pre-token."""
+        tables = self._fast.drain_packed(n) if self._fast is not None else [b""] * n
+        # Packed tables add up when concatenated: the pieces counted on strings go after.
+        return [table + pack_counts(extra) if extra else table
+                for table, extra in zip(tables, self._drain_by_str(n))]
+
+    def _drain_by_str(self, n: int) -> list[dict[bytes, int]]:
+        """The pieces counted on strings (the `regex` path), by bucket as bytes; cleared."""
+        buckets: list[dict[bytes, int]] = [{} for _ in range(n)]
         for piece, count in self._by_str.items():
             key = to_utf8(piece)
             bucket = buckets[zlib.crc32(key) % n]
             bucket[key] = bucket.get(key, 0) + count
         self._by_str.clear()
         return buckets
+
+    @property
+    def pieces(self) -> int:
+        """Pre-tokens counted since the last drain, repeats included."""
+        return (self._fast.pieces if self._fast is not None else 0) + sum(self._by_str.values())
 
 
 def add_counts(into: dict, counts: Mapping) -> None:

@@ -18,9 +18,10 @@ import posixpath
 import sys
 import uuid
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-import fsspec
+if TYPE_CHECKING:
+    import fsspec
 
 
 class UserError(Exception):
@@ -99,7 +100,10 @@ def join(base: str, *parts: str) -> str:
 
 
 def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    """The fsspec filesystem of `url` and the path inside it."""
+    """The fsspec filesystem of `url` and the path inside it. (fsspec is imported on first use:
+    `tokenbeam train` starts its counting process before it needs a file.)"""
+    import fsspec
+
     fs, path = fsspec.core.url_to_fs(url)
     return fs, path
 
@@ -160,7 +164,8 @@ def write_text_atomic(url: str, text: str) -> None:
 
 
 def read_json(url: str) -> dict:
-    with fsspec.open(url, "rb") as f:
+    fs, path = filesystem(url)
+    with fs.open(path, "rb") as f:
         return json.loads(f.read().decode("utf-8"))
 
 

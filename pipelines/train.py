@@ -1,11 +1,13 @@
 """`tokenbeam train`: sharded text -> pre-token counts (Beam) -> BPE merge loop -> tokenizer files.
 
-    shards -> CountShardPretokens (one DoFn call per shard, local counter) -> SumCounts (CombinePerKey,
-    hot-key fan-out on distributed runners) -> PruneRare (--min-count) -> WriteCounts (counts/*.parquet, by bucket)
-    then, in the launching process: load counts -> learn merges (progress bar) -> write tokenizer.json,
-    tokenizer.tiktoken, train_report.json, compression_curve.png.
+    steps 1-4, in a child process (pipelines/train_count.py, the Beam pipeline): shards ->
+        CountShardPretokens -> SumCounts -> PruneAndWriteCounts -> OUTPUT/counts/*.parquet + _totals.json
+    step 5, here in the launching process: load counts -> learn merges (progress bar) -> write
+        tokenizer.json, tokenizer.tiktoken, train_report.json, compression_curve.png.
 
-`--counts DIR` skips the Beam part and trains a new vocabulary from counts written earlier.
+The launcher never imports Beam: Beam and what it pulls in (~200 MB resident, ~2 s to import) live
+and die with the counting process, so the merge loop's tables are the largest thing this process
+holds. `--counts DIR` skips the Beam part and trains a new vocabulary from counts written earlier.
 """
 from __future__ import annotations
 
@@ -14,305 +16,83 @@ import gc
 import json
 import os
 import resource
+import subprocess
 import sys
 import tempfile
 import threading
 import time
-import zlib
-from concurrent.futures import ThreadPoolExecutor
 from operator import mul
 
-import apache_beam as beam
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-
 from bpe_ops import pretokenize
-from bpe_ops.stats import utf8_length
 from bpe_ops.trainer import MAX_IDS
 from schemas import reports
-from schemas.records import rejected_to_json
-from schemas.tables import COUNTS_SCHEMA
 from pipelines import common
 from pipelines.common import UserError, join, say
-
-N_COUNT_BUCKETS = 16            # counts/part-XXXXX-of-00016.parquet
-HOT_KEY_FANOUT = 8               # SumCounts' fan-out on distributed runners (none on the local one)
-LOCAL_COUNTER_FLUSH = 1_000_000  # distinct pre-tokens a shard's counter holds before emitting
-
-
-# --- Beam transforms ----------------------------------------------------------------------------
-
-class CountShardPretokens(beam.DoFn):
-    """Read one shard, pre-tokenize and count its records locally, emit `(bucket, {pretoken: count})`.
-
-    One call per shard keeps Beam's per-element cost out of the hot loop (a plain Counter is ~5x
-    cheaper than `(word, 1)` + CombinePerKey); `threads` threads count while the next records are
-    read. Rejected records go to `rejected/<shard>.jsonl`; the shard's totals go to the `totals` output.
-    """
-    TOTALS = "totals"
-
-    def __init__(self, source_options, pattern: str, special_tokens: tuple[str, ...], output: str,
-                 fail_fast: bool = False, threads: int = 1):
-        self.source_options = source_options
-        self.pattern = pattern
-        self.special_tokens = special_tokens
-        self.output = output
-        self.fail_fast = fail_fast
-        self.threads = threads
-
-    def setup(self):
-        pretokenize.compile_pattern(self.pattern)     # compiled (and its PCRE2 guard built) once per worker
-        self.records = beam.metrics.Metrics.counter("tokenbeam", "records")
-        self.bytes = beam.metrics.Metrics.counter("tokenbeam", "bytes")
-        self.rejected = beam.metrics.Metrics.counter("tokenbeam", "rejected")
-
-    def process(self, shard):
-        from pipelines.sources import Record, Rejected, read_shard
-
-        started = time.perf_counter()
-        totals = reports.empty_totals()
-        totals["shards"] = 1
-        counter = CountingThreads(lambda: pretokenize.PretokenCounter(self.pattern, self.special_tokens),
-                                  self.threads)
-        rejected_lines: list[str] = []
-        try:
-            for item in read_shard(shard, self.source_options):
-                if isinstance(item, Record):
-                    totals["records"] += 1
-                    totals["records_counted"] += 1
-                    totals["records_repaired"] += item.repaired
-                    text = item.text
-                    totals["bytes"] += utf8_length(text)
-                    counter.add(text)
-                    if counter.full():
-                        yield from _emit(counter.drain_buckets(N_COUNT_BUCKETS), totals)
-                elif isinstance(item, Rejected):
-                    if self.fail_fast:
-                        raise common.fail_fast_failure(item)
-                    totals["records"] += 1
-                    totals["records_rejected"] += 1
-                    reasons = totals["rejected_by_reason"]
-                    reasons[item.reason] = reasons.get(item.reason, 0) + 1
-                    rejected_lines.append(json.dumps(rejected_to_json(item), ensure_ascii=False))
-                else:  # ShardError: a file-level problem; the records read before it stay counted
-                    if self.fail_fast:
-                        raise common.fail_fast_failure(item)
-                    error = common.shard_error_record(item)
-                    say(f"shard error: {common.describe_shard_error(error)}")
-                    totals["shard_errors"].append(error)
-            yield from _emit(counter.drain_buckets(N_COUNT_BUCKETS), totals)
-        finally:
-            counter.close()
-        if rejected_lines:
-            from pipelines.sources import output_name
-            rejected_url = join(self.output, "rejected", output_name(shard.relpath, ".jsonl"))
-            with common.writing(rejected_url):
-                common.write_text_atomic(rejected_url, "\n".join(rejected_lines) + "\n")
-        self.records.inc(totals["records"])
-        self.bytes.inc(totals["bytes"])
-        self.rejected.inc(totals["records_rejected"])
-        elapsed = time.perf_counter() - started
-        say(f"counted {shard.relpath}: {totals['records_counted']:,} records, {totals['bytes'] / 1e6:.1f} MB, "
-            f"{totals['records_rejected']} rejected, {totals['bytes'] / 1e6 / max(elapsed, 1e-9):.1f} MB/s")
-        yield beam.pvalue.TaggedOutput(self.TOTALS, totals)
-
-
-class CountingThreads:
-    """A shard's pre-token counting, fed to `threads` worker threads in batches of records, each thread
-    with a counter of its own: the compiled counter drops the GIL while it splits and counts, so the
-    threads count on as many cores while the DoFn reads and decodes the next records. Their counts
-    are summed when drained. Without the compiled counter it still counts right, without overlap."""
-    BATCH = 32                    # records per hand-over
-
-    def __init__(self, make_counter, threads: int = 1):
-        self.counters = [make_counter() for _ in range(max(1, threads))]
-        self.pools = [ThreadPoolExecutor(max_workers=1, thread_name_prefix="count-pretokens") for _ in self.counters]
-        self.pending: list = [None] * len(self.counters)
-        self.next = 0                 # the thread that takes the next batch (round robin)
-        self.batch: list[str] = []
-
-    def add(self, text: str) -> None:
-        self.batch.append(text)
-        if len(self.batch) >= self.BATCH:
-            self._hand_over()
-
-    def _hand_over(self) -> None:
-        k, self.next = self.next, (self.next + 1) % len(self.counters)
-        self._wait(k)
-        batch, self.batch = self.batch, []
-        self.pending[k] = self.pools[k].submit(self._count, self.counters[k], batch)
-
-    @staticmethod
-    def _count(counter: pretokenize.PretokenCounter, texts: list[str]) -> None:
-        for text in texts:
-            counter.add(text)
-
-    def _wait(self, k: int) -> None:
-        pending, self.pending[k] = self.pending[k], None
-        if pending is not None:
-            pending.result()                  # re-raises what the thread raised
-
-    def full(self) -> bool:
-        """Whether the counters hold LOCAL_COUNTER_FLUSH distinct pre-tokens between them (read while
-        threads may be counting: a heuristic for when to emit, never a figure that is reported)."""
-        return sum(map(len, self.counters)) >= LOCAL_COUNTER_FLUSH
-
-    def drain_buckets(self, n: int) -> list[dict[bytes, int]]:
-        """Every record added so far counted, the counters summed and drained into n stable buckets."""
-        self._hand_over()
-        for k in range(len(self.counters)):
-            self._wait(k)
-        for counter in self.counters[1:]:
-            self.counters[0].absorb(counter)
-        return self.counters[0].drain_buckets(n)
-
-    def close(self) -> None:
-        """Stop the threads (after their batch, dropping queued ones: only an error gets here early)."""
-        for pool in self.pools:
-            pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _emit(buckets: list[dict[bytes, int]], totals: dict):
-    """Emit a shard's local counts as one `(bucket, {pre-token bytes: count})` element per bucket
-    (`count_bucket` of each pre-token, as `PretokenCounter.drain_buckets` splits them).
-
-    A shard holds ~60k distinct pre-tokens: emitted one by one, Beam's per-element cost dwarfed the
-    counting itself (measured on 4 en/ shards: 27.6 s in the counting stage against ~3 CPU-s of regex
-    and Counter work). Bucketing by a stable hash keeps the elements few and still spreads the sum
-    over N_COUNT_BUCKETS keys.
-    """
-    totals["pretokens"] += sum(sum(counts.values()) for counts in buckets)
-    for bucket, counts in enumerate(buckets):
-        if counts:
-            yield bucket, counts
-
-
-class SumCounts(beam.CombineFn):
-    """`{pre-token: count}` tables summed key by key: CombinePerKey(sum) over every pre-token of a
-    bucket at once. Exact, associative and commutative, so right on any runner and bundle split."""
-
-    def create_accumulator(self):
-        return {}
-
-    def add_input(self, acc, counts):
-        pretokenize.add_counts(acc, counts)
-        return acc
-
-    def merge_accumulators(self, accs):
-        accs = iter(accs)
-        out = next(accs)
-        for acc in accs:
-            out = self.add_input(out, acc)
-        return out
-
-    def extract_output(self, acc):
-        return acc
-
-
-class MergeTotals(beam.CombineFn):
-    """Exact combine of per-shard totals (associative and commutative, so right on any runner)."""
-
-    def create_accumulator(self):
-        return reports.empty_totals()
-
-    def add_input(self, acc, totals):
-        return reports.merge_totals(acc, totals)
-
-    def merge_accumulators(self, accs):
-        out = reports.empty_totals()
-        for acc in accs:
-            out = reports.merge_totals(out, acc)
-        return out
-
-    def extract_output(self, acc):
-        return acc
-
-
-def count_bucket(pretoken: bytes) -> int:
-    """Stable bucket of a pre-token (crc32, not Python's salted hash: same files on every run)."""
-    return zlib.crc32(pretoken) % N_COUNT_BUCKETS
-
-
-class WriteCountsBucket(beam.DoFn):
-    """Prune one bucket below `--min-count` and write it to `counts/part-BBBBB-of-NNNNN.parquet`,
-    sorted by pre-token; emit a totals record of its distinct pre-tokens before and after pruning."""
-
-    def __init__(self, counts_dir: str, min_count: int):
-        self.counts_dir = counts_dir
-        self.min_count = min_count
-
-    def process(self, bucket_and_counts):
-        bucket, counts = bucket_and_counts
-        table = pa.table({"pretoken": pa.array(list(counts), pa.binary()),
-                          "count": pa.array(list(counts.values()), pa.int64())}, schema=COUNTS_SCHEMA)
-        if self.min_count > 1:
-            table = table.filter(pc.greater_equal(table["count"], self.min_count))
-        table = table.sort_by("pretoken")         # byte order, in Arrow: the same files, ~5x sooner
-        url = join(self.counts_dir, f"part-{bucket:05d}-of-{N_COUNT_BUCKETS:05d}.parquet")
-        with common.writing(url), common.open_atomic(url) as f:
-            pq.write_table(table, f, compression="zstd")
-        yield dict(reports.empty_totals(), unique_pretokens_before_pruning=len(counts),
-                   unique_pretokens_after_pruning=table.num_rows)
-
-
-def write_totals(totals, counts_dir):
-    totals = dict(totals, version=reports.TOTALS_VERSION)
-    url = join(counts_dir, "_totals.json")
-    with common.writing(url):
-        common.write_text_atomic(url, json.dumps(totals, indent=1, sort_keys=True) + "\n")
-
-
-def build_count_pipeline(p, shards, source_options, pattern, special_tokens, output, min_count, hot_key_fanout=None,
-                         fail_fast=False, count_threads=1, spread=True):
-    """The Beam graph of the counting stage (steps 1-4); returns nothing, writes OUTPUT/counts/."""
-    counts_dir = join(output, "counts")
-    # One element per shard, spread over the workers unless they are this one process.
-    shard_elements = p | "Shards" >> beam.Create(shards)
-    if spread:
-        shard_elements = shard_elements | "SpreadShards" >> beam.Reshuffle()
-    counted = (shard_elements
-               | "CountShardPretokens" >> beam.ParDo(
-                   CountShardPretokens(source_options, pattern, tuple(special_tokens), output, fail_fast,
-                                       count_threads)
-               ).with_outputs(CountShardPretokens.TOTALS, main="counts"))
-    # Every one of the 16 bucket keys is hot on a distributed runner, where the fan-out spreads each
-    # key's sum over more workers; on the local runner it is one more stage (~1 s on en/, 52 MB)
-    # for nothing, since combiner lifting already sums each bundle's tables before the shuffle.
-    sum_counts = beam.CombinePerKey(SumCounts())
-    if hot_key_fanout:
-        sum_counts = sum_counts.with_hot_key_fanout(hot_key_fanout)
-    bucket_totals = (counted.counts
-                     | "SumCounts" >> sum_counts
-                     | "PruneAndWriteCounts" >> beam.ParDo(WriteCountsBucket(counts_dir, min_count)))
-    # The shards' totals and the buckets' unique counts are one kind of record: one combine, one write
-    # (every extra stage costs the local runner a fixed ~0.1-0.3 s).
-    ((counted[CountShardPretokens.TOTALS], bucket_totals)
-     | "AllTotals" >> beam.Flatten()
-     | "MergeTotals" >> beam.CombineGlobally(MergeTotals())
-     | "WriteTotals" >> beam.Map(write_totals, counts_dir))
 
 
 # --- the launcher side ----------------------------------------------------------------------------
 
-def clear_counts(counts_dir: str) -> None:
-    """Remove the counts of an earlier run into the same folder before counting again: a bucket that the
-    new corpus leaves empty would keep its old file, and the merge loop would train on both. The
-    totals go first, so an interrupted cleanup never leaves totals that vouch for partial counts."""
-    fs, path = common.filesystem(counts_dir)
-    stale = fs.glob(path.rstrip("/") + "/_totals.json") + sorted(fs.glob(path.rstrip("/") + "/part-*.parquet"))
-    for f in stale:
-        fs.rm(f)
+class CountingProcess:
+    """Steps 1-4 (the Beam pipeline of pipelines/train_count.py) in a child process, started at once;
+    `wait` returns when OUTPUT/counts/ is written, or raises the child's one-line error as a UserError
+    (a bug's traceback is on stderr above it). Its progress lines reach stderr as they come."""
+
+    # Packages Beam imports when it can, of which the counting process needs nothing; it hides them
+    # before Beam is imported (None in sys.modules makes an import fail at once, as where the
+    # package is not installed, which Beam allows for both):
+    #  - IPython: Beam asks it whether this is an IPython session for every transform applied
+    #    (`alter_label_if_ipython`); importing it just to ask costs ~0.6 s.
+    #  - pandas: `apache_beam.typehints` imports it for its DataFrame type hints: ~0.5 s and ~80 MB
+    #    of the counting process's memory, for nothing (Beam's own worker processes still import it).
+    HIDDEN = ("IPython", "pandas")
+    # The child finds the same `pipelines` package this process runs, wherever it was imported from.
+    BOOTSTRAP = ("import sys; root = sys.argv.pop(1); root in sys.path or sys.path.insert(0, root); "
+                 "[sys.modules.setdefault(name, None) for name in sys.argv.pop(1).split(',') if name]; "
+                 "from pipelines.train_count import child_main; sys.exit(child_main(sys.argv[1:]))")
+
+    def __init__(self, argv: list[str]):
+        fd, self.result_path = tempfile.mkstemp(prefix="tokenbeam-count-", suffix=".json")
+        os.close(fd)
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        self.process = subprocess.Popen([sys.executable, "-c", self.BOOTSTRAP, root, ",".join(self.HIDDEN),
+                                         self.result_path, *argv])
+
+    def wait(self) -> None:
+        try:
+            code = self.process.wait()
+        except BaseException:            # KeyboardInterrupt: the child got it too; make sure it ends
+            self.process.kill()
+            self.process.wait()
+            os.unlink(self.result_path)
+            raise
+        try:
+            with open(self.result_path, encoding="utf-8") as f:
+                result = json.loads(f.read() or "{}")
+        finally:
+            os.unlink(self.result_path)
+        if code == 0:
+            return
+        if code == 130:
+            raise KeyboardInterrupt
+        if "error" in result:
+            raise UserError(result["error"])
+        raise UserError(f"the counting stage failed (exit code {code}); its error is above")
 
 
 def load_counts(counts_dir: str) -> dict[bytes, int]:
     """Read every counts/*.parquet into one {pretoken: count} table (the merge loop's input)."""
+    import pyarrow.parquet as pq
+
+    from schemas.tables import COUNTS_SCHEMA
+
     fs, path = common.filesystem(counts_dir)
     files = sorted(f for f in fs.glob(path.rstrip("/") + "/*.parquet"))
     counts: dict[bytes, int] = {}
     for f in files:
         with fs.open(f, "rb") as fh:
-            table = pq.read_table(fh)
+            # ParquetFile, not read_table: read_table goes through pyarrow.dataset, whose import
+            # alone costs ~0.5 s and ~50 MB for sixteen small files.
+            table = pq.ParquetFile(fh).read()
         if table.schema.names != COUNTS_SCHEMA.names:
             raise UserError(f"{f} is not a tokenbeam counts file (columns {table.schema.names})")
         # Buckets never share a pre-token, but files copied together from two runs could: sum them.
@@ -423,7 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse(argv):
+def parse(argv, with_pattern: bool = True):
+    """The tool's flags and Beam's; any contradiction or impossible value is a UserError. With
+    `with_pattern`, the split pattern is compiled too (`check_pattern`)."""
     parser = build_parser()
     # --input is only optional with --counts.
     for action in parser._actions:
@@ -442,15 +224,26 @@ def parse(argv):
         raise UserError("--min-count and --min-frequency must be at least 1")
     if args.count_threads is not None and args.count_threads < 1:
         raise UserError(f"--count-threads must be at least 1, got {args.count_threads}")
-    try:
-        pretokenize.compile_pattern(args.pattern)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
+    memory = [url for url in [*(args.input or []), args.output, args.counts or ""] if url.startswith("memory://")]
+    if memory:
+        raise UserError(f"memory:// URLs live inside one process, and training counts in a process of its own: "
+                        f"{', '.join(memory)}")
+    if with_pattern:
+        check_pattern(args)
     base = 256 if args.pattern != "classic" else 1
     if args.vocab_size < base + len(set(args.special_token)) + 1 and args.pattern != "classic":
         raise UserError(f"--vocab-size {args.vocab_size} is too small: the byte alphabet alone is 256 ids, plus "
                         f"{len(set(args.special_token))} special tokens, plus at least one merge")
     return args, beam_args
+
+
+def check_pattern(args) -> None:
+    """Compile the split pattern (cached for the merge loop); a pattern that does not compile is a
+    UserError."""
+    try:
+        pretokenize.compile_pattern(args.pattern)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
 
 
 def import_plotting_in_background() -> threading.Thread:
@@ -473,40 +266,34 @@ def import_plotting_in_background() -> threading.Thread:
 
 def run(argv: list[str]) -> dict:
     """Run the whole training job; returns the train report."""
-    warming = import_plotting_in_background()
+    warming: list[threading.Thread] = []
     try:
-        return train(argv)
+        return train(argv, warming)
     finally:
-        warming.join()
+        for thread in warming:
+            thread.join()
 
 
-def train(argv: list[str]) -> dict:
-    from bpe_ops import train_bpe
-
-    args, beam_args = parse(argv)
+def train(argv: list[str], warming: list[threading.Thread]) -> dict:
+    args, _ = parse(argv, with_pattern=False)
     timing: dict[str, float] = {}
     started = time.perf_counter()
     specials = list(dict.fromkeys(args.special_token))
     if args.counts:
         counts_dir = args.counts if not common.exists(join(args.counts, "counts")) else join(args.counts, "counts")
         inputs = None
+        warming.append(import_plotting_in_background())
+        check_pattern(args)
     else:
-        source_options = common.source_options(args)
-        shards = common.expand(args, source_options)
-        options, runner = common.pipeline_options(beam_args)
-        common.check_worker_paths(options, [*args.input, args.output])
-        common.makedirs(args.output)
+        # Counting needs nothing from this process but the command line: start it first, and check
+        # the pattern here meanwhile (compiling it also warms the merge loop's pre-tokenizer).
+        counting = CountingProcess(argv)
+        warming.append(import_plotting_in_background())
+        try:
+            check_pattern(args)
+        finally:
+            counting.wait()
         counts_dir = join(args.output, "counts")
-        clear_counts(counts_dir)
-        if common.remove_stale_temporaries(args.output):
-            say(f"removed the temporary files of an interrupted earlier run under {args.output}")
-        say(f"train: {len(shards)} shard(s), {sum(s.size for s in shards) / 1e6:.1f} MB -> {args.output}")
-        with common.pipeline_failures(args.output), beam.Pipeline(runner=runner, options=options) as p:
-            build_count_pipeline(p, shards, source_options, args.pattern, specials, args.output,
-                                 args.min_count, fail_fast=args.fail_fast,
-                                 count_threads=args.count_threads or common.local_cores_per_worker(options, runner),
-                                 hot_key_fanout=None if runner is not None else HOT_KEY_FANOUT,
-                                 spread=not common.one_local_worker(options, runner))
         inputs = args.input
         timing["count"] = time.perf_counter() - started
     t0 = time.perf_counter()
@@ -524,6 +311,8 @@ def train(argv: list[str]) -> dict:
         raise UserError(f"nothing to train on: {totals['records']} records read, {totals['records_rejected']} "
                         f"rejected, no pre-tokens left (after --min-count pruning)")
     say(f"merge loop: {len(counts):,} unique pre-tokens, target {args.vocab_size:,} ids")
+    from bpe_ops import train_bpe
+
     t0 = time.perf_counter()
     bar = ProgressBar(max(1, args.vocab_size - 256 - len(specials)))
     try:

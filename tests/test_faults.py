@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import tokenize, train
+from pipelines import tokenize, train, train_count
 from tests.conftest import ROOT
 
 RUN_TIMEOUT = 240
@@ -255,9 +255,9 @@ def test_train_into_a_used_folder_does_not_mix_in_old_counts(tmp_path, corpora):
     small.write_text("lower lowest newer newest wider widest\n" * 3)
     used, fresh = tmp_path / "used", tmp_path / "fresh"
     train.run(["--input", str(corpora / "tiny" / "*.jsonl"), "--output", str(used), "--vocab-size", "300"])
-    assert len(list((used / "counts").glob("part-*.parquet"))) == train.N_COUNT_BUCKETS
+    assert len(list((used / "counts").glob("part-*.parquet"))) == train_count.N_COUNT_BUCKETS
     for out in (used, fresh):
         train.run(["--input", str(small), "--output", str(out), "--vocab-size", "270"])
     assert (used / "tokenizer.json").read_bytes() == (fresh / "tokenizer.json").read_bytes()
     assert train.load_counts(str(used / "counts")) == train.load_counts(str(fresh / "counts"))
-    assert len(list((used / "counts").glob("part-*.parquet"))) < train.N_COUNT_BUCKETS
+    assert len(list((used / "counts").glob("part-*.parquet"))) < train_count.N_COUNT_BUCKETS

@@ -181,15 +181,20 @@ def test_tokenize_fails_loudly_when_the_books_do_not_balance(tmp_path, hostile, 
     assert not (out / "_SUCCESS").exists()
 
 
-def test_train_fails_loudly_when_the_books_do_not_balance(tmp_path, hostile, monkeypatch):
-    from schemas import reports
-    real = reports.merge_totals
-    monkeypatch.setattr(reports, "merge_totals", lambda a, b: {**real(a, b), "records_rejected": a["records_rejected"]})
+def test_train_fails_loudly_when_the_books_do_not_balance(tmp_path, hostile):
+    """The launcher checks the counting process's books before it trains: totals that do not add up
+    (here: a run's _totals.json doctored to lose its rejected records) stop it with no tokenizer."""
     folder, _ = hostile
+    counted = tmp_path / "counted"
+    train.run(["--input", str(folder / "jsonl" / "rows.jsonl"), "--output", str(counted), "--vocab-size", "260",
+               "--min-frequency", "1"])
+    totals_file = counted / "counts" / "_totals.json"
+    totals = json.loads(totals_file.read_text())
+    assert totals["records_rejected"] > 0
+    totals_file.write_text(json.dumps(dict(totals, records_rejected=0)))
     out = tmp_path / "out"
     with pytest.raises(RuntimeError, match="record accounting is broken"):
-        train.run(["--input", str(folder / "jsonl" / "rows.jsonl"), "--output", str(out), "--vocab-size", "260",
-                   "--min-frequency", "1"])
+        train.run(["--counts", str(counted), "--output", str(out), "--vocab-size", "260", "--min-frequency", "1"])
     assert not (out / "tokenizer.json").exists()
 
 

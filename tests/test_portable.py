@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from pipelines import tokenize, train
+from pipelines import tokenize, train, train_count
 from pipelines.common import UserError
 
 START_TIMEOUT = 60.0      # seconds for the job service to start listening
@@ -108,7 +108,7 @@ def test_train_outputs_are_byte_identical(runs):
     for name in ("tokenizer.json", "tokenizer.tiktoken", "counts/_totals.json"):
         assert (portable / "train" / name).read_bytes() == (local / "train" / name).read_bytes(), name
     counts = files(local / "train", "counts/*.parquet")
-    assert len(counts) == train.N_COUNT_BUCKETS
+    assert len(counts) == train_count.N_COUNT_BUCKETS
     assert files(portable / "train", "counts/*.parquet") == counts
 
 

@@ -11,7 +11,8 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from bpe_ops import pretokenize, train_bpe
-from pipelines import train
+from bpe_ops.count_table import unpack_counts
+from pipelines import train, train_count
 from pipelines.sources import SourceOptions, expand_inputs
 from schemas.reports import TRAIN_REPORT_KEYS
 from tests.conftest import ROOT, read_jsonl_texts
@@ -29,16 +30,43 @@ def test_count_shard_pretokens_dofn_counts_exactly(tmp_path):
     expected = pretokenize.count_pretokens(texts, "gpt2", ["<|endoftext|>"])
     with TestPipeline(runner=FnApiRunner()) as p:
         counted = (p | beam.Create(shards)
-                   | beam.ParDo(train.CountShardPretokens(SourceOptions(), "gpt2", ("<|endoftext|>",), str(tmp_path)))
-                   .with_outputs(train.CountShardPretokens.TOTALS, main="counts"))
-        summed = (counted.counts | beam.CombinePerKey(train.SumCounts())
-                  | beam.FlatMap(lambda kv: [(kv[0], p, n) for p, n in kv[1].items()]))
-        assert_that(summed, equal_to([(train.count_bucket(p), p, n) for p, n in expected.items()]), label="counts")
-        assert_that(counted[train.CountShardPretokens.TOTALS]
-                    | beam.Map(lambda t: (t["records"], t["records_counted"], t["records_rejected"])),
-                    equal_to([(4, 3, 1)]), label="totals")
+                   | beam.ParDo(train_count.CountShardPretokens(SourceOptions(), "gpt2", ("<|endoftext|>",),
+                                                                str(tmp_path)))
+                   .with_outputs(train_count.CountShardPretokens.TOTALS, main="counts"))
+        summed = (counted.counts | beam.CombinePerKey(train_count.SumCounts())
+                  | beam.FlatMap(lambda kv: [(kv[0], p, n) for p, n in unpack_counts(kv[1].packed()).items()]))
+        assert_that(summed, equal_to([(train_count.count_bucket(p), p, n) for p, n in expected.items()]),
+                    label="counts")
+        totals = counted[train_count.CountShardPretokens.TOTALS] | beam.CombineGlobally(train_count.MergeTotals())
+        assert_that(totals | beam.Map(lambda t: (t["shards"], t["records"], t["records_counted"],
+                                                 t["records_rejected"], t["pretokens"])),
+                    equal_to([(1, 4, 3, 1, sum(expected.values()))]), label="totals")
     rejected = (tmp_path / "rejected" / "a.jsonl").read_text().splitlines()
     assert len(rejected) == 1 and json.loads(rejected[0])["reason"] == "bad_json"
+
+
+def test_one_counter_per_bundle_counts_many_shards_and_flushes_when_full(tmp_path, monkeypatch):
+    """Shards of one bundle share the counter (drained once, when the bundle ends); a counter that
+    fills up mid-bundle is drained early, and the sums are the same either way."""
+    texts = {f"s{k}.jsonl": [f"shard {k} says hello {'x' * k}", "the same words again", f"{k} {k * 7}"]
+             for k in range(5)}
+    for name, rows in texts.items():
+        (tmp_path / name).write_text("".join(json.dumps({"text": t}) + "\n" for t in rows))
+    shards = expand_inputs([str(tmp_path / "*.jsonl")])
+    expected = pretokenize.count_pretokens([t for rows in texts.values() for t in rows], "gpt4", [])
+    for flush in (train_count.LOCAL_COUNTER_FLUSH, 3):
+        monkeypatch.setattr(train_count, "LOCAL_COUNTER_FLUSH", flush)
+        with TestPipeline(runner=FnApiRunner()) as p:
+            counted = (p | beam.Create(shards)
+                       | beam.ParDo(train_count.CountShardPretokens(SourceOptions(), "gpt4", (), str(tmp_path),
+                                                                    threads=2))
+                       .with_outputs(train_count.CountShardPretokens.TOTALS, main="counts"))
+            summed = (counted.counts | beam.CombinePerKey(train_count.SumCounts())
+                      | beam.FlatMap(lambda kv: list(unpack_counts(kv[1].packed()).items())))
+            assert_that(summed, equal_to(list(expected.items())), label="counts")
+            totals = counted[train_count.CountShardPretokens.TOTALS] | beam.CombineGlobally(train_count.MergeTotals())
+            assert_that(totals | beam.Map(lambda t: (t["shards"], t["records_counted"], t["pretokens"])),
+                        equal_to([(5, 15, sum(expected.values()))]), label="totals")
 
 
 @pytest.fixture(scope="module")

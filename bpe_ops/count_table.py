@@ -1,0 +1,95 @@
+"""Pre-token count tables packed into bytes: how counts travel between the counting pipeline's steps.
+
+A packed table is a run of records, each a uint32 key length, the key (a pre-token's UTF-8 bytes)
+and an int64 count, both integers little-endian; records come in any order and a key may appear
+more than once (its counts add up), so two packed tables concatenated are their sum. A Beam element
+of one such `bytes` costs the same to move whatever it holds, where a `{pre-token: count}` dict is
+coded entry by entry.
+
+`CountTable` sums packed tables and hands back the sorted columns of a counts file. This module is
+the specification; `bpe_ops._pcre2.CountTable` (and `PieceCounter.drain_packed`) do the same in C,
+holding no Python object per pre-token, and `new_count_table` picks that one when it is built.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from array import array
+from itertools import accumulate
+from typing import Mapping
+
+_LENGTH = struct.Struct("<I")
+_COUNT = struct.Struct("<q")
+
+
+def pack_counts(counts: Mapping[bytes, int]) -> bytes:
+    """`{key: count}` as one packed table."""
+    return b"".join(_LENGTH.pack(len(key)) + key + _COUNT.pack(n) for key, n in counts.items())
+
+
+def unpack_counts(packed: bytes) -> dict[bytes, int]:
+    """The `{key: count}` sum of a packed table; ValueError when it is malformed."""
+    counts: dict[bytes, int] = {}
+    view, at = memoryview(packed), 0
+    while at < len(view):
+        if len(view) - at < 12:
+            raise ValueError("not a packed count table")
+        (length,) = _LENGTH.unpack_from(view, at)
+        if length > len(view) - at - 12:
+            raise ValueError("not a packed count table")
+        key = bytes(view[at + 4:at + 4 + length])
+        (n,) = _COUNT.unpack_from(view, at + 4 + length)
+        counts[key] = counts.get(key, 0) + n
+        at += 12 + length
+    return counts
+
+
+class CountTable:
+    """A sum of packed count tables: `add_packed`, `absorb`, `packed`, `columns`; pickled as its packed
+    table."""
+
+    def __init__(self, packed: bytes = b""):
+        self.counts: dict[bytes, int] = unpack_counts(packed) if packed else {}
+
+    def add_packed(self, packed: bytes) -> None:
+        get = self.counts.get
+        for key, n in unpack_counts(packed).items():
+            self.counts[key] = get(key, 0) + n
+
+    def absorb(self, other: "CountTable") -> None:
+        """Add `other`'s counts to this table and empty it."""
+        if other is self:
+            raise ValueError("absorb() takes another CountTable")
+        self.add_packed(other.packed())
+        other.counts = {}
+
+    def packed(self) -> bytes:
+        return pack_counts(self.counts)
+
+    def __len__(self) -> int:
+        return len(self.counts)
+
+    def columns(self, min_count: int = 1) -> tuple[int, bytes, bytes, bytes]:
+        """`(rows, offsets, data, counts)` of the keys counted at least `min_count` times, in byte
+        order: Arrow large_binary offsets (int64, rows + 1) and data, and int64 counts, in this
+        machine's byte order (what Arrow buffers hold)."""
+        keys = sorted(key for key, n in self.counts.items() if n >= min_count)
+        offsets = array("q", accumulate(map(len, keys), initial=0))
+        counts = array("q", (self.counts[key] for key in keys))
+        return len(keys), offsets.tobytes(), b"".join(keys), counts.tobytes()
+
+    def __reduce__(self):
+        return CountTable, (self.packed(),)
+
+
+def new_count_table(packed: bytes = b""):
+    """A CountTable: the compiled one where `bpe_ops._pcre2` is built (and TOKENBEAM_PURE_PYTHON is
+    not set), else this module's."""
+    if os.environ.get("TOKENBEAM_PURE_PYTHON") != "1":
+        try:
+            from ._pcre2 import CountTable as Compiled
+        except ImportError:
+            pass
+        else:
+            return Compiled(packed)
+    return CountTable(packed)

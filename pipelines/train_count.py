@@ -1,0 +1,385 @@
+"""The Beam half of `tokenbeam train` (steps 1-4): sharded text -> OUTPUT/counts/*.parquet + _totals.json.
+
+    shards -> CountShardPretokens (one DoFn call per shard, a local counter per bundle) -> SumCounts
+    (CombinePerKey, hot-key fan-out on distributed runners) -> PruneAndWriteCounts (--min-count,
+    counts/*.parquet by bucket) ; per-shard and per-bucket totals -> MergeTotals -> counts/_totals.json
+
+`tokenbeam train` runs this module as a child process (`python -m pipelines.train_count RESULT ARGV...`)
+and runs the merge loop itself once it has exited: Beam and everything it imports (~200 MB, ~2 s)
+stay out of the process that holds the counts and the merge loop's tables.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import sys
+import time
+import traceback
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+
+import apache_beam as beam
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
+
+from bpe_ops import pretokenize
+from bpe_ops.count_table import new_count_table
+from bpe_ops.stats import utf8_length
+from schemas import reports
+from schemas.records import rejected_to_json
+from schemas.tables import COUNTS_SCHEMA
+from pipelines import common
+from pipelines.common import UserError, join, say
+
+N_COUNT_BUCKETS = 16            # counts/part-XXXXX-of-00016.parquet
+HOT_KEY_FANOUT = 8               # SumCounts' fan-out on distributed runners (none on the local one)
+LOCAL_COUNTER_FLUSH = 1_000_000  # distinct pre-tokens a bundle's counter holds before emitting
+
+
+# --- Beam transforms ----------------------------------------------------------------------------
+
+class CountShardPretokens(beam.DoFn):
+    """Read one shard per call, pre-tokenize and count its records in a counter kept for the whole
+    bundle, and emit `(bucket, {pretoken: count})` when the bundle ends (or the counter is full).
+
+    One call per shard keeps Beam's per-element cost out of the hot loop (a plain Counter is ~5x
+    cheaper than `(word, 1)` + CombinePerKey). The counter lives as long as the bundle, not the
+    shard: `threads` threads count while the next records (and the next shards) are read, and the
+    counts are drained and handed to Beam once, instead of the threads idling at every shard's end.
+    Rejected records go to `rejected/<shard>.jsonl`; each shard's totals go to the `totals` output
+    when it is read, and the bundle's pre-token total when its counts are emitted.
+    """
+    TOTALS = "totals"
+
+    def __init__(self, source_options, pattern: str, special_tokens: tuple[str, ...], output: str,
+                 fail_fast: bool = False, threads: int = 1):
+        self.source_options = source_options
+        self.pattern = pattern
+        self.special_tokens = special_tokens
+        self.output = output
+        self.fail_fast = fail_fast
+        self.threads = threads
+
+    def setup(self):
+        pretokenize.compile_pattern(self.pattern)     # compiled (and its PCRE2 guard built) once per worker
+        self.records = beam.metrics.Metrics.counter("tokenbeam", "records")
+        self.bytes = beam.metrics.Metrics.counter("tokenbeam", "bytes")
+        self.rejected = beam.metrics.Metrics.counter("tokenbeam", "rejected")
+        self.counter = None
+
+    def start_bundle(self):
+        self.counter = CountingThreads(lambda: pretokenize.PretokenCounter(self.pattern, self.special_tokens),
+                                       self.threads)
+
+    def process(self, shard):
+        from pipelines.sources import Record, Rejected, read_shard
+
+        started = time.perf_counter()
+        totals = reports.empty_totals()
+        totals["shards"] = 1
+        counter = self.counter
+        rejected_lines: list[str] = []
+        for item in read_shard(shard, self.source_options):
+            if isinstance(item, Record):
+                totals["records"] += 1
+                totals["records_counted"] += 1
+                totals["records_repaired"] += item.repaired
+                text = item.text
+                totals["bytes"] += utf8_length(text)
+                counter.add(text)
+                if counter.full():
+                    yield from self._emit_counts(counter, windowed=False)
+            elif isinstance(item, Rejected):
+                if self.fail_fast:
+                    raise common.fail_fast_failure(item)
+                totals["records"] += 1
+                totals["records_rejected"] += 1
+                reasons = totals["rejected_by_reason"]
+                reasons[item.reason] = reasons.get(item.reason, 0) + 1
+                rejected_lines.append(json.dumps(rejected_to_json(item), ensure_ascii=False))
+            else:  # ShardError: a file-level problem; the records read before it stay counted
+                if self.fail_fast:
+                    raise common.fail_fast_failure(item)
+                error = common.shard_error_record(item)
+                say(f"shard error: {common.describe_shard_error(error)}")
+                totals["shard_errors"].append(error)
+        if rejected_lines:
+            from pipelines.sources import output_name
+            rejected_url = join(self.output, "rejected", output_name(shard.relpath, ".jsonl"))
+            with common.writing(rejected_url):
+                common.write_text_atomic(rejected_url, "\n".join(rejected_lines) + "\n")
+        self.records.inc(totals["records"])
+        self.bytes.inc(totals["bytes"])
+        self.rejected.inc(totals["records_rejected"])
+        elapsed = time.perf_counter() - started
+        say(f"read {shard.relpath}: {totals['records_counted']:,} records, {totals['bytes'] / 1e6:.1f} MB, "
+            f"{totals['records_rejected']} rejected, {totals['bytes'] / 1e6 / max(elapsed, 1e-9):.1f} MB/s")
+        yield beam.pvalue.TaggedOutput(self.TOTALS, totals)
+
+    def finish_bundle(self):
+        counter, self.counter = self.counter, None
+        try:
+            yield from self._emit_counts(counter, windowed=True)
+        finally:
+            counter.close()
+
+    def teardown(self):
+        if self.counter is not None:          # a bundle that failed: stop its threads
+            self.counter.close()
+
+    def _emit_counts(self, counter: "CountingThreads", windowed: bool):
+        """Drain the counter: one `(bucket, packed count table)` element per bucket (`count_bucket`
+        of each pre-token; bpe_ops/count_table.py), then a totals record of the pre-tokens drained.
+
+        A shard holds ~60k distinct pre-tokens: emitted one by one, Beam's per-element cost dwarfed the
+        counting itself (measured on 4 en/ shards: 27.6 s in the counting stage against ~3 CPU-s of
+        regex and Counter work). Bucketing by a stable hash keeps the elements few and still spreads
+        the sum over N_COUNT_BUCKETS keys; packed, a bucket is one `bytes` to Beam's coders instead of
+        a dict coded entry by entry. `finish_bundle` must hand Beam windowed values.
+        """
+        def out(value, tag=None):
+            if windowed:
+                value = WindowedValue(value, MIN_TIMESTAMP, [GlobalWindow()])
+            return value if tag is None else beam.pvalue.TaggedOutput(tag, value)
+
+        pretokens, tables = counter.drain_packed(N_COUNT_BUCKETS)
+        for bucket, table in enumerate(tables):
+            if table:
+                yield out((bucket, table))
+        if pretokens:
+            yield out(dict(reports.empty_totals(), pretokens=pretokens), self.TOTALS)
+
+
+class CountingThreads:
+    """Pre-token counting fed to `threads` worker threads in batches of records, each thread with a
+    counter of its own: the compiled counter drops the GIL while it splits and counts, so the threads
+    count on as many cores while the DoFn reads and decodes the next records. Their counts are summed
+    when drained. Without the compiled counter it still counts right, without overlap."""
+    BATCH = 32                    # records per hand-over
+
+    def __init__(self, make_counter, threads: int = 1):
+        self.counters = [make_counter() for _ in range(max(1, threads))]
+        self.pools = [ThreadPoolExecutor(max_workers=1, thread_name_prefix="count-pretokens") for _ in self.counters]
+        self.pending: list = [None] * len(self.counters)
+        self.next = 0                 # the thread that takes the next batch (round robin)
+        self.batch: list[str] = []
+
+    def add(self, text: str) -> None:
+        self.batch.append(text)
+        if len(self.batch) >= self.BATCH:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        k, self.next = self.next, (self.next + 1) % len(self.counters)
+        self._wait(k)
+        batch, self.batch = self.batch, []
+        self.pending[k] = self.pools[k].submit(self._count, self.counters[k], batch)
+
+    @staticmethod
+    def _count(counter: pretokenize.PretokenCounter, texts: list[str]) -> None:
+        for text in texts:
+            counter.add(text)
+
+    def _wait(self, k: int) -> None:
+        pending, self.pending[k] = self.pending[k], None
+        if pending is not None:
+            pending.result()                  # re-raises what the thread raised
+
+    def full(self) -> bool:
+        """Whether the counters hold LOCAL_COUNTER_FLUSH distinct pre-tokens between them (read while
+        threads may be counting: a heuristic for when to emit, never a figure that is reported)."""
+        return sum(map(len, self.counters)) >= LOCAL_COUNTER_FLUSH
+
+    def drain_packed(self, n: int) -> tuple[int, list[bytes]]:
+        """Every record added so far counted, the counters summed and drained into n packed tables
+        (stable buckets); with the pre-tokens they hold, repeats included."""
+        self._hand_over()
+        for k in range(len(self.counters)):
+            self._wait(k)
+        for counter in self.counters[1:]:
+            self.counters[0].absorb(counter)
+        pieces = self.counters[0].pieces
+        return pieces, self.counters[0].drain_packed(n)
+
+    def close(self) -> None:
+        """Stop the threads (after their batch, dropping queued ones: only an error gets here early)."""
+        for pool in self.pools:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+class SumCounts(beam.CombineFn):
+    """Packed count tables summed key by key into a CountTable (bpe_ops/count_table.py, in C where
+    built): CombinePerKey(sum) over every pre-token of a bucket at once. Exact, associative and
+    commutative, so right on any runner and bundle split; an accumulator travels as its packed table."""
+
+    def create_accumulator(self):
+        return new_count_table()
+
+    def add_input(self, acc, packed):
+        acc.add_packed(packed)
+        return acc
+
+    def merge_accumulators(self, accs):
+        accs = iter(accs)
+        out = next(accs)
+        for acc in accs:
+            out.absorb(acc)
+        return out
+
+    def extract_output(self, acc):
+        return acc
+
+
+class MergeTotals(beam.CombineFn):
+    """Exact combine of per-shard totals (associative and commutative, so right on any runner)."""
+
+    def create_accumulator(self):
+        return reports.empty_totals()
+
+    def add_input(self, acc, totals):
+        return reports.merge_totals(acc, totals)
+
+    def merge_accumulators(self, accs):
+        out = reports.empty_totals()
+        for acc in accs:
+            out = reports.merge_totals(out, acc)
+        return out
+
+    def extract_output(self, acc):
+        return acc
+
+
+def count_bucket(pretoken: bytes) -> int:
+    """Stable bucket of a pre-token (crc32, not Python's salted hash: same files on every run)."""
+    return zlib.crc32(pretoken) % N_COUNT_BUCKETS
+
+
+class WriteCountsBucket(beam.DoFn):
+    """Prune one bucket below `--min-count` and write it to `counts/part-BBBBB-of-NNNNN.parquet`,
+    sorted by pre-token; emit a totals record of its distinct pre-tokens before and after pruning."""
+
+    def __init__(self, counts_dir: str, min_count: int):
+        self.counts_dir = counts_dir
+        self.min_count = min_count
+
+    def process(self, bucket_and_counts):
+        bucket, counts = bucket_and_counts
+        # Pruned and sorted by pre-token bytes where the table lives (the same files on every run),
+        # handed to Arrow as buffers: no Python object per pre-token.
+        rows, offsets, data, values = counts.columns(self.min_count)
+        pretokens = pa.Array.from_buffers(pa.large_binary(), rows, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+        table = pa.table({"pretoken": pretokens.cast(pa.binary()),
+                          "count": pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(values)])},
+                         schema=COUNTS_SCHEMA)
+        url = join(self.counts_dir, f"part-{bucket:05d}-of-{N_COUNT_BUCKETS:05d}.parquet")
+        with common.writing(url), common.open_atomic(url) as f:
+            pq.write_table(table, f, compression="zstd")
+        yield dict(reports.empty_totals(), unique_pretokens_before_pruning=len(counts),
+                   unique_pretokens_after_pruning=rows)
+
+
+def write_totals(totals, counts_dir):
+    totals = dict(totals, version=reports.TOTALS_VERSION)
+    url = join(counts_dir, "_totals.json")
+    with common.writing(url):
+        common.write_text_atomic(url, json.dumps(totals, indent=1, sort_keys=True) + "\n")
+
+
+def build_count_pipeline(p, shards, source_options, pattern, special_tokens, output, min_count, hot_key_fanout=None,
+                         fail_fast=False, count_threads=1, spread=True):
+    """The Beam graph of the counting stage (steps 1-4); returns nothing, writes OUTPUT/counts/."""
+    counts_dir = join(output, "counts")
+    # One element per shard, spread over the workers unless they are this one process.
+    shard_elements = p | "Shards" >> beam.Create(shards)
+    if spread:
+        shard_elements = shard_elements | "SpreadShards" >> beam.Reshuffle()
+    counted = (shard_elements
+               | "CountShardPretokens" >> beam.ParDo(
+                   CountShardPretokens(source_options, pattern, tuple(special_tokens), output, fail_fast,
+                                       count_threads)
+               ).with_outputs(CountShardPretokens.TOTALS, main="counts"))
+    # Every one of the 16 bucket keys is hot on a distributed runner, where the fan-out spreads each
+    # key's sum over more workers; on the local runner it is one more stage (~1 s on en/, 52 MB)
+    # for nothing, since combiner lifting already sums each bundle's tables before the shuffle.
+    sum_counts = beam.CombinePerKey(SumCounts())
+    if hot_key_fanout:
+        sum_counts = sum_counts.with_hot_key_fanout(hot_key_fanout)
+    bucket_totals = (counted.counts
+                     | "SumCounts" >> sum_counts
+                     | "PruneAndWriteCounts" >> beam.ParDo(WriteCountsBucket(counts_dir, min_count)))
+    # The shards' totals and the buckets' unique counts are one kind of record: one combine, one write
+    # (every extra stage costs the local runner a fixed ~0.1-0.3 s).
+    ((counted[CountShardPretokens.TOTALS], bucket_totals)
+     | "AllTotals" >> beam.Flatten()
+     | "MergeTotals" >> beam.CombineGlobally(MergeTotals())
+     | "WriteTotals" >> beam.Map(write_totals, counts_dir))
+
+
+def clear_counts(counts_dir: str) -> None:
+    """Remove the counts of an earlier run into the same folder before counting again: a bucket that the
+    new corpus leaves empty would keep its old file, and the merge loop would train on both. The
+    totals go first, so an interrupted cleanup never leaves totals that vouch for partial counts."""
+    fs, path = common.filesystem(counts_dir)
+    stale = fs.glob(path.rstrip("/") + "/_totals.json") + sorted(fs.glob(path.rstrip("/") + "/part-*.parquet"))
+    for f in stale:
+        fs.rm(f)
+
+
+def count_corpus(argv: list[str]) -> None:
+    """Steps 1-4 of `tokenbeam train ARGV`: match the shards, run the counting pipeline, leave
+    OUTPUT/counts/ (parts and _totals.json) behind. Bad input is a UserError."""
+    from pipelines.train import parse
+
+    args, beam_args = parse(argv)
+    source_options = common.source_options(args)
+    shards = common.expand(args, source_options)
+    options, runner = common.pipeline_options(beam_args)
+    common.check_worker_paths(options, [*args.input, args.output])
+    common.makedirs(args.output)
+    clear_counts(join(args.output, "counts"))
+    if common.remove_stale_temporaries(args.output):
+        say(f"removed the temporary files of an interrupted earlier run under {args.output}")
+    say(f"train: {len(shards)} shard(s), {sum(s.size for s in shards) / 1e6:.1f} MB -> {args.output}")
+    with common.pipeline_failures(args.output), beam.Pipeline(runner=runner, options=options) as p:
+        build_count_pipeline(p, shards, source_options, args.pattern, list(dict.fromkeys(args.special_token)),
+                             args.output, args.min_count, fail_fast=args.fail_fast,
+                             count_threads=args.count_threads or common.local_cores_per_worker(options, runner),
+                             hot_key_fanout=None if runner is not None else HOT_KEY_FANOUT,
+                             spread=not common.one_local_worker(options, runner))
+
+
+def main(argv: list[str]) -> int:
+    """`python -m pipelines.train_count RESULT ARGV...`: count, then write RESULT (JSON): `{}` when the
+    counts are written, `{"error": line}` for an error the user can fix (exit 2). The launcher
+    (`pipelines.train`) reports it; anything else is a bug and keeps its traceback here (exit 1)."""
+    result_path, argv = argv[0], argv[1:]
+    try:
+        count_corpus(argv)
+        result, code = {}, 0
+    except (UserError, OSError) as exc:
+        if os.environ.get("TOKENBEAM_DEBUG") == "1":
+            traceback.print_exception(exc.__cause__ or exc.__context__ or exc, file=sys.stderr)
+        result = {"error": common.os_error_reason(exc) if isinstance(exc, OSError) else str(exc)}
+        code = 2
+    except KeyboardInterrupt:
+        result, code = {"error": "interrupted"}, 130
+    with open(result_path, "w", encoding="utf-8") as f:
+        json.dump(result, f)
+    return code
+
+
+def child_main(argv: list[str]) -> int:
+    """The counting process's entry point (what `pipelines.train.CountingProcess` starts): `main`,
+    then an exit that skips the interpreter's final walk over Beam's objects (every output is
+    written by then)."""
+    code = main(argv)
+    gc.freeze()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(child_main(sys.argv[1:]))
