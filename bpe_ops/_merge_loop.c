@@ -19,12 +19,18 @@
  * Counts are int64. Every count, product and sum the loop computes is at most the total weighted
  * number of pairs, sum(count * (symbols - 1)), which is checked once up front: a table whose total
  * does not fit in int64 is refused with OverflowError instead of wrapping.
+ *
+ * The loop runs without the GIL: tokens live in a byte arena with a C map from bytes to id, the
+ * merges in C arrays, and memory comes from PyMem_Raw*. Every ~50 ms it takes the GIL back to replay
+ * the progress calls of the merges made since (one call per merge, in order, as the Python twin
+ * makes them) and to check for Ctrl-C. Other threads (an import, a plot) run meanwhile.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 enum tie_rule { TIE_LARGEST, TIE_SMALLEST, TIE_HF };
 
@@ -54,8 +60,16 @@ typedef struct {
     int32_t *len;
     int64_t *weight;
     int32_t nwords;
-    /* tokens: id -> bytes (a list owned here), bytes -> id; hf: id -> rank */
-    PyObject *tokens, *token_ids;
+    /* tokens: id -> bytes (an arena: token t is tok_data[tok_start[t]:tok_start[t] + tok_size[t]]),
+       bytes -> id (an open-addressing map of ids, -1 for empty); hf: id -> rank */
+    uint8_t *tok_data;
+    Py_ssize_t tok_used, cap_tok_data;
+    Py_ssize_t *tok_start;
+    int32_t *tok_size;
+    Py_ssize_t cap_tok_start, cap_tok_size;
+    int32_t ntokens;
+    int32_t *tok_slots;
+    uint64_t tok_mask;
     int32_t *rank;
     Py_ssize_t caprank;
     enum tie_rule tie;
@@ -74,11 +88,18 @@ typedef struct {
     /* pairs touched by the current merge */
     int32_t *touched;
     Py_ssize_t ntouched, captouched;
+    /* the merges made: (left, right) ids, the pair count, the tokens it saved */
+    int32_t *log_left, *log_right;
+    int64_t *log_count, *log_saved;
+    Py_ssize_t nlog, cap_log_left, cap_log_right, cap_log_count, cap_log_saved;
+    /* what went wrong, raised once the GIL is back: NULL (out of memory) or an OverflowError text */
+    const char *overflow;
 } State;
 
 static void *grow(void *array, Py_ssize_t *cap, Py_ssize_t need, size_t item)
 {
-    /* Make room for `need` items (amortised doubling); NULL, with MemoryError set, on failure. */
+    /* Make room for `need` items (amortised doubling); NULL when out of memory (no GIL needed:
+       the caller fails with -1 and the loop raises MemoryError once it holds the GIL). */
     Py_ssize_t n;
     void *bigger;
     if (need <= *cap)
@@ -86,13 +107,118 @@ static void *grow(void *array, Py_ssize_t *cap, Py_ssize_t need, size_t item)
     n = *cap ? *cap : 16;
     while (n < need)
         n *= 2;
-    bigger = PyMem_Realloc(array, (size_t)n * item);
-    if (bigger == NULL) {
-        PyErr_NoMemory();
+    bigger = PyMem_RawRealloc(array, (size_t)n * item);
+    if (bigger == NULL)
         return NULL;
-    }
     *cap = n;
     return bigger;
+}
+
+static int overflow(State *s, const char *message)
+{
+    s->overflow = message;
+    return -1;
+}
+
+static void raise_state_error(State *s)
+{
+    /* With the GIL: the exception of a step that failed without it. */
+    if (PyErr_Occurred())
+        return;
+    if (s->overflow)
+        PyErr_SetString(PyExc_OverflowError, s->overflow);
+    else
+        PyErr_NoMemory();
+}
+
+/* ---- tokens: an arena of bytes and a map from bytes to id -------------------------------------- */
+
+static uint64_t hash_token(const uint8_t *b, Py_ssize_t n)
+{
+    /* FNV-1a, then murmur3's finalizer */
+    uint64_t h = 0xcbf29ce484222325ULL;
+    Py_ssize_t i;
+    for (i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ULL;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    return h;
+}
+
+static const uint8_t *token_bytes(const State *s, int32_t id)
+{
+    return s->tok_data + s->tok_start[id];
+}
+
+static uint64_t token_slot(const State *s, const uint8_t *b, Py_ssize_t n)
+{
+    /* The slot holding the id of bytes b[0..n), or the empty slot where it would go. */
+    uint64_t i = hash_token(b, n) & s->tok_mask;
+    for (;; i = (i + 1) & s->tok_mask) {
+        int32_t t = s->tok_slots[i];
+        if (t < 0 || (s->tok_size[t] == n && memcmp(token_bytes(s, t), b, (size_t)n) == 0))
+            return i;
+    }
+}
+
+static int resize_tokens(State *s, uint64_t size)
+{
+    int32_t *slots = PyMem_RawMalloc((size_t)size * sizeof(int32_t)), t;
+    uint64_t i;
+    if (slots == NULL)
+        return -1;
+    for (i = 0; i < size; i++)
+        slots[i] = -1;
+    PyMem_RawFree(s->tok_slots);
+    s->tok_slots = slots;
+    s->tok_mask = size - 1;
+    for (t = 0; t < s->ntokens; t++)
+        s->tok_slots[token_slot(s, token_bytes(s, t), s->tok_size[t])] = t;
+    return 0;
+}
+
+static int32_t find_token(const State *s, const uint8_t *b, Py_ssize_t n)
+{
+    return s->tok_slots[token_slot(s, b, n)];
+}
+
+static int add_token(State *s, const uint8_t *a, Py_ssize_t na, const uint8_t *b, Py_ssize_t nb)
+{
+    /* Token number ntokens := a + b (b may be empty); -1 when out of memory. */
+    int32_t id = s->ntokens, *size, *rank;
+    Py_ssize_t *start, cap;
+    uint8_t *data;
+    if (id == INT32_MAX)
+        return overflow(s, "more than 2**31 - 1 tokens");
+    if ((uint64_t)(id + 1) * 2 > s->tok_mask + 1 && resize_tokens(s, s->tok_slots ? 2 * (s->tok_mask + 1) : 1024) < 0)
+        return -1;
+    if ((data = grow(s->tok_data, &s->cap_tok_data, s->tok_used + na + nb, 1)) == NULL)
+        return -1;
+    s->tok_data = data;
+    if ((start = grow(s->tok_start, &s->cap_tok_start, (Py_ssize_t)id + 1, sizeof(Py_ssize_t))) == NULL)
+        return -1;
+    s->tok_start = start;
+    if ((size = grow(s->tok_size, &s->cap_tok_size, (Py_ssize_t)id + 1, sizeof(int32_t))) == NULL)
+        return -1;
+    s->tok_size = size;
+    cap = s->caprank;
+    if ((rank = grow(s->rank, &cap, (Py_ssize_t)id + 1, sizeof(int32_t))) == NULL)
+        return -1;
+    s->rank = rank;
+    s->caprank = cap;
+    if (na + nb > INT32_MAX)
+        return overflow(s, "a token of more than 2**31 - 1 bytes");
+    memcpy(data + s->tok_used, a, (size_t)na);
+    if (nb)
+        memcpy(data + s->tok_used + na, b, (size_t)nb);
+    s->tok_start[id] = s->tok_used;
+    s->tok_size[id] = (int32_t)(na + nb);
+    s->tok_used += na + nb;
+    s->rank[id] = id;               /* hf: new tokens rank by id, after the alphabet */
+    s->tok_slots[token_slot(s, data + s->tok_start[id], na + nb)] = id;
+    s->ntokens++;
+    return 0;
 }
 
 /* ---- tie rules and heap order ---------------------------------------------------------------- */
@@ -100,16 +226,13 @@ static void *grow(void *array, Py_ssize_t *cap, Py_ssize_t need, size_t item)
 static int bytes_cmp(State *s, int32_t x, int32_t y)
 {
     /* Byte order of tokens x and y, a proper prefix first (bytes comparison in Python). */
-    PyObject *bx, *by;
-    Py_ssize_t lx, ly;
+    int32_t lx, ly;
     int c;
     if (x == y)
         return 0;
-    bx = PyList_GET_ITEM(s->tokens, x);
-    by = PyList_GET_ITEM(s->tokens, y);
-    lx = PyBytes_GET_SIZE(bx);
-    ly = PyBytes_GET_SIZE(by);
-    c = memcmp(PyBytes_AS_STRING(bx), PyBytes_AS_STRING(by), (size_t)(lx < ly ? lx : ly));
+    lx = s->tok_size[x];
+    ly = s->tok_size[y];
+    c = memcmp(token_bytes(s, x), token_bytes(s, y), (size_t)(lx < ly ? lx : ly));
     if (c)
         return c;
     return (lx > ly) - (lx < ly);
@@ -215,11 +338,9 @@ static int resize_map(State *s, uint64_t size)
 {
     Slot *old = s->slots;
     uint64_t old_size = old ? s->mask + 1 : 0, j, i;
-    Slot *slots = PyMem_Malloc((size_t)size * sizeof(Slot));
-    if (slots == NULL) {
-        PyErr_NoMemory();
+    Slot *slots = PyMem_RawMalloc((size_t)size * sizeof(Slot));
+    if (slots == NULL)
         return -1;
-    }
     for (i = 0; i < size; i++)
         slots[i].rec = -1;
     s->slots = slots;
@@ -232,7 +353,7 @@ static int resize_map(State *s, uint64_t size)
             i = (i + 1) & s->mask;
         slots[i] = old[j];
     }
-    PyMem_Free(old);
+    PyMem_RawFree(old);
     return 0;
 }
 
@@ -253,10 +374,8 @@ static int32_t add_pair(State *s, int32_t left, int32_t right)
     } else {
         Py_ssize_t cap = s->cappairs;
         Pair *pairs;
-        if (s->npairs == INT32_MAX) {
-            PyErr_SetString(PyExc_OverflowError, "more than 2**31 - 1 distinct pairs");
-            return -1;
-        }
+        if (s->npairs == INT32_MAX)
+            return overflow(s, "more than 2**31 - 1 distinct pairs");
         pairs = grow(s->pairs, &cap, (Py_ssize_t)s->npairs + 1, sizeof(Pair));
         if (pairs == NULL)
             return -1;
@@ -300,7 +419,7 @@ static int drop_pair(State *s, int32_t rec)
     }
     s->slots[i].rec = -1;
     s->used--;
-    PyMem_Free(p->where);
+    PyMem_RawFree(p->where);
     p->where = NULL;
     p->nwhere = p->capwhere = 0;
     free_recs = grow(s->free_recs, &s->capfree, s->nfree + 1, sizeof(int32_t));
@@ -318,10 +437,8 @@ static int add_where(State *s, int32_t rec, int32_t word)
     int32_t *where;
     if (p->nwhere && p->where[p->nwhere - 1] == word)
         return 0;                   /* the same word again, within one visit */
-    if (p->nwhere == INT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "a pair is in more than 2**31 - 1 words");
-        return -1;
-    }
+    if (p->nwhere == INT32_MAX)
+        return overflow(s, "a pair is in more than 2**31 - 1 words");
     where = grow(p->where, &cap, (Py_ssize_t)p->nwhere + 1, sizeof(int32_t));
     if (where == NULL)
         return -1;
@@ -439,18 +556,18 @@ static int apply_merge(State *s, const Merge *m, int64_t min_frequency, int64_t 
     Py_ssize_t t;
     s->pairs[rec].where = NULL;     /* the list is ours now; the record goes */
     if (drop_pair(s, rec) < 0) {
-        PyMem_Free(where);
+        PyMem_RawFree(where);
         return -1;
     }
     s->ntouched = 0;
     *saved = 0;
     for (k = 0; k < nwhere; k++) {
         if (merge_word(s, m, where[k], saved) < 0) {
-            PyMem_Free(where);
+            PyMem_RawFree(where);
             return -1;
         }
     }
-    PyMem_Free(where);
+    PyMem_RawFree(where);
     for (t = 0; t < s->ntouched; t++) {
         Pair *p = &s->pairs[s->touched[t]];
         if (p->count == 0) {
@@ -489,28 +606,7 @@ static int fresh_heap(State *s, int64_t min_frequency)
     return 0;
 }
 
-/* ---- setup ----------------------------------------------------------------------------------- */
-
-static int add_token(State *s, PyObject *token, int32_t id)
-{
-    PyObject *key = PyLong_FromLong(id);
-    int32_t *rank;
-    Py_ssize_t cap = s->caprank;
-    if (key == NULL)
-        return -1;
-    if (PyList_Append(s->tokens, token) < 0 || PyDict_SetItem(s->token_ids, token, key) < 0) {
-        Py_DECREF(key);
-        return -1;
-    }
-    Py_DECREF(key);
-    rank = grow(s->rank, &cap, (Py_ssize_t)id + 1, sizeof(int32_t));
-    if (rank == NULL)
-        return -1;
-    s->rank = rank;
-    s->caprank = cap;
-    s->rank[id] = id;               /* hf: new tokens rank by id, after the alphabet */
-    return 0;
-}
+/* ---- setup (with the GIL) ------------------------------------------------------------------- */
 
 static int load_words(State *s, PyObject *words, PyObject *weights, Py_ssize_t nsymbols_max)
 {
@@ -538,10 +634,10 @@ static int load_words(State *s, PyObject *words, PyObject *weights, Py_ssize_t n
         total += PyUnicode_GET_LENGTH(word);
     }
     s->nwords = (int32_t)nwords;
-    s->sym = PyMem_Malloc((size_t)(total ? total : 1) * sizeof(int32_t));
-    s->start = PyMem_Malloc((size_t)(nwords ? nwords : 1) * sizeof(Py_ssize_t));
-    s->len = PyMem_Malloc((size_t)(nwords ? nwords : 1) * sizeof(int32_t));
-    s->weight = PyMem_Malloc((size_t)(nwords ? nwords : 1) * sizeof(int64_t));
+    s->sym = PyMem_RawMalloc((size_t)(total ? total : 1) * sizeof(int32_t));
+    s->start = PyMem_RawMalloc((size_t)(nwords ? nwords : 1) * sizeof(Py_ssize_t));
+    s->len = PyMem_RawMalloc((size_t)(nwords ? nwords : 1) * sizeof(int32_t));
+    s->weight = PyMem_RawMalloc((size_t)(nwords ? nwords : 1) * sizeof(int64_t));
     if (!s->sym || !s->start || !s->len || !s->weight) {
         PyErr_NoMemory();
         return -1;
@@ -605,74 +701,182 @@ static void free_state(State *s)
 {
     int32_t i;
     for (i = 0; i < s->npairs; i++)
-        PyMem_Free(s->pairs[i].where);
-    PyMem_Free(s->pairs);
-    PyMem_Free(s->free_recs);
-    PyMem_Free(s->slots);
-    PyMem_Free(s->heap);
-    PyMem_Free(s->touched);
-    PyMem_Free(s->sym);
-    PyMem_Free(s->start);
-    PyMem_Free(s->len);
-    PyMem_Free(s->weight);
-    PyMem_Free(s->rank);
-    Py_XDECREF(s->tokens);
-    Py_XDECREF(s->token_ids);
+        PyMem_RawFree(s->pairs[i].where);
+    PyMem_RawFree(s->pairs);
+    PyMem_RawFree(s->free_recs);
+    PyMem_RawFree(s->slots);
+    PyMem_RawFree(s->heap);
+    PyMem_RawFree(s->touched);
+    PyMem_RawFree(s->sym);
+    PyMem_RawFree(s->start);
+    PyMem_RawFree(s->len);
+    PyMem_RawFree(s->weight);
+    PyMem_RawFree(s->rank);
+    PyMem_RawFree(s->tok_data);
+    PyMem_RawFree(s->tok_start);
+    PyMem_RawFree(s->tok_size);
+    PyMem_RawFree(s->tok_slots);
+    PyMem_RawFree(s->log_left);
+    PyMem_RawFree(s->log_right);
+    PyMem_RawFree(s->log_count);
+    PyMem_RawFree(s->log_saved);
 }
 
-/* ---- the loop -------------------------------------------------------------------------------- */
+/* ---- the loop (without the GIL) ---------------------------------------------------------------- */
 
 static int new_token(State *s, Merge *m, int *duplicates, int32_t *new_tokens)
 {
     /* The id of the merged bytes: an existing token's (a duplicate merge) or a new one. */
-    PyObject *a = PyList_GET_ITEM(s->tokens, m->left), *b = PyList_GET_ITEM(s->tokens, m->right);
-    Py_ssize_t la = PyBytes_GET_SIZE(a), lb = PyBytes_GET_SIZE(b);
-    PyObject *merged = PyBytes_FromStringAndSize(NULL, la + lb), *id;
-    int32_t next = (int32_t)PyList_GET_SIZE(s->tokens);
+    int32_t na = s->tok_size[m->left], nb = s->tok_size[m->right], id;
+    uint8_t *merged = PyMem_RawMalloc((size_t)na + (size_t)nb + 1);
     if (merged == NULL)
         return -1;
-    memcpy(PyBytes_AS_STRING(merged), PyBytes_AS_STRING(a), (size_t)la);
-    memcpy(PyBytes_AS_STRING(merged) + la, PyBytes_AS_STRING(b), (size_t)lb);
-    id = PyDict_GetItemWithError(s->token_ids, merged);    /* borrowed */
-    if (id != NULL) {
-        m->new = (int32_t)PyLong_AsLong(id);
+    memcpy(merged, token_bytes(s, m->left), (size_t)na);
+    memcpy(merged + na, token_bytes(s, m->right), (size_t)nb);
+    id = find_token(s, merged, (Py_ssize_t)na + nb);
+    if (id >= 0) {
+        m->new = id;
         m->reused = 1;
         ++*duplicates;
-    } else if (PyErr_Occurred() || add_token(s, merged, next) < 0) {
-        Py_DECREF(merged);
-        return -1;
     } else {
-        m->new = next;
+        m->new = s->ntokens;
         m->reused = 0;
+        if (add_token(s, merged, (Py_ssize_t)na + nb, NULL, 0) < 0) {
+            PyMem_RawFree(merged);
+            return -1;
+        }
         ++*new_tokens;
     }
-    Py_DECREF(merged);
+    PyMem_RawFree(merged);
     return 0;
 }
 
-static int append_int64(PyObject *list, int64_t value)
+static int log_merge(State *s, const Merge *m, int64_t count)
 {
-    PyObject *item = PyLong_FromLongLong(value);
-    int rc;
-    if (item == NULL)
+    Py_ssize_t need = s->nlog + 1;
+    int32_t *left = grow(s->log_left, &s->cap_log_left, need, sizeof(int32_t)), *right;
+    int64_t *counts, *saved;
+    if (left == NULL)
         return -1;
-    rc = PyList_Append(list, item);
-    Py_DECREF(item);
-    return rc;
+    s->log_left = left;
+    if ((right = grow(s->log_right, &s->cap_log_right, need, sizeof(int32_t))) == NULL)
+        return -1;
+    s->log_right = right;
+    if ((counts = grow(s->log_count, &s->cap_log_count, need, sizeof(int64_t))) == NULL)
+        return -1;
+    s->log_count = counts;
+    if ((saved = grow(s->log_saved, &s->cap_log_saved, need, sizeof(int64_t))) == NULL)
+        return -1;
+    s->log_saved = saved;
+    left[s->nlog] = m->left;
+    right[s->nlog] = m->right;
+    counts[s->nlog] = count;
+    saved[s->nlog] = 0;
+    s->nlog++;
+    return 0;
 }
+
+static double seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* ---- back in Python (with the GIL) -------------------------------------------------------------- */
+
+static PyObject *token_object(State *s, PyObject *objects, int32_t id)
+{
+    /* The bytes object of a token (made once, then shared by every merge naming it); borrowed. */
+    PyObject *b = PyList_GET_ITEM(objects, id);
+    if (b == Py_None) {
+        if ((b = PyBytes_FromStringAndSize((const char *)token_bytes(s, id), s->tok_size[id])) == NULL)
+            return NULL;
+        PyList_SET_ITEM(objects, id, b);
+        Py_DECREF(Py_None);
+    }
+    return b;
+}
+
+static PyObject *merge_pair(State *s, PyObject *objects, Py_ssize_t k)
+{
+    PyObject *left = token_object(s, objects, s->log_left[k]), *right;
+    if (left == NULL || (right = token_object(s, objects, s->log_right[k])) == NULL)
+        return NULL;
+    return PyTuple_Pack(2, left, right);
+}
+
+static int report(State *s, PyObject **objects, PyObject *progress, Py_ssize_t *reported)
+{
+    /* The progress calls of the merges made since the last report, in order; then Ctrl-C. */
+    Py_ssize_t k, n;
+    if (progress != Py_None) {
+        /* token objects for every id so far (None until first needed) */
+        n = PyList_GET_SIZE(*objects);
+        for (; n < s->ntokens; n++)
+            if (PyList_Append(*objects, Py_None) < 0)
+                return -1;
+        for (k = *reported; k < s->nlog; k++) {
+            PyObject *pair = merge_pair(s, *objects, k), *r;
+            if (pair == NULL)
+                return -1;
+            r = PyObject_CallFunction(progress, "nOL", k + 1, pair, (long long)s->log_count[k]);
+            Py_DECREF(pair);
+            if (r == NULL)
+                return -1;
+            Py_DECREF(r);
+        }
+    }
+    *reported = s->nlog;
+    return PyErr_CheckSignals();
+}
+
+static PyObject *results(State *s, PyObject **objects, int tied, int duplicates, const char *stop_reason)
+{
+    PyObject *merges = PyList_New(s->nlog), *counts = PyList_New(s->nlog), *saved = PyList_New(s->nlog);
+    PyObject *out = NULL;
+    Py_ssize_t k, n = PyList_GET_SIZE(*objects);
+    if (merges == NULL || counts == NULL || saved == NULL)
+        goto done;
+    for (; n < s->ntokens; n++)
+        if (PyList_Append(*objects, Py_None) < 0)
+            goto done;
+    for (k = 0; k < s->nlog; k++) {
+        PyObject *pair = merge_pair(s, *objects, k), *count, *tokens;
+        if (pair == NULL)
+            goto done;
+        PyList_SET_ITEM(merges, k, pair);
+        if ((count = PyLong_FromLongLong(s->log_count[k])) == NULL)
+            goto done;
+        PyList_SET_ITEM(counts, k, count);
+        if ((tokens = PyLong_FromLongLong(s->log_saved[k])) == NULL)
+            goto done;
+        PyList_SET_ITEM(saved, k, tokens);
+    }
+    out = Py_BuildValue("OOOiis", merges, counts, saved, tied, duplicates, stop_reason);
+done:
+    Py_XDECREF(merges);
+    Py_XDECREF(counts);
+    Py_XDECREF(saved);
+    return out;
+}
+
+#define REPORT_EVERY 0.05       /* seconds between progress reports (and Ctrl-C checks) */
 
 static PyObject *
 merge_loop(PyObject *module, PyObject *args)
 {
     PyObject *words, *weights, *alphabet, *ranks, *progress;
-    Py_ssize_t num_merges, i;
+    Py_ssize_t num_merges, i, reported = 0;
     long long min_frequency;
     const char *tie_break, *stop_reason = "vocab_size";
     State st;
     State *s = &st;
-    PyObject *merges = NULL, *merge_counts = NULL, *tokens_saved = NULL, *result = NULL;
+    PyObject *objects = NULL, *result = NULL;
+    PyThreadState *released;
     int32_t new_tokens = 0;
-    int tied = 0, duplicates = 0;
+    int tied = 0, duplicates = 0, rc = 0;
+    double last;
 
     (void)module;
     if (!PyArg_ParseTuple(args, "O!O!O!nLsOO:merge_loop", &PyList_Type, &words, &PyList_Type,
@@ -699,22 +903,19 @@ merge_loop(PyObject *module, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "num_merges out of range");
         return NULL;
     }
-
-    s->tokens = PyList_New(0);
-    s->token_ids = PyDict_New();
-    merges = PyList_New(0);
-    merge_counts = PyList_New(0);
-    tokens_saved = PyList_New(0);
-    if (!s->tokens || !s->token_ids || !merges || !merge_counts || !tokens_saved)
-        goto done;
+    if ((objects = PyList_New(0)) == NULL)
+        return NULL;
     for (i = 0; i < PyList_GET_SIZE(alphabet); i++) {
         PyObject *token = PyList_GET_ITEM(alphabet, i);
         if (!PyBytes_Check(token)) {
             PyErr_SetString(PyExc_TypeError, "the alphabet must be a list of bytes");
             goto done;
         }
-        if (add_token(s, token, (int32_t)i) < 0)
+        if (add_token(s, (const uint8_t *)PyBytes_AS_STRING(token), PyBytes_GET_SIZE(token), NULL, 0) < 0 ||
+            PyList_Append(objects, token) < 0) {
+            raise_state_error(s);
             goto done;
+        }
         if (s->tie == TIE_HF) {
             long r = PyLong_AsLong(PyList_GET_ITEM(ranks, i));
             if (r == -1 && PyErr_Occurred())
@@ -722,14 +923,15 @@ merge_loop(PyObject *module, PyObject *args)
             s->rank[i] = (int32_t)r;
         }
     }
-    if (load_words(s, words, weights, PyList_GET_SIZE(alphabet)) < 0 ||
-        count_pairs(s, (int64_t)min_frequency) < 0)
+    if (load_words(s, words, weights, PyList_GET_SIZE(alphabet)) < 0)
         goto done;
 
-    while (new_tokens < num_merges) {
+    released = PyEval_SaveThread();
+    rc = count_pairs(s, (int64_t)min_frequency);
+    last = seconds();
+    while (rc == 0 && new_tokens < num_merges) {
         Merge m;
         Entry best;
-        PyObject *pair;
         int64_t saved;
         int found = 0;
         /* The best live pair: skip entries whose count is stale (lazy invalidation). */
@@ -760,41 +962,33 @@ merge_loop(PyObject *module, PyObject *args)
 
         m.left = best.left;
         m.right = best.right;
-        m.stamp = (int32_t)PyList_GET_SIZE(merges);
-        if (new_token(s, &m, &duplicates, &new_tokens) < 0)
-            goto done;
-        pair = PyTuple_Pack(2, PyList_GET_ITEM(s->tokens, m.left),
-                            PyList_GET_ITEM(s->tokens, m.right));
-        if (pair == NULL)
-            goto done;
-        if (PyList_Append(merges, pair) < 0) {
-            Py_DECREF(pair);
-            goto done;
+        m.stamp = (int32_t)s->nlog;
+        if (new_token(s, &m, &duplicates, &new_tokens) < 0 || log_merge(s, &m, best.count) < 0 ||
+            apply_merge(s, &m, (int64_t)min_frequency, &saved) < 0) {
+            rc = -1;
+            break;
         }
-        Py_DECREF(pair);            /* the merges list holds it */
-        if (append_int64(merge_counts, best.count) < 0 ||
-            apply_merge(s, &m, (int64_t)min_frequency, &saved) < 0 ||
-            append_int64(tokens_saved, saved) < 0)
-            goto done;
-        if (s->nheap > 3 * s->used + 65536 && fresh_heap(s, (int64_t)min_frequency) < 0)
-            goto done;              /* mostly stale entries; amortised O(1) per push */
-        if (progress != Py_None) {
-            PyObject *r = PyObject_CallFunction(progress, "nOL", PyList_GET_SIZE(merges), pair,
-                                                (long long)best.count);
-            if (r == NULL)
-                goto done;
-            Py_DECREF(r);
+        s->log_saved[s->nlog - 1] = saved;
+        if (s->nheap > 3 * s->used + 65536 && fresh_heap(s, (int64_t)min_frequency) < 0) {
+            rc = -1;                /* mostly stale entries; amortised O(1) per push */
+            break;
         }
-        if (PyErr_CheckSignals() < 0)
-            goto done;
+        if ((s->nlog & 63) == 0 && seconds() - last >= REPORT_EVERY) {
+            PyEval_RestoreThread(released);
+            rc = report(s, &objects, progress, &reported) < 0 ? -2 : 0;
+            released = PyEval_SaveThread();
+            last = seconds();
+        }
     }
-    result = Py_BuildValue("OOOiis", merges, merge_counts, tokens_saved, tied, duplicates,
-                           stop_reason);
+    PyEval_RestoreThread(released);
+    if (rc == -1)
+        raise_state_error(s);
+    if (rc < 0 || report(s, &objects, progress, &reported) < 0)
+        goto done;
+    result = results(s, &objects, tied, duplicates, stop_reason);
 done:
     free_state(s);
-    Py_XDECREF(merges);
-    Py_XDECREF(merge_counts);
-    Py_XDECREF(tokens_saved);
+    Py_XDECREF(objects);
     return result;
 }
 

@@ -247,10 +247,10 @@ def check_pattern(args) -> None:
 
 
 def import_plotting_in_background() -> threading.Thread:
-    """Start importing matplotlib (0.5-0.9 s) in a thread, so that it overlaps the counting stage
-    (idle while worker processes count, and GIL-free while the compiled counter runs in-process)
-    rather than adding to the write stage; `plot_curve` then finds it imported. Without the plot
-    extra, nothing happens."""
+    """Start importing matplotlib (0.5-0.9 s) in a thread, while the merge loop runs: the compiled
+    loop drops the GIL, so the import takes the other core instead of adding to the write stage,
+    and it is not yet resident (~30 MB) while the counting process peaks. `plot_curve` then finds
+    it imported. Without the plot extra, nothing happens."""
     def warm() -> None:
         try:
             import matplotlib
@@ -282,13 +282,11 @@ def train(argv: list[str], warming: list[threading.Thread]) -> dict:
     if args.counts:
         counts_dir = args.counts if not common.exists(join(args.counts, "counts")) else join(args.counts, "counts")
         inputs = None
-        warming.append(import_plotting_in_background())
         check_pattern(args)
     else:
         # Counting needs nothing from this process but the command line: start it first, and check
         # the pattern here meanwhile (compiling it also warms the merge loop's pre-tokenizer).
         counting = CountingProcess(argv)
-        warming.append(import_plotting_in_background())
         try:
             check_pattern(args)
         finally:
@@ -311,6 +309,7 @@ def train(argv: list[str], warming: list[threading.Thread]) -> dict:
         raise UserError(f"nothing to train on: {totals['records']} records read, {totals['records_rejected']} "
                         f"rejected, no pre-tokens left (after --min-count pruning)")
     say(f"merge loop: {len(counts):,} unique pre-tokens, target {args.vocab_size:,} ids")
+    warming.append(import_plotting_in_background())
     from bpe_ops import train_bpe
 
     t0 = time.perf_counter()
