@@ -1419,13 +1419,15 @@ static int entry_key_order(const void *a, const void *b)
 static PyObject *table_columns(CountTable *self, PyObject *args)
 {
     /* (rows, offsets, data, counts) of the entries counted at least min_count times, in byte order
-     * of their keys: Arrow's large_binary offsets (int64, rows + 1 of them) and data, and the counts
-     * (int64), all in this machine's byte order, ready to wrap as Arrow buffers. */
+     * of their keys: Arrow binary offsets (int32, rows + 1 of them; int64 for large_binary with
+     * `large`) and data, and the counts (int64), all in this machine's byte order, ready to wrap as
+     * Arrow buffers. OverflowError when the keys pass 2 GiB without `large`. */
     long long min_count = 1;
+    int large = 0;
     const Entry **rows;
-    size_t n = 0, i, data_len = 0;
+    size_t n = 0, i, data_len = 0, width;
     PyObject *offsets = NULL, *data = NULL, *counts = NULL, *out = NULL;
-    if (!PyArg_ParseTuple(args, "|L:columns", &min_count) || !table_ready(self))
+    if (!PyArg_ParseTuple(args, "|Lp:columns", &min_count, &large) || !table_ready(self))
         return NULL;
     if ((rows = malloc((self->counts.used + 1) * sizeof(Entry *))) == NULL)
         return PyErr_NoMemory();
@@ -1436,18 +1438,31 @@ static PyObject *table_columns(CountTable *self, PyObject *args)
             data_len += e->key_len;
         }
     }
+    if (!large && data_len > INT32_MAX) {
+        free(rows);
+        PyErr_SetString(PyExc_OverflowError, "the keys pass 2 GiB: ask for large (int64) offsets");
+        return NULL;
+    }
     sort_keys = self->counts.keys;
     qsort(rows, n, sizeof(Entry *), entry_key_order);
-    offsets = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)((n + 1) * sizeof(int64_t)));
+    width = large ? sizeof(int64_t) : sizeof(int32_t);
+    offsets = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)((n + 1) * width));
     data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)data_len);
     counts = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(int64_t)));
     if (offsets && data && counts) {
-        int64_t *offset = (int64_t *)PyBytes_AS_STRING(offsets), *count = (int64_t *)PyBytes_AS_STRING(counts);
+        int64_t *count = (int64_t *)PyBytes_AS_STRING(counts), end = 0;
         uint8_t *at = (uint8_t *)PyBytes_AS_STRING(data);
-        offset[0] = 0;
-        for (i = 0; i < n; i++) {
-            memcpy(at + offset[i], self->counts.keys + rows[i]->key_at, rows[i]->key_len);
-            offset[i + 1] = offset[i] + rows[i]->key_len;
+        char *offset = PyBytes_AS_STRING(offsets);
+        for (i = 0; i <= n; i++) {
+            int32_t narrow = (int32_t)end;
+            if (large)
+                memcpy(offset + i * width, &end, width);
+            else
+                memcpy(offset + i * width, &narrow, width);
+            if (i == n)
+                break;
+            memcpy(at + end, self->counts.keys + rows[i]->key_at, rows[i]->key_len);
+            end += rows[i]->key_len;
             count[i] = rows[i]->value;
         }
         out = Py_BuildValue("nOOO", (Py_ssize_t)n, offsets, data, counts);
@@ -1482,8 +1497,9 @@ static PyMethodDef table_methods[] = {
      "absorb(other)\n--\n\nAdd the counts of another CountTable to this one, and empty the other."},
     {"packed", (PyCFunction)table_packed, METH_NOARGS, "packed()\n--\n\nThe counts as one packed table."},
     {"columns", (PyCFunction)table_columns, METH_VARARGS,
-     "columns(min_count=1)\n--\n\n(rows, offsets, data, counts) of the keys counted at least min_count "
-     "times, in byte order: Arrow large_binary offsets and data, and int64 counts, in native byte order."},
+     "columns(min_count=1, large=False)\n--\n\n(rows, offsets, data, counts) of the keys counted at least "
+     "min_count times, in byte order: Arrow binary (int32; large_binary, int64, with large) offsets and data, "
+     "and int64 counts, in native byte order."},
     {"__reduce__", (PyCFunction)table_reduce, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL}
 };

@@ -69,14 +69,18 @@ class CountTable:
     def __len__(self) -> int:
         return len(self.counts)
 
-    def columns(self, min_count: int = 1) -> tuple[int, bytes, bytes, bytes]:
+    def columns(self, min_count: int = 1, large: bool = False) -> tuple[int, bytes, bytes, bytes]:
         """`(rows, offsets, data, counts)` of the keys counted at least `min_count` times, in byte
-        order: Arrow large_binary offsets (int64, rows + 1) and data, and int64 counts, in this
-        machine's byte order (what Arrow buffers hold)."""
+        order: Arrow binary offsets (int32, rows + 1; int64 for large_binary with `large`) and data,
+        and int64 counts, in this machine's byte order (what Arrow buffers hold). OverflowError
+        when the keys pass 2 GiB without `large`."""
         keys = sorted(key for key, n in self.counts.items() if n >= min_count)
-        offsets = array("q", accumulate(map(len, keys), initial=0))
+        data = b"".join(keys)
+        if not large and len(data) > 2**31 - 1:
+            raise OverflowError("the keys pass 2 GiB: ask for large (int64) offsets")
+        offsets = array("q" if large else "i", accumulate(map(len, keys), initial=0))
         counts = array("q", (self.counts[key] for key in keys))
-        return len(keys), offsets.tobytes(), b"".join(keys), counts.tobytes()
+        return len(keys), offsets.tobytes(), data, counts.tobytes()
 
     def __reduce__(self):
         return CountTable, (self.packed(),)

@@ -61,7 +61,8 @@ def test_compiled_table_equals_the_specification_on_real_counts(multi_counts):
     assert len(compiled) == len(spec) == len(multi_counts)
     assert unpack_counts(compiled.packed()) == spec.counts
     for min_count in (1, 2, 10):
-        assert compiled.columns(min_count) == spec.columns(min_count)
+        for large in (False, True):
+            assert compiled.columns(min_count, large) == spec.columns(min_count, large)
 
 
 @needs_compiled
@@ -81,15 +82,19 @@ def test_compiled_table_equals_the_specification_on_random_tables(parts, min_cou
 
 
 @pytest.mark.parametrize("table_type", implementations())
-def test_columns_wrap_as_arrow_arrays_in_byte_order(table_type, multi_counts):
+@pytest.mark.parametrize("large", [False, True])
+def test_columns_wrap_as_arrow_arrays_in_byte_order(table_type, large, multi_counts):
     table = table_type(pack_counts(multi_counts))
-    rows, offsets, data, counts = table.columns(2)
-    keys = pa.Array.from_buffers(pa.large_binary(), rows, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    rows, offsets, data, counts = table.columns(2, large)
+    keys = pa.Array.from_buffers(pa.large_binary() if large else pa.binary(), rows,
+                                 [None, pa.py_buffer(offsets), pa.py_buffer(data)])
     values = pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(counts)])
+    keys.validate(full=True)
     expected = sorted(k for k, n in multi_counts.items() if n >= 2)
     assert keys.to_pylist() == expected
     assert values.to_pylist() == [multi_counts[k] for k in expected]
     assert 0 < rows < len(multi_counts)
+    assert table.columns(10**9, large) == (0, bytes(8 if large else 4), b"", b"")
 
 
 @pytest.mark.parametrize("table_type", implementations())

@@ -5,13 +5,15 @@ import subprocess
 import sys
 
 import apache_beam as beam
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from bpe_ops import pretokenize, train_bpe
-from bpe_ops.count_table import unpack_counts
+from bpe_ops.count_table import CountTable, pack_counts, unpack_counts
 from pipelines import train, train_count
 from pipelines.sources import SourceOptions, expand_inputs
 from schemas.reports import TRAIN_REPORT_KEYS
@@ -67,6 +69,25 @@ def test_one_counter_per_bundle_counts_many_shards_and_flushes_when_full(tmp_pat
             totals = counted[train_count.CountShardPretokens.TOTALS] | beam.CombineGlobally(train_count.MergeTotals())
             assert_that(totals | beam.Map(lambda t: (t["shards"], t["records_counted"], t["pretokens"])),
                         equal_to([(5, 15, sum(expected.values()))]), label="totals")
+
+
+def test_a_bucket_past_2_gib_of_pre_tokens_is_written_with_64_bit_offsets(tmp_path):
+    """Arrow's binary arrays stop at 2 GiB; a bucket that holds more (only a huge corpus gets there,
+    so the table here says it does) is written as large_binary and reads back the same."""
+    counts = {b"the": 5, b" cat": 2, b"\xff": 1, b"zz": 9}
+
+    class HugeTable(CountTable):
+        def columns(self, min_count=1, large=False):
+            if not large:
+                raise OverflowError("the keys pass 2 GiB")
+            return super().columns(min_count, large)
+
+    counts_dir = tmp_path / "counts"
+    [totals] = list(train_count.WriteCountsBucket(str(counts_dir), 2).process((3, HugeTable(pack_counts(counts)))))
+    written = pq.ParquetFile(counts_dir / "part-00003-of-00016.parquet").read()
+    assert written.schema.field("pretoken").type == pa.large_binary()
+    assert train.load_counts(str(counts_dir)) == {b"the": 5, b" cat": 2, b"zz": 9}
+    assert (totals["unique_pretokens_before_pruning"], totals["unique_pretokens_after_pruning"]) == (4, 3)
 
 
 @pytest.fixture(scope="module")
