@@ -9,6 +9,7 @@ import argparse
 import contextlib
 import gc
 import hashlib
+import io
 import logging
 import os
 import re
@@ -255,15 +256,30 @@ def pipeline_options(beam_args: list[str]):
     from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
     options = PipelineOptions(beam_args)
-    direct = options.view_as(DirectOptions)
+    # Beam parses its flags with argparse on first use: a bad value prints usage and exits. Keep
+    # argparse's own line and make it ours.
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            direct = options.view_as(DirectOptions)
+    except SystemExit:
+        lines = said.getvalue().strip().splitlines() or ["invalid Beam options"]
+        raise UserError(lines[-1].split("error: ", 1)[-1]) from None
     if direct.direct_running_mode not in SUPPORTED_RUNNING_MODES:
         raise UserError(
             f"--direct_running_mode={direct.direct_running_mode} is not supported: Beam's multi_threading "
             f"mode lost records in our measurements; use in_memory or multi_processing")
     runner = None
-    if options.view_as(StandardOptions).runner is None:
+    named = options.view_as(StandardOptions).runner
+    if named is None:
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
         runner = FnApiRunner()
+    else:
+        from apache_beam.runners.runner import create_runner
+        try:
+            create_runner(named)         # what the pipeline will do; an unknown name fails here, in one line
+        except (ValueError, ImportError) as exc:
+            raise UserError(f"--runner {named}: {str(exc).splitlines()[0]}") from None
     return options, runner
 
 

@@ -47,14 +47,13 @@ class CountingProcess:
     HIDDEN = ("IPython", "pandas")
     # The child finds the same `pipelines` package this process runs, wherever it was imported from.
     BOOTSTRAP = ("import sys; root = sys.argv.pop(1); root in sys.path or sys.path.insert(0, root); "
-                 "[sys.modules.setdefault(name, None) for name in sys.argv.pop(1).split(',') if name]; "
-                 "from pipelines.train_count import child_main; sys.exit(child_main(sys.argv[1:]))")
+                 "from pipelines.train import counting_process_main; sys.exit(counting_process_main(sys.argv[1:]))")
 
     def __init__(self, argv: list[str]):
         fd, self.result_path = tempfile.mkstemp(prefix="tokenbeam-count-", suffix=".json")
         os.close(fd)
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        self.process = subprocess.Popen([sys.executable, "-c", self.BOOTSTRAP, root, ",".join(self.HIDDEN),
+        self.process = subprocess.Popen([sys.executable, "-c", self.BOOTSTRAP, root, str(os.getpid()),
                                          self.result_path, *argv])
 
     def wait(self) -> None:
@@ -77,6 +76,29 @@ class CountingProcess:
         if "error" in result:
             raise UserError(result["error"])
         raise UserError(f"the counting stage failed (exit code {code}); its error is above")
+
+
+def counting_process_main(argv: list[str]) -> int:
+    """The counting process (`CountingProcess` starts it with the launcher's pid, a result file and the
+    command line): hide what Beam need not import, follow the launcher, count (pipelines/train_count.py)."""
+    launcher, argv = int(argv[0]), argv[1:]
+    for name in CountingProcess.HIDDEN:
+        sys.modules.setdefault(name, None)
+    exit_with_launcher(launcher)
+    from pipelines.train_count import child_main
+    return child_main(argv)
+
+
+def exit_with_launcher(launcher: int) -> None:
+    """End this process once the launcher (pid `launcher`, its parent) is gone, killed say: nobody
+    would read the counts, and a job on a remote runner would go on being waited for. Checked from
+    the start, so a launcher killed while this process still imports Beam is noticed too."""
+    def watch() -> None:
+        while os.getppid() == launcher:
+            time.sleep(0.5)
+        os._exit(1)       # open_atomic leaves at most a hidden temporary, which the next run removes
+
+    threading.Thread(target=watch, name="exit-with-launcher", daemon=True).start()
 
 
 def load_counts(counts_dir: str) -> dict[bytes, int]:

@@ -249,6 +249,32 @@ def test_train_killed_after_counting_resumes_from_its_counts(tmp_path, corpora):
     assert report["records"] == json.loads((reference / "train_report.json").read_text())["records"]
 
 
+def test_the_counting_process_ends_with_a_killed_launcher(tmp_path, corpora):
+    """`tokenbeam train` counts in a child process; SIGKILL to the launcher (no handler runs) must not
+    leave that process counting on its own."""
+    argv = [sys.executable, "-m", "pipelines.train", "--input", str(corpora / "en" / "*.jsonl"),
+            "--output", str(tmp_path / "out"), "--vocab-size", "300"]
+    launcher = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while not (counting := descendants(launcher.pid)):
+            assert launcher.poll() is None and time.monotonic() < deadline, "no counting process started"
+            time.sleep(0.01)
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while any(Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
+                  for pid in counting):
+            assert time.monotonic() < deadline, "the counting process outlived its launcher by 10 s"
+            time.sleep(0.05)
+    finally:
+        os.killpg(launcher.pid, signal.SIGKILL) if launcher.poll() is None else None
+        for pid in descendants(launcher.pid) if launcher.poll() is None else []:
+            os.kill(pid, signal.SIGKILL)
+    assert not (tmp_path / "out" / "counts" / "_totals.json").exists()     # it did not count to the end
+
+
 def test_train_into_a_used_folder_does_not_mix_in_old_counts(tmp_path, corpora):
     """A second corpus that leaves most count buckets empty must not train on the first one's files."""
     small = tmp_path / "small.txt"

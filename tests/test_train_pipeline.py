@@ -15,6 +15,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from bpe_ops import pretokenize, train_bpe
 from bpe_ops.count_table import CountTable, pack_counts, unpack_counts
 from pipelines import train, train_count
+from pipelines.common import UserError
 from pipelines.sources import SourceOptions, expand_inputs
 from schemas.reports import TRAIN_REPORT_KEYS
 from tests.conftest import ROOT, read_jsonl_texts
@@ -175,7 +176,7 @@ def cli(*argv, cwd=ROOT):
 
 
 @pytest.mark.parametrize("case", ["missing_input", "empty_corpus", "vocab_too_small", "multi_threading",
-                                  "bad_pattern", "no_threads"])
+                                  "bad_pattern", "no_threads", "unknown_runner", "bad_beam_value", "memory_url"])
 def test_bad_input_is_one_clear_line_not_a_traceback(tmp_path, case):
     good = tmp_path / "good.jsonl"
     good.write_text(json.dumps({"text": "hello world"}) + "\n")
@@ -188,6 +189,9 @@ def test_bad_input_is_one_clear_line_not_a_traceback(tmp_path, case):
         "multi_threading": ["--input", good, "--vocab-size", 300, "--direct_running_mode", "multi_threading"],
         "bad_pattern": ["--input", good, "--vocab-size", 300, "--pattern", "(unclosed"],
         "no_threads": ["--input", good, "--vocab-size", 300, "--count-threads", 0],
+        "unknown_runner": ["--input", good, "--vocab-size", 300, "--runner", "NoSuchRunner"],
+        "bad_beam_value": ["--input", good, "--vocab-size", 300, "--direct_num_workers", "two"],
+        "memory_url": ["--input", "memory://corpus/*.jsonl", "--vocab-size", 300],
     }[case]
     result = cli(*args, "--output", tmp_path / "out")
     assert result.returncode != 0
@@ -196,5 +200,22 @@ def test_bad_input_is_one_clear_line_not_a_traceback(tmp_path, case):
     assert "Traceback" not in result.stderr
     expected_word = {"missing_input": "nope", "empty_corpus": "nothing to train", "vocab_too_small": "too small",
                      "multi_threading": "multi_threading", "bad_pattern": "pattern",
-                     "no_threads": "--count-threads"}[case]
+                     "no_threads": "--count-threads", "unknown_runner": "NoSuchRunner",
+                     "bad_beam_value": "--direct_num_workers", "memory_url": "memory://"}[case]
     assert expected_word in lines[0]
+
+
+def test_the_launcher_never_imports_beam_and_passes_the_counting_errors_on(tmp_path, corpora):
+    """Counting runs in a process of its own: the launcher (which holds the merge loop's tables) never
+    imports Beam, and the counting process's one-line errors reach a caller of `train.run` as the
+    same UserError, not as an exit code."""
+    code = ("import sys; from pipelines import train; report = train.run(sys.argv[1:]); "
+            "assert report['records'] == 40, report['records']; "
+            "assert 'apache_beam' not in sys.modules, 'the launcher imported Beam'")
+    result = subprocess.run([sys.executable, "-c", code, "--input", str(corpora / "tiny" / "*.jsonl"),
+                             "--output", str(tmp_path / "out"), "--vocab-size", "300"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    with pytest.raises(UserError, match="nope.*matched no files"):
+        train.run(["--input", str(tmp_path / "nope" / "*.jsonl"), "--output", str(tmp_path / "out2"),
+                   "--vocab-size", "300"])
