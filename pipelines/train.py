@@ -58,12 +58,15 @@ class CountingProcess:
 
     def wait(self) -> None:
         try:
-            code = self.process.wait()
+            # wait4, not Popen.wait: the child's own resource use (peak memory) comes with its status.
+            _, status, usage = os.wait4(self.process.pid, 0)
         except BaseException:            # KeyboardInterrupt: the child got it too; make sure it ends
             self.process.kill()
             self.process.wait()
             os.unlink(self.result_path)
             raise
+        code = self.process.returncode = os.waitstatus_to_exitcode(status)
+        self.peak_rss_mb = usage.ru_maxrss / 1024
         try:
             with open(self.result_path, encoding="utf-8") as f:
                 result = json.loads(f.read() or "{}")
@@ -186,11 +189,9 @@ def plot_curve(curve: list[dict], url: str) -> bool:
     return True
 
 
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process and its (reaped) children, in MB."""
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return max(own, children) / 1024
+def own_peak_rss_mb() -> float:
+    """Peak resident memory of this process, in MB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def upload_tokenizer(tok, output: str) -> str:
@@ -305,6 +306,7 @@ def train(argv: list[str], warming: list[threading.Thread]) -> dict:
         counts_dir = args.counts if not common.exists(join(args.counts, "counts")) else join(args.counts, "counts")
         inputs = None
         check_pattern(args)
+        counting = None
     else:
         # Counting needs nothing from this process but the command line: start it first, and check
         # the pattern here meanwhile (compiling it also warms the merge loop's pre-tokenizer).
@@ -369,7 +371,13 @@ def train(argv: list[str], warming: list[threading.Thread]) -> dict:
     timing["write"] = time.perf_counter() - t0
     timing["total"] = time.perf_counter() - started
     report["timing_seconds"] = {k: round(v, 3) for k, v in timing.items()}
-    report["peak_rss_mb"] = round(peak_rss_mb(), 1)
+    # Each process's own peak, and the larger of them: the launcher stays small (no Beam, no counts)
+    # while the counting process runs, and loads the counts once it has exited.
+    peaks = {"launcher": round(own_peak_rss_mb(), 1)}
+    if counting is not None:
+        peaks["counting"] = round(counting.peak_rss_mb, 1)
+    report["peak_rss_mb"] = max(peaks.values())
+    report["peak_rss_mb_by_process"] = peaks
     common.write_text_atomic(join(args.output, "train_report.json"),
                              json.dumps(report, indent=1, ensure_ascii=False) + "\n")
     say(f"trained {tok.vocab_size:,} ids ({len(result.merges):,} merges, {result.tied_merges:,} tied, stop: "

@@ -11,6 +11,7 @@ TRAIN_REPORT_KEYS = (
     "rejected_by_reason", "records_repaired", "shard_errors", "bytes", "pretokens",
     "unique_pretokens_before_pruning", "unique_pretokens_after_pruning", "merges", "tied_merges",
     "duplicate_merges", "stop_reason", "compression_curve", "timing_seconds", "peak_rss_mb",
+    "peak_rss_mb_by_process",
 )
 
 

@@ -133,6 +133,10 @@ def test_train_report_accounts_for_every_record(tiny_runs, corpora):
     assert curve[0]["tokens_per_byte"] == pytest.approx(1.0)
     assert all(a["tokens_per_byte"] >= b["tokens_per_byte"] for a, b in zip(curve, curve[1:]))
     assert (tiny_runs["in_memory"] / "tokenizer.tiktoken").exists()
+    # Each process's own peak: the counting process holds Beam (over 100 MB just imported).
+    peaks = report["peak_rss_mb_by_process"]
+    assert set(peaks) == {"launcher", "counting"} and peaks["counting"] > 100
+    assert report["peak_rss_mb"] == max(peaks.values())
     assert (tiny_runs["in_memory"] / "compression_curve.png").stat().st_size > 1000
 
 
