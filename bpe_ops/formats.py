@@ -38,6 +38,13 @@ def tokenizer_json_text(tok) -> str:
     _require_byte_mode(tok, "tokenizer.json")
     specials = sorted(tok.special_tokens.items(), key=lambda kv: kv[1])
     special_ids = {i for _, i in specials}
+    # Each token spelled once: the merges name vocabulary tokens again (two per merge).
+    spelled = {t: token_to_unicode(t) for i, t in sorted(tok.vocab.items()) if i not in special_ids}
+
+    def spell(token: bytes) -> str:
+        found = spelled.get(token)
+        return found if found is not None else token_to_unicode(token)
+
     doc = {
         "version": "1.0",
         "truncation": None,
@@ -66,8 +73,8 @@ def tokenizer_json_text(tok) -> str:
             "fuse_unk": False,
             "byte_fallback": False,
             "ignore_merges": bool(tok.ignore_merges),
-            "vocab": {token_to_unicode(t): i for i, t in sorted(tok.vocab.items()) if i not in special_ids},
-            "merges": [[token_to_unicode(a), token_to_unicode(b)] for a, b in tok.merges],
+            "vocab": {spelled[t]: i for i, t in sorted(tok.vocab.items()) if i not in special_ids},
+            "merges": [[spell(a), spell(b)] for a, b in tok.merges],
         },
     }
     return _dumps(doc) + "\n"
