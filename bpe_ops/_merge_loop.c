@@ -608,49 +608,64 @@ static int fresh_heap(State *s, int64_t min_frequency)
 
 /* ---- setup (with the GIL) ------------------------------------------------------------------- */
 
+static Py_ssize_t word_length(PyObject *word)
+{
+    return PyBytes_Check(word) ? PyBytes_GET_SIZE(word) : PyUnicode_GET_LENGTH(word);
+}
+
 static int load_words(State *s, PyObject *words, PyObject *weights, Py_ssize_t nsymbols_max)
 {
-    /* Copy the symbol strings into int32 arrays and check that every count fits in int64. */
-    Py_ssize_t nwords = PyList_GET_SIZE(words), total = 0, i, j;
+    /* Copy the words into int32 arrays and check that every count fits in int64. A word is a str
+     * (a character per symbol id, trainer._symbolize's form) or, in byte mode, the pre-token's
+     * bytes themselves (byte b is symbol b): then words of one byte and zero counts are skipped
+     * here, as _symbolize would have dropped them. */
+    Py_ssize_t nwords = PyList_GET_SIZE(words), kept = 0, total = 0, i, j;
     int64_t pair_weight = 0;
     if (PyList_GET_SIZE(weights) != nwords) {
         PyErr_SetString(PyExc_ValueError, "words and weights differ in length");
         return -1;
     }
-    if (nwords > INT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "more than 2**31 - 1 distinct words");
-        return -1;
-    }
     for (i = 0; i < nwords; i++) {
         PyObject *word = PyList_GET_ITEM(words, i);
-        if (!PyUnicode_Check(word)) {
-            PyErr_SetString(PyExc_TypeError, "words must be str (a character per symbol id)");
+        if (!PyUnicode_Check(word) && !PyBytes_Check(word)) {
+            PyErr_SetString(PyExc_TypeError, "words must be str (a character per symbol id) or bytes");
             return -1;
         }
-        if (PyUnicode_GET_LENGTH(word) > INT32_MAX) {
+        if (word_length(word) > INT32_MAX) {
             PyErr_SetString(PyExc_OverflowError, "a word of more than 2**31 - 1 symbols");
             return -1;
         }
-        total += PyUnicode_GET_LENGTH(word);
+        if (PyBytes_Check(word) && PyBytes_GET_SIZE(word) < 2)
+            continue;
+        kept++;
+        total += word_length(word);
     }
-    s->nwords = (int32_t)nwords;
+    if (kept > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "more than 2**31 - 1 distinct words");
+        return -1;
+    }
     s->sym = PyMem_RawMalloc((size_t)(total ? total : 1) * sizeof(int32_t));
-    s->start = PyMem_RawMalloc((size_t)(nwords ? nwords : 1) * sizeof(Py_ssize_t));
-    s->len = PyMem_RawMalloc((size_t)(nwords ? nwords : 1) * sizeof(int32_t));
-    s->weight = PyMem_RawMalloc((size_t)(nwords ? nwords : 1) * sizeof(int64_t));
+    s->start = PyMem_RawMalloc((size_t)(kept ? kept : 1) * sizeof(Py_ssize_t));
+    s->len = PyMem_RawMalloc((size_t)(kept ? kept : 1) * sizeof(int32_t));
+    s->weight = PyMem_RawMalloc((size_t)(kept ? kept : 1) * sizeof(int64_t));
     if (!s->sym || !s->start || !s->len || !s->weight) {
         PyErr_NoMemory();
         return -1;
     }
     total = 0;
+    s->nwords = 0;
     for (i = 0; i < nwords; i++) {
         PyObject *word = PyList_GET_ITEM(words, i);
-        int kind = PyUnicode_KIND(word);
-        const void *data = PyUnicode_DATA(word);
-        Py_ssize_t len = PyUnicode_GET_LENGTH(word);
-        long long n = PyLong_AsLongLong(PyList_GET_ITEM(weights, i));
+        int is_bytes = PyBytes_Check(word);
+        Py_ssize_t len = word_length(word);
+        long long n;
+        if (is_bytes && len < 2)
+            continue;
+        n = PyLong_AsLongLong(PyList_GET_ITEM(weights, i));
         if (n == -1 && PyErr_Occurred())
             return -1;
+        if (is_bytes && n == 0)
+            continue;
         if (n < 1) {
             PyErr_SetString(PyExc_ValueError, "word counts must be positive");
             return -1;
@@ -663,19 +678,32 @@ static int load_words(State *s, PyObject *words, PyObject *weights, Py_ssize_t n
         }
         if (len > 1)
             pair_weight += n * (len - 1);
-        s->start[i] = total;
-        s->len[i] = (int32_t)len;
-        s->weight[i] = n;
-        for (j = 0; j < len; j++) {
-            Py_UCS4 id = PyUnicode_READ(kind, data, j);
-            if (id >= (Py_UCS4)nsymbols_max) {
-                PyErr_Format(PyExc_ValueError, "symbol id %lu is not in the alphabet",
-                             (unsigned long)id);
+        s->start[s->nwords] = total;
+        s->len[s->nwords] = (int32_t)len;
+        s->weight[s->nwords] = n;
+        if (is_bytes) {
+            const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(word);
+            if (nsymbols_max < 256) {
+                PyErr_SetString(PyExc_ValueError, "bytes words need the 256-byte alphabet");
                 return -1;
             }
-            s->sym[total + j] = (int32_t)id;
+            for (j = 0; j < len; j++)
+                s->sym[total + j] = data[j];
+        } else {
+            int kind = PyUnicode_KIND(word);
+            const void *data = PyUnicode_DATA(word);
+            for (j = 0; j < len; j++) {
+                Py_UCS4 id = PyUnicode_READ(kind, data, j);
+                if (id >= (Py_UCS4)nsymbols_max) {
+                    PyErr_Format(PyExc_ValueError, "symbol id %lu is not in the alphabet",
+                                 (unsigned long)id);
+                    return -1;
+                }
+                s->sym[total + j] = (int32_t)id;
+            }
         }
         total += len;
+        s->nwords++;
     }
     return 0;
 }

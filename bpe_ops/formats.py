@@ -38,12 +38,19 @@ def tokenizer_json_text(tok) -> str:
     _require_byte_mode(tok, "tokenizer.json")
     specials = sorted(tok.special_tokens.items(), key=lambda kv: kv[1])
     special_ids = {i for _, i in specials}
-    # Each token spelled once: the merges name vocabulary tokens again (two per merge).
-    spelled = {t: token_to_unicode(t) for i, t in sorted(tok.vocab.items()) if i not in special_ids}
+    # Each token spelled and JSON-quoted once (the merges name vocabulary tokens again, two per
+    # merge), and the two big sections written line by line as `_dumps` would write them.
+    vocab = [(t, i) for i, t in sorted(tok.vocab.items()) if i not in special_ids]
+    quoted = {t: _encode_string(token_to_unicode(t)) for t, _ in vocab}
 
-    def spell(token: bytes) -> str:
-        found = spelled.get(token)
-        return found if found is not None else token_to_unicode(token)
+    def quote(token: bytes) -> str:
+        found = quoted.get(token)
+        return found if found is not None else _encode_string(token_to_unicode(token))
+
+    pad, end = "  " * 3, "\n" + "  " * 2            # the depth of model.vocab and model.merges
+    vocab_text = "{\n" + ",\n".join(f"{pad}{quoted[t]}: {i}" for t, i in vocab) + end + "}" if vocab else "{}"
+    merges_text = ("[\n" + ",\n".join(f"{pad}[{quote(a)}, {quote(b)}]" for a, b in tok.merges) + end + "]"
+                   if tok.merges else "[]")
 
     doc = {
         "version": "1.0",
@@ -73,8 +80,8 @@ def tokenizer_json_text(tok) -> str:
             "fuse_unk": False,
             "byte_fallback": False,
             "ignore_merges": bool(tok.ignore_merges),
-            "vocab": {spelled[t]: i for i, t in sorted(tok.vocab.items()) if i not in special_ids},
-            "merges": [[spell(a), spell(b)] for a, b in tok.merges],
+            "vocab": _Raw(vocab_text),
+            "merges": _Raw(merges_text),
         },
     }
     return _dumps(doc) + "\n"
@@ -101,6 +108,8 @@ def _dumps(value: Any, depth: int = 0) -> str:
 
     Strings and ints, the bulk of a vocabulary, skip `json.dumps` (its per-call cost was most of a
     32k-id file's ~1 s) for the C string encoder it would call; the text is the same."""
+    if isinstance(value, _Raw):
+        return value
     if isinstance(value, str):
         return _encode_string(value)
     if type(value) is int:
@@ -114,6 +123,10 @@ def _dumps(value: Any, depth: int = 0) -> str:
     if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
         return "[\n" + ",\n".join(pad + _dumps(v, depth + 1) for v in value) + end + "]"
     return json.dumps(value, ensure_ascii=False)
+
+
+class _Raw(str):
+    """JSON text `_dumps` writes as it is (a section already written at its depth)."""
 
 
 # What `json.dumps(s, ensure_ascii=False)` returns for a str s (C-accelerated where available).

@@ -116,11 +116,20 @@ def learn_merges(counts: Mapping[bytes, int], num_merges: int, *, min_frequency:
     if not 0 <= num_merges <= MAX_IDS - len(alphabet):
         raise ValueError(f"num_merges must be between 0 and {MAX_IDS - len(alphabet)}, "
                          f"not {num_merges}")
-    words, weights, initial_tokens = _symbolize(counts, mode, alphabet)
     hf_ranks = _hf_ranks(alphabet, mode) if tie_break == "hf" else None
+    if mode == "byte" and _merge_loop is not None and os.environ.get("TOKENBEAM_PURE_PYTHON") != "1":
+        # The compiled loop takes byte-mode pre-tokens as they are (byte b is symbol b, and it
+        # skips what `_symbolize_bytes` would drop): no str per pre-token to build.
+        weights = list(counts.values())
+        initial_tokens = _initial_tokens(counts, weights)
+        words = list(counts)
+    else:
+        words, weights, initial_tokens = _symbolize(counts, mode, alphabet)
     # Every count the loop computes is at most initial_tokens: if that fits, int64 is exact.
     compiled = (_merge_loop is not None and os.environ.get("TOKENBEAM_PURE_PYTHON") != "1"
                 and initial_tokens <= INT64_MAX)
+    if not compiled and words and isinstance(words[0], bytes):
+        words, weights, initial_tokens = _symbolize(counts, mode, alphabet)
     if compiled:
         # Pair counts are >= 1 and < 2**63, so clamping min_frequency changes no comparison.
         loop = _merge_loop.merge_loop
@@ -141,6 +150,11 @@ def _merge_loop_python(words: list[str], weights: list[int], alphabet: list[byte
     """The merge loop on symbolized words (rewritten in place): the specification of
     `_merge_loop.merge_loop`, which takes the same arguments and returns the same
     `(merges, merge_counts, tokens_saved, tied_merges, duplicate_merges, stop_reason)`."""
+    if any(isinstance(word, bytes) for word in words):
+        # Byte-mode pre-tokens as they are (what the compiled loop also takes): byte b is symbol b;
+        # single bytes and zero counts hold no pair.
+        kept = [(word.decode("latin-1"), n) for word, n in zip(words, weights) if len(word) > 1 and n != 0]
+        words, weights = [word for word, _ in kept], [n for _, n in kept]
     tokens = list(alphabet)                           # id -> bytes
     token_ids = {t: i for i, t in enumerate(tokens)}
     ties = _TieKeys(alphabet, tie_break, hf_ranks)
@@ -291,16 +305,22 @@ def _symbolize(counts: Mapping[bytes, int], mode: str,
     return words, weights, total
 
 
+def _initial_tokens(counts: Mapping[bytes, int], ns: list[int]) -> int:
+    """The weighted number of bytes of a byte-mode count table (`ns` its counts, in order); a
+    negative count is a ValueError."""
+    if ns and min(ns) < 0:
+        word, n = next((w, n) for w, n in counts.items() if n < 0)
+        raise ValueError(f"negative count {n} for pre-token {word!r}")
+    return sum(map(mul, map(len, counts), ns))
+
+
 def _symbolize_bytes(counts: Mapping[bytes, int]) -> tuple[list[str], list[int], int]:
     """`_symbolize` in byte mode, a column at a time (C loops, not a Python one, over 10^5-10^6
     pre-tokens): byte b is the character chr(b), which is symbol id b."""
     ns = list(counts.values())
-    if ns and min(ns) < 0:
-        word, n = next((w, n) for w, n in counts.items() if n < 0)
-        raise ValueError(f"negative count {n} for pre-token {word!r}")
+    total = _initial_tokens(counts, ns)
     symbols = list(map(bytes.decode, counts, repeat("latin-1")))
     lengths = list(map(len, symbols))
-    total = sum(map(mul, lengths, ns))
     keep = [length > 1 and n > 0 for length, n in zip(lengths, ns)]
     return list(compress(symbols, keep)), list(compress(ns, keep)), total
 

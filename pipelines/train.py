@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import json
 import os
 import resource
@@ -120,9 +121,8 @@ def import_counts_reader() -> None:
     """Import what `load_counts` needs (pyarrow's Parquet reader, ~0.2 s and ~40 MB) while the
     counting process runs on the other core: the launcher's ~65 MB then and the counting process's
     peak still add up to less than the merge loop's peak later."""
-    import pyarrow.parquet  # noqa: F401
-
-    import schemas.tables  # noqa: F401
+    importlib.import_module("pyarrow.parquet")
+    importlib.import_module("schemas.tables")
 
 
 def load_counts(counts_dir: str) -> dict[bytes, int]:

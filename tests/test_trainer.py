@@ -390,6 +390,21 @@ def test_learn_merges_picks_the_loop(monkeypatch):
     assert summary(learn_merges(counts, 5)) == expected
 
 
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_byte_mode_words_may_be_the_pre_tokens_themselves(impl, corpora):
+    """Both loops take byte-mode pre-tokens as bytes (byte b is symbol b), skipping single bytes and
+    zero counts, with the same result as their symbolized strings."""
+    counts = dict(pretokenize.count_pretokens(read_jsonl_texts(corpora / "tiny", limit=10), "gpt4"))
+    counts.update({b"x": 7, b"zero count": 0})
+    alphabet = [bytes([b]) for b in range(256)]
+    words, weights, _ = trainer._symbolize(counts, "byte", alphabet)
+    with implementation(impl):
+        loop = trainer._merge_loop.merge_loop if impl == "c" else trainer._merge_loop_python
+        as_bytes = loop(list(counts), list(counts.values()), alphabet, 300, 2, "largest", None, None)
+        as_str = loop(words, weights, alphabet, 300, 2, "largest", None, None)
+    assert as_bytes == as_str and len(as_bytes[0]) == 300
+
+
 def test_compiled_loop_refuses_counts_beyond_64_bits():
     with implementation("c"):
         merge_loop = trainer._merge_loop.merge_loop
