@@ -26,8 +26,24 @@ def count_words(text: str) -> int:
 
 def utf8_length(text: str) -> int:
     """UTF-8 bytes of `text` as the pipelines write it: each lone surrogate counts as U+FFFD (3 bytes).
-    An ASCII string (`str.isascii` is O(1)) is its own length, so most text needs no encoded copy."""
-    return len(text) if text.isascii() else len(to_utf8(text))
+    An ASCII string (`str.isascii` is O(1)) is its own length; others are counted without an encoded
+    copy where `bpe_ops._pcre2` is built (`_utf8_length_python` is the specification)."""
+    return len(text) if text.isascii() else _utf8_length(text)
+
+
+def _utf8_length_python(text: str) -> int:
+    return len(to_utf8(text))
+
+
+def _compiled_utf8_length():
+    try:
+        from ._pcre2 import utf8_length
+    except ImportError:
+        return _utf8_length_python
+    return utf8_length
+
+
+_utf8_length = _compiled_utf8_length()
 
 
 def record_stats(text: str, ids: Sequence[int]) -> tuple[int, int, int, int]:

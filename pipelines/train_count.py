@@ -13,11 +13,12 @@ from __future__ import annotations
 import gc
 import json
 import os
+import queue
 import sys
+import threading
 import time
 import traceback
 import zlib
-from concurrent.futures import ThreadPoolExecutor
 
 import apache_beam as beam
 import pyarrow as pa
@@ -155,18 +156,35 @@ class CountShardPretokens(beam.DoFn):
 
 
 class CountingThreads:
-    """Pre-token counting fed to `threads` worker threads in batches of records, each thread with a
-    counter of its own: the compiled counter drops the GIL while it splits and counts, so the threads
-    count on as many cores while the DoFn reads and decodes the next records. Their counts are summed
-    when drained. Without the compiled counter it still counts right, without overlap."""
+    """Pre-token counting fed to `threads` worker threads in batches of records through one queue,
+    each thread with a counter of its own: the compiled counter drops the GIL while it splits and
+    counts, so the threads count on as many cores while the DoFn reads and decodes the next records,
+    and whichever thread is free takes the next batch. Their counts are summed when drained. Without
+    the compiled counter it still counts right, without overlap."""
     BATCH = 32                    # records per hand-over
 
     def __init__(self, make_counter, threads: int = 1):
         self.counters = [make_counter() for _ in range(max(1, threads))]
-        self.pools = [ThreadPoolExecutor(max_workers=1, thread_name_prefix="count-pretokens") for _ in self.counters]
-        self.pending: list = [None] * len(self.counters)
-        self.next = 0                 # the thread that takes the next batch (round robin)
+        self.queue: queue.Queue = queue.Queue(maxsize=2 * len(self.counters))
         self.batch: list[str] = []
+        self.error: BaseException | None = None
+        self.stopping = False
+        self.threads = [threading.Thread(target=self._count, args=(counter,), name="count-pretokens", daemon=True)
+                        for counter in self.counters]
+        for thread in self.threads:
+            thread.start()
+
+    def _count(self, counter: pretokenize.PretokenCounter) -> None:
+        while (texts := self.queue.get()) is not None:
+            try:
+                if not self.stopping and self.error is None:
+                    for text in texts:
+                        counter.add(text)
+            except BaseException as exc:          # kept for the reading thread to raise
+                self.error = exc
+            finally:
+                self.queue.task_done()
+        self.queue.task_done()
 
     def add(self, text: str) -> None:
         self.batch.append(text)
@@ -174,20 +192,11 @@ class CountingThreads:
             self._hand_over()
 
     def _hand_over(self) -> None:
-        k, self.next = self.next, (self.next + 1) % len(self.counters)
-        self._wait(k)
+        if self.error is not None:
+            raise self.error
         batch, self.batch = self.batch, []
-        self.pending[k] = self.pools[k].submit(self._count, self.counters[k], batch)
-
-    @staticmethod
-    def _count(counter: pretokenize.PretokenCounter, texts: list[str]) -> None:
-        for text in texts:
-            counter.add(text)
-
-    def _wait(self, k: int) -> None:
-        pending, self.pending[k] = self.pending[k], None
-        if pending is not None:
-            pending.result()                  # re-raises what the thread raised
+        if batch:
+            self.queue.put(batch)
 
     def full(self) -> bool:
         """Whether the counters hold LOCAL_COUNTER_FLUSH distinct pre-tokens between them (read while
@@ -198,8 +207,9 @@ class CountingThreads:
         """Every record added so far counted, the counters summed and drained into n packed tables
         (stable buckets); with the pre-tokens they hold, repeats included."""
         self._hand_over()
-        for k in range(len(self.counters)):
-            self._wait(k)
+        self.queue.join()                 # every batch handed over is counted
+        if self.error is not None:
+            raise self.error
         for counter in self.counters[1:]:
             self.counters[0].absorb(counter)
         pieces = self.counters[0].pieces
@@ -207,8 +217,11 @@ class CountingThreads:
 
     def close(self) -> None:
         """Stop the threads (after their batch, dropping queued ones: only an error gets here early)."""
-        for pool in self.pools:
-            pool.shutdown(wait=True, cancel_futures=True)
+        self.stopping = True
+        for _ in self.threads:
+            self.queue.put(None)
+        for thread in self.threads:
+            thread.join()
 
 
 class SumCounts(beam.CombineFn):

@@ -239,3 +239,18 @@ def test_absorbed_counters_count_like_one(corpora):
     assert parts[0].drain() == whole.drain()
     with pytest.raises(ValueError, match="same pattern"):
         parts[0].absorb(pretokenize.PretokenCounter("gpt2"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(blacklist_categories=()), max_size=40))
+def test_utf8_length_counts_like_encoding_with_surrogates_as_replacement(text):
+    from bpe_ops import stats
+    assert pcre2.utf8_length(text) == stats._utf8_length_python(text) == stats.utf8_length(text)
+
+
+def test_utf8_length_on_real_text_of_every_script(corpora):
+    from bpe_ops import stats
+    texts = read_jsonl_texts(corpora / "multi") + ["\ud800", "a\udfffb", "\U0010ffff", "\u07ff\u0800"]
+    assert [pcre2.utf8_length(t) for t in texts] == [stats._utf8_length_python(t) for t in texts]
+    with pytest.raises(TypeError):
+        pcre2.utf8_length(b"bytes")
