@@ -404,6 +404,25 @@ static Pattern *as_pattern(PyObject *obj)
     return (Pattern *)obj;
 }
 
+/* ---- growable arrays ---------------------------------------------------------------------------- */
+
+static int reserve(void **data, size_t *cap, size_t need, size_t item, size_t first)
+{
+    /* Room for `need` items of `item` bytes in *data (capacity *cap, doubled from `first`); -1 when
+     * out of memory, the array unchanged. */
+    if (need > *cap) {
+        size_t grown_cap = *cap ? *cap : first;
+        void *grown;
+        while (grown_cap < need)
+            grown_cap *= 2;
+        if ((grown = realloc(*data, grown_cap * item)) == NULL)
+            return -1;
+        *data = grown;
+        *cap = grown_cap;
+    }
+    return 0;
+}
+
 /* ---- a byte-string hash map: piece bytes -> a value -------------------------------------------- */
 
 /* Entries point into an arena of key bytes; the value is a count, or where a piece's ids start in
@@ -536,6 +555,22 @@ static Entry *bytemap_entry(ByteMap *m, const uint8_t *key, size_t len, uint64_t
     return e->hash ? e : bytemap_insert(m, e, key, len, hash);
 }
 
+static int bytemap_add_all(ByteMap *into, const ByteMap *from)
+{
+    /* into[k] += v for every (k, v) of `from` (count maps); -1 when out of memory. */
+    size_t i;
+    for (i = 0; i <= from->mask; i++) {
+        const Entry *o = &from->slots[i];
+        Entry *e;
+        if (o->hash == 0)
+            continue;
+        if ((e = bytemap_entry(into, from->keys + o->key_at, o->key_len, o->hash)) == NULL)
+            return -1;
+        e->value += o->value;
+    }
+    return 0;
+}
+
 /* ---- PieceCounter ------------------------------------------------------------------------------ */
 
 typedef struct {
@@ -658,7 +693,6 @@ static PyObject *counter_absorb(PieceCounter *self, PyObject *arg)
     /* Add the counts of another PieceCounter to this one and empty it (both idle: no thread is
      * counting with either). */
     PieceCounter *other;
-    size_t i;
     if (!PyObject_TypeCheck(arg, Py_TYPE(self))) {
         PyErr_SetString(PyExc_TypeError, "absorb() takes a PieceCounter");
         return NULL;
@@ -672,17 +706,8 @@ static PyObject *counter_absorb(PieceCounter *self, PyObject *arg)
         PyErr_SetString(PyExc_RuntimeError, "absorb(): a counter is counting in another thread");
         return NULL;
     }
-    for (i = 0; i <= other->counts.mask; i++) {
-        const Entry *o = &other->counts.slots[i];
-        const uint8_t *key;
-        Entry *e;
-        if (o->hash == 0)
-            continue;
-        key = other->counts.keys + o->key_at;
-        if ((e = bytemap_entry(&self->counts, key, o->key_len, o->hash)) == NULL)
-            return PyErr_NoMemory();
-        e->value += o->value;
-    }
+    if (bytemap_add_all(&self->counts, &other->counts) < 0)
+        return PyErr_NoMemory();
     self->pieces += other->pieces;
     other->pieces = 0;
     bytemap_clear(&other->counts);
@@ -822,17 +847,7 @@ typedef struct {
 
 static int ids_reserve(Ids *v, size_t more)
 {
-    if (v->n + more > v->cap) {
-        size_t cap = v->cap ? v->cap : 1024;
-        int32_t *grown;
-        while (cap < v->n + more)
-            cap *= 2;
-        if ((grown = realloc(v->ids, cap * sizeof(int32_t))) == NULL)
-            return -1;
-        v->ids = grown;
-        v->cap = cap;
-    }
-    return 0;
+    return reserve((void **)&v->ids, &v->cap, v->n + more, sizeof(int32_t), 1024);
 }
 
 typedef struct {
@@ -1161,17 +1176,7 @@ typedef struct {
 
 static int buffer_reserve(Buffer *b, size_t more)
 {
-    if (b->len + more > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        uint8_t *grown;
-        while (cap < b->len + more)
-            cap *= 2;
-        if ((grown = realloc(b->data, cap)) == NULL)
-            return -1;
-        b->data = grown;
-        b->cap = cap;
-    }
-    return 0;
+    return reserve((void **)&b->data, &b->cap, b->len + more, 1, 256);
 }
 
 static void put_le(uint8_t *out, uint64_t v, int n)
@@ -1372,7 +1377,6 @@ static PyObject *table_absorb(CountTable *self, PyObject *arg)
 {
     /* Add another CountTable's counts to this one and empty it. */
     CountTable *other;
-    size_t i;
     if (!PyObject_TypeCheck(arg, Py_TYPE(self))) {
         PyErr_SetString(PyExc_TypeError, "absorb() takes a CountTable");
         return NULL;
@@ -1384,15 +1388,8 @@ static PyObject *table_absorb(CountTable *self, PyObject *arg)
         PyErr_SetString(PyExc_ValueError, "absorb() takes another CountTable");
         return NULL;
     }
-    for (i = 0; i <= other->counts.mask; i++) {
-        const Entry *o = &other->counts.slots[i];
-        Entry *e;
-        if (o->hash == 0)
-            continue;
-        if ((e = bytemap_entry(&self->counts, other->counts.keys + o->key_at, o->key_len, o->hash)) == NULL)
-            return PyErr_NoMemory();
-        e->value += o->value;
-    }
+    if (bytemap_add_all(&self->counts, &other->counts) < 0)
+        return PyErr_NoMemory();
     bytemap_free(&other->counts);
     if (bytemap_init(&other->counts, 1024) < 0) {
         other->ready = 0;
