@@ -73,6 +73,8 @@ class CountShardPretokens(beam.DoFn):
         self.counter = None
 
     def start_bundle(self):
+        if self.counter is not None:          # the last bundle failed, and teardown did not run
+            self.counter.close()
         self.counter = CountingThreads(lambda: pretokenize.PretokenCounter(self.pattern, self.special_tokens),
                                        self.threads)
 
