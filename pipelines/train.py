@@ -5,7 +5,7 @@
     step 5, here in the launching process: load counts -> learn merges (progress bar) -> write
         tokenizer.json, tokenizer.tiktoken, train_report.json, compression_curve.png.
 
-The launcher never imports Beam: Beam and what it pulls in (~200 MB resident, ~2 s to import) live
+The launcher never imports Beam: Beam and what it pulls in (~175 MB resident, ~1.5 s to import) live
 and die with the counting process, so the merge loop's tables are the largest thing this process
 holds. `--counts DIR` skips the Beam part and trains a new vocabulary from counts written earlier.
 """
@@ -119,8 +119,9 @@ def exit_with_launcher(launcher: int) -> None:
 
 def import_counts_reader() -> None:
     """Import what `load_counts` needs (pyarrow's Parquet reader, ~0.2 s and ~40 MB) while the
-    counting process runs on the other core: the launcher's ~65 MB then and the counting process's
-    peak still add up to less than the merge loop's peak later."""
+    counting process runs on the other core, instead of after it. The price is memory: on en/ the
+    launcher's ~65 MB and the counting process's ~200 MB peak (~265 MB) became the job's peak, a
+    little above the merge loop's ~240 MB."""
     importlib.import_module("pyarrow.parquet")
     importlib.import_module("schemas.tables")
 
