@@ -51,11 +51,15 @@ class CountingProcess:
                  "from pipelines.train import counting_process_main; sys.exit(counting_process_main(sys.argv[1:]))")
 
     def __init__(self, argv: list[str]):
-        fd, self.result_path = tempfile.mkstemp(prefix="tokenbeam-count-", suffix=".json")
-        os.close(fd)
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        self.process = subprocess.Popen([sys.executable, "-c", self.BOOTSTRAP, root, str(os.getpid()),
-                                         self.result_path, *argv], env=self.environment())
+        # The child's outcome comes back through a pipe: no file to leave behind if this process dies.
+        read_end, write_end = os.pipe()
+        try:
+            self.process = subprocess.Popen([sys.executable, "-c", self.BOOTSTRAP, root, str(os.getpid()),
+                                             str(write_end), *argv], env=self.environment(), pass_fds=(write_end,))
+        finally:
+            os.close(write_end)
+        self.outcome = os.fdopen(read_end, "rb")
 
     @staticmethod
     def environment() -> dict[str, str]:
@@ -71,20 +75,20 @@ class CountingProcess:
 
     def wait(self) -> None:
         try:
+            with self.outcome:
+                said = self.outcome.read()       # until the child writes its outcome or dies
             # wait4, not Popen.wait: the child's own resource use (peak memory) comes with its status.
             _, status, usage = os.wait4(self.process.pid, 0)
         except BaseException:            # KeyboardInterrupt: the child got it too; make sure it ends
             self.process.kill()
             self.process.wait()
-            os.unlink(self.result_path)
             raise
         code = self.process.returncode = os.waitstatus_to_exitcode(status)
         self.peak_rss_mb = usage.ru_maxrss / 1024
         try:
-            with open(self.result_path, encoding="utf-8") as f:
-                result = json.loads(f.read() or "{}")
-        finally:
-            os.unlink(self.result_path)
+            result = json.loads(said or b"{}")
+        except ValueError:
+            result = {}
         if code == 0:
             return
         if code == 130:

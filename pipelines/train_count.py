@@ -381,10 +381,13 @@ def count_corpus(argv: list[str]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m pipelines.train_count RESULT ARGV...`: count, then write RESULT (JSON): `{}` when the
-    counts are written, `{"error": line}` for an error the user can fix (exit 2). The launcher
-    (`pipelines.train`) reports it; anything else is a bug and keeps its traceback here (exit 1)."""
-    result_path, argv = argv[0], argv[1:]
+    """`python -m pipelines.train_count FD ARGV...`: count, then write the outcome as JSON to file
+    descriptor FD (the launcher's pipe; 1 is stdout): `{}` when the counts are written,
+    `{"error": line}` for an error the user can fix (exit 2). The launcher (`pipelines.train`)
+    reports it; anything else is a bug and keeps its traceback here (exit 1)."""
+    result_fd, argv = int(argv[0]), argv[1:]
+    if result_fd > 2:
+        os.set_inheritable(result_fd, False)      # Beam's worker processes must not hold the pipe open
     try:
         count_corpus(argv)
         result, code = {}, 0
@@ -395,8 +398,8 @@ def main(argv: list[str]) -> int:
         code = 2
     except KeyboardInterrupt:
         result, code = {"error": "interrupted"}, 130
-    with open(result_path, "w", encoding="utf-8") as f:
-        json.dump(result, f)
+    with open(result_fd, "w", encoding="utf-8", closefd=result_fd > 2) as f:
+        f.write(json.dumps(result) + "\n")
     return code
 
 
