@@ -17,6 +17,7 @@ import importlib
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -46,8 +47,11 @@ class CountingProcess:
     #  - pandas: `apache_beam.typehints` imports it for its DataFrame type hints: ~0.5 s and ~80 MB
     #    of the counting process's memory, for nothing (Beam's own worker processes still import it).
     HIDDEN = ("IPython", "pandas")
-    # The child finds the same `pipelines` package this process runs, wherever it was imported from.
-    BOOTSTRAP = ("import sys; root = sys.argv.pop(1); root in sys.path or sys.path.insert(0, root); "
+    # The child ends at once, silently, on Ctrl-C (which reaches the whole process group): the
+    # launcher is the one that says so. It finds the same `pipelines` package this process runs,
+    # wherever that was imported from.
+    BOOTSTRAP = ("import os, signal, sys; signal.signal(signal.SIGINT, lambda *_: os._exit(130)); "
+                 "root = sys.argv.pop(1); root in sys.path or sys.path.insert(0, root); "
                  "from pipelines.train import counting_process_main; sys.exit(counting_process_main(sys.argv[1:]))")
 
     def __init__(self, argv: list[str]):
@@ -73,15 +77,23 @@ class CountingProcess:
             env["MALLOC_TRIM_THRESHOLD_"] = str(128 * 1024)
         return env
 
+    def stop(self) -> None:
+        """After Ctrl-C (which the child got too) or an error here: let the child end, or end it."""
+        self.outcome.close()
+        try:
+            self.process.wait(timeout=5)
+        except BaseException:
+            self.process.kill()
+            self.process.wait()
+
     def wait(self) -> None:
         try:
             with self.outcome:
                 said = self.outcome.read()       # until the child writes its outcome or dies
             # wait4, not Popen.wait: the child's own resource use (peak memory) comes with its status.
             _, status, usage = os.wait4(self.process.pid, 0)
-        except BaseException:            # KeyboardInterrupt: the child got it too; make sure it ends
-            self.process.kill()
-            self.process.wait()
+        except BaseException:
+            self.stop()
             raise
         code = self.process.returncode = os.waitstatus_to_exitcode(status)
         self.peak_rss_mb = usage.ru_maxrss / 1024
@@ -91,7 +103,7 @@ class CountingProcess:
             result = {}
         if code == 0:
             return
-        if code == 130:
+        if code in (130, -signal.SIGINT):
             raise KeyboardInterrupt
         if "error" in result:
             raise UserError(result["error"])
@@ -105,8 +117,11 @@ def counting_process_main(argv: list[str]) -> int:
     for name in CountingProcess.HIDDEN:
         sys.modules.setdefault(name, None)
     exit_with_launcher(launcher)
-    from pipelines.train_count import child_main
-    return child_main(argv)
+    try:
+        from pipelines.train_count import child_main
+        return child_main(argv)
+    except KeyboardInterrupt:        # Ctrl-C reaches the whole process group; the launcher says so
+        return 130
 
 
 def exit_with_launcher(launcher: int) -> None:
@@ -340,8 +355,10 @@ def train(argv: list[str], warming: list[threading.Thread]) -> dict:
         try:
             check_pattern(args)
             import_counts_reader()
-        finally:
-            counting.wait()
+        except BaseException:
+            counting.stop()
+            raise
+        counting.wait()
         counts_dir = join(args.output, "counts")
         inputs = args.input
         timing["count"] = time.perf_counter() - started

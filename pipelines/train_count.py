@@ -398,8 +398,11 @@ def main(argv: list[str]) -> int:
         code = 2
     except KeyboardInterrupt:
         result, code = {"error": "interrupted"}, 130
-    with open(result_fd, "w", encoding="utf-8", closefd=result_fd > 2) as f:
-        f.write(json.dumps(result) + "\n")
+    try:
+        with open(result_fd, "w", encoding="utf-8", closefd=result_fd > 2) as f:
+            f.write(json.dumps(result) + "\n")
+    except BrokenPipeError:      # the launcher stopped listening (Ctrl-C): nobody to tell
+        pass
     return code
 
 

@@ -275,6 +275,31 @@ def test_the_counting_process_ends_with_a_killed_launcher(tmp_path, corpora):
     assert not (tmp_path / "out" / "counts" / "_totals.json").exists()     # it did not count to the end
 
 
+def test_ctrl_c_stops_both_train_processes_with_one_line(tmp_path, corpora):
+    """Ctrl-C reaches the terminal's whole process group: the launcher and its counting process."""
+    argv = [sys.executable, "-m", "pipelines.train", "--input", str(corpora / "en" / "*.jsonl"),
+            "--output", str(tmp_path / "out"), "--vocab-size", "300"]
+    launcher = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while not (counting := descendants(launcher.pid)):
+            assert launcher.poll() is None and time.monotonic() < deadline, "no counting process started"
+            time.sleep(0.01)
+        time.sleep(1.0)                               # into Beam's import or the pipeline
+        os.killpg(launcher.pid, signal.SIGINT)
+        _, stderr = launcher.communicate(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait()
+    assert launcher.returncode == 130, stderr
+    assert stderr.splitlines()[-1] == "tokenbeam: interrupted" and "Traceback" not in stderr
+    time.sleep(0.5)
+    assert not [pid for pid in counting if Path(f"/proc/{pid}").exists()
+                and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]]
+
+
 def test_train_into_a_used_folder_does_not_mix_in_old_counts(tmp_path, corpora):
     """A second corpus that leaves most count buckets empty must not train on the first one's files."""
     small = tmp_path / "small.txt"
