@@ -16,7 +16,10 @@ their Unicode tables classify differently (see `Pcre2Pattern`); everything else 
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import tempfile
 import zlib
 from array import array
 from collections import Counter
@@ -120,6 +123,7 @@ _CASELESS_GROUP = regex.compile(r"\(\?i:([^)]*)\)")
 # (U+180E is `\s` in PCRE2 only). Per class: the (first, last) ranges of the disagreement.
 _DISAGREEMENT: dict[str, tuple[tuple[str, str], ...]] = {}
 _FLIP = bytes([1, 0]) + bytes(254)    # translate table: 0 <-> 1
+_DISAGREEMENT_FORMAT = 1              # in the cache key: raise it when `_compute_disagreement` changes
 
 
 class Pcre2Pattern:
@@ -222,20 +226,53 @@ def _compared_classes(pattern: str) -> tuple[str, ...]:
 
 def _disagreement(classes: Sequence[str]) -> list[tuple[str, str]]:
     """Sorted `(first, last)` character ranges that one engine puts in one of `classes` and the
-    other does not (cached per class: ~20 ms each, once per process)."""
-    missing = [c for c in classes if c not in _DISAGREEMENT]
-    if missing:
-        # Every code point in order but the surrogates, which PCRE2 cannot take (a text holding one
-        # goes to `regex`). A run of matched characters sits at the index of its first character.
-        every = array("I", chain(range(0xD800), range(0xE000, 0x110000))).tobytes().decode("utf-32-le")
-        for cls in missing:
-            marks = bytearray(len(every))        # 1 where exactly one engine matched
-            for findall in (regex.compile(cls + "+").findall, _pcre2_compile(cls + "+").findall):
-                for run in findall(every):
-                    i = ord(run[0]) - (0x800 if run[0] >= "\ue000" else 0)
-                    marks[i:i + len(run)] = marks[i:i + len(run)].translate(_FLIP)
-            _DISAGREEMENT[cls] = tuple((every[i], every[j - 1]) for i, j in _runs_of_ones(marks))
+    other does not (per class: ~20-40 ms to compute, once per machine and library versions, see
+    `_cached_disagreement`; then once per process from the cache)."""
+    for cls in classes:
+        if cls not in _DISAGREEMENT:
+            _DISAGREEMENT[cls] = _cached_disagreement(cls)
     return sorted(set(chain.from_iterable(_DISAGREEMENT[c] for c in classes)))
+
+
+def _compute_disagreement(cls: str) -> tuple[tuple[str, str], ...]:
+    """The ranges of one class, computed: both engines run over every code point."""
+    # Every code point in order but the surrogates, which PCRE2 cannot take (a text holding one
+    # goes to `regex`). A run of matched characters sits at the index of its first character.
+    every = array("I", chain(range(0xD800), range(0xE000, 0x110000))).tobytes().decode("utf-32-le")
+    marks = bytearray(len(every))        # 1 where exactly one engine matched
+    for findall in (regex.compile(cls + "+").findall, _pcre2_compile(cls + "+").findall):
+        for run in findall(every):
+            i = ord(run[0]) - (0x800 if run[0] >= "\ue000" else 0)
+            marks[i:i + len(run)] = marks[i:i + len(run)].translate(_FLIP)
+    return tuple((every[i], every[j - 1]) for i, j in _runs_of_ones(marks))
+
+
+def _cached_disagreement(cls: str) -> tuple[tuple[str, str], ...]:
+    """`_compute_disagreement`, kept on disk (TOKENBEAM_CACHE_DIR, else $XDG_CACHE_HOME/tokenbeam,
+    else ~/.cache/tokenbeam) under the versions that decide it: the `regex` package's, and PCRE2's
+    own with its Unicode tables'. A file that is missing, unreadable or for other versions is
+    computed again; a cache that cannot be written is only slower."""
+    key = json.dumps([_DISAGREEMENT_FORMAT, cls, regex.__version__, *_pcre2_module().library_version()])
+    folder = os.environ.get("TOKENBEAM_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "tokenbeam")
+    path = os.path.join(folder, f"pcre2-disagreement-{hashlib.sha256(key.encode()).hexdigest()[:24]}.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            cached = json.load(f)
+        if cached["key"] == key:
+            return tuple((chr(a), chr(b)) for a, b in cached["ranges"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    ranges = _compute_disagreement(cls)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".pcre2-disagreement-")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump({"key": key, "ranges": [[ord(a), ord(b)] for a, b in ranges]}, f)
+        os.replace(tmp, path)            # whole or not at all, whoever else writes it meanwhile
+    except OSError:
+        pass
+    return ranges
 
 
 def _runs_of_ones(marks: bytearray) -> Iterator[tuple[int, int]]:

@@ -254,3 +254,24 @@ def test_utf8_length_on_real_text_of_every_script(corpora):
     assert [pcre2.utf8_length(t) for t in texts] == [stats._utf8_length_python(t) for t in texts]
     with pytest.raises(TypeError):
         pcre2.utf8_length(b"bytes")
+
+
+def test_the_engines_disagreement_is_cached_on_disk_under_the_library_versions(tmp_path, monkeypatch):
+    """Comparing the engines on every code point costs ~20-40 ms a class, in every process; it is
+    kept on disk under regex's and PCRE2's versions, and a bad or foreign file is computed again."""
+    monkeypatch.setenv("TOKENBEAM_CACHE_DIR", str(tmp_path / "cache"))
+    cls = r"\p{L}"
+    computed = pretokenize._compute_disagreement(cls)
+    assert pretokenize._cached_disagreement(cls) == computed           # computed, then written
+    [written] = (tmp_path / "cache").glob("pcre2-disagreement-*.json")
+    monkeypatch.setattr(pretokenize, "_compute_disagreement", lambda c: pytest.fail("not read from the cache"))
+    assert pretokenize._cached_disagreement(cls) == computed           # read back
+    monkeypatch.undo()
+    monkeypatch.setenv("TOKENBEAM_CACHE_DIR", str(tmp_path / "cache"))
+    for bad in ("not json", '{"key": "other versions", "ranges": [[65, 90]]}', '{"ranges": 3}'):
+        written.write_text(bad)
+        assert pretokenize._cached_disagreement(cls) == computed
+    blocked = tmp_path / "a file"
+    blocked.write_text("")
+    monkeypatch.setenv("TOKENBEAM_CACHE_DIR", str(blocked / "cache"))   # cannot be made: only slower
+    assert pretokenize._cached_disagreement(cls) == computed
