@@ -249,43 +249,54 @@ def test_train_killed_after_counting_resumes_from_its_counts(tmp_path, corpora):
     assert report["records"] == json.loads((reference / "train_report.json").read_text())["records"]
 
 
+def start_training_en(tmp_path, corpora):
+    """`tokenbeam train` on en/ in a session of its own, once its counting process has started:
+    (the launcher, the pids below it)."""
+    argv = [sys.executable, "-m", "pipelines.train", "--input", str(corpora / "en" / "*.jsonl"),
+            "--output", str(tmp_path / "out"), "--vocab-size", "300"]
+    launcher = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while not (counting := descendants(launcher.pid)):
+        if launcher.poll() is not None or time.monotonic() > deadline:
+            os.killpg(launcher.pid, signal.SIGKILL) if launcher.poll() is None else None
+            pytest.fail("no counting process started")
+        time.sleep(0.01)
+    return launcher, counting
+
+
+def running(pids: list[int]) -> list[int]:
+    """The pids that are still running (not gone, not zombies)."""
+    out = []
+    for pid in pids:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                out.append(pid)
+        except OSError:
+            pass
+    return out
+
+
 def test_the_counting_process_ends_with_a_killed_launcher(tmp_path, corpora):
     """`tokenbeam train` counts in a child process; SIGKILL to the launcher (no handler runs) must not
     leave that process counting on its own."""
-    argv = [sys.executable, "-m", "pipelines.train", "--input", str(corpora / "en" / "*.jsonl"),
-            "--output", str(tmp_path / "out"), "--vocab-size", "300"]
-    launcher = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
-    try:
-        deadline = time.monotonic() + RUN_TIMEOUT
-        while not (counting := descendants(launcher.pid)):
-            assert launcher.poll() is None and time.monotonic() < deadline, "no counting process started"
-            time.sleep(0.01)
-        launcher.send_signal(signal.SIGKILL)
-        launcher.wait(timeout=30)
-        deadline = time.monotonic() + 10
-        while any(Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
-                  for pid in counting):
-            assert time.monotonic() < deadline, "the counting process outlived its launcher by 10 s"
-            time.sleep(0.05)
-    finally:
-        os.killpg(launcher.pid, signal.SIGKILL) if launcher.poll() is None else None
-        for pid in descendants(launcher.pid) if launcher.poll() is None else []:
-            os.kill(pid, signal.SIGKILL)
+    launcher, counting = start_training_en(tmp_path, corpora)
+    launcher.send_signal(signal.SIGKILL)
+    launcher.communicate(timeout=30)
+    deadline = time.monotonic() + 10
+    while running(counting):
+        if time.monotonic() > deadline:
+            for pid in running(counting):
+                os.kill(pid, signal.SIGKILL)
+            pytest.fail("the counting process outlived its launcher by 10 s")
+        time.sleep(0.05)
     assert not (tmp_path / "out" / "counts" / "_totals.json").exists()     # it did not count to the end
 
 
 def test_ctrl_c_stops_both_train_processes_with_one_line(tmp_path, corpora):
     """Ctrl-C reaches the terminal's whole process group: the launcher and its counting process."""
-    argv = [sys.executable, "-m", "pipelines.train", "--input", str(corpora / "en" / "*.jsonl"),
-            "--output", str(tmp_path / "out"), "--vocab-size", "300"]
-    launcher = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+    launcher, counting = start_training_en(tmp_path, corpora)
     try:
-        deadline = time.monotonic() + RUN_TIMEOUT
-        while not (counting := descendants(launcher.pid)):
-            assert launcher.poll() is None and time.monotonic() < deadline, "no counting process started"
-            time.sleep(0.01)
         time.sleep(1.0)                               # into Beam's import or the pipeline
         os.killpg(launcher.pid, signal.SIGINT)
         _, stderr = launcher.communicate(timeout=60)
@@ -296,8 +307,7 @@ def test_ctrl_c_stops_both_train_processes_with_one_line(tmp_path, corpora):
     assert launcher.returncode == 130, stderr
     assert stderr.splitlines()[-1] == "tokenbeam: interrupted" and "Traceback" not in stderr
     time.sleep(0.5)
-    assert not [pid for pid in counting if Path(f"/proc/{pid}").exists()
-                and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]]
+    assert running(counting) == []
 
 
 def test_train_into_a_used_folder_does_not_mix_in_old_counts(tmp_path, corpora):
