@@ -117,9 +117,9 @@ def learn_merges(counts: Mapping[bytes, int], num_merges: int, *, min_frequency:
         raise ValueError(f"num_merges must be between 0 and {MAX_IDS - len(alphabet)}, "
                          f"not {num_merges}")
     hf_ranks = _hf_ranks(alphabet, mode) if tie_break == "hf" else None
-    if mode == "byte" and _merge_loop is not None and os.environ.get("TOKENBEAM_PURE_PYTHON") != "1":
-        # The compiled loop takes byte-mode pre-tokens as they are (byte b is symbol b, and it
-        # skips what `_symbolize_bytes` would drop): no str per pre-token to build.
+    if mode == "byte":
+        # Both loops take byte-mode pre-tokens as they are (byte b is symbol b; they skip what
+        # `_symbolize_bytes` would drop): the compiled one then builds no str per pre-token.
         weights = list(counts.values())
         initial_tokens = _initial_tokens(counts, weights)
         words = list(counts)
@@ -128,8 +128,6 @@ def learn_merges(counts: Mapping[bytes, int], num_merges: int, *, min_frequency:
     # Every count the loop computes is at most initial_tokens: if that fits, int64 is exact.
     compiled = (_merge_loop is not None and os.environ.get("TOKENBEAM_PURE_PYTHON") != "1"
                 and initial_tokens <= INT64_MAX)
-    if not compiled and words and isinstance(words[0], bytes):
-        words, weights, initial_tokens = _symbolize(counts, mode, alphabet)
     if compiled:
         # Pair counts are >= 1 and < 2**63, so clamping min_frequency changes no comparison.
         loop = _merge_loop.merge_loop
