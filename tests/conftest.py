@@ -1,6 +1,8 @@
-"""Shared test fixtures: where `../shared` (real corpora, oracle files) lives.
+"""Shared test fixtures: where `../shared` (real corpora, oracle files) lives, and the in-repo sample.
 
-Tests that need `../shared` skip with a clear reason when it is missing, unless
+Tests that only need real text, not oracle files or measured sizes, use `sample` (the repository's
+`sample/` folder, two JSONL shards of public-domain English), so a fresh clone runs them. Tests that
+need `../shared` skip with a clear reason when it is missing, unless
 `TOKENBEAM_REQUIRE_SHARED=1` (set by `.ci/run`), under which a missing `../shared` fails them.
 """
 import json
@@ -30,6 +32,15 @@ def shared_dir() -> Path:
 @pytest.fixture(scope="session")
 def corpora(shared_dir) -> Path:
     return _need(shared_dir / "corpora")
+
+
+@pytest.fixture(scope="session")
+def sample() -> Path:
+    """The repository's `sample/` folder: sample-000-of-002.jsonl and sample-001-of-002.jsonl (`id`,
+    `source`, `text`; King James Bible, Jargon File, Devil's Dictionary; ~320 KB). Always there."""
+    folder = ROOT / "sample"
+    assert sorted(p.name for p in folder.glob("*.jsonl")) == ["sample-000-of-002.jsonl", "sample-001-of-002.jsonl"]
+    return folder
 
 
 @pytest.fixture(scope="session")

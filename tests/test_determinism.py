@@ -2,7 +2,7 @@
 rejected/ and _SUCCESS, whatever the runner mode and worker count, the order of the --input flags, and
 Python's hash seed (PYTHONHASHSEED 0 and 1 in separate processes).
 
-The input is the tiny corpus plus hostile files with rejected rows, repaired text and a truncated
+The input is the in-repo sample plus hostile files with rejected rows, repaired text and a truncated
 shard, so the accounting of problems is held to the same standard as the tokens.
 """
 import json
@@ -44,10 +44,10 @@ def stats_without_timing(folder) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def inputs(tmp_path_factory, corpora):
+def inputs(tmp_path_factory, sample):
     folder = tmp_path_factory.mktemp("hostile")
     make_hostile(folder)
-    globs = [corpora / "tiny" / "*.jsonl", folder / "jsonl" / "rows.jsonl", folder / "jsonl" / "text.jsonl",
+    globs = [sample / "*.jsonl", folder / "jsonl" / "rows.jsonl", folder / "jsonl" / "text.jsonl",
              folder / "compressed" / "truncated.jsonl.gz", folder / "parquet" / "good.parquet"]
     return globs
 

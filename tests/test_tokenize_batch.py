@@ -27,13 +27,14 @@ NOT_SPACES = "\u200b\u2060\ufeff\x00x"
 
 
 @pytest.fixture(scope="module")
-def texts(corpora):
-    """Real multilingual text and code, plus edge cases: empty, all whitespace, lone surrogates."""
+def texts(sample):
+    """Real text (the in-repo sample, a third of whose records hold non-ASCII characters), plus edge
+    cases: empty, all whitespace, lone surrogates, and fuzz over Unicode spaces and multi-byte characters."""
     edge = ["", " ", SPACES, "a" + SPACES + "b", NOT_SPACES + SPACES, "x\ud800y \udfff", "\ud83d\ude00 é"]
     rng = random.Random(4)
     alphabet = SPACES + NOT_SPACES + "ab é日\ud800"
     fuzz = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(30))) for _ in range(300)]
-    return read_jsonl_texts(corpora / "multi", limit=100) + read_jsonl_texts(corpora / "code", limit=50) + edge + fuzz
+    return read_jsonl_texts(sample) + edge + fuzz
 
 
 @pytest.fixture(scope="module")

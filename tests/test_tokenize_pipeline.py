@@ -22,10 +22,10 @@ def read_rows(out_dir):
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, corpora):
-    """A tokenizer trained by the train pipeline on the real tiny corpus."""
+def trained(tmp_path_factory, sample):
+    """A tokenizer trained by the train pipeline on the in-repo sample."""
     out = tmp_path_factory.mktemp("tok")
-    train.run(["--input", str(corpora / "tiny" / "*.jsonl"), "--output", str(out), "--vocab-size", "1500",
+    train.run(["--input", str(sample / "*.jsonl"), "--output", str(out), "--vocab-size", "1500",
                "--special-token", "<|endoftext|>"])
     return out / "tokenizer.json"
 
@@ -66,10 +66,10 @@ def test_token_ids_equal_hf_tokenizers_on_multi_and_code(which, trained, gpt2_js
 
 
 @pytest.fixture(scope="module")
-def en_runs(tmp_path_factory, corpora, trained):
-    """Two en/ shards tokenized in_memory with 3 encoding threads, multi_processing x2 with 1, and rerun
-    into the same folder."""
-    inputs = [corpora / "en" / "en-000-of-012.jsonl", corpora / "en" / "en-001-of-012.jsonl"]
+def sample_runs(tmp_path_factory, sample, trained):
+    """The two sample/ shards tokenized in_memory with 3 encoding threads, multi_processing x2 with 1, and
+    rerun into the same folder."""
+    inputs = [sample / "sample-000-of-002.jsonl", sample / "sample-001-of-002.jsonl"]
     runs = {}
     for mode, extra in (("in_memory", ["--direct_running_mode", "in_memory", "--encode-threads", "3"]),
                         ("multi_processing", ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2",
@@ -80,10 +80,10 @@ def en_runs(tmp_path_factory, corpora, trained):
     return runs
 
 
-def test_parquet_bytes_identical_across_runners_and_rerun(en_runs):
-    (a, _, args), (b, _, _) = en_runs["in_memory"], en_runs["multi_processing"]
+def test_parquet_bytes_identical_across_runners_and_rerun(sample_runs):
+    (a, _, args), (b, _, _) = sample_runs["in_memory"], sample_runs["multi_processing"]
     first = {p.name: p.read_bytes() for p in a.glob("*.parquet")}
-    assert sorted(first) == ["en-000-of-012.parquet", "en-001-of-012.parquet"]
+    assert sorted(first) == ["sample-000-of-002.parquet", "sample-001-of-002.parquet"]
     assert first == {p.name: p.read_bytes() for p in b.glob("*.parquet")}
     stats_before = json.loads((a / "stats.json").read_text())
     run_tokenize(*args)                                   # rerun: every shard is complete -> skipped
@@ -93,8 +93,8 @@ def test_parquet_bytes_identical_across_runners_and_rerun(en_runs):
     assert stats_before == stats_after
 
 
-def test_stats_agree_with_rows_and_manifest(en_runs):
-    out, stats, _ = en_runs["in_memory"]
+def test_stats_agree_with_rows_and_manifest(sample_runs):
+    out, stats, _ = sample_runs["in_memory"]
     tables = read_rows(out)
     assert stats["tokens"] == sum(sum(t.column("n_tokens").to_pylist()) for t in tables.values())
     assert stats["records"] == sum(t.num_rows for t in tables.values())
@@ -111,20 +111,20 @@ def test_stats_agree_with_rows_and_manifest(en_runs):
     assert pq.read_schema(next(iter(out.glob("*.parquet")))).field("token_ids").type.value_type == "uint16"
 
 
-def test_rows_keep_input_order_and_statistics(en_runs, corpora):
-    out, _, _ = en_runs["in_memory"]
-    table = pq.read_table(out / "en-000-of-012.parquet")
-    records = [json.loads(l) for l in (corpora / "en" / "en-000-of-012.jsonl").read_text(encoding="utf-8").splitlines()]
+def test_rows_keep_input_order_and_statistics(sample_runs, sample):
+    out, _, _ = sample_runs["in_memory"]
+    table = pq.read_table(out / "sample-000-of-002.parquet")
+    records = [json.loads(l) for l in (sample / "sample-000-of-002.jsonl").read_text(encoding="utf-8").splitlines()]
     assert table.column("id").to_pylist() == [r["id"] for r in records]
     assert table.column("n_chars").to_pylist() == [len(r["text"]) for r in records]
     assert table.column("n_bytes").to_pylist() == [len(r["text"].encode()) for r in records]
     assert table.column("n_words").to_pylist() == [len(r["text"].split()) for r in records]
 
 
-def test_readable_by_duckdb_and_datasets(en_runs):
+def test_readable_by_duckdb_and_datasets(sample_runs):
     import duckdb
     from datasets import load_dataset
-    out, stats, _ = en_runs["in_memory"]
+    out, stats, _ = sample_runs["in_memory"]
     total = duckdb.sql(f"SELECT sum(n_tokens) FROM '{out}/*.parquet'").fetchall()[0][0]
     assert total == stats["tokens"]
     ds = load_dataset("parquet", data_files=sorted(str(p) for p in out.glob("*.parquet")), split="train",

@@ -1,5 +1,6 @@
 """The Beam training pipeline: determinism across runners, exactness against train_bpe, accounting,
-clear errors. Runs on the real `tiny/` corpus (193 KB) so each run takes a few seconds."""
+clear errors. Runs on the in-repo `sample/` (two shards, ~320 KB of real English) so each run takes a
+few seconds and needs nothing from ../shared."""
 import json
 import subprocess
 import sys
@@ -92,64 +93,64 @@ def test_a_bucket_past_2_gib_of_pre_tokens_is_written_with_64_bit_offsets(tmp_pa
 
 
 @pytest.fixture(scope="module")
-def tiny_runs(tmp_path_factory, corpora):
+def sample_runs(tmp_path_factory, sample):
     """The same training three ways: in_memory with 3 counting threads, multi_processing x2 workers
     with 1, shuffled input order."""
-    shards = sorted(str(p) for p in (corpora / "tiny").glob("*.jsonl"))
+    shards = sorted(str(p) for p in sample.glob("*.jsonl"))
     base = ["--vocab-size", 700, "--pattern", "gpt4"]
     out = {}
     out["in_memory"] = tmp_path_factory.mktemp("in_memory")
     run_train("--input", shards[0], "--input", shards[1], "--output", out["in_memory"], *base,
               "--direct_running_mode", "in_memory", "--count-threads", 3)
     out["multi_processing"] = tmp_path_factory.mktemp("multi")
-    run_train("--input", str(corpora / "tiny" / "*.jsonl"), "--output", out["multi_processing"], *base,
+    run_train("--input", str(sample / "*.jsonl"), "--output", out["multi_processing"], *base,
               "--direct_running_mode", "multi_processing", "--direct_num_workers", 2, "--count-threads", 1)
     out["shuffled"] = tmp_path_factory.mktemp("shuffled")
     run_train("--input", shards[1], "--input", shards[0], "--output", out["shuffled"], *base)
     return out
 
 
-def test_tokenizer_json_is_byte_identical_across_runners_and_shard_order(tiny_runs):
-    files = {name: (d / "tokenizer.json").read_bytes() for name, d in tiny_runs.items()}
+def test_tokenizer_json_is_byte_identical_across_runners_and_shard_order(sample_runs):
+    files = {name: (d / "tokenizer.json").read_bytes() for name, d in sample_runs.items()}
     assert files["in_memory"] == files["multi_processing"] == files["shuffled"]
     assert len(json.loads(files["in_memory"])["model"]["merges"]) == 700 - 256
 
 
-def test_pipeline_merges_equal_train_bpe_on_the_same_records(tiny_runs, corpora):
+def test_pipeline_merges_equal_train_bpe_on_the_same_records(sample_runs, sample):
     from bpe_ops import Tokenizer
-    texts = read_jsonl_texts(corpora / "tiny")
+    texts = read_jsonl_texts(sample)
     direct = train_bpe(texts, vocab_size=700, pattern="gpt4")
-    assert Tokenizer.from_file(tiny_runs["in_memory"] / "tokenizer.json").merges == direct.merges
+    assert Tokenizer.from_file(sample_runs["in_memory"] / "tokenizer.json").merges == direct.merges
 
 
-def test_train_report_accounts_for_every_record(tiny_runs, corpora):
-    report = json.loads((tiny_runs["in_memory"] / "train_report.json").read_text())
+def test_train_report_accounts_for_every_record(sample_runs, sample):
+    report = json.loads((sample_runs["in_memory"] / "train_report.json").read_text())
     assert set(TRAIN_REPORT_KEYS) <= set(report)
-    n_docs = len(read_jsonl_texts(corpora / "tiny"))
+    n_docs = len(read_jsonl_texts(sample))
     assert report["records"] == report["records_counted"] + report["records_rejected"] == n_docs
-    assert report["bytes"] == sum(len(t.encode()) for t in read_jsonl_texts(corpora / "tiny"))
+    assert report["bytes"] == sum(len(t.encode()) for t in read_jsonl_texts(sample))
     assert report["merges"] == 700 - 256 and report["stop_reason"] == "vocab_size"
     curve = report["compression_curve"]
     assert curve[0]["tokens_per_byte"] == pytest.approx(1.0)
     assert all(a["tokens_per_byte"] >= b["tokens_per_byte"] for a, b in zip(curve, curve[1:]))
-    assert (tiny_runs["in_memory"] / "tokenizer.tiktoken").exists()
+    assert (sample_runs["in_memory"] / "tokenizer.tiktoken").exists()
     # Each process's own peak: the counting process holds Beam (over 100 MB just imported).
     peaks = report["peak_rss_mb_by_process"]
     assert set(peaks) == {"launcher", "counting"} and peaks["counting"] > 100
     assert report["peak_rss_mb"] == max(peaks.values())
-    assert (tiny_runs["in_memory"] / "compression_curve.png").stat().st_size > 1000
+    assert (sample_runs["in_memory"] / "compression_curve.png").stat().st_size > 1000
 
 
-def test_counts_resume_trains_a_new_vocabulary_without_the_corpus(tiny_runs, tmp_path, corpora):
+def test_counts_resume_trains_a_new_vocabulary_without_the_corpus(sample_runs, tmp_path, sample):
     out = tmp_path / "resumed"
-    run_train("--counts", tiny_runs["in_memory"], "--output", out, "--vocab-size", 900)
-    texts = read_jsonl_texts(corpora / "tiny")
+    run_train("--counts", sample_runs["in_memory"], "--output", out, "--vocab-size", 900)
+    texts = read_jsonl_texts(sample)
     from bpe_ops import Tokenizer
     assert Tokenizer.from_file(out / "tokenizer.json").merges == train_bpe(texts, vocab_size=900).merges
 
 
-def test_text_file_with_special_tokens_matches_train_bpe(tmp_path, corpora):
-    texts = read_jsonl_texts(corpora / "tiny")
+def test_text_file_with_special_tokens_matches_train_bpe(tmp_path, sample):
+    texts = read_jsonl_texts(sample)
     joined = "<|endoftext|>".join(texts)
     (tmp_path / "corpus.txt").write_text(joined, encoding="utf-8")
     out = tmp_path / "out"
@@ -163,14 +164,14 @@ def test_text_file_with_special_tokens_matches_train_bpe(tmp_path, corpora):
     assert ours.special_tokens == {"<|endoftext|>": 599}
 
 
-def test_min_count_prunes_rare_pretokens(tmp_path, corpora):
+def test_min_count_prunes_rare_pretokens(tmp_path, sample):
     out = tmp_path / "pruned"
-    report = run_train("--input", corpora / "tiny" / "*.jsonl", "--output", out, "--vocab-size", 400,
+    report = run_train("--input", sample / "*.jsonl", "--output", out, "--vocab-size", 400,
                        "--min-count", 3)
     counts = train.load_counts(str(out / "counts"))
     assert min(counts.values()) >= 3
     assert report["unique_pretokens_after_pruning"] == len(counts) < report["unique_pretokens_before_pruning"]
-    full = pretokenize.count_pretokens(read_jsonl_texts(corpora / "tiny"), "gpt4")
+    full = pretokenize.count_pretokens(read_jsonl_texts(sample), "gpt4")
     assert counts == {k: v for k, v in full.items() if v >= 3}
 
 
@@ -209,14 +210,15 @@ def test_bad_input_is_one_clear_line_not_a_traceback(tmp_path, case):
     assert expected_word in lines[0]
 
 
-def test_the_launcher_never_imports_beam_and_passes_the_counting_errors_on(tmp_path, corpora):
+def test_the_launcher_never_imports_beam_and_passes_the_counting_errors_on(tmp_path, sample):
     """Counting runs in a process of its own: the launcher (which holds the merge loop's tables) never
     imports Beam, and the counting process's one-line errors reach a caller of `train.run` as the
     same UserError, not as an exit code."""
+    n_records = len(read_jsonl_texts(sample))
     code = ("import sys; from pipelines import train; report = train.run(sys.argv[1:]); "
-            "assert report['records'] == 40, report['records']; "
+            f"assert report['records'] == {n_records}, report['records']; "
             "assert 'apache_beam' not in sys.modules, 'the launcher imported Beam'")
-    result = subprocess.run([sys.executable, "-c", code, "--input", str(corpora / "tiny" / "*.jsonl"),
+    result = subprocess.run([sys.executable, "-c", code, "--input", str(sample / "*.jsonl"),
                              "--output", str(tmp_path / "out"), "--vocab-size", "300"],
                             cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
