@@ -6,6 +6,18 @@ commutative: the tokenize pipeline can use it as the accumulator of a Beam Combi
 `stats.json` on any runner, whatever the bundle split or shard order. Floats (means, ratios) are
 computed once, when `schemas.stats.stats_json` lays the summary out as stats.json (the layout, its
 fixed histogram bins and its version live there; bpe_ops imports no schemas).
+
+What calibrated drift verdicts need (the record is the sampling unit) is kept the same way, for the
+records whose token ids and record id are given (`add_batch(..., record_ids=, id_arrays=)`):
+
+- moments: per-record sums and sums of products of tokens, bytes, chars, words and raw-byte tokens
+  (`MOMENT_VARIABLES`): enough for the delta-method variance of any ratio of two of them;
+- random groups: every record falls in group `record_group(record id)` (crc32 of its UTF-8 id mod
+  `REPLICATE_GROUPS`: stable across processes, unlike Python's salted `hash`), and each group keeps
+  its records, tokens, tokens-per-record and bytes-per-token tables and token counts per id class
+  (`id_classes`: ids below `EXACT_ID_CLASSES` each their own class, higher ids folded). Each group
+  is a replicate of the whole sample, from which the spread of PSI and Jensen-Shannon divergence
+  under "no drift" is estimated.
 """
 from __future__ import annotations
 
@@ -13,10 +25,87 @@ import zlib
 from array import array
 from bisect import bisect_right
 from collections import Counter
-from operator import add
+from operator import add, mul
 from typing import Iterable, Mapping, Sequence
 
+import numpy as np
+
 from .pretokenize import to_utf8
+
+MOMENT_VARIABLES = ("tokens", "bytes", "chars", "words", "raw_byte_tokens")
+# Upper triangle (i <= j) of the products of MOMENT_VARIABLES, row by row.
+MOMENT_PAIRS = tuple((i, j) for i in range(len(MOMENT_VARIABLES)) for j in range(i, len(MOMENT_VARIABLES)))
+
+# 32 random groups: enough replicates for a stable spread (the split-half null of pipelines/drift.py
+# draws from C(32, 16) halves per side), few enough that a small sample still puts a record or
+# more in most groups and that K copies of the per-group tables stay small.
+REPLICATE_GROUPS = 32
+# Token-id classes kept per group. Dense per-id counts for each group would be groups x vocabulary
+# (6.4 M counts for a 200k vocabulary): too big for stats.json and for pickling every shard's
+# summary. A top-N set of the data's own most frequent ids cannot be used either: it differs from
+# shard to shard, so the merge would no longer be exact. Classes are fixed by the id alone: BPE ids
+# are in merge order, so the first ids (bytes and early merges) carry most tokens of in-domain text
+# and keep a class each; later merges are folded by id modulo FOLDED_ID_CLASSES, which keeps part
+# of a shift into late merges visible where a single "other" bin would hide it.
+EXACT_ID_CLASSES = 2048
+FOLDED_ID_CLASSES = 2048
+
+
+def record_group(record_id: str, groups: int = REPLICATE_GROUPS) -> int:
+    """The random group of a record: crc32 of its UTF-8 id modulo `groups` (lone surrogates kept as
+    their surrogatepass bytes). Stable across processes and machines, unlike `hash(str)`.
+
+    >>> record_group("man/man1/ls.1")
+    17
+    """
+    return zlib.crc32(record_id.encode("utf-8", "surrogatepass")) % groups
+
+
+def id_class_count(vocab_size: int) -> int:
+    """How many token-id classes a vocabulary has: every id its own class up to
+    EXACT_ID_CLASSES + FOLDED_ID_CLASSES ids (4,096), that many classes above."""
+    return min(vocab_size, EXACT_ID_CLASSES + FOLDED_ID_CLASSES)
+
+
+def id_classes(ids: np.ndarray, vocab_size: int) -> np.ndarray:
+    """The class of each token id: the id itself below EXACT_ID_CLASSES (or for a vocabulary of at
+    most 4,096 ids), else EXACT_ID_CLASSES + (id - EXACT_ID_CLASSES) mod FOLDED_ID_CLASSES.
+
+    >>> id_classes(np.array([5, 2048, 4096, 6144]), 8192).tolist()
+    [5, 2048, 2048, 2048]
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    if vocab_size <= EXACT_ID_CLASSES + FOLDED_ID_CLASSES:
+        return ids
+    return np.where(ids < EXACT_ID_CLASSES, ids, EXACT_ID_CLASSES + (ids - EXACT_ID_CLASSES) % FOLDED_ID_CLASSES)
+
+
+def length_key(n_tokens: int) -> int:
+    """A record length rounded down to three significant bits (0..7 exact; 8, 10, 12, 14, 16, 20,
+    ...): what the random groups keep of tokens per record. Every edge of the stats.json histogram
+    (0, 1, 2**k and 3 * 2**(k-1)) has three significant bits or fewer, so binning the rounded value
+    gives the same bin as binning the exact one.
+
+    >>> [length_key(n) for n in (7, 9, 13, 1000)]
+    [7, 8, 12, 896]
+    """
+    shift = max(0, n_tokens.bit_length() - 3)
+    return n_tokens >> shift << shift
+
+
+def single_byte_ids(vocab: Mapping[int, bytes]) -> tuple[int, ...]:
+    """The ids of a vocabulary's single-byte tokens (the raw-byte tokens of byte-level BPE), sorted."""
+    return tuple(sorted(i for i, b in vocab.items() if len(b) == 1))
+
+
+def flat_ids(id_arrays: Sequence) -> np.ndarray:
+    """The ids of a batch of records back to back, as one int64 array. uint32 `array`s (what the
+    compiled encoder gives) are joined as one buffer; anything else goes through numpy."""
+    if not id_arrays:
+        return np.zeros(0, dtype=np.int64)
+    if all(isinstance(a, array) and a.typecode == "I" for a in id_arrays):
+        return np.frombuffer(b"".join(id_arrays), dtype=np.uint32).astype(np.int64)
+    return np.concatenate([np.asarray(a, dtype=np.int64).reshape(-1) for a in id_arrays])
 
 
 def count_words(text: str) -> int:
@@ -127,12 +216,25 @@ class Summary:
     Token id frequencies are dense (`list` of length vocab_size, index = id): the fastest hot path,
     and the layout stats.json uses. Pickling compresses them (zero runs vanish), so a per-shard
     summary of a 200k vocabulary ships in kilobytes.
+
+    Calibration (what drift's variances need, see the module docstring) is kept for the records
+    given with their record id and token ids: `add_batch(..., record_ids=ids, id_arrays=arrays)`
+    or `add(ids, ..., record_id=rid)`. It needs the single-byte ids: `Summary(vocab_size,
+    raw_byte_ids=single_byte_ids(tok.vocab))`. `calibrated` counts those records; stats.json
+    is only fit for drift when it equals `records`.
+
+    >>> s = Summary(259, raw_byte_ids=range(256))
+    >>> s.add_batch([2, 1], [4, 1], [4, 1], [1, 1], record_ids=["a", "b"], id_arrays=[[104, 257], [33]])
+    >>> s.add_id_counts({104: 1, 257: 1, 33: 1})
+    >>> s.calibrated, s.moment_sums, s.moment_product("tokens", "raw_byte_tokens")
+    (2, [3, 5, 5, 2, 2], 3)
     """
 
-    def __init__(self, vocab_size: int):
+    def __init__(self, vocab_size: int, *, raw_byte_ids: Iterable[int] | None = None):
         if vocab_size <= 0:
             raise ValueError(f"vocab_size must be positive, got {vocab_size}")
         self.vocab_size = vocab_size
+        self.raw_byte_ids = None if raw_byte_ids is None else tuple(sorted(set(raw_byte_ids)))
         self.records = 0
         self.tokens = 0
         self.bytes = 0
@@ -145,13 +247,27 @@ class Summary:
         self.rejected: dict[str, int] = {}                 # reason -> records
         self.shards: set[str] = set()
         self.shard_errors: list[dict] = []                 # file-level problems, in _error_key order
+        # Calibration: moments over the calibrated records, and REPLICATE_GROUPS random groups.
+        self.calibrated = 0
+        self.moment_sums = [0] * len(MOMENT_VARIABLES)     # sum over records of each variable
+        self.moment_products = [0] * len(MOMENT_PAIRS)     # sum over records of x_i * x_j, i <= j
+        self.group_records = [0] * REPLICATE_GROUPS
+        self.group_tokens = [0] * REPLICATE_GROUPS
+        self.group_lengths: list[dict[int, int]] = [{} for _ in range(REPLICATE_GROUPS)]   # length_key -> records
+        self.group_quarters: list[dict[int, int]] = [{} for _ in range(REPLICATE_GROUPS)]  # quarters -> records
+        self.group_classes = np.zeros((REPLICATE_GROUPS, id_class_count(vocab_size)), dtype=np.int64)
+        self._raw_mask = None
 
     # ---- accumulate -------------------------------------------------------------------------
 
-    def add(self, ids_or_n_tokens: Sequence[int] | int, n_bytes: int, n_chars: int, n_words: int) -> None:
+    def add(self, ids_or_n_tokens: Sequence[int] | int, n_bytes: int, n_chars: int, n_words: int,
+            *, record_id: str | None = None) -> None:
         """Add one written record: its token ids (counted here) or just its token count (when the
-        ids are counted in bulk with `add_id_counts`), and its UTF-8 bytes, characters and words."""
+        ids are counted in bulk with `add_id_counts`), and its UTF-8 bytes, characters and words.
+        With `record_id` (and ids) the record is calibrated too."""
         if isinstance(ids_or_n_tokens, int):
+            if record_id is not None:
+                raise ValueError("a calibrated record needs its token ids, not just their number")
             n_tokens = ids_or_n_tokens
         else:
             counts = self.id_counts
@@ -169,12 +285,17 @@ class Summary:
             quarters = 4 * n_bytes // n_tokens
             bpt = self.quarter_bytes_per_token
             bpt[quarters] = bpt.get(quarters, 0) + 1
+        if record_id is not None:
+            self._calibrate([n_tokens], [n_bytes], [n_chars], [n_words], [record_id], flat_ids([ids_or_n_tokens]))
 
     def add_batch(self, n_tokens: Sequence[int], n_bytes: Sequence[int], n_chars: Sequence[int],
-                  n_words: Sequence[int]) -> None:
+                  n_words: Sequence[int], *, record_ids: Sequence[str] | None = None,
+                  id_arrays: Sequence | None = None) -> None:
         """`add(n_tokens[i], n_bytes[i], n_chars[i], n_words[i])` for every record of a batch given as
         columns (ids counted in bulk with `add_id_counts` or `add_dense_id_counts`): the same tables,
-        tallied with Counter."""
+        tallied with Counter. `record_ids` and `id_arrays` (each record's id and token ids, EOS
+        included, as `array('I')`, lists or numpy arrays) calibrate the batch; the ids are not
+        counted into the id frequencies here."""
         self.records += len(n_tokens)
         self.tokens += sum(n_tokens)
         self.bytes += sum(n_bytes)
@@ -182,7 +303,61 @@ class Summary:
         self.words += sum(n_words)
         _tally(self.tokens_per_record, n_tokens)
         _tally(self.quarter_bytes_per_token, [4 * b // t for t, b in zip(n_tokens, n_bytes) if t])
+        if record_ids is None and id_arrays is None:
+            return
+        if record_ids is None or id_arrays is None:
+            raise ValueError("record_ids and id_arrays calibrate a batch together: pass both or neither")
+        if not len(record_ids) == len(id_arrays) == len(n_tokens):
+            raise ValueError(f"{len(n_tokens)} records but {len(record_ids)} record ids and "
+                             f"{len(id_arrays)} id arrays")
+        self._calibrate(n_tokens, n_bytes, n_chars, n_words, record_ids, flat_ids(id_arrays))
 
+    def _raw_byte_mask(self) -> np.ndarray:
+        if self.raw_byte_ids is None:
+            raise ValueError("calibration counts raw-byte tokens per record: build the Summary with "
+                             "raw_byte_ids=single_byte_ids(tokenizer.vocab)")
+        if self._raw_mask is None:
+            mask = np.zeros(self.vocab_size, dtype=bool)
+            mask[[i for i in self.raw_byte_ids if i < self.vocab_size]] = True
+            self._raw_mask = mask
+        return self._raw_mask
+
+    def _calibrate(self, n_tokens, n_bytes, n_chars, n_words, record_ids, flat: np.ndarray) -> None:
+        """Moments and random groups of records already counted in the plain tables."""
+        n = len(n_tokens)
+        lengths = np.asarray(n_tokens, dtype=np.int64)
+        if len(flat) != int(lengths.sum()):
+            raise ValueError(f"the id arrays hold {len(flat)} ids, n_tokens adds up to {int(lengths.sum())}")
+        if len(flat) and (int(flat.min()) < 0 or int(flat.max()) >= self.vocab_size):
+            raise ValueError(f"token id outside the vocabulary (size {self.vocab_size})")
+        record_of_token = np.repeat(np.arange(n), lengths)
+        raw = np.bincount(record_of_token[self._raw_byte_mask()[flat]], minlength=n).tolist()
+        columns = (list(n_tokens), list(n_bytes), list(n_chars), list(n_words), raw)
+        for v, column in enumerate(columns):
+            self.moment_sums[v] += sum(column)
+        for k, (i, j) in enumerate(MOMENT_PAIRS):
+            # Python ints: exact however large (bytes squared of a 1 GB record passes int64).
+            self.moment_products[k] += sum(map(mul, columns[i], columns[j]))
+        groups = [record_group(r) for r in record_ids]
+        for g, t, b in zip(groups, columns[0], columns[1]):
+            self.group_records[g] += 1
+            self.group_tokens[g] += t
+            key = length_key(t)
+            self.group_lengths[g][key] = self.group_lengths[g].get(key, 0) + 1
+            if t:
+                q = 4 * b // t
+                self.group_quarters[g][q] = self.group_quarters[g].get(q, 0) + 1
+        if len(flat):
+            classes = self.group_classes.shape[1]
+            cell = np.asarray(groups, dtype=np.int64)[record_of_token] * classes + id_classes(flat, self.vocab_size)
+            self.group_classes += np.bincount(cell, minlength=self.group_classes.size).reshape(
+                self.group_classes.shape)
+        self.calibrated += n
+
+    def moment_product(self, a: str, b: str) -> int:
+        """Sum over calibrated records of variable `a` times variable `b` (names of MOMENT_VARIABLES)."""
+        i, j = sorted((MOMENT_VARIABLES.index(a), MOMENT_VARIABLES.index(b)))
+        return self.moment_products[MOMENT_PAIRS.index((i, j))]
     def add_id_counts(self, counts: Mapping[int, int]) -> None:
         """Add `{token id: occurrences}` counted elsewhere (pair with `add(n_tokens, ...)`)."""
         own = self.id_counts
@@ -248,7 +423,26 @@ class Summary:
         self.shards |= other.shards
         # Sorted on every field: the same list whatever the merge order.
         self.shard_errors = sorted(self.shard_errors + other.shard_errors, key=_error_key)
+        self._merge_calibration(other)
         return self
+
+    def _merge_calibration(self, other: "Summary") -> None:
+        # An empty accumulator (Beam's create_accumulator) may not know the raw-byte ids: it takes them.
+        if self.raw_byte_ids is None:
+            self.raw_byte_ids, self._raw_mask = other.raw_byte_ids, None
+        elif other.raw_byte_ids is not None and other.raw_byte_ids != self.raw_byte_ids:
+            raise ValueError("cannot merge summaries made with different raw-byte ids (different tokenizers?)")
+        self.calibrated += other.calibrated
+        self.moment_sums = list(map(add, self.moment_sums, other.moment_sums))
+        self.moment_products = list(map(add, self.moment_products, other.moment_products))
+        self.group_records = list(map(add, self.group_records, other.group_records))
+        self.group_tokens = list(map(add, self.group_tokens, other.group_tokens))
+        for mine_list, theirs_list in ((self.group_lengths, other.group_lengths),
+                                       (self.group_quarters, other.group_quarters)):
+            for mine, theirs in zip(mine_list, theirs_list):
+                for key, n in theirs.items():
+                    mine[key] = mine.get(key, 0) + n
+        self.group_classes = self.group_classes + other.group_classes
 
     @classmethod
     def merged(cls, summaries: Iterable["Summary"], vocab_size: int) -> "Summary":
@@ -258,15 +452,27 @@ class Summary:
             total.merge(s)
         return total
 
-    # ---- pickling: compress the dense id counts (mostly zeros for a small shard) ----------------
+    # ---- pickling: compress the dense id counts and group classes (mostly zeros for a small shard) --
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["id_counts"] = zlib.compress(array("Q", self.id_counts).tobytes(), 1)
+        # Group classes as (cell, count) pairs of the non-zero cells: a shard of a few hundred records
+        # fills a small part of the groups x classes table.
+        cells = np.flatnonzero(self.group_classes)
+        state["group_classes"] = (self.group_classes.shape, zlib.compress(
+            cells.astype(np.uint32).tobytes() + self.group_classes.reshape(-1)[cells].astype(np.uint64).tobytes(), 1))
+        state["_raw_mask"] = None
         return state
 
     def __setstate__(self, state: dict) -> None:
         counts = array("Q")
         counts.frombytes(zlib.decompress(state["id_counts"]))
+        shape, blob = state["group_classes"]
+        raw = zlib.decompress(blob)
+        n = len(raw) // 12
+        classes = np.zeros(shape[0] * shape[1], dtype=np.int64)
+        classes[np.frombuffer(raw[:4 * n], dtype=np.uint32)] = np.frombuffer(raw[4 * n:], dtype=np.uint64)
         self.__dict__.update(state)
         self.id_counts = counts.tolist()
+        self.group_classes = classes.reshape(shape)

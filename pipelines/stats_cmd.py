@@ -1,11 +1,13 @@
 """`tokenbeam stats 'runs/tokens/*.parquet' --tokenizer T`: rebuild stats.json from token Parquet files.
 
-Reads the columns `token_ids` (list<uint16|uint32>), `n_tokens`, `n_bytes`, `n_chars`, `n_words` with
+Reads the columns `id`, `token_ids` (list<uint16|uint32>), `n_tokens`, `n_bytes`, `n_chars`, `n_words` with
 pyarrow through fsspec, one record batch at a time (memory bounded by the batch, not the file), and
 feeds the same `Summary` the tokenize pipeline uses, so the result equals the pipeline's stats.json
 apart from `timing`. Token ids are counted per batch with numpy's bincount over the flat Arrow
 values (no Python object per token). When a file's footer carries the tokenize pipeline's shard
-record, its rejected and repaired counts and shard name are restored too.
+record, its rejected and repaired counts and shard name are restored too. Every record is calibrated
+(record id and token ids go to `Summary.add_batch`), so the result is fit for `tokenbeam drift`:
+this is how a stats.json of an older version is brought up to date.
 """
 from __future__ import annotations
 
@@ -22,10 +24,11 @@ import pyarrow.parquet as pq
 
 from schemas import tables
 from bpe_ops.stats import Summary
-from schemas.stats import dump_stats, stats_json
+from schemas.stats import TokenizerFacts, dump_stats, stats_json
 from pipelines import common
 
-COLUMNS = ("token_ids", "n_tokens", "n_bytes", "n_chars", "n_words")
+COLUMNS = ("id", "token_ids", "n_tokens", "n_bytes", "n_chars", "n_words")
+STAT_COLUMNS = COLUMNS[2:]
 BATCH_ROWS = 8_192
 # Footer keys written by the tokenize pipeline (pipelines/tokenize.py).
 SHA256_KEY = tables.TOKENIZER_SHA256_KEY.encode()
@@ -51,7 +54,8 @@ def expand_globs(globs: list[str]) -> list[str]:
 
 
 def add_batch(summary: Summary, batch: pa.RecordBatch, where: str) -> None:
-    """Add one record batch: id frequencies and per-record figures, a column at a time."""
+    """Add one record batch: id frequencies and per-record figures, a column at a time; each record
+    calibrated with its id and token ids (views into the flat id buffer, no copy per record)."""
     ids = batch.column("token_ids")
     n_tokens = batch.column("n_tokens")
     if not pc.all(pc.equal(pc.list_value_length(ids), n_tokens)).as_py():
@@ -64,7 +68,10 @@ def add_batch(summary: Summary, batch: pa.RecordBatch, where: str) -> None:
         counts = np.bincount(flat, minlength=summary.vocab_size)
         used = np.flatnonzero(counts)
         summary.add_id_counts(dict(zip(used.tolist(), counts[used].tolist())))
-    summary.add_batch(*(batch.column(c).to_pylist() for c in COLUMNS[1:]))
+    columns = [batch.column(c).to_pylist() for c in STAT_COLUMNS]
+    bounds = np.cumsum(columns[0])[:-1]
+    summary.add_batch(*columns, record_ids=batch.column("id").to_pylist(),
+                      id_arrays=np.split(flat, bounds) if len(columns[0]) else [])
 
 
 def add_file(summary: Summary, url: str, sha256: str) -> int:
@@ -113,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         urls = expand_globs(args.inputs)    # before loading the tokenizer: a typo fails at once
         tok = common.load_tokenizer(args.tokenizer)
-        summary = Summary(tok.vocab_size)
+        summary = Summary(tok.vocab_size, raw_byte_ids=TokenizerFacts.of(tok).raw_byte_ids)
         for url in urls:
             rows = add_file(summary, url, tok.sha256)
             common.say(f"read {url}: {rows:,} rows")
