@@ -50,7 +50,8 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 from bpe_ops.stats import Summary
 
 __all__ = ["parse_duration", "parse_timestamp", "format_utc", "window_start_micros", "window_file_name",
-           "WindowedSummaries", "MergeSummaries", "WindowStats", "WriteWindowStats",
+           "WindowedSummaries", "MergeSummaries", "MergePerWindow", "WindowStats", "WriteWindowStats",
+           "merged_windows",
            "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "WINDOWS_FOLDER"]
 
 WINDOWS_FOLDER = "windows"
@@ -324,6 +325,25 @@ class WindowStats(beam.PTransform):
         self.extra = dict(extra or {})
 
     def expand(self, summaries):
+        return (summaries
+                | "MergePerWindow" >> MergePerWindow(self.vocab_size, self.window_seconds,
+                                                     self.allowed_lateness, self.early_count)
+                | "WriteWindowStats" >> beam.ParDo(WriteWindowStats(self.output, self.tokenizer_facts, self.extra)))
+
+
+class MergePerWindow(beam.PTransform):
+    """Timestamped partial Summaries -> one merged Summary per fixed window and pane (the windowing and
+    combining half of `WindowStats`, apart so that tests can look at the panes themselves)."""
+
+    def __init__(self, vocab_size: int, window_seconds: float, allowed_lateness: float = 0,
+                 early_count: int | None = None):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.window_seconds = window_seconds
+        self.allowed_lateness = allowed_lateness
+        self.early_count = early_count
+
+    def expand(self, summaries):
         fire = trigger.AfterWatermark(
             early=trigger.AfterCount(self.early_count) if self.early_count else None,
             late=trigger.AfterCount(1) if self.allowed_lateness else None)
@@ -332,8 +352,7 @@ class WindowStats(beam.PTransform):
                     window.FixedWindows(self.window_seconds), trigger=fire,
                     accumulation_mode=trigger.AccumulationMode.ACCUMULATING,
                     allowed_lateness=Duration.of(self.allowed_lateness))
-                | "MergePerWindow" >> beam.CombineGlobally(MergeSummaries(self.vocab_size)).without_defaults()
-                | "WriteWindowStats" >> beam.ParDo(WriteWindowStats(self.output, self.tokenizer_facts, self.extra)))
+                | "Merge" >> beam.CombineGlobally(MergeSummaries(self.vocab_size)).without_defaults())
 
 
 def merged_windows(summaries: Iterable[beam.window.TimestampedValue], vocab_size: int,
