@@ -4,13 +4,19 @@ repository on the path) and `tokenbeam train` / `tokenbeam tokenize` run from a 
 repository, tokenize with two worker processes, which import only what the package installed. The
 outputs must be the bytes an in-repository run writes.
 
-The venv sees the system's site-packages, so Beam and pyarrow are not downloaded again; installing
-with `--no-build-isolation` needs setuptools and wheel there (the [test] extra)."""
+The venv sees the site-packages of the environment running the tests (through a .pth file, whether
+that environment is a venv or the system's Python), so Beam and pyarrow are not downloaded again and
+`--no-build-isolation` builds with that environment's setuptools and wheel (the [test] extra). Not
+`--system-site-packages`: made from a venv's interpreter, that would show the base interpreter's
+site-packages instead, which need not hold wheel or Beam. The .pth lists folders only, so the .pth
+files in them (an editable install of this repository among them) are not run."""
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
+import sysconfig
 import tarfile
 
 import pytest
@@ -45,14 +51,31 @@ def sdist(tmp_path_factory):
     return archive
 
 
+def running_site_packages() -> list[str]:
+    """The site-packages folders of the environment running the tests, in the order it searches them:
+    a venv's own (and its base's, when it was made with --system-site-packages), or the system
+    Python's; the user site when it is enabled."""
+    paths = sysconfig.get_paths()
+    folders = [*site.getsitepackages(), paths["purelib"], paths["platlib"]]
+    if site.ENABLE_USER_SITE:
+        folders.append(site.getusersitepackages())
+    return list(dict.fromkeys(f for f in folders if os.path.isdir(f)))
+
+
 @pytest.fixture(scope="module")
 def venv(sdist, tmp_path_factory):
     """A fresh venv with the sdist installed into it (not editable); its bin/ folder."""
     home = tmp_path_factory.mktemp("venv") / "venv"
-    run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", home], cwd=home.parent,
-        env=clean_env())
-    # The system's pip, run by the venv's interpreter, installs into the venv.
-    run([home / "bin" / "python", "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
+    run([sys.executable, "-m", "venv", "--without-pip", home], cwd=home.parent, env=clean_env())
+    python = home / "bin" / "python"
+    own = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=home.parent,
+              env=clean_env()).stdout.strip()
+    assert os.path.realpath(own).startswith(os.path.realpath(home) + os.sep), own
+    # After the venv's own site-packages on its sys.path: the running environment's, as plain folders.
+    with open(os.path.join(own, "_running_environment.pth"), "w", encoding="utf-8") as f:
+        f.write("".join(folder + "\n" for folder in running_site_packages()))
+    # The running environment's pip, run by the venv's interpreter, installs into the venv.
+    run([python, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
          "--disable-pip-version-check", "--quiet", sdist], cwd=home.parent, env=clean_env())
     return home / "bin"
 
@@ -110,6 +133,18 @@ def test_installed_package_does_not_import_from_the_repository(venv, outside):
     assert len(files) == 4
     for f in files:                      # the compiled merge loop too: built from the sdist's C source
         assert os.path.realpath(f).startswith(site), f
+
+
+def test_venv_runs_with_the_running_environments_libraries(venv, outside):
+    """Beam, pyarrow and setuptools in the venv are the ones the tests run with, even when the tests run
+    inside a venv whose base interpreter has none of them."""
+    import apache_beam
+    import pyarrow
+    import setuptools
+    code = "import apache_beam, pyarrow, setuptools; print(apache_beam.__file__, pyarrow.__file__, setuptools.__file__)"
+    files = run([venv / "python", "-c", code], cwd=outside, env=clean_env()).stdout.split()
+    assert [os.path.realpath(f) for f in files] == [
+        os.path.realpath(m.__file__) for m in (apache_beam, pyarrow, setuptools)]
 
 
 def test_installed_commands_write_the_same_bytes_as_the_repository(installed_run, repo_run):
