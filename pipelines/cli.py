@@ -1,99 +1,104 @@
 """The `tokenbeam` command: train, tokenize, drift, stats, encode.
 
-Each subcommand lives in its own module with a `main(argv) -> int`; this file only dispatches and
-turns user errors into one clear line (never a traceback) with a non-zero exit code.
+One argparse parser with a subcommand each; each subcommand's flags are declared by its own module
+(`add_arguments`), and its body runs under `errors.run_command`, which turns every user error into
+one line `tokenbeam: error: ...` and the exit code of `pipelines.errors` (never a traceback).
+No module imports this one.
 """
 from __future__ import annotations
 
+import argparse
 import gc
-import os
 import sys
-import traceback
-from typing import Callable
 
-USAGE = """usage: tokenbeam COMMAND [options]
+from pipelines.command import Parser, option_strings, refuse_leftovers
+from pipelines.errors import EXIT_USAGE, UserError, run_command
 
-commands:
-  train      train a BPE tokenizer on sharded text (Beam)
-  tokenize   tokenize sharded text into Parquet with statistics (Beam)
-  drift      compare two stats.json files and say whether tokenization drifted
-  stats      rebuild stats.json from existing token Parquet files
-  encode     show how a tokenizer splits a text
-
+DESCRIPTION = "Train BPE tokenizers and tokenize sharded corpora into Parquet, on Apache Beam."
+EPILOG = """exit codes: 0 done; 1 drift found (drift, tokenize --baseline); 2 usage or configuration error;
+3 the run's output is incomplete (shards unreadable, nothing written, --fail-fast); 130 interrupted.
 `tokenbeam COMMAND --help` describes each command."""
 
 
-def run_command(run: Callable[[list[str]], object], argv: list[str]) -> int:
-    """Run a pipeline entry point; a UserError, or an OSError (a path that cannot be read or written),
-    becomes one line and exit code 2. TOKENBEAM_DEBUG=1 prints the traceback before that line."""
-    from pipelines.common import UserError, os_error_reason
-
-    try:
-        run(argv)
-    except (UserError, OSError) as exc:
-        if os.environ.get("TOKENBEAM_DEBUG") == "1":
-            traceback.print_exception(exc.__cause__ or exc.__context__ or exc, file=sys.stderr)
-        message = os_error_reason(exc) if isinstance(exc, OSError) else str(exc)
-        print(f"tokenbeam: error: {message}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("tokenbeam: interrupted", file=sys.stderr)
-        return 130
-    return 0
-
-
-def encode_main(argv: list[str]) -> int:
-    """`tokenbeam encode --tokenizer T TEXT`: the ids and the pieces, one per line."""
-    import argparse
-    from bpe_ops import Tokenizer
-    from pipelines.common import UserError
-
-    parser = argparse.ArgumentParser(prog="tokenbeam encode", description=encode_main.__doc__)
+def add_encode_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", required=True, help="tokenizer.json (or a folder holding one)")
     parser.add_argument("--allow-special", action="store_true", help="encode special-token strings as specials")
     parser.add_argument("text", nargs="+")
-    args = parser.parse_args(argv)
 
-    def run(_):
-        try:
-            tok = Tokenizer.from_file(args.tokenizer)
-        except (OSError, ValueError) as exc:
-            raise UserError(str(exc).splitlines()[0]) from None
-        text = " ".join(args.text)
-        ids = tok.encode(text, allowed_special="all" if args.allow_special else ())
-        print(f"{len(ids)} tokens, {len(text.encode('utf-8', 'replace'))} bytes")
-        for i in ids:
-            print(f"{i}\t{tok.decode_bytes([i])!r}")
-    return run_command(run, [])
+
+def encode(args: argparse.Namespace) -> None:
+    """`tokenbeam encode --tokenizer T TEXT`: the ids and the pieces, one per line."""
+    from pipelines.tokenizer_files import load_tokenizer
+
+    tok = load_tokenizer(args.tokenizer)
+    text = " ".join(args.text)
+    ids = tok.encode(text, allowed_special="all" if args.allow_special else ())
+    print(f"{len(ids)} tokens, {len(text.encode('utf-8', 'replace'))} bytes")
+    for i in ids:
+        print(f"{i}\t{tok.decode_bytes([i])!r}")
+
+
+def build_parser() -> tuple[Parser, dict[str, argparse.ArgumentParser]]:
+    """The `tokenbeam` parser and its subcommands' parsers. The pipeline modules are imported only
+    for the subcommand that runs (importing tokenize imports Beam)."""
+    parser = Parser(prog="tokenbeam", description=DESCRIPTION, epilog=EPILOG,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    subparsers = {
+        "train": commands.add_parser("train", help="train a BPE tokenizer on sharded text (Beam)",
+                                     usage="tokenbeam train --output DIR --vocab-size N --input GLOB [options] [INPUT ...]",
+                                     epilog="Any other --flag must be one of Beam's (--runner, ...)."),
+        "tokenize": commands.add_parser("tokenize", help="tokenize sharded text into Parquet with statistics (Beam)",
+                                        usage="tokenbeam tokenize --tokenizer T --output DIR --input GLOB [options] "
+                                              "[INPUT ...]",
+                                        epilog="Any other --flag must be one of Beam's (--runner, ...)."),
+        "drift": commands.add_parser("drift", help="compare two stats.json files: did tokenization drift?",
+                                     add_help=False),
+        "stats": commands.add_parser("stats", help="rebuild stats.json from existing token Parquet files",
+                                     add_help=False),
+        "encode": commands.add_parser("encode", help="show how a tokenizer splits a text"),
+    }
+    add_encode_arguments(subparsers["encode"])
+    # drift and stats parse their own arguments (they run without Beam and without pipelines).
+    for name in ("drift", "stats"):
+        subparsers[name].add_argument("arguments", nargs=argparse.REMAINDER)
+    return parser, subparsers
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE)
-        return 0 if argv else 2
-    command, rest = argv[0], argv[1:]
-    if command == "train":
-        from pipelines import train
-        return train.main(rest)
-    if command == "tokenize":
-        from pipelines import tokenize
-        return tokenize.main(rest)
-    if command == "drift":
-        from pipelines import drift
-        return drift.main(rest)
-    if command == "stats":
-        from pipelines import stats_cmd
-        return stats_cmd.main(rest)
-    if command == "encode":
-        return encode_main(rest)
-    print(f"tokenbeam: error: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
-    return 2
+    parser, subparsers = build_parser()
+    if not argv:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    command = argv[0]
+    if command in ("train", "tokenize"):
+        # Their flags are declared by their modules, imported only now (tokenize imports Beam).
+        from pipelines import tokenize, train
+        module = train if command == "train" else tokenize
+        module.add_arguments(subparsers[command])
+
+    def run():
+        args, rest = parser.parse_known_args(argv)
+        if args.command == "train":
+            return train.run_parsed(args, rest, subparsers["train"]) and None
+        if args.command == "tokenize":
+            return tokenize.run_parsed(args, rest, option_strings(subparsers["tokenize"])) and None
+        if args.command == "drift":
+            from pipelines import drift
+            return drift.main(args.arguments)
+        if args.command == "stats":
+            from pipelines import stats_cmd
+            return stats_cmd.main(args.arguments)
+        refuse_leftovers(rest, subparsers["encode"], "encode takes the text after its options")
+        return encode(args)
+
+    return run_command(run)
 
 
 def console() -> int:
     """The `tokenbeam` console script: `main`, then an exit that skips the interpreter's final garbage
-    collection over Beam's objects (~1 s); every output is written and closed by then."""
+    collection over Beam's objects; every output is written and closed by then."""
     code = main()
     gc.freeze()
     return code

@@ -1,11 +1,22 @@
-"""`tokenbeam drift BASELINE CURRENT`: did tokenization drift between two stats.json files?
+"""`tokenbeam drift BASELINE CURRENT`: did tokenization (or the data) drift between two stats.json files?
 
-From the two files alone: relative change of bytes per token (compression), tokens per word
-(fertility), mean and p90 tokens per record; population stability index (PSI) of the
-tokens-per-record and bytes-per-token histograms; Jensen-Shannon divergence of the token-id
-frequencies and the ids whose share moved most; change of the raw-byte token share and of the
-rejected-record rate. Each judged figure gets a verdict (ok / moderate / significant, bands in
-`schemas/drift.py`); exit code 0 = nothing at or past `--fail-on`, 1 = drift, 2 = error.
+Every judged figure is compared with what sampling noise alone would give for these two samples,
+with the record as the sampling unit (stats.json version 2 holds what that needs, see
+`schemas/stats.py`):
+
+- ratio figures (bytes per token, tokens per word, raw-byte share, mean tokens per record):
+  delta-method standard errors from the per-record moments, a two-sided z test of the difference;
+- p90 tokens per record: the order-statistic (binomial) interval of each side's quantile;
+- PSI of the two histograms and the Jensen-Shannon divergence of token ids: judged against their
+  no-drift distribution for these sample sizes, drawn from the random groups (`null_draws`);
+- rejected-record rate: a two-proportion z test.
+
+A figure is flagged only when its change is beyond noise (Holm-Bonferroni over all judged figures
+at `--level`) *and* past its practical threshold. Verdicts: `ok` (within noise), `moderate`
+(beyond noise, within the threshold), `significant` (beyond noise and past the threshold). The
+figures are reported in two sections: tokenization (length-invariant: how well the tokenizer fits
+the text) and data (record lengths, rejections). Exit code 0 = nothing at or past `--fail-on`,
+1 = drift, 2 = error.
 """
 from __future__ import annotations
 
@@ -17,12 +28,19 @@ import math
 import os
 import sys
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from statistics import NormalDist
 from typing import Sequence
 
+import numpy as np
+
 from schemas import drift as layout
-from schemas.stats import load_stats
+from schemas.stats import REBUILD_HINT, load_stats
 
 TOP_SHIFTED = 15
+NULL_DRAWS = 999      # no-drift draws per divergence: p-values down to 1/1000, below the Holm levels
+NULL_SEED = 20250113  # fixed: the same two files always give the same report
+_NORMAL = NormalDist()
 
 
 # ---- the math (pure) ------------------------------------------------------------------------
@@ -34,72 +52,273 @@ def relative_change(baseline: float | None, current: float | None) -> float | No
     return (current - baseline) / baseline
 
 
-def psi(expected: Sequence[int], actual: Sequence[int], smoothing: float = 0.5) -> float:
+def psi(expected: Sequence[float], actual: Sequence[float], smoothing: float = 0.5) -> float:
     """Population stability index of two histograms over the same bins, from record counts.
 
     PSI = sum_i (q_i - p_i) * ln(q_i / p_i). An empty bin would make it infinite, so every bin that
     either side uses gets `smoothing` extra records on both sides (additive, Jeffreys-style: it
     fades as counts grow); bins empty on both sides play no part. Identical histograms give 0.
+
+    >>> round(psi([50, 50], [80, 20], smoothing=0), 4)   # 0.3 ln 1.6 + 0.3 ln 2.5
+    0.4159
     """
-    pairs = [(e, a) for e, a in zip(expected, actual, strict=True) if e or a]
-    if not pairs:
-        return 0.0
-    total_e = sum(e for e, _ in pairs) + smoothing * len(pairs)
-    total_a = sum(a for _, a in pairs) + smoothing * len(pairs)
-    value = 0.0
-    for e, a in pairs:
-        p, q = (e + smoothing) / total_e, (a + smoothing) / total_a
-        value += (q - p) * math.log(q / p)
-    return value
+    return float(psi_rows(np.asarray([expected], float), np.asarray([actual], float), smoothing)[0])
 
 
-def js_divergence(p_counts: Sequence[int], q_counts: Sequence[int]) -> float:
+def psi_rows(expected: np.ndarray, actual: np.ndarray, smoothing: float = 0.5) -> np.ndarray:
+    """`psi` of each row pair of two (draws x bins) count arrays (counts may be fractional)."""
+    used = (expected > 0) | (actual > 0)
+    bins = used.sum(axis=1, keepdims=True)
+    p = np.where(used, expected + smoothing, 0) / (expected.sum(axis=1, keepdims=True) + smoothing * bins)
+    q = np.where(used, actual + smoothing, 0) / (actual.sum(axis=1, keepdims=True) + smoothing * bins)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(used, (q - p) * np.log(np.where(used, q, 1) / np.where(used, p, 1)), 0.0)
+    return terms.sum(axis=1)
+
+
+def js_divergence(p_counts: Sequence[float], q_counts: Sequence[float]) -> float:
     """Jensen-Shannon divergence (base 2, so in [0, 1]) of two count vectors over the same ids.
 
     JS = (KL(P || M) + KL(Q || M)) / 2 with M = (P + Q) / 2: finite without smoothing, symmetric,
     0 for identical distributions, 1 for distributions on disjoint ids.
+
+    >>> js_divergence([4, 0], [0, 9]), js_divergence([3, 0, 5], [3, 0, 5])
+    (1.0, 0.0)
     """
-    p_total, q_total = sum(p_counts), sum(q_counts)
-    if p_total == 0 or q_total == 0:
+    p, q = np.asarray([p_counts], float), np.asarray([q_counts], float)
+    if p.sum() == 0 or q.sum() == 0:
         raise ValueError("Jensen-Shannon divergence of an empty distribution")
-    value = 0.0
-    for a, b in zip(p_counts, q_counts, strict=True):
-        if a or b:
-            p, q = a / p_total, b / q_total
-            m = (p + q) / 2
-            if p:
-                value += p * math.log2(p / m)
-            if q:
-                value += q * math.log2(q / m)
-    return min(1.0, max(0.0, value / 2))
+    return float(js_rows(p / p.sum(), q / q.sum())[0])
+
+
+def js_rows(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Jensen-Shannon divergence (bits) of each row pair of two (draws x ids) share arrays."""
+    m = (p + q) / 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kl_p = np.where(p > 0, p * np.log2(np.where(p > 0, p, 1) / np.where(m > 0, m, 1)), 0.0)
+        kl_q = np.where(q > 0, q * np.log2(np.where(q > 0, q, 1) / np.where(m > 0, m, 1)), 0.0)
+    return np.clip((kl_p + kl_q).sum(axis=1) / 2, 0.0, 1.0)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A figure of one side and the variance of its sampling error."""
+    value: float | None
+    variance: float | None
+
+
+def ratio_estimate(moments: dict, numerator: str, denominator: str | None) -> Estimate:
+    """R = sum y / sum x over records and its delta-method (linearised) variance
+
+        Var(R) ~ sum_i (y_i - R x_i)^2 / (n (n - 1) xbar^2),
+
+    from the per-record sums and products of stats.json's `moments` (`denominator` None: x = 1,
+    R is the mean of y per record). The residual sum is computed exactly, as the integer
+    Syy Sx^2 - 2 Sy Sx Sxy + Sy^2 Sxx over Sx^2, before any float is taken.
+
+    >>> m = {"variables": ["tokens", "bytes"], "records": 3, "sums": [6, 18],
+    ...      "products": [[14, 42], [42, 126]]}          # three records: (1, 3), (2, 6), (3, 9) bytes
+    >>> ratio_estimate(m, "bytes", "tokens")              # bytes per token exactly 3: no variance
+    Estimate(value=3.0, variance=0.0)
+    >>> ratio_estimate(m, "tokens", None)                  # mean 2, s^2 = 1, Var(mean) = 1/3
+    Estimate(value=2.0, variance=0.3333333333333333)
+    """
+    n = moments["records"]
+    names = moments["variables"]
+    y = names.index(numerator)
+    sy, syy = moments["sums"][y], moments["products"][y][y]
+    if denominator is None:
+        sx, sxx, sxy = n, n, sy
+    else:
+        x = names.index(denominator)
+        sx, sxx, sxy = moments["sums"][x], moments["products"][x][x], moments["products"][x][y]
+    if sx == 0:
+        return Estimate(None, None)
+    value = sy / sx
+    if n < 2:
+        return Estimate(value, None)
+    residuals = Fraction(syy * sx * sx - 2 * sy * sx * sxy + sy * sy * sxx, sx * sx)
+    xbar = Fraction(sx, n)
+    return Estimate(value, float(residuals / (n * (n - 1) * xbar * xbar)))
+
+
+def interpolated_percentile(percentiles: Sequence[int], p: float) -> float:
+    """The p-quantile (0 <= p <= 1) read off a p0..p100 table, linear between whole percents."""
+    at = min(max(p, 0.0), 1.0) * 100
+    lo = min(int(at), 99)
+    return percentiles[lo] + (at - lo) * (percentiles[lo + 1] - percentiles[lo])
+
+
+def quantile_estimate(percentiles: Sequence[int], n: int, p: float) -> Estimate:
+    """A quantile and its variance from the order-statistic interval: the quantile of a sample of n
+    has rank n p +- sqrt(n p (1 - p)) at one standard error (binomial), so
+    SE ~ (Q(p + s) - Q(p - s)) / 2 with s = sqrt(p (1 - p) / n).
+
+    >>> quantile_estimate(list(range(101)), 100, 0.9)     # s = 0.03: Q between 87 and 93
+    Estimate(value=90, variance=9.0)
+    """
+    if not percentiles:
+        return Estimate(None, None)
+    s = math.sqrt(p * (1 - p) / n)
+    se = (interpolated_percentile(percentiles, p + s) - interpolated_percentile(percentiles, p - s)) / 2
+    return Estimate(percentiles[round(100 * p)], se * se)
+
+
+def two_sided_p(z: float) -> float:
+    return 2 * _NORMAL.cdf(-abs(z))
+
+
+def z_quantile(level: float) -> float:
+    """The z of a two-sided test at `level`: 1.96 at 0.05."""
+    return _NORMAL.inv_cdf(1 - level / 2)
+
+
+def holm(p_values: Sequence[float], level: float) -> list[bool]:
+    """Holm-Bonferroni: which of the hypotheses to reject, controlling the family-wise error at
+    `level`. The k-th smallest p-value (k = 0, 1, ...) is compared with level / (m - k), and the
+    first one that fails stops the rejections.
+
+    >>> holm([0.01, 0.04, 0.03, 0.5], 0.05)     # 0.01 < 0.05/4; then 0.03 > 0.05/3 stops
+    [True, False, False, False]
+    """
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    reject = [False] * len(p_values)
+    for k, i in enumerate(order):
+        if p_values[i] > level / (len(p_values) - k):
+            break
+        reject[i] = True
+    return reject
+
+
+# ---- the no-drift distribution of a divergence, from random groups ---------------------------
+
+def _row_shares(rows: np.ndarray) -> np.ndarray:
+    totals = rows.sum(axis=1, keepdims=True)
+    return np.divide(rows, totals, out=np.zeros_like(rows), where=totals > 0)
+
+
+def split_half_mixtures(a_groups: np.ndarray, b_groups: np.ndarray, draws: int, rng: np.random.Generator):
+    """Two pseudo-samples X, Y per draw, with the sampling noise of A vs B but without their difference.
+
+    Each side's K groups are split at random into halves: a1, a2 (shares of A's halves), b1, b2.
+    X = (a1 + b1) / 2 and Y = (a2 + b2) / 2. The halves hold half the records, so a1 - a2 has four
+    times the covariance of A's own sampling error, and X - Y = (a1 - a2)/2 + (b1 - b2)/2 has the
+    covariance of (A's error) - (B's error): that of the observed difference under "no drift",
+    whatever the two sample sizes. Any real A-B difference cancels out of X - Y, rare categories
+    seen once on one side behave as in the observed pair, and X, Y are true distributions (no
+    linearisation). Returns (X, Y, valid): share arrays (draws x bins), and the draws in which
+    every half held something.
+    """
+    k = a_groups.shape[0]
+    used = (a_groups.sum(0) > 0) | (b_groups.sum(0) > 0)     # bins neither side uses change nothing
+    a_groups, b_groups = a_groups[:, used], b_groups[:, used]
+    halves = []
+    for groups in (a_groups, b_groups):
+        masks = np.argsort(rng.random((draws, k)), axis=1) < k // 2      # K/2 groups in half one
+        one, two = masks.astype(float) @ groups, (~masks).astype(float) @ groups
+        halves.append((one, two))
+    (a1, a2), (b1, b2) = halves
+    valid = (a1.sum(1) > 0) & (a2.sum(1) > 0) & (b1.sum(1) > 0) & (b2.sum(1) > 0)
+    return (_row_shares(a1) + _row_shares(b1)) / 2, (_row_shares(a2) + _row_shares(b2)) / 2, valid
+
+
+@dataclass(frozen=True)
+class NullDistribution:
+    """A divergence's draws under "no drift" for these two samples: mean, spread, upper quantiles."""
+    draws: np.ndarray
+
+    @property
+    def mean(self) -> float:
+        return float(self.draws.mean())
+
+    @property
+    def sd(self) -> float:
+        return float(self.draws.std(ddof=1))
+
+    def p_value(self, observed: float) -> float:
+        """Share of draws at least as large as the observed value, counting the observed one
+        (so never 0: with 999 draws at least 0.001)."""
+        return (1 + int((self.draws >= observed).sum())) / (1 + len(self.draws))
+
+    def quantile(self, q: float) -> float:
+        return float(np.quantile(self.draws, q))
+
+
+def js_null(a_groups: np.ndarray, b_groups: np.ndarray, draws: int = NULL_DRAWS, seed: int = NULL_SEED):
+    """No-drift draws of the JS divergence of token-id classes (groups x classes counts per side)."""
+    x, y, valid = split_half_mixtures(a_groups.astype(float), b_groups.astype(float), draws,
+                                      np.random.default_rng(seed))
+    return NullDistribution(js_rows(x[valid], y[valid]))
+
+
+def psi_null(a_groups: np.ndarray, b_groups: np.ndarray, draws: int = NULL_DRAWS, seed: int = NULL_SEED):
+    """No-drift draws of the PSI of a histogram (groups x bins record counts per side): the pseudo
+    samples are scaled back to each side's records, so the smoothing acts as on the observed pair."""
+    x, y, valid = split_half_mixtures(a_groups.astype(float), b_groups.astype(float), draws,
+                                      np.random.default_rng(seed + 1))
+    return NullDistribution(psi_rows(x[valid] * a_groups.sum(), y[valid] * b_groups.sum()))
 
 
 # ---- the comparison ---------------------------------------------------------------------------
 
+TOKENIZATION, DATA, INFO_SECTION = "tokenization", "data", "info"
+
+
 @dataclass(frozen=True)
 class Thresholds:
-    """When a change counts as drift. Relative changes and shares are fractions (0.05 = 5%)."""
-    bytes_per_token: float = 0.05     # |relative change| of bytes per token
-    tokens_per_word: float = 0.05     # |relative change| of tokens per word
-    tokens_per_record: float = 0.25   # |relative change| of mean and p90 tokens per record
-    psi: float = 0.25                 # PSI of each histogram
-    js: float = 0.1                   # Jensen-Shannon divergence of token-id frequencies
-    raw_byte_share: float = 0.02      # |change| of the share of single-byte tokens
-    rejected_rate: float = 0.01       # |change| of rejected / records read
+    """When a change counts as drift: beyond sampling noise at `level` (Holm-Bonferroni over the
+    judged figures) and past its practical threshold. Relative changes and shares are fractions
+    (0.02 = 2%); divergences are the excess over their no-drift value for these sample sizes.
+
+    The practical thresholds sit below the smallest constructed shift of
+    benchmarks/bench_drift_calibration.py that each figure should catch, and above what no one
+    would act on: the noise test alone already keeps small samples quiet, the threshold keeps a
+    million-record comparison from flagging a change too small to matter."""
+    # A preprocessing change (collapsed whitespace, reformatted digits) moves compression by a few
+    # percent, a different domain by tens: 2% catches the former, a tokenizer that compresses
+    # 2% worse costs 2% more compute for the same text.
+    bytes_per_token: float = 0.02
+    # Fertility moves with the same changes, a little more than compression (words get split):
+    # the same 2%.
+    tokens_per_word: float = 0.02
+    # Record lengths are heavy-tailed (one long document moves the mean of a few hundred records
+    # by tens of percent), and longer or shorter documents are a data change, not a tokenizer one:
+    # only a quarter or more is worth an alarm.
+    tokens_per_record: float = 0.25
+    # PSI above its no-drift value: 0.1 is the conventional "moderate" band, the change at which
+    # a distribution is usually called shifted.
+    psi: float = 0.1
+    # JS divergence of token ids above its no-drift value: English with collapsed whitespace moves
+    # it by several hundredths, another domain or script by tenths; 0.02 keeps the former.
+    js: float = 0.02
+    # Raw single-byte tokens are the tokenizer's fallback for text it has not learnt: half a
+    # percentage point more of them is already a visible loss of fit.
+    raw_byte_share: float = 0.005
+    # Rejected records are data loss: one percentage point.
+    rejected_rate: float = 0.01
+    level: float = 0.05                # family-wise false-alarm level of the noise tests
     fail_on: str = layout.SIGNIFICANT  # exit 1 from this verdict on: "moderate" or "significant"
 
 
 @dataclass
 class Metric:
-    """One row of the report. `change_kind` says how `change` is computed and judged."""
+    """One row of the report. `change_kind` says how `change` is computed and judged; `interval` is
+    the change's interval at the per-figure Bonferroni level, `detectable` the smallest change
+    this pair of samples would call beyond noise at that level."""
     name: str
     label: str
+    section: str
     baseline: float | None
     current: float | None
     change: float | None
     change_kind: str
     threshold: float | None
     verdict: str
+    interval: list[float] | None = None
+    detectable: float | None = None
+    p_value: float | None = None
+    beyond_noise: bool | None = None
+    null: dict | None = None
 
 
 @dataclass
@@ -132,6 +351,13 @@ class DriftReport:
     def drift(self) -> bool:
         return bool(self.flagged)
 
+    def section_flagged(self, section: str) -> list[Metric]:
+        return [m for m in self.flagged if m.section == section]
+
+    def section_verdict(self, section: str) -> str:
+        return max((m.verdict for m in self.judged if m.section == section), key=layout.SEVERITY.get,
+                   default=layout.OK)
+
     def metric(self, name: str) -> Metric:
         return next(m for m in self.metrics if m.name == name)
 
@@ -145,37 +371,86 @@ class DriftReport:
             "thresholds": asdict(self.thresholds),
             "verdict": self.verdict,
             "drift": self.drift,
+            "sections": {s: {"verdict": self.section_verdict(s), "drift": bool(self.section_flagged(s)),
+                             "flagged": [m.name for m in self.section_flagged(s)]} for s in (TOKENIZATION, DATA)},
+            "headline": headline(self),
             "metrics": [asdict(m) for m in self.metrics],
             "top_shifted_tokens": self.top_shifted_tokens,
             "histograms": self.histograms,
         }
 
 
-def _rejected_rate(stats: dict) -> float | None:
-    return stats["rejected"]["total"] / stats["records_read"] if stats["records_read"] else None
-
-
-def _relative(name, label, base, cur, threshold) -> Metric:
-    change = relative_change(base, cur)
-    return Metric(name, label, base, cur, change, "relative", threshold, layout.verdict_for(change, threshold))
-
-
-def _absolute(name, label, base, cur, threshold) -> Metric:
-    change = None if base is None or cur is None else cur - base
-    return Metric(name, label, base, cur, change, "absolute", threshold, layout.verdict_for(change, threshold))
-
-
-def _divergence(name, label, value, threshold) -> Metric:
-    return Metric(name, label, None, None, value, "divergence", threshold, layout.verdict_for(value, threshold))
-
-
-def _info(name, label, base, cur) -> Metric:
-    return Metric(name, label, base, cur, relative_change(base, cur), "info", None, layout.INFO)
+@dataclass
+class _Test:
+    """A judged figure before the Holm step: its change, the spread of the change's sampling error
+    (`se`, or a no-drift distribution `null` for a divergence) and the p-value."""
+    metric: Metric
+    p_value: float
+    se: float | None = None
+    null: NullDistribution | None = None
 
 
 def _side(stats: dict) -> dict:
     """What drift.json says about one input (`path` is filled in by the command line)."""
     return {"path": None, "tokenizer_sha256": stats["tokenizer_sha256"], "records": stats["records"]}
+
+
+def _p_of_difference(diff: float, se: float) -> float:
+    if se > 0:
+        return two_sided_p(diff / se)
+    return 1.0 if diff == 0 else 0.0
+
+
+def _ratio_test(name, label, section, base: Estimate, cur: Estimate, threshold, kind="relative") -> _Test | Metric:
+    if base.value is None or cur.value is None or base.variance is None or cur.variance is None \
+            or (kind == "relative" and base.value == 0):
+        return Metric(name, label, section, base.value, cur.value, None, kind, threshold, layout.NOT_AVAILABLE)
+    diff = cur.value - base.value
+    se = math.sqrt(base.variance + cur.variance)
+    scale = base.value if kind == "relative" else 1.0
+    metric = Metric(name, label, section, base.value, cur.value, diff / scale, kind, threshold, layout.OK)
+    return _Test(metric, _p_of_difference(diff, se), se=se / abs(scale))
+
+
+def _rate_test(name, label, section, base: tuple[int, int], cur: tuple[int, int], threshold) -> _Test | Metric:
+    """A two-proportion z test: (events, trials) per side, pooled rate under "no change"."""
+    (e1, n1), (e2, n2) = base, cur
+    if not n1 or not n2:
+        return Metric(name, label, section, None, None, None, "absolute", threshold, layout.NOT_AVAILABLE)
+    r1, r2 = e1 / n1, e2 / n2
+    pooled = (e1 + e2) / (n1 + n2)
+    se0 = math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2))
+    se = math.sqrt(r1 * (1 - r1) / n1 + r2 * (1 - r2) / n2)
+    metric = Metric(name, label, section, r1, r2, r2 - r1, "absolute", threshold, layout.OK)
+    return _Test(metric, _p_of_difference(r2 - r1, se0), se=se)
+
+
+def _divergence_test(name, label, section, observed: float, null: NullDistribution, threshold) -> _Test:
+    """The change of a divergence is its excess over the no-drift mean; p = share of no-drift draws
+    at least as large as the observed value."""
+    metric = Metric(name, label, section, null.mean, observed, observed - null.mean, "divergence", threshold,
+                    layout.OK, null={"mean": null.mean, "sd": null.sd, "draws": len(null.draws)})
+    return _Test(metric, null.p_value(observed), null=null)
+
+
+def _judge(tests: list[_Test], level: float) -> None:
+    """Holm over the tests; then each verdict, interval and smallest detectable change."""
+    if not tests:
+        return
+    per_figure = level / len(tests)      # Bonferroni: the level of each interval and detectable change
+    z = z_quantile(per_figure)
+    for t, beyond in zip(tests, holm([t.p_value for t in tests], level)):
+        m = t.metric
+        m.p_value, m.beyond_noise = t.p_value, beyond
+        if t.null is not None:
+            m.detectable = t.null.quantile(1 - per_figure) - t.null.mean
+            half = z * t.null.sd
+        else:
+            m.detectable = z * t.se
+            half = z * t.se
+        m.interval = [m.change - half, m.change + half]
+        # A divergence is beyond noise only above its no-drift value, so |change| is the excess.
+        m.verdict = layout.verdict_for(beyond, m.change, m.threshold)
 
 
 def top_shifted_tokens(baseline: dict, current: dict, n: int = TOP_SHIFTED) -> list[dict]:
@@ -192,58 +467,107 @@ def top_shifted_tokens(baseline: dict, current: dict, n: int = TOP_SHIFTED) -> l
              "current_share": q[i] / q_total, "change": change} for change, i in top]
 
 
+def check_calibrated(stats: dict, side: str) -> None:
+    """ValueError unless every record of `stats` carries the calibration data (moments, groups)."""
+    covered, records = stats["moments"]["records"], stats["records"]
+    if covered != records:
+        raise ValueError(f"the {side} stats.json calibrates {covered:,} of its {records:,} records (its writer "
+                         f"did not give record ids and token ids to Summary.add_batch); " + REBUILD_HINT)
+
+
+def _groups(stats: dict, key: str) -> np.ndarray:
+    rep = stats["replicates"]
+    table = rep["token_classes"]["counts"] if key == "token_classes" else rep[key]
+    return np.asarray(table, dtype=float)
+
+
 def compare(baseline: dict, current: dict, thresholds: Thresholds = Thresholds(),
             allow_different_tokenizers: bool = False) -> DriftReport:
     """Compare two validated stats.json objects. ValueError (one line) when they cannot be compared:
-    no records on a side, or different tokenizers unless `allow_different_tokenizers` (then the
-    id-based figures, JS divergence and shifted tokens, are left out: ids of two vocabularies do
-    not correspond)."""
+    no records on a side, a side not calibrated on every record, or different tokenizers unless
+    `allow_different_tokenizers` (then the id-based figures, JS divergence and shifted tokens, are
+    left out: ids of two vocabularies do not correspond)."""
     for side, stats in (("baseline", baseline), ("current", current)):
-        if stats["records"] == 0:
-            raise ValueError(f"the {side} stats have no records: nothing to compare")
+        if stats["records"] < 2:
+            raise ValueError(f"the {side} stats have {stats['records']} records: at least 2 are needed "
+                             f"to tell drift from noise")
+        check_calibrated(stats, side)
     same_tokenizer = baseline["tokenizer_sha256"] == current["tokenizer_sha256"]
     if not same_tokenizer and not allow_different_tokenizers:
         raise ValueError(f"the stats were made with different tokenizers (sha256 "
                          f"{baseline['tokenizer_sha256'][:12]}... vs {current['tokenizer_sha256'][:12]}...); "
                          f"pass --allow-different-tokenizers to compare them anyway")
     t = thresholds
-    b_tpr, c_tpr = baseline["tokens_per_record"], current["tokens_per_record"]
-    b_hist_tpr, c_hist_tpr = b_tpr["histogram"]["counts"], c_tpr["histogram"]["counts"]
-    b_hist_bpt = baseline["bytes_per_token"]["histogram"]["counts"]
-    c_hist_bpt = current["bytes_per_token"]["histogram"]["counts"]
-    if same_tokenizer:
-        js = js_divergence(baseline["token_frequency"]["counts"], current["token_frequency"]["counts"])
-        shifted = top_shifted_tokens(baseline, current)
-    else:
-        js, shifted = None, []
+    bm, cm = baseline["moments"], current["moments"]
 
-    metrics = [
-        _relative("bytes_per_token", "bytes per token", baseline["bytes_per_token"]["overall"],
-                  current["bytes_per_token"]["overall"], t.bytes_per_token),
-        _relative("tokens_per_word", "tokens per word", baseline["tokens_per_word"],
-                  current["tokens_per_word"], t.tokens_per_word),
-        _relative("tokens_per_record_mean", "tokens per record (mean)", b_tpr["mean"], c_tpr["mean"],
-                  t.tokens_per_record),
-        _relative("tokens_per_record_p90", "tokens per record (p90)", b_tpr["p90"], c_tpr["p90"],
-                  t.tokens_per_record),
-        _divergence("psi_tokens_per_record", "PSI tokens per record", psi(b_hist_tpr, c_hist_tpr), t.psi),
-        _divergence("psi_bytes_per_token", "PSI bytes per token", psi(b_hist_bpt, c_hist_bpt), t.psi),
-        _divergence("js_token_ids", "JS divergence of token ids", js, t.js),
-        _absolute("raw_byte_share", "raw-byte token share", baseline["raw_byte_tokens"]["share"],
-                  current["raw_byte_tokens"]["share"], t.raw_byte_share),
-        _absolute("rejected_rate", "rejected records rate", _rejected_rate(baseline), _rejected_rate(current),
-                  t.rejected_rate),
-        _info("vocabulary_utilisation", "vocabulary utilisation", baseline["vocabulary"]["utilisation"],
-              current["vocabulary"]["utilisation"]),
-        _info("records", "records", baseline["records"], current["records"]),
-        _info("tokens", "tokens", baseline["tokens"], current["tokens"]),
+    def ratio(name, label, section, num, den, threshold, kind="relative"):
+        return _ratio_test(name, label, section, ratio_estimate(bm, num, den), ratio_estimate(cm, num, den),
+                           threshold, kind)
+
+    def p90(stats):
+        return quantile_estimate(stats["tokens_per_record"]["percentiles"], stats["records"], 0.9)
+
+    rows: list[_Test | Metric] = [
+        ratio("bytes_per_token", "bytes per token", TOKENIZATION, "bytes", "tokens", t.bytes_per_token),
+        ratio("tokens_per_word", "tokens per word", TOKENIZATION, "tokens", "words", t.tokens_per_word),
+        ratio("raw_byte_share", "raw-byte token share", TOKENIZATION, "raw_byte_tokens", "tokens",
+              t.raw_byte_share, "absolute"),
     ]
+    if same_tokenizer:
+        b_cls, c_cls = _groups(baseline, "token_classes"), _groups(current, "token_classes")
+        observed = js_divergence(b_cls.sum(0), c_cls.sum(0))
+        rows.append(_divergence_test("js_token_ids", "JS divergence of token ids", TOKENIZATION, observed,
+                                     js_null(b_cls, c_cls), t.js))
+    else:
+        rows.append(Metric("js_token_ids", "JS divergence of token ids", TOKENIZATION, None, None, None,
+                           "divergence", t.js, layout.NOT_AVAILABLE))
+    for key, name, label, section in (
+            ("bytes_per_token_counts", "psi_bytes_per_token", "PSI bytes per token", TOKENIZATION),
+            ("tokens_per_record_counts", "psi_tokens_per_record", "PSI tokens per record", DATA)):
+        b_g, c_g = _groups(baseline, key), _groups(current, key)
+        if b_g.sum() and c_g.sum():
+            rows.append(_divergence_test(name, label, section, psi(b_g.sum(0), c_g.sum(0)),
+                                         psi_null(b_g, c_g), t.psi))
+        else:
+            rows.append(Metric(name, label, section, None, None, None, "divergence", t.psi, layout.NOT_AVAILABLE))
+    rows += [
+        ratio("tokens_per_record_mean", "tokens per record (mean)", DATA, "tokens", None, t.tokens_per_record),
+        _ratio_test("tokens_per_record_p90", "tokens per record (p90)", DATA, p90(baseline), p90(current),
+                    t.tokens_per_record),
+        _rate_test("rejected_rate", "rejected records rate", DATA,
+                   (baseline["rejected"]["total"], baseline["records_read"]),
+                   (current["rejected"]["total"], current["records_read"]), t.rejected_rate),
+    ]
+    _judge([r for r in rows if isinstance(r, _Test)], t.level)
+    metrics = [r.metric if isinstance(r, _Test) else r for r in rows]
+    metrics += _info_rows(baseline, current, same_tokenizer)
+    order = {TOKENIZATION: 0, DATA: 1, INFO_SECTION: 2}
+    metrics.sort(key=lambda m: order[m.section])          # stable: the order above within a section
+    shifted = top_shifted_tokens(baseline, current) if same_tokenizer else []
+    b_tpr, c_tpr = baseline["tokens_per_record"]["histogram"], current["tokens_per_record"]["histogram"]
+    b_bpt, c_bpt = baseline["bytes_per_token"]["histogram"], current["bytes_per_token"]["histogram"]
     histograms = {
-        "tokens_per_record": {"edges": b_tpr["histogram"]["edges"], "baseline": b_hist_tpr, "current": c_hist_tpr},
-        "bytes_per_token": {"edges": baseline["bytes_per_token"]["histogram"]["edges"],
-                            "baseline": b_hist_bpt, "current": c_hist_bpt},
+        "tokens_per_record": {"edges": b_tpr["edges"], "baseline": b_tpr["counts"], "current": c_tpr["counts"]},
+        "bytes_per_token": {"edges": b_bpt["edges"], "baseline": b_bpt["counts"], "current": c_bpt["counts"]},
     }
     return DriftReport(thresholds, _side(baseline), _side(current), same_tokenizer, metrics, shifted, histograms)
+
+
+def _info(name, label, base, cur) -> Metric:
+    return Metric(name, label, INFO_SECTION, base, cur, relative_change(base, cur), "info", None, layout.INFO)
+
+
+def _info_rows(baseline: dict, current: dict, same_tokenizer: bool) -> list[Metric]:
+    rows = [_info("vocabulary_utilisation", "vocabulary utilisation", baseline["vocabulary"]["utilisation"],
+                  current["vocabulary"]["utilisation"]),
+            _info("records", "records", baseline["records"], current["records"]),
+            _info("tokens", "tokens", baseline["tokens"], current["tokens"])]
+    if same_tokenizer and baseline["replicates"]["token_classes"]["classes"] < baseline["vocab_size"]:
+        # The judged JS is over id classes (late merges folded); this is the same over every id.
+        value = js_divergence(baseline["token_frequency"]["counts"], current["token_frequency"]["counts"])
+        rows.append(Metric("js_all_ids", "JS divergence over all ids", INFO_SECTION, None, None, value,
+                           "info", None, layout.INFO))
+    return rows
 
 
 # ---- rendering --------------------------------------------------------------------------------
@@ -256,56 +580,106 @@ def _value(m: Metric, v) -> str:
         return "-"
     if m.name in _SHARES:
         return f"{100 * v:.2f}%"
+    if m.change_kind == "divergence" or m.name == "js_all_ids":
+        return f"{v:.4f}"
     if isinstance(v, int):
         return f"{v:,}"
     return f"{v:,.1f}" if abs(v) >= 100 else f"{v:.3f}"
 
 
-def _change(m: Metric) -> str:
-    if m.change is None:
+def _amount(m: Metric, v: float | None, signed: bool = True) -> str:
+    """A change (or a width) in the metric's unit: percent, percentage points or divergence."""
+    if v is None:
         return "-"
+    sign = "+" if signed else ""
     if m.change_kind == "absolute":
-        return f"{100 * m.change:+.2f} pp"
+        return f"{100 * v:{sign}.2f} pp"
     if m.change_kind == "divergence":
-        return f"{m.change:.4f}"
-    return f"{100 * m.change:+.1f}%"
+        return f"{v:{sign}.4f}"
+    return f"{100 * v:{sign}.1f}%"
+
+
+def _change(m: Metric) -> str:
+    if m.change_kind == "info":
+        return _value(m, m.change) if m.name == "js_all_ids" else (
+            "-" if m.change is None else f"{100 * m.change:+.1f}%")
+    return _amount(m, m.change)
+
+
+def _interval(m: Metric) -> str:
+    if m.interval is None:
+        return "-"
+    return f"[{_amount(m, m.interval[0])}, {_amount(m, m.interval[1])}]"
+
+
+def _detectable(m: Metric) -> str:
+    return "-" if m.detectable is None else ("" if m.change_kind == "divergence" else "±") + _amount(
+        m, m.detectable, signed=False)
 
 
 def _threshold(m: Metric) -> str:
     if m.threshold is None:
         return "-"
-    if m.change_kind == "absolute":
-        return f"±{100 * m.threshold:.2f} pp"
-    if m.change_kind == "divergence":
-        return f"{m.threshold:g}"
-    return f"±{100 * m.threshold:.1f}%"
+    return ("+" if m.change_kind == "divergence" else "±") + _amount(m, m.threshold, signed=False)
 
 
-def table_rows(report: DriftReport) -> list[list[str]]:
-    return [[m.label, _value(m, m.baseline), _value(m, m.current), _change(m), _threshold(m), m.verdict]
-            for m in report.metrics]
+def _p(m: Metric) -> str:
+    return "-" if m.p_value is None else f"{m.p_value:.3f}" if m.p_value >= 0.001 else f"{m.p_value:.0e}"
 
 
-HEADER = ["metric", "baseline", "current", "change", "threshold", "verdict"]
+HEADER = ["metric", "baseline", "current", "change", "interval", "detectable", "threshold", "p", "verdict"]
+SECTION_TITLES = {TOKENIZATION: "tokenization (length-invariant: how the tokenizer fits the text)",
+                  DATA: "data (record lengths, rejections)", INFO_SECTION: "info (not judged)"}
+
+
+def table_rows(report: DriftReport, section: str | None = None) -> list[list[str]]:
+    return [[m.label, _value(m, m.baseline), _value(m, m.current), _change(m), _interval(m), _detectable(m),
+             _threshold(m), _p(m), m.verdict] for m in report.metrics if section in (None, m.section)]
+
+
+def _names(metrics: list[Metric]) -> str:
+    return ", ".join(m.label for m in metrics)
+
+
+def headline(report: DriftReport) -> str:
+    """Which kind moved, naming exactly the flagged metrics: the line the terminal, Markdown and
+    picture all show."""
+    if not report.drift:
+        moderate = [m for m in report.judged if m.verdict == layout.MODERATE]
+        extra = f" (beyond noise but within thresholds: {_names(moderate)})" if moderate else ""
+        return f"no drift: {len(report.judged)} figures within noise or thresholds{extra}"
+    parts = []
+    for section, word in ((TOKENIZATION, "tokenization"), (DATA, "data")):
+        flagged = report.section_flagged(section)
+        parts.append(f"{word} drifted: {_names(flagged)}" if flagged else f"{word}: no drift")
+    return f"DRIFT ({report.verdict}) - " + "; ".join(parts)
 
 
 def verdict_line(report: DriftReport) -> str:
     """The one-line answer."""
-    if report.drift:
-        names = ", ".join(m.label for m in report.flagged)
-        return (f"DRIFT ({report.verdict}): {len(report.flagged)} of {len(report.judged)} metrics at or past "
-                f"'{report.thresholds.fail_on}': {names}")
-    moderate = [m.label for m in report.judged if m.verdict == layout.MODERATE]
-    extra = f" (moderate: {', '.join(moderate)})" if moderate else ""
-    return f"no drift: {len(report.judged)} metrics within thresholds{extra}"
+    return headline(report)
+
+
+def _settings_line(report: DriftReport) -> str:
+    t = report.thresholds
+    n = sum(1 for m in report.judged)
+    return (f"flagged = beyond noise (Holm-Bonferroni over {n} figures, family-wise level {t.level:g}) and past "
+            f"the threshold; interval and detectable change at the per-figure level {t.level / max(n, 1):.4f}; "
+            f"divergences: change = value - no-drift mean for these sample sizes (baseline column)")
 
 
 def render_terminal(report: DriftReport) -> str:
     rows = [HEADER] + table_rows(report)
     widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-             for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+
+    def line(r):
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+
+    lines = [line(HEADER), "  ".join("-" * w for w in widths)]
+    for section in (TOKENIZATION, DATA, INFO_SECTION):
+        lines.append(f"[{SECTION_TITLES[section]}]")
+        lines += [line(r) for r in table_rows(report, section)]
+    lines.append(_settings_line(report))
     if not report.same_tokenizer:
         lines.append("(different tokenizers: token-id figures are not comparable and were left out)")
     if report.top_shifted_tokens:
@@ -334,10 +708,11 @@ def render_markdown(report: DriftReport, picture: str | None) -> str:
              f"**{verdict_line(report)}**", "",
              f"- baseline: `{b['path']}` ({b['records']:,} records, tokenizer `{b['tokenizer_sha256'][:12]}`)",
              f"- current: `{c['path']}` ({c['records']:,} records, tokenizer `{c['tokenizer_sha256'][:12]}`)",
-             f"- fail on: {report.thresholds.fail_on}; bands: ok up to {layout.MODERATE_FRACTION:.0%} of a "
-             f"threshold, moderate up to it, significant past it", "",
-             "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    lines += ["| " + " | ".join(_md_cell(cell) for cell in row) + " |" for row in table_rows(report)]
+             f"- {_settings_line(report)}; fail on: {report.thresholds.fail_on}"]
+    for section in (TOKENIZATION, DATA, INFO_SECTION):
+        lines += ["", f"## {SECTION_TITLES[section][0].upper()}{SECTION_TITLES[section][1:]}", "",
+                  "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+        lines += ["| " + " | ".join(_md_cell(cell) for cell in row) + " |" for row in table_rows(report, section)]
     if report.top_shifted_tokens:
         lines += ["", "## Top shifted tokens", "", "| id | token | baseline share | current share | change |",
                   "|---|---|---|---|---|"]
@@ -366,17 +741,17 @@ def _short_count(n: int) -> str:
     return str(n)
 
 
-def headline(report: DriftReport) -> str:
-    """A short title: the verdict and the figures users read first."""
-    figures = [f"{m.label} {_change(m)}" for m in report.metrics
-               if m.name in ("bytes_per_token", "tokens_per_word", "js_token_ids") and m.change is not None]
-    word = f"DRIFT ({report.verdict})" if report.drift else f"no drift ({report.verdict})"
-    return f"{word}: " + ", ".join(figures)
-
-
 def _used_range(*histograms: Sequence[int]) -> tuple[int, int]:
     used = [i for h in histograms for i, c in enumerate(h) if c]
     return min(used), max(used) + 1
+
+
+def _value_of(report: DriftReport, name: str) -> str:
+    """A divergence as the picture's titles show it: the value, its no-drift value and the verdict."""
+    m = report.metric(name)
+    if m.current is None:
+        return "n/a"
+    return f"{m.current:.3f}, no-drift {m.baseline:.3f}: {m.verdict}"
 
 
 def report_side(report: DriftReport, side: str) -> str:
@@ -407,7 +782,7 @@ def plot_report(report: DriftReport, path: str) -> None:
     ax.set_xticks(ticks, [_short_count(hist["edges"][i]) for i in ticks])
     ax.set_xlabel("tokens per record (log-spaced bins)")
     ax.set_ylabel("share of records")
-    ax.set_title(f"Tokens per record  (PSI {report.metric('psi_tokens_per_record').change:.3f})")
+    ax.set_title(f"Tokens per record  (PSI {_value_of(report, 'psi_tokens_per_record')})")
     ax.legend()
 
     hist = report.histograms["bytes_per_token"]
@@ -423,7 +798,7 @@ def plot_report(report: DriftReport, path: str) -> None:
             ax.axvline(value, color=colors[side], linestyle="--", linewidth=1.5)
     ax.set_xlabel("bytes per token of a record (dashed: overall)")
     ax.set_ylabel("share of records")
-    ax.set_title(f"Bytes per token  ({_change(bpt)}, PSI {report.metric('psi_bytes_per_token').change:.3f})")
+    ax.set_title(f"Bytes per token  ({_change(bpt)}, PSI {_value_of(report, 'psi_bytes_per_token')})")
     ax.legend()
 
     ax = axes[2]
@@ -437,7 +812,7 @@ def plot_report(report: DriftReport, path: str) -> None:
         ax.set_yticks(range(len(shifted)), labels, fontfamily="monospace", fontsize=9)
         ax.axvline(0, color="black", linewidth=0.8)
         ax.set_xlabel("change of share of all tokens (pp; orange = more in current)")
-        ax.set_title(f"Top shifted tokens  (JS {report.metric('js_token_ids').change:.4f})")
+        ax.set_title(f"Top shifted tokens  (JS {_value_of(report, 'js_token_ids')})")
     else:
         why = "no token's share changed" if report.same_tokenizer else "different tokenizers:\ntoken ids not comparable"
         ax.text(0.5, 0.5, why, ha="center", va="center")
@@ -476,28 +851,39 @@ def _non_negative(text: str) -> float:
     return value
 
 
+def _level(text: str) -> float:
+    value = _non_negative(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     d = Thresholds()
     parser = argparse.ArgumentParser(
         prog="tokenbeam drift", description="Compare two stats.json files and say whether tokenization drifted.",
-        epilog=f"Verdicts: ok up to {layout.MODERATE_FRACTION:.0%} of a threshold, moderate up to it, significant "
-               f"past it. Exit code: 0 no drift, 1 drift, 2 error (unreadable or incompatible stats files).")
+        epilog="A figure is flagged when its change is beyond sampling noise (Holm-Bonferroni at --level over "
+               "the judged figures) and past its threshold. Verdicts: ok (within noise), moderate (beyond "
+               "noise, within the threshold), significant (both). Exit code: 0 no drift, 1 drift, 2 error "
+               "(unreadable, old or incompatible stats files).")
     parser.add_argument("baseline", help="stats.json of the reference data")
     parser.add_argument("current", help="stats.json of the new data")
     parser.add_argument("--report", metavar="DIR", help="write drift.json, drift.md and drift.png here")
     parser.add_argument("--fail-on", choices=[layout.MODERATE, layout.SIGNIFICANT], default=d.fail_on,
                         help="exit 1 when a metric reaches this verdict (default: %(default)s)")
+    parser.add_argument("--level", type=_level, default=d.level, metavar="A",
+                        help="family-wise false-alarm level of the noise tests (default: %(default)s)")
     for name, help_text in (
             ("bytes-per-token-change", "relative change of bytes per token"),
             ("tokens-per-word-change", "relative change of tokens per word"),
             ("tokens-per-record-change", "relative change of mean and p90 tokens per record"),
-            ("psi", "population stability index of each histogram"),
-            ("js", "Jensen-Shannon divergence of token-id frequencies"),
+            ("psi", "population stability index of each histogram, above its no-drift value"),
+            ("js", "Jensen-Shannon divergence of token ids, above its no-drift value"),
             ("raw-byte-share-change", "change of the share of single-byte tokens"),
             ("rejected-rate-change", "change of the rejected-record rate")):
         dest = name.replace("-change", "").replace("-", "_")
         parser.add_argument(f"--max-{name}", dest=dest, type=_non_negative, default=getattr(d, dest),
-                            metavar="X", help=f"{help_text} counted as significant past X (default: %(default)s)")
+                            metavar="X", help=f"{help_text}: flagged past X when beyond noise (default: %(default)s)")
     parser.add_argument("--allow-different-tokenizers", action="store_true",
                         help="compare stats made with different tokenizers (token-id figures left out)")
     return parser
@@ -508,10 +894,16 @@ def main(argv: list[str] | None = None) -> int:
     thresholds = Thresholds(bytes_per_token=args.bytes_per_token, tokens_per_word=args.tokens_per_word,
                             tokens_per_record=args.tokens_per_record, psi=args.psi, js=args.js,
                             raw_byte_share=args.raw_byte_share, rejected_rate=args.rejected_rate,
-                            fail_on=args.fail_on)
+                            level=args.level, fail_on=args.fail_on)
     try:
         baseline, current = load_stats(args.baseline), load_stats(args.current)
-        report = compare(baseline, current, thresholds, args.allow_different_tokenizers)
+        try:
+            report = compare(baseline, current, thresholds, args.allow_different_tokenizers)
+        except ValueError as exc:
+            # Name the file where the message is about one side.
+            side = next((s for s in ("baseline", "current") if f"the {s} stats" in str(exc)), None)
+            path = {"baseline": args.baseline, "current": args.current}.get(side)
+            raise ValueError(f"{path}: {exc}" if path else str(exc)) from None
         report.baseline["path"], report.current["path"] = args.baseline, args.current
         print(render_terminal(report))
         if args.report:

@@ -4,9 +4,11 @@ Both pipelines call `expand_inputs` at launch and `read_shard` once per shard in
 DoFn call, so this module is plain Python (fsspec + pyarrow, no Beam) and the per-record loop never
 pays Beam's per-element cost.
 
-Memory stays bounded by the longest record: text formats are read in chunks and split on bytes
-(`text_unit="file"` is the one exception, by the user's choice), Parquet batch by batch over just the
-needed columns. Each record is decoded from UTF-8 here rather than by a text reader, so invalid bytes
+Memory stays bounded by `max_record_bytes` (`--max-record-bytes`): text formats are read in chunks
+and split on bytes, and a line or piece that grows past the bound is dropped as it is read (its
+bytes are skipped up to the next separator) and rejected as `record_too_large`; a whole-file record
+(`text_unit="file"`) is read only up to the bound. Parquet is read batch by batch over just the
+needed columns; a text value past the bound is rejected before it becomes a Python string. Each record is decoded from UTF-8 here rather than by a text reader, so invalid bytes
 make one repaired or rejected record instead of a crashed pipeline. A data problem never raises: a
 bad row becomes a `Rejected`, a bad file a `ShardError` after the records read before it.
 """
@@ -23,11 +25,12 @@ from typing import BinaryIO, Iterable, Iterator, Sequence
 
 import fsspec
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import zstandard
 
 from schemas.records import (
-    BAD_JSON, INVALID_UTF8, MISSING_TEXT_COLUMN, MISSING_TEXT_FIELD, NOT_AN_OBJECT,
+    BAD_JSON, INVALID_UTF8, MISSING_TEXT_COLUMN, MISSING_TEXT_FIELD, NOT_AN_OBJECT, RECORD_TOO_LARGE,
     TEXT_COLUMN_NOT_STRING, TEXT_NOT_A_STRING, TRUNCATED_OR_CORRUPT, UNREADABLE_FILE, WRONG_FORMAT,
     Record, Rejected, ShardError,
 )
@@ -54,6 +57,9 @@ _BINARY_MAGIC = re.compile(rb"(\x1f\x8b)|(\x28\xb5\x2f\xfd)|(BZh[1-9](?:1AY&SY|\
                            rb"|(PK\x03\x04)|(PAR1\x15)|(\xff\xfe|\xfe\xff)")
 _BINARY_NAMES = ("gzip", "zstd", "bzip2", "xz", "zip", "Parquet", "UTF-16/UTF-32 text")
 ZSTD_READ_SIZE = 1 << 16      # compressed bytes fed to the zstd decompressor at a time
+# A record this large is no use for training and costs many times its size to tokenize: a
+# novel-length document is ~1 MB, so 16 MiB rejects only what is almost surely not one document.
+DEFAULT_MAX_RECORD_BYTES = 16 << 20
 
 
 class InputError(Exception):
@@ -70,6 +76,7 @@ class SourceOptions:
     separator: str | None = None
     invalid_utf8: str = "replace"
     keep_fields: tuple[str, ...] = ()
+    max_record_bytes: int | None = DEFAULT_MAX_RECORD_BYTES     # None: no bound
 
     def __post_init__(self):
         if self.format not in ("auto", *FORMATS):
@@ -84,16 +91,21 @@ class SourceOptions:
             raise InputError("--separator must not be empty")
         if self.separator is not None and self.text_unit == "file":
             raise InputError("--separator and --text-unit file exclude each other")
+        if self.max_record_bytes is not None and self.max_record_bytes < 1:
+            raise InputError("--max-record-bytes must be positive (or 0 for no bound)")
         object.__setattr__(self, "keep_fields", tuple(self.keep_fields))
 
 
 @dataclass(frozen=True)
 class Shard:
     """One input file: its URL (or local path) as matched, its path relative to the common parent
-    folder of all inputs ('/'-separated, names outputs and default ids), and its size in bytes."""
+    folder of all inputs ('/'-separated, names outputs and default ids), its size in bytes, and what
+    the filesystem says of its version (an ETag, checksum or modification time; "" if none), by which
+    a rerun tells a changed input from the one its output was made of."""
     url: str
     relpath: str
     size: int
+    version: str = ""
 
 
 # ---------------------------------------------------------------------------- finding shards
@@ -109,23 +121,35 @@ def expand_inputs(patterns: Sequence[str]) -> list[Shard]:
         patterns = [patterns]
     if not patterns:
         raise InputError("no --input given")
-    found: dict[str, tuple[str, str, int]] = {}    # canonical URL -> (url, path, size)
+    found: dict[str, tuple[str, str, int, str]] = {}    # canonical URL -> (url, path, size, version)
     for pattern in patterns:
         matches = _match(pattern)
         if not matches:
             raise InputError(f"--input {pattern!r} matched no files")
         for canonical, match in matches.items():
             found.setdefault(canonical, match)
-    urls, paths, sizes = zip(*sorted(found.values()))
+    urls, paths, sizes, versions = zip(*sorted(found.values()))
     relpaths = _relpaths(paths)
     if len(set(relpaths)) < len(relpaths):
         raise InputError("two inputs have the same path under different protocols; "
                          "their outputs would collide")
-    return [Shard(url, rel, size) for url, rel, size in zip(urls, relpaths, sizes)]
+    return [Shard(url, rel, size, version) for url, rel, size, version in zip(urls, relpaths, sizes, versions)]
 
 
-def _match(pattern: str) -> dict[str, tuple[str, str, int]]:
-    """The files a pattern names: canonical URL -> (url as the user will see it, path, size)."""
+# Keys under which fsspec filesystems report a file's version: content hashes first, then times.
+_VERSION_KEYS = ("ETag", "etag", "md5Hash", "crc32c", "sha256", "mtime", "LastModified", "updated", "last_modified",
+                 "created")
+
+
+def _version(info: dict) -> str:
+    for key in _VERSION_KEYS:
+        if info.get(key) not in (None, ""):
+            return f"{key}={info[key]}"
+    return ""
+
+
+def _match(pattern: str) -> dict[str, tuple[str, str, int, str]]:
+    """The files a pattern names: canonical URL -> (url as the user will see it, path, size, version)."""
     fs, path = fsspec.core.url_to_fs(pattern)
     if fs.isdir(path):
         raise InputError(f"--input {pattern!r} is a folder; pass a glob such as "
@@ -137,7 +161,7 @@ def _match(pattern: str) -> dict[str, tuple[str, str, int]]:
         if info.get("type") == "directory":
             continue
         canonical = fs.unstrip_protocol(p)
-        matches[canonical] = (canonical if with_protocol else p, p, info.get("size") or 0)
+        matches[canonical] = (canonical if with_protocol else p, p, info.get("size") or 0, _version(info))
     return matches
 
 
@@ -300,9 +324,15 @@ def _read_jsonl(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: i
     # A BOM starting a line (left by `cat a.jsonl b.jsonl` of files that each start with one) cannot
     # begin JSON: drop it rather than reject the record.
     lines = ((offset + len(_BOM), raw[len(_BOM):]) if raw.startswith(_BOM) else (offset, raw)
-             for offset, raw in _lines(f, chunk_size))
+             for offset, raw in _lines(f, chunk_size, options.max_record_bytes))
     for row, (offset, raw) in enumerate(_non_blank(lines)):
-        yield _jsonl_record(raw, offset, row, shard, options)
+        yield (_too_large(raw, shard, row, options) if isinstance(raw, Oversized)
+               else _jsonl_record(raw, offset, row, shard, options))
+
+
+def _too_large(piece: "Oversized", shard: Shard, row: int, options: SourceOptions) -> Rejected:
+    return Rejected(shard.url, row, RECORD_TOO_LARGE, f"{piece.length:,} bytes at byte {piece.offset:,} of the file, "
+                    f"above --max-record-bytes {options.max_record_bytes:,}")
 
 
 def _jsonl_record(raw: bytes, offset: int, row: int, shard: Shard,
@@ -323,7 +353,8 @@ def _jsonl_record(raw: bytes, offset: int, row: int, shard: Shard,
         return reject(NOT_AN_OBJECT, f"a JSON {_json_type(obj)}, not an object")
     rid = _record_id(obj.get(options.id_field) if options.id_field else None, shard, row)
     if options.text_field not in obj:
-        return reject(MISSING_TEXT_FIELD, f"no field {options.text_field!r}", rid)
+        return reject(MISSING_TEXT_FIELD, f"no field {options.text_field!r} (fields: {', '.join(map(str, obj)) or 'none'}"
+                      f"; is --text-field right?)", rid)
     text = obj[options.text_field]
     if not isinstance(text, str):
         return reject(TEXT_NOT_A_STRING, f"field {options.text_field!r} is {_json_type(text)}", rid)
@@ -338,13 +369,17 @@ def _jsonl_record(raw: bytes, offset: int, row: int, shard: Shard,
 
 
 def _read_txt(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int):
+    limit = options.max_record_bytes
     if options.text_unit == "file":
-        pieces = _whole_file(f)
+        pieces = _whole_file(f, limit)
     elif options.separator is not None:
-        pieces = _split_stream(f, options.separator.encode("utf-8"), chunk_size)
+        pieces = _split_stream(f, options.separator.encode("utf-8"), chunk_size, limit)
     else:
-        pieces = _lines(f, chunk_size)
+        pieces = _lines(f, chunk_size, limit)
     for row, (offset, raw) in enumerate(_non_blank(pieces)):
+        if isinstance(raw, Oversized):
+            yield _too_large(raw, shard, row, options)
+            continue
         try:
             text, repaired = _decode(raw, options)
         except UnicodeDecodeError as exc:
@@ -377,13 +412,24 @@ def _read_parquet(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size:
     # Arrow does not check UTF-8 when it reads Parquet: take the bytes and decode them like text.
     as_bytes = pa.large_binary() if pa.types.is_large_string(text_type) else pa.binary()
     row = 0
+    limit = options.max_record_bytes
     for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns):
-        texts = batch.column(name).cast(as_bytes).to_pylist()
+        column = batch.column(name).cast(as_bytes)
+        oversized: dict[int, int] = {}
+        if limit is not None and len(column) and (pc.max(pc.binary_length(column)).as_py() or 0) > limit:
+            lengths = pc.binary_length(column)
+            too_long = pc.fill_null(pc.greater(lengths, limit), False)
+            oversized = {i: n for i, (n, big) in enumerate(zip(lengths.to_pylist(), too_long.to_pylist())) if big}
+            column = pc.if_else(too_long, pa.scalar(b"", as_bytes), column)
+        texts = column.to_pylist()
         ids = batch.column(id_column).to_pylist() if id_column else [None] * len(texts)
         keeps = {k: batch.column(k).to_pylist() for k in kept}
         for i, raw in enumerate(texts):
             rid = _record_id(ids[i], shard, row)
-            if raw is None:
+            if i in oversized:
+                yield Rejected(shard.url, row, RECORD_TOO_LARGE, f"{oversized[i]:,} bytes of text, above "
+                               f"--max-record-bytes {limit:,}", rid)
+            elif raw is None:
                 yield Rejected(shard.url, row, TEXT_NOT_A_STRING, f"column {name!r} is null", rid)
             else:
                 try:
@@ -399,13 +445,31 @@ def _read_parquet(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size:
 
 # ---------------------------------------------------------------------------- bytes -> records
 
-def _split_stream(f: BinaryIO, sep: bytes, chunk_size: int) -> Iterator[tuple[int, bytes]]:
+@dataclass(frozen=True)
+class Oversized:
+    """A piece longer than the bound, in place of its bytes (which were skipped, never held)."""
+    offset: int
+    length: int
+
+    def strip(self) -> bool:      # never blank: `_non_blank` keeps it, and it takes a row number
+        return True
+
+    def startswith(self, prefix: bytes) -> bool:
+        return False
+
+
+def _split_stream(f: BinaryIO, sep: bytes, chunk_size: int,
+                  limit: int | None = None) -> Iterator[tuple[int, bytes | Oversized]]:
     """The pieces of a byte stream between separators, each with the stream offset where it
     starts; a UTF-8 BOM at the very start is dropped. The stream is read `chunk_size` bytes at a
     time: a separator may straddle two chunks, and a piece spanning many chunks is kept as a list
-    of parts joined once, so a long piece costs linear time."""
+    of parts joined once, so a long piece costs linear time. A piece that grows past `limit` bytes
+    is not kept: its parts are dropped as they come and it is yielded as `Oversized`, so memory
+    stays bounded by `limit` plus a chunk."""
     k = len(sep) - 1              # bytes of a separator that can end one chunk and go on in the next
-    parts: list[bytes] = []       # the unfinished piece
+    parts: list[bytes] = []       # the unfinished piece (only its last k bytes once it is oversized)
+    held = 0                      # its length so far
+    oversized = False
     tail = b""                    # its last k bytes
     start = 0                     # its stream offset
     # read1 returns what one step of decompression gives: when a compressed shard turns out to be
@@ -413,31 +477,57 @@ def _split_stream(f: BinaryIO, sep: bytes, chunk_size: int) -> Iterator[tuple[in
     read = getattr(f, "read1", f.read)
     while chunk := read(chunk_size):
         if sep not in chunk and sep not in tail + chunk[:k]:
-            parts.append(chunk)
+            held += len(chunk)
             tail = (tail + chunk[-k:])[-k:] if k else b""
+            # The last k bytes may begin a separator: the piece is at least held - k bytes long.
+            if oversized or (limit is not None and held - k > limit):
+                oversized, parts = True, [tail]
+            else:
+                parts.append(chunk)
             continue
+        kept = sum(map(len, parts))              # bytes of the unfinished piece still held
         *pieces, rest = b"".join(parts + [chunk]).split(sep)
-        for piece in pieces:
-            if start == 0 and piece.startswith(_BOM):
-                piece, start = piece[len(_BOM):], len(_BOM)
-            yield start, piece
-            start += len(piece) + len(sep)
-        parts, tail = [rest], rest[-k:] if k else b""
+        for i, piece in enumerate(pieces):
+            length = held - kept + len(piece) if i == 0 else len(piece)
+            if i == 0 and oversized or limit is not None and length > limit:
+                yield start, Oversized(start, length)
+            else:
+                if start == 0 and piece.startswith(_BOM):
+                    piece, start, length = piece[len(_BOM):], len(_BOM), length - len(_BOM)
+                yield start, piece
+            start += length + len(sep)
+        held, oversized, tail = len(rest), False, rest[-k:] if k else b""
+        parts = [rest]
+        if limit is not None and held - k > limit:
+            oversized, parts = True, [tail]
+    if oversized:
+        yield start, Oversized(start, held)
+        return
     last = b"".join(parts)       # the final piece, which has no separator after it
+    if limit is not None and len(last) > limit:
+        yield start, Oversized(start, len(last))
+        return
     if start == 0 and last.startswith(_BOM):
         last, start = last[len(_BOM):], len(_BOM)
     yield start, last
 
 
-def _lines(f: BinaryIO, chunk_size: int) -> Iterator[tuple[int, bytes]]:
+def _lines(f: BinaryIO, chunk_size: int, limit: int | None = None) -> Iterator[tuple[int, bytes | Oversized]]:
     """Lines without their LF or CRLF ending; a last line without a newline counts."""
-    for offset, line in _split_stream(f, b"\n", chunk_size):
-        yield offset, line[:-1] if line.endswith(b"\r") else line
+    for offset, line in _split_stream(f, b"\n", chunk_size, limit):
+        yield offset, line[:-1] if isinstance(line, bytes) and line.endswith(b"\r") else line
 
 
-def _whole_file(f: BinaryIO) -> Iterator[tuple[int, bytes]]:
-    """The whole file as one piece (text_unit="file": the user chose to hold a file in memory)."""
-    data = f.read()
+def _whole_file(f: BinaryIO, limit: int | None = None) -> Iterator[tuple[int, bytes | Oversized]]:
+    """The whole file as one piece (text_unit="file"), read only up to `limit` bytes: a larger file
+    is skipped to its end and yielded as `Oversized`."""
+    data = f.read() if limit is None else f.read(limit + 1)
+    if limit is not None and len(data) > limit:
+        length = len(data)
+        while more := f.read(CHUNK_SIZE):
+            length += len(more)
+        yield 0, Oversized(0, length)
+        return
     yield (len(_BOM), data[len(_BOM):]) if data.startswith(_BOM) else (0, data)
 
 

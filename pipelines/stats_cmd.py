@@ -25,7 +25,9 @@ import pyarrow.parquet as pq
 from schemas import tables
 from bpe_ops.stats import Summary
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
-from pipelines import common
+from pipelines.errors import UserError, say
+from pipelines.files import write_text_atomic
+from pipelines.tokenizer_files import load_tokenizer
 
 COLUMNS = ("id", "token_ids", "n_tokens", "n_bytes", "n_chars", "n_words")
 STAT_COLUMNS = COLUMNS[2:]
@@ -119,18 +121,18 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     try:
         urls = expand_globs(args.inputs)    # before loading the tokenizer: a typo fails at once
-        tok = common.load_tokenizer(args.tokenizer)
+        tok = load_tokenizer(args.tokenizer)
         summary = Summary(tok.vocab_size, raw_byte_ids=TokenizerFacts.of(tok).raw_byte_ids)
         for url in urls:
             rows = add_file(summary, url, tok.sha256)
-            common.say(f"read {url}: {rows:,} rows")
+            say(f"read {url}: {rows:,} rows")
         stats = stats_json(summary, tok, {"inputs": args.inputs, "tokenizer": args.tokenizer, "timing": {
             "started_at": started, "elapsed_seconds": round(time.time() - started, 3)}})
-        common.write_text_atomic(args.output, dump_stats(stats))
-    except (StatsError, common.UserError, OSError, ValueError) as exc:
+        write_text_atomic(args.output, dump_stats(stats))
+    except (StatsError, UserError, OSError, ValueError) as exc:
         print(f"tokenbeam stats: error: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2
-    common.say(f"{stats['records']:,} records, {stats['tokens']:,} tokens -> {args.output}")
+    say(f"{stats['records']:,} records, {stats['tokens']:,} tokens -> {args.output}")
     return 0
 
 

@@ -12,23 +12,30 @@ from __future__ import annotations
 
 import argparse
 import array
-import gc
 import json
 import os
+import posixpath
 import sys
 import time
+from dataclasses import asdict
 
-import apache_beam as beam
+from pipelines.beam_options import (beam, check_worker_paths, local_cores_per_worker, one_local_worker,
+                                    pipeline_options, split_beam_args)
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bpe_ops.stats import Summary, batch_stats
 from schemas import tables
-from schemas.records import rejected_to_json
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
-from pipelines import common
-from pipelines.common import UserError, join, say
+from pipelines.command import Parser, option_strings
+from pipelines.errors import (EXIT_OK, IncompleteRun, ShardFailure, UserError, pipeline_failures, run_command, say,
+                              warn)
+from pipelines.files import (check_output_folder, exists, filesystem, join, open_atomic, read_json, remove,
+                             remove_stale_temporaries, write_text_atomic, writing)
+from pipelines.shards import REJECTED_DIR, ShardReader, add_source_arguments, describe_shard_error, expand, \
+    rejected_url, source_options as make_source_options
+from pipelines.tokenizer_files import TokenizerRef, identify_tokenizer, load_identified_tokenizer, settle_heap
 
 ENCODE_BATCH_RECORDS = 256        # records encoded per encode_batch call
 ROW_GROUP_ROWS = 8_192            # bounded row groups: memory stays bounded by this, not by the shard
@@ -51,7 +58,7 @@ def check_id_range(tok, url: str) -> None:
 
 def read_shard_metadata(url: str) -> dict | None:
     """The tokenbeam shard record in a finished Parquet file's footer, or None if absent/unreadable."""
-    fs, path = common.filesystem(url)
+    fs, path = filesystem(url)
     try:
         if not fs.exists(path):
             return None
@@ -66,12 +73,13 @@ class TokenizeShard(beam.DoFn):
     """Tokenize one shard into `<output>/<shard name>.parquet`; emit its Summary and manifest entry.
 
     The tokenizer is loaded once per worker in `setup()` from its path (cheaper than pickling a
-    merge table into the pipeline); its sha256 comes from the launcher (`common.TokenizerRef`).
-    Rows keep input order; row groups are bounded.
+    merge table into the pipeline); its sha256 comes from the launcher (`TokenizerRef`). Rows keep
+    input order; row groups are bounded. A shard whose Parquet an earlier run completed with the
+    same fingerprint (`shard_fingerprint`) is not redone: its summary is rebuilt from the file.
     """
     MANIFEST = "manifest"
 
-    def __init__(self, tokenizer: common.TokenizerRef, source_options, output: str, eos_token: str | None,
+    def __init__(self, tokenizer: TokenizerRef, source_options, output: str, eos_token: str | None,
                  fail_fast: bool = False, encode_threads: int = 1):
         self.tokenizer = tokenizer
         self.source_options = source_options
@@ -83,12 +91,13 @@ class TokenizeShard(beam.DoFn):
 
     def setup(self):
         try:
-            self.tok = common.load_identified_tokenizer(self.tokenizer)
+            self.tok = load_identified_tokenizer(self.tokenizer)
         except UserError as exc:      # the launcher could read it, this worker cannot: say so in one line
-            raise common.ShardFailure(str(exc)) from exc
+            raise ShardFailure(str(exc)) from exc
         self.sha256 = self.tokenizer.sha256
         if os.getpid() != self.launcher_pid:    # a worker process of its own, not the caller's process
-            common.settle_heap()
+            settle_heap()
+        self.raw_byte_ids = TokenizerFacts.of(self.tok).raw_byte_ids
         self.eos_id = self.tok.special_tokens[self.eos_token] if self.eos_token else None
         self.schema = tables.tokens_schema(self.tok.vocab_size, self.source_options.keep_fields, {
             tables.TOKENIZER_SHA256_KEY: self.sha256, tables.VOCAB_SIZE_KEY: str(self.tok.vocab_size)})
@@ -99,85 +108,65 @@ class TokenizeShard(beam.DoFn):
         from pipelines.sources import output_name
 
         out_url = join(self.output, output_name(shard.relpath))
+        fingerprint = shard_fingerprint(shard, self.source_options, self.sha256, self.eos_token)
         done = read_shard_metadata(out_url)
-        if done is not None and done.get("tokenizer_sha256") == self.sha256 and not done.get("shard_errors"):
+        if done is not None and done.get("fingerprint") == fingerprint and not done.get("shard_errors"):
             summary = self.summary_from_parquet(out_url)
-            say(f"skipped {shard.relpath}: complete from an earlier run ({done['rows']:,} rows)")
+            say(f"skipped {shard.relpath}: complete from an earlier run with the same inputs and options "
+                f"({done['rows']:,} rows)")
             yield summary
             yield beam.pvalue.TaggedOutput(self.MANIFEST, dict(done, reused=True))
             return
-        with common.writing(out_url):
-            summary, entry = self.tokenize(shard, out_url)
+        with writing(out_url):
+            summary, entry = self.tokenize(shard, out_url, fingerprint)
         yield summary
         yield beam.pvalue.TaggedOutput(self.MANIFEST, dict(entry, reused=False))
 
-    def tokenize(self, shard, out_url: str):
-        from pipelines.sources import Record, Rejected, output_name, read_shard
+    def tokenize(self, shard, out_url: str, fingerprint: dict):
+        from pipelines.sources import output_name
 
         started = time.perf_counter()
-        summary = Summary(self.tok.vocab_size)
+        summary = Summary(self.tok.vocab_size, raw_byte_ids=self.raw_byte_ids)
         summary.add_shard(shard.relpath)
-        entry = {"source": shard.url, "relpath": shard.relpath, "output": output_name(shard.relpath),
-                 "tokenizer_sha256": self.sha256, "records_read": 0, "rows": 0, "rejected": 0,
-                 "repaired": 0, "shard_errors": []}
-        rejected_lines: list[str] = []
+        reader = ShardReader(shard, self.source_options, self.output, self.fail_fast)
         batch: list = []
         group = RowGroup(self.source_options.keep_fields)
         # The writer is a context too: a failure mid-shard closes it before its file goes, rather than
         # leaving its finalizer to write into a closed file (a traceback on the terminal).
-        # No dictionary encoding: plain token ids compress better under zstd (-16% on en/) and write
-        # faster; ids and counts do not repeat enough for a dictionary to pay either.
-        with common.open_atomic(out_url) as f, \
+        # No dictionary encoding: plain token ids compress better under zstd and write faster; ids and
+        # counts do not repeat enough for a dictionary to pay.
+        with open_atomic(out_url) as f, \
                 pq.ParquetWriter(f, self.schema, compression="zstd", use_dictionary=False,
                                  write_statistics=False) as writer:
-            for item in read_shard(shard, self.source_options):
-                if isinstance(item, Record):
-                    batch.append(item)
-                    if len(batch) >= ENCODE_BATCH_RECORDS:
-                        self.encode_into(batch, group, summary, entry)
-                        batch = []
-                        if group.full():
-                            writer.write_table(group.to_table(self.schema, summary))
-                            group = RowGroup(self.source_options.keep_fields)
-                elif isinstance(item, Rejected):
-                    if self.fail_fast:
-                        raise common.fail_fast_failure(item)
-                    entry["records_read"] += 1
-                    entry["rejected"] += 1
-                    summary.add_rejected(item.reason)
-                    rejected_lines.append(json.dumps(rejected_to_json(item), ensure_ascii=False))
-                else:  # ShardError: the rest of the file is unreadable; the rows before it stay
-                    if self.fail_fast:
-                        raise common.fail_fast_failure(item)
-                    error = common.shard_error_record(item)
-                    say(f"shard error: {common.describe_shard_error(error)}")
-                    entry["shard_errors"].append(error)
-                    summary.add_shard_error(item.source, item.rows_read, item.reason, item.detail)
-            self.encode_into(batch, group, summary, entry)
-            if group.rows or entry["rows"] == 0:
+            for record in reader:
+                batch.append(record)
+                if len(batch) >= ENCODE_BATCH_RECORDS:
+                    self.encode_into(batch, group, summary)
+                    batch = []
+                    if group.full():
+                        writer.write_table(group.to_table(self.schema, summary))
+                        group = RowGroup(self.source_options.keep_fields)
+            self.encode_into(batch, group, summary)
+            if group.rows or summary.records == 0:
                 writer.write_table(group.to_table(self.schema, summary))
-            if entry["records_read"] != entry["rows"] + entry["rejected"]:
-                raise RuntimeError(f"{shard.relpath}: record accounting is broken: {entry['records_read']} read != "
-                                   f"{entry['rows']} written + {entry['rejected']} rejected")
-            rejected_url = join(self.output, "rejected", output_name(shard.relpath, ".jsonl"))
-            with common.writing(rejected_url):
-                if rejected_lines:
-                    common.write_text_atomic(rejected_url, "\n".join(rejected_lines) + "\n")
-                elif common.exists(rejected_url):
-                    common.filesystem(rejected_url)[0].rm(common.filesystem(rejected_url)[1])
-            entry["rejected_by_reason"] = summary.rejected_by_reason()
+            account = reader.finish()
+            if account.records != summary.records:
+                raise RuntimeError(f"{shard.relpath}: record accounting is broken: {account.records} read, "
+                                   f"{summary.records} written")
+            add_account(summary, account)
+            entry = manifest_entry(shard, account, fingerprint, self.sha256)
             # The footer carries the shard's accounting: a rerun rebuilds its summary from the file alone.
             writer.add_key_value_metadata({tables.SHARD_KEY: json.dumps(entry, sort_keys=True)})
             writer.close()
-        for name, value in (("records", entry["records_read"]), ("tokens", summary.tokens),
-                            ("bytes", summary.bytes), ("rejected", entry["rejected"])):
+        for name, value in (("records", account.records_read), ("tokens", summary.tokens),
+                            ("bytes", summary.bytes), ("rejected", account.rejected)):
             self.counters[name].inc(value)
         elapsed = time.perf_counter() - started
-        say(f"tokenized {shard.relpath}: {entry['rows']:,} rows, {summary.tokens:,} tokens, "
-            f"{entry['rejected']} rejected, {summary.bytes / 1e6 / max(elapsed, 1e-9):.2f} MB/s")
+        say(f"tokenized {shard.relpath}: {account.records:,} rows, {summary.tokens:,} tokens, "
+            f"{account.rejected} rejected, {summary.bytes / 1e6 / max(elapsed, 1e-9):.2f} MB/s")
         return summary, entry
 
-    def encode_into(self, batch, group: "RowGroup", summary, entry: dict) -> None:
+    def encode_into(self, batch, group: "RowGroup", summary) -> None:
         """Encode a batch of records into `group`; the per-record figures are computed a column at a
         time for the whole batch (token ids are counted later, per row group)."""
         if not batch:
@@ -190,21 +179,48 @@ class TokenizeShard(beam.DoFn):
             for ids in id_arrays:
                 ids.append(self.eos_id)
         stats = batch_stats(texts, id_arrays)
-        summary.add_batch(*stats)
+        summary.add_batch(*stats, record_ids=[r.id for r in batch], id_arrays=id_arrays)
         group.extend(batch, id_arrays, stats)
-        repaired = sum(r.repaired for r in batch)
-        entry["records_read"] += len(batch)
-        entry["rows"] += len(batch)
-        entry["repaired"] += repaired
-        summary.add_repaired(repaired)
 
     def summary_from_parquet(self, url: str):
         """Rebuild a finished shard's Summary from its Parquet rows and footer (no re-encoding)."""
         from pipelines.stats_cmd import add_file
 
-        summary = Summary(self.tok.vocab_size)
+        summary = Summary(self.tok.vocab_size, raw_byte_ids=self.raw_byte_ids)
         add_file(summary, url, self.sha256)
         return summary
+
+
+def shard_fingerprint(shard, source_options, tokenizer_sha256: str, eos_token: str | None) -> dict:
+    """Everything that shapes a shard's output: a rerun reuses the output only when all of it matches
+    (the input file and its version, how it is read, the tokenizer, the EOS token, the layout)."""
+    from pipelines.sources import shard_format
+
+    options = json.loads(json.dumps(asdict(source_options)))     # tuples as lists, as the footer holds them
+    return {"layout": {"tokens_schema": tables.TOKENS_SCHEMA_VERSION, "manifest": MANIFEST_VERSION},
+            "input": {"url": shard.url, "size": shard.size, "version": shard.version},
+            "format": shard_format(shard, source_options), "source_options": options,
+            "tokenizer_sha256": tokenizer_sha256, "eos_token": eos_token}
+
+
+def add_account(summary: Summary, account) -> None:
+    """What the shard reader set aside, into the shard's summary."""
+    for reason, n in account.rejected_by_reason.items():
+        summary.add_rejected(reason, n)
+    summary.add_repaired(account.repaired)
+    for error in account.shard_errors:
+        summary.add_shard_error(error["source"], error["rows_read"], error["reason"], error["detail"])
+
+
+def manifest_entry(shard, account, fingerprint: dict, tokenizer_sha256: str) -> dict:
+    """A shard's line of the manifest, also kept in its Parquet footer."""
+    from pipelines.sources import output_name
+
+    return {"source": shard.url, "relpath": shard.relpath, "output": output_name(shard.relpath),
+            "tokenizer_sha256": tokenizer_sha256, "fingerprint": fingerprint,
+            "records_read": account.records_read, "rows": account.records, "rejected": account.rejected,
+            "rejected_by_reason": account.rejected_by_reason, "repaired": account.repaired,
+            "shard_errors": account.shard_errors}
 
 
 class RowGroup:
@@ -300,23 +316,26 @@ def write_stats(summary, tokenizer: TokenizerFacts, tokenizer_url: str, output: 
     stats = stats_json(summary, tokenizer, {"inputs": inputs, "tokenizer": tokenizer_url,
                                   "timing": {"started_at": started_at, "elapsed_seconds": round(time.time() - started_at, 3)}})
     url = join(output, "stats.json")
-    with common.writing(url):
-        common.write_text_atomic(url, dump_stats(stats))
+    with writing(url):
+        write_text_atomic(url, dump_stats(stats))
     return url
 
 
-def write_success(entries: list[dict], stats_url: str, output: str, tokenizer_sha256: str) -> None:
-    """`_SUCCESS`, written last: the shards, their record counts and the tokenizer sha256.
+def write_success(entries: list[dict], stats_url: str, output: str, tokenizer_sha256: str,
+                  allow_shard_errors: bool = False) -> bool:
+    """`_SUCCESS`, written last, when the run is complete: every shard read (or shard errors allowed)
+    and at least one record written. It lists the shards, their record counts and the tokenizer.
 
-    Written only when the books balance: records read == written + rejected for every shard and in
-    total, and the totals of the manifest equal those of stats.json (two separate aggregations)."""
+    The books must balance: records read == written + rejected for every shard and in total, and
+    the totals of the manifest equal those of stats.json (two separate aggregations)."""
     entries = sorted(entries, key=lambda e: e["relpath"])
     manifest = {"version": MANIFEST_VERSION, "tokenizer_sha256": tokenizer_sha256, "stats": "stats.json",
                 "shards": [{k: e[k] for k in ("relpath", "output", "records_read", "rows", "rejected", "shard_errors")}
                            for e in entries],
                 "records_read": sum(e["records_read"] for e in entries),
-                "rows": sum(e["rows"] for e in entries), "rejected": sum(e["rejected"] for e in entries)}
-    stats = common.read_json(stats_url)
+                "rows": sum(e["rows"] for e in entries), "rejected": sum(e["rejected"] for e in entries),
+                "shards_failed": sum(bool(e["shard_errors"]) for e in entries)}
+    stats = read_json(stats_url)
     unbalanced = [e["relpath"] for e in entries if e["records_read"] != e["rows"] + e["rejected"]]
     if unbalanced or manifest["records_read"] != manifest["rows"] + manifest["rejected"] or (
             (manifest["records_read"], manifest["rows"], manifest["rejected"])
@@ -325,14 +344,18 @@ def write_success(entries: list[dict], stats_url: str, output: str, tokenizer_sh
                            f"{manifest['records_read']} read, {manifest['rows']} written, {manifest['rejected']} "
                            f"rejected; stats.json says {stats['records_read']}, {stats['records']}, "
                            f"{stats['rejected']['total']}")
+    if manifest["rows"] == 0 or (manifest["shards_failed"] and not allow_shard_errors):
+        return False
     url = join(output, SUCCESS)
-    with common.writing(url):
-        common.write_text_atomic(url, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    with writing(url):
+        write_text_atomic(url, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return True
 
 
-def build_tokenize_pipeline(p, shards, tokenizer: common.TokenizerRef, facts: TokenizerFacts, source_options,
+def build_tokenize_pipeline(p, shards, tokenizer: TokenizerRef, facts: TokenizerFacts, source_options,
                             output: str, eos_token: str | None, inputs: list[str], started_at: float,
-                            fail_fast: bool = False, encode_threads: int = 1, spread: bool = True):
+                            fail_fast: bool = False, encode_threads: int = 1, spread: bool = True,
+                            allow_shard_errors: bool = False):
     """The tokenize pipeline for a tokenizer the launcher loaded: `tokenizer` names it (and carries its
     sha256), `facts` is what stats.json needs of it, so no worker computes either again."""
     # One element per shard, spread over the workers unless they are this one process.
@@ -348,14 +371,62 @@ def build_tokenize_pipeline(p, shards, tokenizer: common.TokenizerRef, facts: To
                  | "WriteStats" >> beam.Map(write_stats, facts, tokenizer.url, output, inputs, started_at))
     (results[TokenizeShard.MANIFEST]
      | "CollectManifest" >> beam.combiners.ToList()
-     | "WriteSuccess" >> beam.Map(write_success, beam.pvalue.AsSingleton(stats_url), output, tokenizer.sha256))
+     | "WriteSuccess" >> beam.Map(write_success, beam.pvalue.AsSingleton(stats_url), output, tokenizer.sha256,
+                                  allow_shard_errors))
+
+
+# --- the output folder ----------------------------------------------------------------------------
+
+def clear_stale_outputs(output: str, shards) -> int:
+    """Make the output folder describe only this run's inputs: remove `_SUCCESS` and `stats.json`
+    (rewritten at the end: a run that fails must not leave the last run's vouching for it), the token
+    Parquet of inputs no longer given (ours: their footer says so) and their rejected files. A
+    Parquet file tokenbeam did not write is never removed: the run refuses instead. Returns how many
+    stale shard outputs were removed."""
+    from pipelines.sources import output_name
+
+    fs, root = filesystem(output)
+    root = root.rstrip("/")
+    expected = {output_name(s.relpath) for s in shards}
+    expected_rejected = {output_name(s.relpath, ".jsonl") for s in shards}
+    found = [f for f in fs.find(root) if not posixpath.basename(f).startswith(".")]
+    relative = {f: posixpath.relpath(f, root) for f in found}
+    stale_parquet = [f for f, rel in relative.items() if rel.endswith(".parquet") and rel not in expected
+                     and not rel.startswith(REJECTED_DIR + "/")]
+    foreign = [relative[f] for f in stale_parquet if read_shard_metadata(fs.unstrip_protocol(f)) is None]
+    if foreign:
+        raise UserError(f"--output {output} holds Parquet files tokenbeam did not write ({', '.join(sorted(foreign)[:3])}"
+                        f"{', ...' if len(foreign) > 3 else ''}); give an empty or tokenbeam-only folder")
+    stale_rejected = [f for f, rel in relative.items() if rel.startswith(REJECTED_DIR + "/")
+                      and rel[len(REJECTED_DIR) + 1:] not in expected_rejected]
+    for name in (SUCCESS, "stats.json"):
+        remove(join(output, name))
+    for f in stale_parquet + stale_rejected:
+        fs.rm(f)
+    return len(stale_parquet)
+
+
+def outcome_error(stats: dict, allow_shard_errors: bool) -> IncompleteRun | None:
+    """Why a finished run is incomplete (no `_SUCCESS`), or None when it is complete."""
+    failed = stats["shard_errors"]
+    if failed and not allow_shard_errors:
+        return IncompleteRun(
+            f"{len(failed)} of {stats['shards']['count']} shard(s) could not be read, and their records were not "
+            f"tokenized (listed in rejected/, first: {describe_shard_error(failed[0])}); no _SUCCESS: repair them "
+            f"and rerun, or pass --allow-shard-errors")
+    if stats["records"] == 0:
+        reasons = stats["rejected"]["by_reason"]
+        why = ", ".join(f"{n:,} {reason}" for reason, n in reasons.items()) or "the inputs hold no records"
+        hint = " (is --text-field right?)" if "missing_text_field" in reasons or "missing_text_column" in str(failed) \
+            else ""
+        return IncompleteRun(f"nothing was written: {stats['records_read']:,} records read, {why}{hint}; "
+                             f"see rejected/; no _SUCCESS")
+    return None
 
 
 # --- command line -------------------------------------------------------------------------------
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tokenbeam tokenize", description=__doc__.split("\n")[0],
-                                     epilog="Any other --flag is passed to Beam (--runner, --direct_num_workers, ...).")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", required=True,
                         help="tokenizer.json (ours or any byte-level BPE one), or a folder holding one")
     parser.add_argument("--output", required=True, help="output folder (local or fsspec URL)")
@@ -367,14 +438,32 @@ def build_parser() -> argparse.ArgumentParser:
                              "has, 1 on other runners)")
     parser.add_argument("--baseline", default=None, metavar="STATS",
                         help="compare the new stats.json with this one at the end (as `tokenbeam drift`)")
-    common.add_source_arguments(parser)
+    add_source_arguments(parser)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="tokenbeam tokenize", description=__doc__.split("\n")[0],
+                    usage="tokenbeam tokenize --tokenizer T --output DIR --input GLOB [options] [INPUT ...]",
+                    epilog="Any other --flag must be one of Beam's (--runner, --direct_num_workers, ...).")
+    add_arguments(parser)
     return parser
 
 
 def run(argv: list[str]) -> dict:
-    args, beam_args = build_parser().parse_known_args(argv)
+    """Run `tokenbeam tokenize ARGV`; returns stats.json's content. UserError for bad usage,
+    IncompleteRun when the output is not complete."""
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    return run_parsed(args, rest, option_strings(parser))
+
+
+def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str]) -> dict:
     started_at = time.time()
-    tok, tokenizer = common.identify_tokenizer(args.tokenizer)
+    beam_args, bare = split_beam_args(rest, tool_options)
+    inputs = list(args.input) + bare
+    if args.baseline and not exists(args.baseline):
+        raise UserError(f"--baseline {args.baseline}: no such file")
+    tok, tokenizer = identify_tokenizer(args.tokenizer)
     check_id_range(tok, args.tokenizer)
     if args.eos_token is not None and args.eos_token not in tok.special_tokens:
         known = ", ".join(sorted(tok.special_tokens)) or "none"
@@ -385,48 +474,53 @@ def run(argv: list[str]) -> dict:
         raise UserError(str(exc)) from None
     if args.encode_threads is not None and args.encode_threads < 1:
         raise UserError(f"--encode-threads must be at least 1, got {args.encode_threads}")
-    source_options = common.source_options(args, tuple(args.keep_field))
-    shards = common.expand(args, source_options)
-    options, runner = common.pipeline_options(beam_args)
-    common.check_worker_paths(options, [*args.input, args.output, args.tokenizer])
-    common.makedirs(args.output)
+    source_options = make_source_options(args, tuple(args.keep_field))
+    shards = expand(inputs, source_options)
+    options, runner = pipeline_options(beam_args)
+    check_worker_paths(options, [*inputs, args.output, args.tokenizer])
+    check_output_folder(args.output)
     say(f"tokenize: {len(shards)} shard(s), {sum(s.size for s in shards) / 1e6:.1f} MB, "
         f"vocabulary {tok.vocab_size:,} -> {args.output}")
-    # A stale _SUCCESS must not vouch for a run that is about to change the files.
-    if common.exists(join(args.output, SUCCESS)):
-        fs, path = common.filesystem(join(args.output, SUCCESS))
-        fs.rm(path)
-    if common.remove_stale_temporaries(args.output):
+    stale = clear_stale_outputs(args.output, shards)
+    if stale:
+        say(f"removed the outputs of {stale} input(s) of an earlier run that this run does not have")
+    if remove_stale_temporaries(args.output):
         say(f"removed the temporary files of an interrupted earlier run under {args.output}")
-    # The input globs as a sorted set: the same inputs listed in another order give the same stats.json.
-    inputs = sorted(set(args.input))
-    with common.pipeline_failures(args.output), beam.Pipeline(runner=runner, options=options) as p:
+    # The inputs as a sorted set: the same inputs listed in another order give the same stats.json.
+    inputs = sorted(set(inputs))
+    with pipeline_failures(args.output), beam.Pipeline(runner=runner, options=options) as p:
         build_tokenize_pipeline(p, shards, tokenizer, TokenizerFacts.of(tok), source_options,
                                 args.output, args.eos_token, inputs, started_at, args.fail_fast,
-                                args.encode_threads or common.local_cores_per_worker(options, runner),
-                                spread=not common.one_local_worker(options, runner))
-    stats = common.read_json(join(args.output, "stats.json"))
-    manifest = common.read_json(join(args.output, SUCCESS))
+                                args.encode_threads or local_cores_per_worker(options, runner),
+                                spread=not one_local_worker(options, runner),
+                                allow_shard_errors=args.allow_shard_errors)
+    stats = read_json(join(args.output, "stats.json"))
     elapsed = time.time() - started_at
     for error in stats["shard_errors"]:
-        say(f"warning: {common.describe_shard_error(error)}")
-    say(f"done: {manifest['records_read']:,} records read, {manifest['rows']:,} written, {manifest['rejected']:,} "
-        f"rejected; {stats['tokens']:,} tokens, {stats['bytes'] / 1e6:.1f} MB in {elapsed:.1f}s "
-        f"({stats['bytes'] / 1e6 / max(elapsed, 1e-9):.2f} MB/s) -> {args.output}")
+        warn(describe_shard_error(error))
+    say(f"done: {stats['records_read']:,} records read, {stats['records']:,} written, {stats['rejected']['total']:,} "
+        f"rejected, {len(stats['shard_errors'])} of {len(shards)} shard(s) failed; {stats['tokens']:,} tokens, "
+        f"{stats['bytes'] / 1e6:.1f} MB in {elapsed:.1f}s ({stats['bytes'] / 1e6 / max(elapsed, 1e-9):.2f} MB/s) "
+        f"-> {args.output}")
+    failure = outcome_error(stats, args.allow_shard_errors)
+    if failure is not None:
+        raise failure
     if args.baseline:
         from pipelines import drift
         code = drift.main([args.baseline, join(args.output, "stats.json")])
-        if code != 0:
+        if code != EXIT_OK:
             raise SystemExit(code)
     return stats
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipelines.cli import run_command
-    return run_command(run, sys.argv[1:] if argv is None else argv)
+    """`python -m pipelines.tokenize ARGV` (the same as `tokenbeam tokenize ARGV`)."""
+    return run_command(lambda: run(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":
+    import gc
+
     code = main()
-    gc.freeze()       # the process exits next: spare the interpreter's final walk over Beam's objects (~0.8 s)
+    gc.freeze()       # the process exits next: spare the interpreter's final walk over Beam's objects
     sys.exit(code)

@@ -12,7 +12,6 @@ holds. `--counts DIR` skips the Beam part and trains a new vocabulary from count
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib
 import json
 import os
@@ -28,8 +27,15 @@ from operator import mul
 from bpe_ops import pretokenize
 from bpe_ops.trainer import MAX_IDS
 from schemas import reports
-from pipelines import common
-from pipelines.common import UserError, join, say
+from pipelines.command import Parser, option_strings, refuse_leftovers
+from pipelines.errors import EXIT_INCOMPLETE, IncompleteRun, UserError, run_command, say, warn
+from pipelines.files import check_output_folder, exists, join, open_atomic, read_json, remove, write_text_atomic
+from pipelines.shards import add_source_arguments, describe_shard_error
+
+SUCCESS = "_SUCCESS"
+# The files the merge loop writes: a run removes the earlier run's before it starts, so a failed run
+# never leaves a tokenizer that looks like its result.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.tiktoken", "train_report.json", "compression_curve.png", SUCCESS)
 
 
 # --- the launcher side ----------------------------------------------------------------------------
@@ -39,28 +45,13 @@ class CountingProcess:
     `wait` returns when OUTPUT/counts/ is written, or raises the child's one-line error as a UserError
     (a bug's traceback is on stderr above it). Its progress lines reach stderr as they come."""
 
-    # Packages Beam imports when it can, of which the counting process needs nothing; it hides them
-    # before Beam is imported (None in sys.modules makes an import fail at once, as where the
-    # package is not installed, which Beam allows for both):
-    #  - IPython: Beam asks it whether this is an IPython session for every transform applied
-    #    (`alter_label_if_ipython`); importing it just to ask costs ~0.6 s.
-    #  - pandas: `apache_beam.typehints` imports it for its DataFrame type hints: ~0.5 s and ~80 MB
-    #    of the counting process's memory, for nothing (Beam's own worker processes still import it).
-    HIDDEN = ("IPython", "pandas")
-    # The child ends at once, silently, on Ctrl-C (which reaches the whole process group): the
-    # launcher is the one that says so. It finds the same `pipelines` package this process runs,
-    # wherever that was imported from.
-    BOOTSTRAP = ("import os, signal, sys; signal.signal(signal.SIGINT, lambda *_: os._exit(130)); "
-                 "root = sys.argv.pop(1); root in sys.path or sys.path.insert(0, root); "
-                 "from pipelines.train import counting_process_main; sys.exit(counting_process_main(sys.argv[1:]))")
-
-    def __init__(self, argv: list[str]):
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    def __init__(self, job: dict):
         # The child's outcome comes back through a pipe: no file to leave behind if this process dies.
         read_end, write_end = os.pipe()
         try:
-            self.process = subprocess.Popen([sys.executable, "-c", self.BOOTSTRAP, root, str(os.getpid()),
-                                             str(write_end), *argv], env=self.environment(), pass_fds=(write_end,))
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "pipelines.count_process", str(os.getpid()), str(write_end), json.dumps(job)],
+                env=self.environment(), pass_fds=(write_end,))
         finally:
             os.close(write_end)
         self.outcome = os.fdopen(read_end, "rb")
@@ -75,6 +66,9 @@ class CountingProcess:
         env = dict(os.environ)
         if not any(name.startswith("MALLOC_") for name in env):
             env["MALLOC_TRIM_THRESHOLD_"] = str(128 * 1024)
+        # The child imports the very `pipelines` package this process runs, wherever it came from.
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         return env
 
     def stop(self) -> None:
@@ -102,38 +96,13 @@ class CountingProcess:
         except ValueError:
             result = {}
         if code == 0:
-            return
+            return result
         if code in (130, -signal.SIGINT):
             raise KeyboardInterrupt
         if "error" in result:
-            raise UserError(result["error"])
-        raise UserError(f"the counting stage failed (exit code {code}); its error is above")
-
-
-def counting_process_main(argv: list[str]) -> int:
-    """The counting process (`CountingProcess` starts it with the launcher's pid, a result file and the
-    command line): hide what Beam need not import, follow the launcher, count (pipelines/train_count.py)."""
-    launcher, argv = int(argv[0]), argv[1:]
-    for name in CountingProcess.HIDDEN:
-        sys.modules.setdefault(name, None)
-    exit_with_launcher(launcher)
-    try:
-        from pipelines.train_count import child_main
-        return child_main(argv)
-    except KeyboardInterrupt:        # Ctrl-C reaches the whole process group; the launcher says so
-        return 130
-
-
-def exit_with_launcher(launcher: int) -> None:
-    """End this process once the launcher (pid `launcher`, its parent) is gone, killed say: nobody
-    would read the counts, and a job on a remote runner would go on being waited for. Checked from
-    the start, so a launcher killed while this process still imports Beam is noticed too."""
-    def watch() -> None:
-        while os.getppid() == launcher:
-            time.sleep(0.5)
-        os._exit(1)       # open_atomic leaves at most a hidden temporary, which the next run removes
-
-    threading.Thread(target=watch, name="exit-with-launcher", daemon=True).start()
+            error = IncompleteRun if result.get("exit_code") == EXIT_INCOMPLETE else UserError
+            raise error(result["error"])
+        raise IncompleteRun(f"the counting stage failed (exit code {code}); its error is above")
 
 
 def import_counts_reader() -> None:
@@ -151,7 +120,9 @@ def load_counts(counts_dir: str) -> dict[bytes, int]:
 
     from schemas.tables import COUNTS_SCHEMA
 
-    fs, path = common.filesystem(counts_dir)
+    from pipelines.files import filesystem
+
+    fs, path = filesystem(counts_dir)
     files = sorted(f for f in fs.glob(path.rstrip("/") + "/*.parquet"))
     counts: dict[bytes, int] = {}
     for f in files:
@@ -224,7 +195,7 @@ def plot_curve(curve: list[dict], url: str) -> bool:
     ax.set_ylabel("tokens per byte (training counts)")
     ax.set_title("Compression curve")
     ax.grid(True, alpha=0.3)
-    with common.open_atomic(url) as f:
+    with open_atomic(url) as f:
         fig.savefig(f, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
     return True
@@ -240,19 +211,18 @@ def upload_tokenizer(tok, output: str) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         tok.save(tmp)
         for name in sorted(os.listdir(tmp)):
-            with open(os.path.join(tmp, name), "rb") as src, common.open_atomic(join(output, name)) as dst:
+            with open(os.path.join(tmp, name), "rb") as src, open_atomic(join(output, name)) as dst:
                 dst.write(src.read())
     return join(output, "tokenizer.json")
 
 
 # --- command line -------------------------------------------------------------------------------
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tokenbeam train", description=__doc__.split("\n")[0],
-                                     epilog="Any other --flag is passed to Beam (--runner, --direct_num_workers, ...).")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", required=True, help="output folder (local or fsspec URL)")
     parser.add_argument("--vocab-size", type=int, required=True, help="ids in all: 256 bytes + merges + specials")
-    parser.add_argument("--pattern", default="gpt4", help="split pattern: gpt4 (default), gpt2, o200k, classic, or a regex")
+    parser.add_argument("--pattern", default="gpt4",
+                        help="split pattern: gpt4 (default), gpt2, o200k, classic (any case), or a regex")
     parser.add_argument("--special-token", action="append", default=[], metavar="TOKEN",
                         help="a special token (repeatable): splits the text, never merged across")
     parser.add_argument("--min-frequency", type=int, default=2, help="stop when the best pair count is below this")
@@ -263,22 +233,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tie-break", default="largest", choices=["largest", "smallest", "hf"])
     parser.add_argument("--counts", default=None, metavar="DIR",
                         help="train from counts written earlier (a run folder or its counts/), skipping the corpus")
-    common.add_source_arguments(parser)
+    add_source_arguments(parser)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="tokenbeam train", description=__doc__.split("\n")[0],
+                    usage="tokenbeam train --output DIR --vocab-size N --input GLOB [options] [INPUT ...]",
+                    epilog="Any other --flag must be one of Beam's (--runner, --direct_num_workers, ...).")
+    add_arguments(parser)
     return parser
 
 
-def parse(argv, with_pattern: bool = True):
-    """The tool's flags and Beam's; any contradiction or impossible value is a UserError. With
-    `with_pattern`, the split pattern is compiled too (`check_pattern`)."""
-    parser = build_parser()
-    # --input is only optional with --counts.
-    for action in parser._actions:
-        if action.dest == "input":
-            action.required = not any(a == "--counts" or a.startswith("--counts=") for a in argv)
-    args, beam_args = parser.parse_known_args(argv)
-    if args.counts and args.input:
-        raise UserError("--counts trains from counts written earlier and reads no corpus: "
-                        "give either --counts or --input, not both")
+def check_args(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> None:
+    """Every contradiction or impossible value of the tool's own flags, as a UserError."""
+    if args.counts:
+        if args.input:
+            raise UserError("--counts trains from counts written earlier and reads no corpus: "
+                            "give either --counts or --input, not both")
+        refuse_leftovers(rest, parser, "with --counts no corpus is read and no Beam pipeline runs")
     if args.vocab_size < 1:
         raise UserError("--vocab-size must be positive")
     if args.vocab_size > MAX_IDS + len(set(args.special_token)):
@@ -292,22 +264,25 @@ def parse(argv, with_pattern: bool = True):
     if memory:
         raise UserError(f"memory:// URLs live inside one process, and training counts in a process of its own: "
                         f"{', '.join(memory)}")
-    if with_pattern:
-        check_pattern(args)
-    base = 256 if args.pattern != "classic" else 1
-    if args.vocab_size < base + len(set(args.special_token)) + 1 and args.pattern != "classic":
+    base = 256 if args.pattern.lower() != "classic" else 1
+    if args.vocab_size < base + len(set(args.special_token)) + 1 and base == 256:
         raise UserError(f"--vocab-size {args.vocab_size} is too small: the byte alphabet alone is 256 ids, plus "
                         f"{len(set(args.special_token))} special tokens, plus at least one merge")
-    return args, beam_args
 
 
-def check_pattern(args) -> None:
-    """Compile the split pattern (cached for the merge loop); a pattern that does not compile is a
+def check_pattern(pattern: str) -> None:
+    """Compile the split pattern (cached for the merge loop); a pattern that does not compile, an
+    unknown pattern name, or a regex that would leave text unsplit (and so untokenized) is a
     UserError."""
     try:
-        pretokenize.compile_pattern(args.pattern)
+        pretokenize.compile_pattern(pattern)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    gap = getattr(pretokenize, "pattern_coverage_gap", None)
+    if gap is not None and pattern.lower() != "classic":
+        missed = gap(pattern)
+        if missed:
+            raise UserError(f"--pattern {pattern!r}: {missed}; a tokenizer cannot encode text its pattern skips")
 
 
 def import_plotting_in_background() -> threading.Thread:
@@ -329,53 +304,74 @@ def import_plotting_in_background() -> threading.Thread:
 
 
 def run(argv: list[str]) -> dict:
-    """Run the whole training job; returns the train report."""
+    """Run `tokenbeam train ARGV`; returns the train report. UserError for bad usage, IncompleteRun
+    when no tokenizer could be trained on the whole corpus."""
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    return run_parsed(args, rest, parser)
+
+
+def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser | None = None) -> dict:
+    """The training job of parsed flags; `rest` is what the parser left, for the counting process to
+    sort into Beam's flags and more inputs (this process never imports Beam)."""
+    parser = parser or build_parser()
+    check_args(args, rest, parser)
     warming: list[threading.Thread] = []
     try:
-        return train(argv, warming)
+        return train(args, rest, option_strings(parser), warming)
     finally:
         for thread in warming:
             thread.join()
 
 
-def train(argv: list[str], warming: list[threading.Thread]) -> dict:
-    args, _ = parse(argv, with_pattern=False)
+def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
+          warming: list[threading.Thread]) -> dict:
     timing: dict[str, float] = {}
     started = time.perf_counter()
     specials = list(dict.fromkeys(args.special_token))
     if args.counts:
-        counts_dir = args.counts if not common.exists(join(args.counts, "counts")) else join(args.counts, "counts")
+        counts_dir = args.counts if not exists(join(args.counts, "counts")) else join(args.counts, "counts")
         inputs = None
-        check_pattern(args)
+        check_pattern(args.pattern)
+        if not exists(join(counts_dir, "_totals.json")):
+            raise UserError(f"no counts found in {counts_dir} (expected _totals.json and part-*.parquet)")
+        check_output_folder(args.output)
+        clear_tokenizer_files(args.output)
         counting = None
     else:
         # Counting needs nothing from this process but the command line: start it first, and check
         # the pattern here meanwhile (compiling it also warms the merge loop's pre-tokenizer).
-        counting = CountingProcess(argv)
+        job = {"args": {k: v for k, v in vars(args).items() if k != "command"}, "rest": rest,
+               "tool_options": tool_options}
+        counting = CountingProcess(job)
         try:
-            check_pattern(args)
+            check_pattern(args.pattern)
             import_counts_reader()
         except BaseException:
             counting.stop()
             raise
-        counting.wait()
+        inputs = counting.wait()["inputs"]
         counts_dir = join(args.output, "counts")
-        inputs = args.input
         timing["count"] = time.perf_counter() - started
     t0 = time.perf_counter()
-    if not common.exists(join(counts_dir, "_totals.json")):
-        raise UserError(f"no counts found in {counts_dir} (expected _totals.json and part-*.parquet)")
-    totals = common.read_json(join(counts_dir, "_totals.json"))
+    totals = read_json(join(counts_dir, "_totals.json"))
     if totals["records"] != totals["records_counted"] + totals["records_rejected"]:
         raise RuntimeError(f"record accounting is broken: {totals['records']} read != "
                            f"{totals['records_counted']} counted + {totals['records_rejected']} rejected")
     for error in totals["shard_errors"]:
-        say(f"warning: {common.describe_shard_error(error)}")
+        warn(describe_shard_error(error))
+    failure = incomplete_counts(totals, args.allow_shard_errors)
+    if failure is not None:
+        if counting is not None:
+            write_text_atomic(join(args.output, "train_report.json"),
+                              json.dumps(dict(corpus_report(totals, inputs), complete=False, error=str(failure)),
+                                         indent=1, ensure_ascii=False) + "\n")
+        raise failure
     counts = load_counts(counts_dir)
     timing["load_counts"] = time.perf_counter() - t0
     if not counts:
-        raise UserError(f"nothing to train on: {totals['records']} records read, {totals['records_rejected']} "
-                        f"rejected, no pre-tokens left (after --min-count pruning)")
+        raise IncompleteRun(f"nothing to train on: {totals['records_counted']:,} records counted, but every "
+                            f"pre-token was seen fewer than --min-count {args.min_count} times")
     say(f"merge loop: {len(counts):,} unique pre-tokens, target {args.vocab_size:,} ids")
     warming.append(import_plotting_in_background())
     from bpe_ops import train_bpe
@@ -390,23 +386,17 @@ def train(argv: list[str], warming: list[threading.Thread]) -> dict:
     bar.close()
     timing["merge_loop"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    common.makedirs(args.output)
     tokenizer_url = upload_tokenizer(tok, args.output)
     result = tok.training
-    total_bytes = sum(map(mul, map(len, counts), counts.values())) if args.pattern != "classic" else totals["bytes"]
+    total_bytes = sum(map(mul, map(len, counts), counts.values())) if args.pattern.lower() != "classic" \
+        else totals["bytes"]
     base_vocab = tok.vocab_size - len(specials) - (len(result.merges) - result.duplicate_merges)
     curve = compression_curve(result.initial_tokens, total_bytes, result.tokens_saved, base_vocab)
     report = {
-        "version": reports.TRAIN_REPORT_VERSION, "tokenizer_sha256": tok.sha256, "vocab_size": tok.vocab_size,
-        "pattern": args.pattern, "special_tokens": specials, "tie_break": args.tie_break,
-        "min_frequency": args.min_frequency, "min_count": args.min_count,
-        "inputs": inputs if inputs is not None else {"counts": args.counts},
-        "records": totals["records"], "records_counted": totals["records_counted"],
-        "records_rejected": totals["records_rejected"], "rejected_by_reason": totals["rejected_by_reason"],
-        "records_repaired": totals["records_repaired"], "shard_errors": totals["shard_errors"],
-        "bytes": totals["bytes"], "pretokens": totals["pretokens"],
-        "unique_pretokens_before_pruning": totals["unique_pretokens_before_pruning"],
-        "unique_pretokens_after_pruning": totals["unique_pretokens_after_pruning"],
+        "version": reports.TRAIN_REPORT_VERSION, "complete": True, "tokenizer_sha256": tok.sha256,
+        "vocab_size": tok.vocab_size, "pattern": args.pattern, "special_tokens": specials,
+        "tie_break": args.tie_break, "min_frequency": args.min_frequency, "min_count": args.min_count,
+        **corpus_report(totals, inputs if inputs is not None else {"counts": args.counts}),
         "merges": len(result.merges), "tied_merges": result.tied_merges,
         "duplicate_merges": result.duplicate_merges, "stop_reason": result.stop_reason,
         "compression_curve": curve,
@@ -422,20 +412,59 @@ def train(argv: list[str], warming: list[threading.Thread]) -> dict:
         peaks["counting"] = round(counting.peak_rss_mb, 1)
     report["peak_rss_mb"] = max(peaks.values())
     report["peak_rss_mb_by_process"] = peaks
-    common.write_text_atomic(join(args.output, "train_report.json"),
-                             json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+    write_text_atomic(join(args.output, "train_report.json"), json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+    write_text_atomic(join(args.output, SUCCESS), json.dumps(
+        {"version": reports.TRAIN_REPORT_VERSION, "tokenizer_sha256": tok.sha256, "inputs": report["inputs"],
+         "shards": report["shards"], "shards_failed": report["shards_failed"], "records": report["records"],
+         "records_counted": report["records_counted"], "records_rejected": report["records_rejected"],
+         "files": [name for name in TOKENIZER_FILES[:-1] if name != "compression_curve.png" or plotted]},
+        indent=1, sort_keys=True) + "\n")
     say(f"trained {tok.vocab_size:,} ids ({len(result.merges):,} merges, {result.tied_merges:,} tied, stop: "
-        f"{result.stop_reason}) from {report['records_counted']:,} records ({report['records_rejected']:,} rejected) "
-        f"in {timing['total']:.1f}s -> {tokenizer_url}" + ("" if plotted else " (install the plot extra for compression_curve.png)"))
+        f"{result.stop_reason}) from {report['records_counted']:,} records ({report['records_rejected']:,} rejected, "
+        f"{report['shards_failed']} of {report['shards']} shard(s) failed) in {timing['total']:.1f}s -> {tokenizer_url}"
+        + ("" if plotted else " (install the plot extra for compression_curve.png)"))
     return report
 
 
+def corpus_report(totals: dict, inputs) -> dict:
+    """The train report's account of the corpus, from the counting stage's totals."""
+    return {"inputs": inputs, "shards": totals["shards"], "shards_failed": len({e["source"] for e in totals["shard_errors"]}),
+            "records": totals["records"], "records_counted": totals["records_counted"],
+            "records_rejected": totals["records_rejected"], "rejected_by_reason": totals["rejected_by_reason"],
+            "records_repaired": totals["records_repaired"], "shard_errors": totals["shard_errors"],
+            "bytes": totals["bytes"], "pretokens": totals["pretokens"],
+            "unique_pretokens_before_pruning": totals["unique_pretokens_before_pruning"],
+            "unique_pretokens_after_pruning": totals["unique_pretokens_after_pruning"]}
+
+
+def incomplete_counts(totals: dict, allow_shard_errors: bool) -> IncompleteRun | None:
+    """Why the counts are no corpus to train on (the run then ends without a tokenizer), or None."""
+    failed = totals["shard_errors"]
+    if failed and not allow_shard_errors:
+        return IncompleteRun(
+            f"{len(failed)} of {totals['shards']} shard(s) could not be read, and their records were not counted "
+            f"(listed in rejected/, first: {describe_shard_error(failed[0])}); no tokenizer was trained on part of "
+            f"the corpus: repair them and rerun, or pass --allow-shard-errors")
+    if totals["records_counted"] == 0:
+        reasons = totals["rejected_by_reason"]
+        why = ", ".join(f"{n:,} {reason}" for reason, n in reasons.items()) or "the inputs hold no records"
+        hint = " (is --text-field right?)" if "missing_text_field" in reasons or \
+            any(e["reason"] == "missing_text_column" for e in failed) else ""
+        return IncompleteRun(f"nothing to train on: {totals['records']:,} records read, {why}{hint}; see rejected/")
+    return None
+
+
+def clear_tokenizer_files(output: str) -> None:
+    """Remove the files an earlier run's merge loop wrote into `output` (_SUCCESS first, so that an
+    interrupted cleanup never leaves it vouching for what is left)."""
+    for name in reversed(TOKENIZER_FILES):
+        remove(join(output, name))
+
+
 def main(argv: list[str] | None = None) -> int:
-    from pipelines.cli import run_command
-    return run_command(run, sys.argv[1:] if argv is None else argv)
+    """`python -m pipelines.train ARGV` (the same as `tokenbeam train ARGV`)."""
+    return run_command(lambda: run(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":
-    code = main()
-    gc.freeze()       # the process exits next: spare the interpreter's final walk over Beam's objects (~1 s)
-    sys.exit(code)
+    sys.exit(main())

@@ -4,9 +4,9 @@
     (CombinePerKey, hot-key fan-out on distributed runners) -> PruneAndWriteCounts (--min-count,
     counts/*.parquet by bucket) ; per-shard and per-bucket totals -> MergeTotals -> counts/_totals.json
 
-`tokenbeam train` runs this module as a child process (`python -m pipelines.train_count RESULT ARGV...`)
-and runs the merge loop itself once it has exited: Beam and everything it imports (~200 MB, ~2 s)
-stay out of the process that holds the counts and the merge loop's tables.
+`tokenbeam train` runs this in a child process (`pipelines/count_process.py`) and runs the merge loop
+itself once it has exited: Beam and everything it imports stay out of the process that holds the
+counts and the merge loop's tables.
 """
 from __future__ import annotations
 
@@ -20,7 +20,10 @@ import time
 import traceback
 import zlib
 
-import apache_beam as beam
+import argparse
+
+from pipelines.beam_options import (beam, check_worker_paths, local_cores_per_worker, one_local_worker,
+                                    pipeline_options, split_beam_args)
 import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.transforms.window import GlobalWindow
@@ -31,10 +34,11 @@ from bpe_ops import pretokenize
 from bpe_ops.count_table import new_count_table
 from bpe_ops.stats import utf8_length
 from schemas import reports
-from schemas.records import rejected_to_json
 from schemas.tables import COUNTS_SCHEMA
-from pipelines import common
-from pipelines.common import UserError, join, say
+from pipelines.errors import UserError, debugging, os_error_reason, pipeline_failures, say
+from pipelines.files import (check_output_folder, filesystem, join, open_atomic, remove_stale_temporaries,
+                             remove_tree, write_text_atomic, writing)
+from pipelines.shards import REJECTED_DIR, ShardReader, expand, source_options as make_source_options
 
 N_COUNT_BUCKETS = 16            # counts/part-XXXXX-of-00016.parquet
 HOT_KEY_FANOUT = 8               # SumCounts' fan-out on distributed runners (none on the local one)
@@ -79,42 +83,21 @@ class CountShardPretokens(beam.DoFn):
                                        self.threads)
 
     def process(self, shard):
-        from pipelines.sources import Record, Rejected, read_shard
-
         started = time.perf_counter()
         totals = reports.empty_totals()
         totals["shards"] = 1
         counter = self.counter
-        rejected_lines: list[str] = []
-        for item in read_shard(shard, self.source_options):
-            if isinstance(item, Record):
-                totals["records"] += 1
-                totals["records_counted"] += 1
-                totals["records_repaired"] += item.repaired
-                text = item.text
-                totals["bytes"] += utf8_length(text)
-                counter.add(text)
-                if counter.full():
-                    yield from self._emit_counts(counter, windowed=False)
-            elif isinstance(item, Rejected):
-                if self.fail_fast:
-                    raise common.fail_fast_failure(item)
-                totals["records"] += 1
-                totals["records_rejected"] += 1
-                reasons = totals["rejected_by_reason"]
-                reasons[item.reason] = reasons.get(item.reason, 0) + 1
-                rejected_lines.append(json.dumps(rejected_to_json(item), ensure_ascii=False))
-            else:  # ShardError: a file-level problem; the records read before it stay counted
-                if self.fail_fast:
-                    raise common.fail_fast_failure(item)
-                error = common.shard_error_record(item)
-                say(f"shard error: {common.describe_shard_error(error)}")
-                totals["shard_errors"].append(error)
-        if rejected_lines:
-            from pipelines.sources import output_name
-            rejected_url = join(self.output, "rejected", output_name(shard.relpath, ".jsonl"))
-            with common.writing(rejected_url):
-                common.write_text_atomic(rejected_url, "\n".join(rejected_lines) + "\n")
+        reader = ShardReader(shard, self.source_options, self.output, self.fail_fast)
+        for record in reader:
+            text = record.text
+            totals["bytes"] += utf8_length(text)
+            counter.add(text)
+            if counter.full():
+                yield from self._emit_counts(counter, windowed=False)
+        account = reader.finish()
+        totals.update(records=account.records_read, records_counted=account.records,
+                      records_rejected=account.rejected, records_repaired=account.repaired,
+                      rejected_by_reason=account.rejected_by_reason, shard_errors=account.shard_errors)
         self.records.inc(totals["records"])
         self.bytes.inc(totals["bytes"])
         self.rejected.inc(totals["records_rejected"])
@@ -297,7 +280,7 @@ class WriteCountsBucket(beam.DoFn):
                           "count": pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(values)])},
                          schema=schema)
         url = join(self.counts_dir, f"part-{bucket:05d}-of-{N_COUNT_BUCKETS:05d}.parquet")
-        with common.writing(url), common.open_atomic(url) as f:
+        with writing(url), open_atomic(url) as f:
             pq.write_table(table, f, compression="zstd")
         yield dict(reports.empty_totals(), unique_pretokens_before_pruning=len(counts),
                    unique_pretokens_after_pruning=rows)
@@ -306,8 +289,8 @@ class WriteCountsBucket(beam.DoFn):
 def write_totals(totals, counts_dir):
     totals = dict(totals, version=reports.TOTALS_VERSION)
     url = join(counts_dir, "_totals.json")
-    with common.writing(url):
-        common.write_text_atomic(url, json.dumps(totals, indent=1, sort_keys=True) + "\n")
+    with writing(url):
+        write_text_atomic(url, json.dumps(totals, indent=1, sort_keys=True) + "\n")
 
 
 def build_count_pipeline(p, shards, source_options, pattern, special_tokens, output, min_count, hot_key_fanout=None,
@@ -346,56 +329,63 @@ def clear_counts(counts_dir: str) -> None:
     """Remove the counts of an earlier run into the same folder before counting again: a bucket that the
     new corpus leaves empty would keep its old file, and the merge loop would train on both. The
     totals go first, so an interrupted cleanup never leaves totals that vouch for partial counts."""
-    fs, path = common.filesystem(counts_dir)
+    fs, path = filesystem(counts_dir)
     stale = fs.glob(path.rstrip("/") + "/_totals.json") + sorted(fs.glob(path.rstrip("/") + "/part-*.parquet"))
     for f in stale:
         fs.rm(f)
 
 
-def count_corpus(argv: list[str]) -> None:
-    """Steps 1-4 of `tokenbeam train ARGV`: match the shards, run the counting pipeline, leave
-    OUTPUT/counts/ (parts and _totals.json) behind. Bad input is a UserError."""
-    from pipelines.train import parse
+def count_corpus(args: argparse.Namespace, rest: list[str], tool_options: list[str]) -> list[str]:
+    """Steps 1-4 of `tokenbeam train`: sort the leftover arguments into Beam's flags and more inputs,
+    match the shards, run the counting pipeline, leave OUTPUT/counts/ (parts and _totals.json) behind;
+    returns the inputs. Bad input is a UserError; outputs are only touched once all checks pass."""
+    from pipelines.train import check_pattern, clear_tokenizer_files
 
-    args, beam_args = parse(argv)
-    source_options = common.source_options(args)
-    shards = common.expand(args, source_options)
-    options, runner = common.pipeline_options(beam_args)
+    beam_args, bare = split_beam_args(rest, tool_options)
+    inputs = list(args.input) + bare
+    check_pattern(args.pattern)
+    source_options = make_source_options(args)
+    shards = expand(inputs, source_options)
+    options, runner = pipeline_options(beam_args)
     if not any(a.startswith(("--pipeline_type_check", "--no_pipeline_type_check")) for a in beam_args):
-        # Type-checking the graph as it is built (~0.2 s) checks this module's own fixed graph, which
-        # the tests build on every runner; a user can still ask for it with --pipeline_type_check.
+        # Type-checking the graph as it is built checks this module's own fixed graph, which the
+        # tests build on every runner; a user can still ask for it with --pipeline_type_check.
         from apache_beam.options.pipeline_options import TypeOptions
         options.view_as(TypeOptions).pipeline_type_check = False
-    common.check_worker_paths(options, [*args.input, args.output])
-    common.makedirs(args.output)
+    check_worker_paths(options, [*inputs, args.output])
+    check_output_folder(args.output)
+    # The earlier run's outputs go before anything is counted: what is left after a failure is this run's.
+    clear_tokenizer_files(args.output)
     clear_counts(join(args.output, "counts"))
-    if common.remove_stale_temporaries(args.output):
+    remove_tree(join(args.output, REJECTED_DIR))
+    if remove_stale_temporaries(args.output):
         say(f"removed the temporary files of an interrupted earlier run under {args.output}")
     say(f"train: {len(shards)} shard(s), {sum(s.size for s in shards) / 1e6:.1f} MB -> {args.output}")
-    with common.pipeline_failures(args.output), beam.Pipeline(runner=runner, options=options) as p:
+    with pipeline_failures(args.output), beam.Pipeline(runner=runner, options=options) as p:
         build_count_pipeline(p, shards, source_options, args.pattern, list(dict.fromkeys(args.special_token)),
                              args.output, args.min_count, fail_fast=args.fail_fast,
-                             count_threads=args.count_threads or common.local_cores_per_worker(options, runner),
+                             count_threads=args.count_threads or local_cores_per_worker(options, runner),
                              hot_key_fanout=None if runner is not None else HOT_KEY_FANOUT,
-                             spread=not common.one_local_worker(options, runner))
+                             spread=not one_local_worker(options, runner))
+    return sorted(set(inputs))
 
 
-def main(argv: list[str]) -> int:
-    """`python -m pipelines.train_count FD ARGV...`: count, then write the outcome as JSON to file
-    descriptor FD (the launcher's pipe; 1 is stdout): `{}` when the counts are written,
-    `{"error": line}` for an error the user can fix (exit 2). The launcher (`pipelines.train`)
-    reports it; anything else is a bug and keeps its traceback here (exit 1)."""
-    result_fd, argv = int(argv[0]), argv[1:]
+def count_and_report(result_fd: int, job: str) -> int:
+    """Count (`count_corpus` of the JSON job: the launcher's parsed flags and leftover arguments), then
+    write the outcome as JSON to file descriptor `result_fd` (the launcher's pipe):
+    `{"inputs": [...]}` when the counts are written, `{"error": line, "exit_code": n}` for an error
+    the user can fix. Anything else is a bug and keeps its traceback here (exit 1)."""
     if result_fd > 2:
         os.set_inheritable(result_fd, False)      # Beam's worker processes must not hold the pipe open
+    spec = json.loads(job)
     try:
-        count_corpus(argv)
-        result, code = {}, 0
+        inputs = count_corpus(argparse.Namespace(**spec["args"]), spec["rest"], spec["tool_options"])
+        result, code = {"inputs": inputs}, 0
     except (UserError, OSError) as exc:
-        if os.environ.get("TOKENBEAM_DEBUG") == "1":
+        if debugging():
             traceback.print_exception(exc.__cause__ or exc.__context__ or exc, file=sys.stderr)
-        result = {"error": common.os_error_reason(exc) if isinstance(exc, OSError) else str(exc)}
-        code = 2
+        code = getattr(exc, "exit_code", 2)
+        result = {"error": os_error_reason(exc) if isinstance(exc, OSError) else str(exc), "exit_code": code}
     except KeyboardInterrupt:
         result, code = {"error": "interrupted"}, 130
     try:
@@ -403,17 +393,6 @@ def main(argv: list[str]) -> int:
             f.write(json.dumps(result) + "\n")
     except BrokenPipeError:      # the launcher stopped listening (Ctrl-C): nobody to tell
         pass
-    return code
-
-
-def child_main(argv: list[str]) -> int:
-    """The counting process's entry point (what `pipelines.train.CountingProcess` starts): `main`,
-    then an exit that skips the interpreter's final walk over Beam's objects (every output is
-    written by then)."""
-    code = main(argv)
+    # Skip the interpreter's final walk over Beam's objects: every output is written by now.
     gc.freeze()
     return code
-
-
-if __name__ == "__main__":
-    sys.exit(child_main(sys.argv[1:]))

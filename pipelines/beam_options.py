@@ -1,0 +1,147 @@
+"""Beam's side of the command line: which flags are Beam's, the runner to use, and its workers.
+
+The tool's own flags are parsed with argparse; everything else must be a flag that Beam's
+`PipelineOptions` knows (the way Beam's `wordcount` example hands them on) or a bare argument,
+which is one more input (so an unquoted glob that the shell expanded reads every file it matched).
+Importing this module imports Beam.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import logging
+import os
+
+
+class _HideApitoolsWarning(logging.Filter):
+    """Beam logs "apitools not found..." on the root logger at import when the GCP extra is not
+    installed: noise for every local run (the [gcp] extra brings apitools where it is needed)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "apitools not found" not in record.getMessage()
+
+
+logging.getLogger().addFilter(_HideApitoolsWarning())
+
+import apache_beam as beam  # noqa: E402  (after the filter: the warning is logged at import)
+from apache_beam.options.pipeline_options import (  # noqa: E402
+    DirectOptions, PipelineOptions, StandardOptions)
+
+from pipelines.command import unknown_option_error  # noqa: E402
+from pipelines.errors import UserError  # noqa: E402
+
+__all__ = ["beam", "split_beam_args", "pipeline_options", "one_local_worker", "local_cores_per_worker",
+           "check_worker_paths"]
+
+SUPPORTED_RUNNING_MODES = ("in_memory", "multi_processing")
+
+
+def beam_parser() -> argparse.ArgumentParser:
+    """An argparse parser holding every flag of Beam's PipelineOptions classes, built as
+    `PipelineOptions.get_all_options` builds it."""
+    parser = argparse.ArgumentParser(allow_abbrev=False, add_help=False)
+    classes = {}
+    for cls in PipelineOptions.__subclasses__():
+        classes.setdefault(str(cls), cls)
+    for cls in classes.values():
+        with contextlib.suppress(argparse.ArgumentError):
+            cls._add_argparse_args(parser)   # noqa: SLF001  (Beam's own way to list its flags)
+    return parser
+
+
+def split_beam_args(rest: list[str], tool_options: list[str]) -> tuple[list[str], list[str]]:
+    """Sort what the tool's parser left over into (Beam's flags with their values, bare arguments).
+
+    `--flag value` and `--flag=value` of a flag Beam knows go to Beam; an argument that is no flag
+    is a bare argument (the caller makes it an input); any other flag is a UserError naming the
+    closest known option. Example: `["--runner", "DirectRunner", "b.jsonl"]` ->
+    `(["--runner", "DirectRunner"], ["b.jsonl"])`; `["--min_count", "5"]` -> "unknown option
+    --min_count: did you mean --min-count?".
+    """
+    actions = beam_parser()._option_string_actions    # noqa: SLF001
+    beam_args: list[str] = []
+    bare: list[str] = []
+    i = 0
+    while i < len(rest):
+        arg = rest[i]
+        i += 1
+        if arg == "--":
+            bare += rest[i:]
+            break
+        if not arg.startswith("-") or arg == "-":
+            bare.append(arg)
+            continue
+        name, has_value, _ = arg.partition("=")
+        action = actions.get(name)
+        if action is None:
+            raise unknown_option_error(name, tool_options, list(actions))
+        beam_args.append(arg)
+        if not has_value and action.nargs != 0 and i < len(rest):
+            beam_args.append(rest[i])
+            i += 1
+    return beam_args, bare
+
+
+def pipeline_options(beam_args: list[str]):
+    """Beam `PipelineOptions` from Beam's flags, plus the runner to use.
+
+    Without `--runner`, the local FnApiRunner is pinned: Beam 2.77's DirectRunner would first try to
+    download a Prism binary. `multi_threading` is refused: it lost records in our measurements.
+    """
+    options = PipelineOptions(beam_args)
+    # Beam parses its flags with argparse on first use: a bad value prints usage and exits. Keep
+    # argparse's own line and make it ours.
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            direct = options.view_as(DirectOptions)
+    except SystemExit:
+        lines = said.getvalue().strip().splitlines() or ["invalid Beam options"]
+        raise UserError(lines[-1].split("error: ", 1)[-1]) from None
+    if direct.direct_running_mode not in SUPPORTED_RUNNING_MODES:
+        raise UserError(
+            f"--direct_running_mode={direct.direct_running_mode} is not supported: Beam's multi_threading "
+            f"mode lost records in our measurements; use in_memory or multi_processing")
+    runner = None
+    named = options.view_as(StandardOptions).runner
+    if named is None:
+        from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+        runner = FnApiRunner()
+    else:
+        from apache_beam.runners.runner import create_runner
+        try:
+            create_runner(named)         # what the pipeline will do; an unknown name fails here, in one line
+        except (ValueError, ImportError) as exc:
+            raise UserError(f"--runner {named}: {str(exc).splitlines()[0]}") from None
+    return options, runner
+
+
+def one_local_worker(options, runner) -> bool:
+    """Whether the whole pipeline runs in this process (the pinned local runner in `in_memory` mode):
+    there, spreading the shards over workers (a Reshuffle) is a stage for nothing."""
+    return runner is not None and options.view_as(DirectOptions).direct_running_mode == "in_memory"
+
+
+def local_cores_per_worker(options, runner) -> int:
+    """The cores each worker may use for its own threads: on the pinned local runner, this machine's
+    cores shared among its worker processes (all of them in one process in `in_memory` mode); on any
+    other runner 1, since its workers already run one per core."""
+    if runner is None:
+        return 1
+    direct = options.view_as(DirectOptions)
+    cores = os.cpu_count() or 1
+    # multi_processing with --direct_num_workers 0 (Beam: one worker per core) or unset (Beam: 1).
+    workers = (direct.direct_num_workers or cores) if direct.direct_running_mode == "multi_processing" else 1
+    return max(1, cores // workers)
+
+
+def check_worker_paths(options, urls) -> None:
+    """Refuse local paths on Dataflow, before the job is submitted: its workers run on other machines,
+    so a local input would be unreadable there and a local output written to each worker's own disk
+    and lost. (Flink and Spark clusters may share a mounted disk, so they are left to the user.)"""
+    runner = options.view_as(StandardOptions).runner or ""
+    local = [url for url in urls if "://" not in url or url.startswith("file://")]
+    if "dataflow" in runner.lower() and local:
+        raise UserError(f"--runner {runner} runs on remote workers, which cannot see local paths "
+                        f"({', '.join(local)}): use gs:// (or another object store) URLs")

@@ -1,0 +1,56 @@
+"""What every command's command line shares: a parser whose errors are our one-line errors, and
+the check that nothing the user typed is left unread.
+
+Beam's flags are sorted out in `pipelines.beam_options` (which imports Beam); this module does not
+import Beam, so commands without a pipeline, and train's launcher, stay light.
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+
+from pipelines.errors import UserError
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse without abbreviations (a prefix of a tool flag could be a Beam flag's name) and
+    with its errors raised as UserError, so every command prints them the same way."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        raise UserError(f"{message} (see `{self.prog} --help`)")
+
+
+def option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    """Every `--flag` the parser knows."""
+    return [s for action in parser._actions for s in action.option_strings if s.startswith("--")]  # noqa: SLF001
+
+
+def closest_option(name: str, tool_options: list[str], other_options: list[str] = ()) -> str | None:
+    """The option the user probably meant: the tool's flag spelled with dashes (`--min_count` ->
+    `--min-count`), Beam's spelled with underscores (`--temp-location` -> `--temp_location`), else
+    the closest by spelling."""
+    if name.replace("_", "-") in tool_options:
+        return name.replace("_", "-")
+    if name.replace("-", "_") in other_options:
+        return name.replace("-", "_")
+    close = difflib.get_close_matches(name, list(tool_options) + list(other_options), n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+def unknown_option_error(name: str, tool_options: list[str], other_options: list[str] = (),
+                         what: str = "neither tokenbeam's nor Beam's") -> UserError:
+    hint = closest_option(name, tool_options, other_options)
+    return UserError(f"unknown option {name}" + (f": did you mean {hint}?" if hint else f" ({what}; see --help)"))
+
+
+def refuse_leftovers(rest: list[str], parser: argparse.ArgumentParser, why: str) -> None:
+    """For a command that runs no Beam pipeline: anything argparse did not take is an error."""
+    for arg in rest:
+        if arg.startswith("--"):
+            raise unknown_option_error(arg.partition("=")[0], option_strings(parser), what=why)
+    if rest:
+        raise UserError(f"unexpected argument {rest[0]!r} ({why})")

@@ -1,0 +1,52 @@
+"""The entry point of train's counting process: `python -m pipelines.count_process PID FD JOB`.
+
+`pipelines.train.CountingProcess` starts it with the launcher's pid, the write end of a pipe and
+the job (the parsed command line, as JSON). Before Beam is imported it ends silently on Ctrl-C
+(the launcher is the one that says so), hides packages Beam would import for nothing, and starts
+following the launcher, so that it ends if the launcher is killed.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+# Packages Beam imports when it can, of which the counting process needs nothing (None in
+# sys.modules makes an import fail at once, as where the package is not installed, which Beam
+# allows for both):
+#  - IPython: Beam asks it whether this is an IPython session for every transform applied;
+#    importing it just to ask is costly.
+#  - pandas: `apache_beam.typehints` imports it for its DataFrame type hints, a large share of the
+#    counting process's memory and start-up (Beam's own worker processes still import it).
+HIDDEN = ("IPython", "pandas")
+
+
+def exit_with_launcher(launcher: int) -> None:
+    """End this process once the launcher (pid `launcher`, its parent) is gone, killed say: nobody
+    would read the counts, and a job on a remote runner would go on being waited for. Checked from
+    the start, so a launcher killed while this process still imports Beam is noticed too."""
+    def watch() -> None:
+        while os.getppid() == launcher:
+            time.sleep(0.5)
+        os._exit(1)       # open_atomic leaves at most a hidden temporary, which the next run removes
+
+    threading.Thread(target=watch, name="exit-with-launcher", daemon=True).start()
+
+
+def main(argv: list[str]) -> int:
+    launcher, result_fd, job = int(argv[0]), int(argv[1]), argv[2]
+    for name in HIDDEN:
+        sys.modules.setdefault(name, None)
+    exit_with_launcher(launcher)
+    try:
+        from pipelines.train_count import count_and_report
+        return count_and_report(result_fd, job)
+    except KeyboardInterrupt:        # Ctrl-C reaches the whole process group; the launcher says so
+        return 130
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, lambda *_: os._exit(130))
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,123 @@
+"""The errors a user sees, the exit codes they map to, and the one place that prints them.
+
+Every command ends in one of these exit codes (the README lists them for schedulers):
+
+    0    done: every shard read, at least one record written, `_SUCCESS` written
+    1    `tokenbeam drift` (or `tokenize --baseline`): the comparison found drift
+    2    usage or configuration error: the command did not start (bad flag, no input matched,
+         unusable tokenizer, ...)
+    3    the run started but its output is incomplete: a shard could not be read (unless
+         `--allow-shard-errors`), nothing was written, `--fail-fast` stopped it, an output could not
+         be written, a worker died; no `_SUCCESS`
+    130  interrupted (Ctrl-C)
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import sys
+import traceback
+from typing import Callable, Iterator
+
+EXIT_OK = 0
+EXIT_DRIFT = 1
+EXIT_USAGE = 2
+EXIT_INCOMPLETE = 3
+EXIT_INTERRUPTED = 130
+PREFIX = "tokenbeam: "
+
+
+class UserError(Exception):
+    """An error the user can fix before the run starts: printed as one line, exit code 2."""
+    exit_code = EXIT_USAGE
+
+
+class IncompleteRun(UserError):
+    """The run went ahead but its output is not complete: one line, exit code 3, no `_SUCCESS`."""
+    exit_code = EXIT_INCOMPLETE
+
+
+class ShardFailure(Exception):
+    """A failure inside a Beam worker that the user must see as one line: `--fail-fast` meeting a bad
+    record or file, an output that cannot be written. Beam re-raises a DoFn's exception with the step
+    name appended (in process) or as the text of the worker's traceback (worker processes, Dataflow),
+    so the message carries a marker that `pipeline_failures` finds in either form."""
+    MARK = "[tokenbeam] "
+
+    def __init__(self, message: str):
+        super().__init__(message if message.startswith(self.MARK) else self.MARK + message)
+
+
+_FAILURE_LINE = re.compile(re.escape(ShardFailure.MARK) + r"(.*?)(?: \[while running '[^']*'\])*$", re.M)
+_WORKER_DIED = "Channel closed prematurely"     # what the local runner raises when a worker dies
+
+
+def os_error_reason(exc: OSError) -> str:
+    """`No space left on device`-style text of an OSError, with the path it names if any."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return f"{reason} ({exc.filename})" if exc.filename and exc.strerror else reason
+
+
+def debugging() -> bool:
+    """TOKENBEAM_DEBUG=1: keep tracebacks and Beam's own logs of failures (read at the CLI edge)."""
+    return os.environ.get("TOKENBEAM_DEBUG") == "1"
+
+
+def run_command(run: Callable[[], object]) -> int:
+    """Run a command's body and turn its outcome into an exit code. A UserError (or an OSError: a path
+    that cannot be read or written) becomes one line `tokenbeam: error: ...`; anything else is a bug
+    and keeps its traceback. TOKENBEAM_DEBUG=1 prints the traceback of a UserError's cause too."""
+    try:
+        outcome = run()
+    except (UserError, OSError) as exc:
+        if debugging():
+            traceback.print_exception(exc.__cause__ or exc.__context__ or exc, file=sys.stderr)
+        message = os_error_reason(exc) if isinstance(exc, OSError) else str(exc)
+        print(f"{PREFIX}error: {message}", file=sys.stderr)
+        return getattr(exc, "exit_code", EXIT_USAGE)
+    except KeyboardInterrupt:
+        print(f"{PREFIX}interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return outcome if isinstance(outcome, int) else EXIT_OK
+
+
+class _HideShardFailures(logging.Filter):
+    """Drop Beam's log record of a ShardFailure (a traceback): the user gets its one line instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return ShardFailure.MARK not in record.getMessage()
+
+
+@contextlib.contextmanager
+def pipeline_failures(output: str) -> Iterator[None]:
+    """Run a Beam pipeline inside this block: a ShardFailure raised in a worker, or a worker process
+    that died, becomes a one-line IncompleteRun; anything else is a bug and keeps its traceback."""
+    hide = _HideShardFailures()
+    loggers = [] if debugging() else [
+        logging.getLogger(name) for name in ("apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker")]
+    for logger in loggers:
+        logger.addFilter(hide)
+    try:
+        yield
+    except Exception as exc:
+        found = _FAILURE_LINE.search(str(exc))
+        if found:
+            raise IncompleteRun(found.group(1)) from exc
+        if _WORKER_DIED in str(exc):
+            raise IncompleteRun(f"a Beam worker process died during the run ({_WORKER_DIED.lower()}); the files "
+                                f"already under {output} are complete: rerun the same command to do the rest") from exc
+        raise
+    finally:
+        for logger in loggers:
+            logger.removeFilter(hide)
+
+
+def say(message: str) -> None:
+    """A progress/summary line on stderr (stdout stays clean for machine-readable output)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def warn(message: str) -> None:
+    say(f"{PREFIX}warning: {message}")

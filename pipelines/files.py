@@ -1,0 +1,138 @@
+"""File I/O on any fsspec URL, written once: paths, atomic writes, the output folder's checks.
+
+Local paths and URLs (`s3://`, `gs://`, `file://`...) go through the same functions. Every file a
+pipeline writes goes through `open_atomic`, so a file under its final name is always complete.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import posixpath
+import re
+import uuid
+from typing import TYPE_CHECKING, Iterator
+
+from pipelines.errors import ShardFailure, UserError, os_error_reason
+
+if TYPE_CHECKING:
+    import fsspec
+
+
+def join(base: str, *parts: str) -> str:
+    """Join URL/path parts with '/', keeping the scheme of `base` (`s3://b/x` + `y` -> `s3://b/x/y`)."""
+    return posixpath.join(base.rstrip("/") or "/", *parts) if "://" not in base else "/".join(
+        [base.rstrip("/")] + [p.strip("/") for p in parts])
+
+
+def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The fsspec filesystem of `url` and the path inside it. (fsspec is imported on first use:
+    `tokenbeam train` starts its counting process before it needs a file.)"""
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(url)
+    return fs, path
+
+
+def makedirs(url: str) -> None:
+    fs, path = filesystem(url)
+    fs.makedirs(path, exist_ok=True)
+
+
+def exists(url: str) -> bool:
+    fs, path = filesystem(url)
+    return fs.exists(path)
+
+
+def remove(url: str) -> None:
+    """Remove one file if it is there."""
+    fs, path = filesystem(url)
+    if fs.exists(path):
+        fs.rm(path)
+
+
+def remove_tree(url: str) -> None:
+    """Remove a folder and everything under it, if it is there."""
+    fs, path = filesystem(url)
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
+
+
+def is_local(url: str) -> bool:
+    return "://" not in url or url.startswith("file://")
+
+
+@contextlib.contextmanager
+def open_atomic(url: str, mode: str = "wb") -> Iterator:
+    """Open `url` for writing under a temporary name and rename it into place when the block succeeds.
+
+    A crash mid-write leaves only a hidden `.NAME.tmp-*` file, never a file that looks complete under
+    its final name. On object stores the rename is a copy + delete, so a worker killed in between (a
+    retried bundle on Dataflow) can leave the temporary next to the final file: its name ends in
+    `.tmp-*`, not in the final extension, so the globs that read outputs (`counts/*.parquet`) skip it.
+    """
+    fs, path = filesystem(url)
+    parent, name = posixpath.split(path)
+    if parent:
+        fs.makedirs(parent, exist_ok=True)
+    tmp = posixpath.join(parent, f".{name}.tmp-{uuid.uuid4().hex}")
+    try:
+        with fs.open(tmp, mode) as f:
+            yield f
+        fs.mv(tmp, path)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            fs.rm(tmp)
+        raise
+
+
+_TEMPORARY = re.compile(r"\..+\.tmp-[0-9a-f]{32}")     # open_atomic's temporary names
+
+
+def remove_stale_temporaries(output: str) -> int:
+    """Remove the temporaries that a killed worker left under `output` (open_atomic cleans up after
+    itself otherwise). Called by the launcher before a run starts, when no worker of this run can be
+    writing one; returns how many were removed."""
+    fs, path = filesystem(output)
+    if not fs.exists(path):
+        return 0
+    stale = [f for f in fs.find(path) if _TEMPORARY.fullmatch(posixpath.basename(f))]
+    for f in stale:
+        fs.rm(f)
+    return len(stale)
+
+
+def write_text_atomic(url: str, text: str) -> None:
+    with open_atomic(url, "wb") as f:
+        f.write(text.encode("utf-8"))
+
+
+def read_json(url: str) -> dict:
+    fs, path = filesystem(url)
+    with fs.open(path, "rb") as f:
+        return json.loads(f.read().decode("utf-8"))
+
+
+@contextlib.contextmanager
+def writing(url: str) -> Iterator[None]:
+    """Inside a worker: an OSError while writing `url` (a read-only or full filesystem, a file where a
+    folder should be) becomes a ShardFailure naming it."""
+    try:
+        yield
+    except OSError as exc:
+        raise ShardFailure(f"cannot write {url}: {os_error_reason(exc)}") from exc
+
+
+def check_output_folder(url: str, flag: str = "--output") -> None:
+    """Refuse an output the run could not use, before any work: a `memory://` URL (it lives inside
+    one process, and the pipelines write from worker processes: the output would be lost), or an
+    existing file where a folder is wanted. Creates the folder otherwise."""
+    if url.startswith("memory://"):
+        raise UserError(f"{flag} {url}: memory:// lives inside one process and the output would be lost "
+                        f"with it; use a local folder or an object store URL")
+    fs, path = filesystem(url)
+    if fs.isfile(path):
+        raise UserError(f"{flag} {url} is a file; it must be a folder (new or from an earlier run)")
+    try:
+        fs.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create {flag} {url}: {os_error_reason(exc)}") from None
