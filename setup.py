@@ -27,12 +27,17 @@ setup(
         "gcp": ["apache-beam[gcp]", "gcsfs"],
     },
     entry_points={"console_scripts": ["tokenbeam = pipelines.cli:console"]},
-    # Compiled twins of the trainer's merge loop, the encoder's per-piece merge, and PCRE2 splitting,
-    # counting and whole-text encoding (it loads the system's libpcre2-8 at import, so it builds
-    # without PCRE2 headers). All optional: without a compiler or libpcre2 the Python code is used.
-    ext_modules=[Extension("bpe_ops._merge_loop", ["bpe_ops/_merge_loop.c"], optional=True),
-                 Extension("bpe_ops._piece_merge", ["bpe_ops/_piece_merge.c"], depends=["bpe_ops/_merge_table.h"],
+    # Compiled twins of the trainer's merge loop, the encoder's per-piece merge, the count tables
+    # (_native: no PCRE2 needed) and PCRE2 splitting, counting and whole-text encoding (_pcre2: it
+    # loads the system's libpcre2-8 at import, so it builds without PCRE2 headers). All optional:
+    # without a compiler or libpcre2 the Python code is used.
+    ext_modules=[Extension("bpe_ops._merge_loop", ["bpe_ops/_merge_loop.c"], depends=["bpe_ops/_common.h"],
                            optional=True),
-                 Extension("bpe_ops._pcre2", ["bpe_ops/_pcre2.c"], depends=["bpe_ops/_merge_table.h"],
+                 Extension("bpe_ops._piece_merge", ["bpe_ops/_piece_merge.c"],
+                           depends=["bpe_ops/_common.h", "bpe_ops/_merge_table.h"], optional=True),
+                 Extension("bpe_ops._native", ["bpe_ops/_native.c"],
+                           depends=["bpe_ops/_common.h", "bpe_ops/_byte_map.h"], optional=True),
+                 Extension("bpe_ops._pcre2", ["bpe_ops/_pcre2.c"],
+                           depends=["bpe_ops/_common.h", "bpe_ops/_byte_map.h", "bpe_ops/_merge_table.h"],
                            libraries=["dl"], optional=True)],
 )

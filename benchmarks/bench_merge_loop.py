@@ -5,7 +5,7 @@
 Setup (not timed): the corpus's texts are read and counted with the gpt4 pattern.
 Timed, in CPU seconds of this process (all threads; the stable figure on a shared machine):
 - ours: `learn_merges` on the counts, compiled (`bpe_ops._merge_loop`) and with
-  TOKENBEAM_PURE_PYTHON=1; both include the Python setup (symbolizing the pre-tokens). Their
+  `Implementation(compiled=False)`; both include the Python setup (symbolizing the pre-tokens). Their
   results are checked identical.
 - Hugging Face BpeTrainer and rustbpe train only from texts (they count pre-tokens themselves), so
   their merge loop is estimated as a full training minus a one-merge training on the same texts.
@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bpe_ops import pretokenize, trainer  # noqa: E402
+from bpe_ops.implementation import Implementation  # noqa: E402
 from bpe_ops.trainer import learn_merges  # noqa: E402
 from _peers import hf_train, rustbpe_train  # noqa: E402  (this script's folder is on sys.path)
 
@@ -46,11 +47,8 @@ def read_texts(folder: Path) -> list[str]:
 
 
 def ours(counts, num_merges: int, tie_break: str, pure: bool):
-    os.environ["TOKENBEAM_PURE_PYTHON"] = "1" if pure else "0"
-    try:
-        return cpu(lambda: learn_merges(counts, num_merges, tie_break=tie_break))
-    finally:
-        del os.environ["TOKENBEAM_PURE_PYTHON"]
+    implementation = Implementation(compiled=not pure)
+    return cpu(lambda: learn_merges(counts, num_merges, tie_break=tie_break, implementation=implementation))
 
 
 def hf_merge_pairs(texts: list[str], vocab_size: int) -> list[tuple[bytes, bytes]]:

@@ -122,7 +122,7 @@ def rss_kb(field: str) -> int:
 
 def child(counts_file: str, num_merges: int, pure: bool) -> None:
     """Load a count table, then run the merge loop alone; print what each took, as JSON."""
-    os.environ["TOKENBEAM_PURE_PYTHON"] = "1" if pure else "0"
+    from bpe_ops.implementation import Implementation
     from bpe_ops.trainer import learn_merges
 
     gc.collect()
@@ -134,7 +134,7 @@ def child(counts_file: str, num_merges: int, pure: bool) -> None:
     with open("/proc/self/clear_refs", "w") as f:     # peak RSS := current RSS (Linux >= 4.0)
         f.write("5")
     start = time.process_time()
-    result = learn_merges(counts, num_merges)
+    result = learn_merges(counts, num_merges, implementation=Implementation(compiled=not pure))
     cpu = time.process_time() - start
     print(json.dumps({"table_mb": (loaded - before) / 1024, "loop_mb": (rss_kb("VmHWM") - loaded) / 1024,
                       "cpu": cpu, "merges": [[a.hex(), b.hex()] for a, b in result.merges]}))

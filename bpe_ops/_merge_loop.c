@@ -32,6 +32,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "_common.h"
+
 enum tie_rule { TIE_LARGEST, TIE_SMALLEST, TIE_HF };
 
 typedef struct {
@@ -98,20 +100,13 @@ typedef struct {
 
 static void *grow(void *array, Py_ssize_t *cap, Py_ssize_t need, size_t item)
 {
-    /* Make room for `need` items (amortised doubling); NULL when out of memory (no GIL needed:
-       the caller fails with -1 and the loop raises MemoryError once it holds the GIL). */
-    Py_ssize_t n;
-    void *bigger;
-    if (need <= *cap)
-        return array;
-    n = *cap ? *cap : 16;
-    while (n < need)
-        n *= 2;
-    bigger = PyMem_RawRealloc(array, (size_t)n * item);
-    if (bigger == NULL)
+    /* `array` with room for `need` items (amortised doubling); NULL when out of memory (no GIL
+       needed: the caller fails with -1 and the loop raises MemoryError once it holds the GIL). */
+    size_t grown_cap = (size_t)*cap;
+    if (tb_reserve_with(PyMem_RawRealloc, &array, &grown_cap, (size_t)need, item, 16) < 0)
         return NULL;
-    *cap = n;
-    return bigger;
+    *cap = (Py_ssize_t)grown_cap;
+    return array;
 }
 
 static int overflow(State *s, const char *message)
@@ -133,19 +128,6 @@ static void raise_state_error(State *s)
 
 /* ---- tokens: an arena of bytes and a map from bytes to id -------------------------------------- */
 
-static uint64_t hash_token(const uint8_t *b, Py_ssize_t n)
-{
-    /* FNV-1a, then murmur3's finalizer */
-    uint64_t h = 0xcbf29ce484222325ULL;
-    Py_ssize_t i;
-    for (i = 0; i < n; i++)
-        h = (h ^ b[i]) * 0x100000001b3ULL;
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    return h;
-}
-
 static const uint8_t *token_bytes(const State *s, int32_t id)
 {
     return s->tok_data + s->tok_start[id];
@@ -154,10 +136,10 @@ static const uint8_t *token_bytes(const State *s, int32_t id)
 static uint64_t token_slot(const State *s, const uint8_t *b, Py_ssize_t n)
 {
     /* The slot holding the id of bytes b[0..n), or the empty slot where it would go. */
-    uint64_t i = hash_token(b, n) & s->tok_mask;
+    uint64_t i = tb_hash_bytes(b, (size_t)n) & s->tok_mask;
     for (;; i = (i + 1) & s->tok_mask) {
         int32_t t = s->tok_slots[i];
-        if (t < 0 || (s->tok_size[t] == n && memcmp(token_bytes(s, t), b, (size_t)n) == 0))
+        if (t < 0 || (s->tok_size[t] == n && tb_equal(token_bytes(s, t), b, (size_t)n)))
             return i;
     }
 }
@@ -209,9 +191,8 @@ static int add_token(State *s, const uint8_t *a, Py_ssize_t na, const uint8_t *b
     s->caprank = cap;
     if (na + nb > INT32_MAX)
         return overflow(s, "a token of more than 2**31 - 1 bytes");
-    memcpy(data + s->tok_used, a, (size_t)na);
-    if (nb)
-        memcpy(data + s->tok_used + na, b, (size_t)nb);
+    tb_copy(data + s->tok_used, a, (size_t)na);
+    tb_copy(data + s->tok_used + na, b, (size_t)nb);
     s->tok_start[id] = s->tok_used;
     s->tok_size[id] = (int32_t)(na + nb);
     s->tok_used += na + nb;
@@ -232,7 +213,7 @@ static int bytes_cmp(State *s, int32_t x, int32_t y)
         return 0;
     lx = s->tok_size[x];
     ly = s->tok_size[y];
-    c = memcmp(token_bytes(s, x), token_bytes(s, y), (size_t)(lx < ly ? lx : ly));
+    c = tb_compare(token_bytes(s, x), token_bytes(s, y), (size_t)(lx < ly ? lx : ly));
     if (c)
         return c;
     return (lx > ly) - (lx < ly);
@@ -260,72 +241,40 @@ static int heap_first(State *s, const Entry *a, const Entry *b)
     return tie_first(s, a, b);
 }
 
-static void sift_down(State *s, Py_ssize_t i)
-{
-    Entry item = s->heap[i];
-    Py_ssize_t n = s->nheap, child;
-    while ((child = 2 * i + 1) < n) {
-        if (child + 1 < n && heap_first(s, &s->heap[child + 1], &s->heap[child]))
-            child++;
-        if (!heap_first(s, &s->heap[child], &item))
-            break;
-        s->heap[i] = s->heap[child];
-        i = child;
-    }
-    s->heap[i] = item;
-}
+/* The heap of (count, pair) entries: the most frequent first, ties by the tie rule. */
+TB_HEAP(pair_heap, Entry, State *, heap_first)
 
 static int heap_push(State *s, int64_t count, int32_t left, int32_t right)
 {
     Entry item = {count, left, right};
-    Py_ssize_t i = s->nheap, parent;
     Entry *heap = grow(s->heap, &s->capheap, s->nheap + 1, sizeof(Entry));
     if (heap == NULL)
         return -1;
     s->heap = heap;
-    s->nheap++;
-    while (i > 0) {
-        parent = (i - 1) / 2;
-        if (!heap_first(s, &item, &heap[parent]))
-            break;
-        heap[i] = heap[parent];
-        i = parent;
-    }
-    heap[i] = item;
+    heap[s->nheap] = item;
+    pair_heap_sift_up(s, heap, (size_t)s->nheap++);
     return 0;
 }
 
 static Entry heap_pop(State *s)
 {
-    Entry top = s->heap[0];
-    s->heap[0] = s->heap[--s->nheap];
-    if (s->nheap)
-        sift_down(s, 0);
+    size_t n = (size_t)s->nheap;
+    Entry top = pair_heap_pop(s, s->heap, &n);
+    s->nheap = (Py_ssize_t)n;
     return top;
 }
 
 /* ---- the pair map ---------------------------------------------------------------------------- */
 
-static uint64_t pair_key(int32_t left, int32_t right)
-{
-    return (uint64_t)(uint32_t)left << 32 | (uint32_t)right;
-}
-
 static uint64_t home(State *s, uint64_t key)
 {
-    /* murmur3's 64-bit finalizer: spreads both ids over all bits */
-    key ^= key >> 33;
-    key *= 0xff51afd7ed558ccdULL;
-    key ^= key >> 33;
-    key *= 0xc4ceb9fe1a85ec53ULL;
-    key ^= key >> 33;
-    return key & s->mask;
+    return tb_mix64(key) & s->mask;
 }
 
 static int32_t find_pair(State *s, int32_t left, int32_t right)
 {
     /* The record of a live pair, or -1. */
-    uint64_t key = pair_key(left, right), i = home(s, key);
+    uint64_t key = tb_pair_key(left, right), i = home(s, key);
     while (s->slots[i].rec >= 0) {
         if (s->slots[i].key == key)
             return s->slots[i].rec;
@@ -360,7 +309,7 @@ static int resize_map(State *s, uint64_t size)
 static int32_t add_pair(State *s, int32_t left, int32_t right)
 {
     /* The record of (left, right), created with count 0 if the pair is not live. -1 on error. */
-    uint64_t key = pair_key(left, right), i;
+    uint64_t key = tb_pair_key(left, right), i;
     int32_t rec;
     Pair *p;
     if ((uint64_t)(s->used + 1) * 2 > s->mask + 1 && resize_map(s, 2 * (s->mask + 1)) < 0)
@@ -402,7 +351,7 @@ static int drop_pair(State *s, int32_t rec)
 {
     /* Remove a record from the map (shifting later slots of its probe run back) and free it. */
     Pair *p = &s->pairs[rec];
-    uint64_t i = home(s, pair_key(p->left, p->right)), j, k;
+    uint64_t i = home(s, tb_pair_key(p->left, p->right)), j, k;
     int32_t *free_recs;
     while (s->slots[i].rec != rec)
         i = (i + 1) & s->mask;
@@ -585,7 +534,6 @@ static int fresh_heap(State *s, int64_t min_frequency)
 {
     /* One entry per live pair that can win; pairs below min_frequency get one if they rise. */
     uint64_t i;
-    Py_ssize_t k;
     Entry *heap = grow(s->heap, &s->capheap, s->used ? s->used : 1, sizeof(Entry));
     if (heap == NULL)
         return -1;
@@ -601,8 +549,7 @@ static int fresh_heap(State *s, int64_t min_frequency)
             heap[s->nheap++] = e;
         }
     }
-    for (k = s->nheap / 2 - 1; k >= 0; k--)
-        sift_down(s, k);
+    pair_heap_heapify(s, heap, (size_t)s->nheap);
     return 0;
 }
 
@@ -759,8 +706,8 @@ static int new_token(State *s, Merge *m, int *duplicates, int32_t *new_tokens)
     uint8_t *merged = PyMem_RawMalloc((size_t)na + (size_t)nb + 1);
     if (merged == NULL)
         return -1;
-    memcpy(merged, token_bytes(s, m->left), (size_t)na);
-    memcpy(merged + na, token_bytes(s, m->right), (size_t)nb);
+    tb_copy(merged, token_bytes(s, m->left), (size_t)na);
+    tb_copy(merged + na, token_bytes(s, m->right), (size_t)nb);
     id = find_token(s, merged, (Py_ssize_t)na + nb);
     if (id >= 0) {
         m->new = id;

@@ -33,6 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_common.h"
+
 /* The rank of "no merge": above every real rank, so the lowest-rank scans need no special case. */
 #define NO_RANK INT32_MAX
 /* Ids are below this; the key of an empty map slot is no pair of such ids. */
@@ -59,15 +61,10 @@ typedef struct {
 
 /* ---- the pair map ------------------------------------------------------------------------------ */
 
-static inline uint64_t pair_key(int32_t a, int32_t b)
-{
-    return (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
-}
-
 static inline int32_t rank_of(const MergeTable *m, int32_t a, int32_t b)
 {
     /* The lowest rank of the merge (a, b), or NO_RANK. Fibonacci hashing, linear probing. */
-    uint64_t key = pair_key(a, b);
+    uint64_t key = tb_pair_key(a, b);
     uint64_t i = (key * 0x9E3779B97F4A7C15ULL) >> m->shift;
     for (;;) {
         const Slot *s = &m->slots[i];
@@ -82,7 +79,7 @@ static inline int32_t rank_of(const MergeTable *m, int32_t a, int32_t b)
 static void insert_first(MergeTable *m, int32_t a, int32_t b, int32_t rank)
 {
     /* Map (a, b) to `rank` unless it is already mapped: a repeated pair keeps its first rank. */
-    uint64_t key = pair_key(a, b);
+    uint64_t key = tb_pair_key(a, b);
     uint64_t i = (key * 0x9E3779B97F4A7C15ULL) >> m->shift;
     for (;;) {
         Slot *s = &m->slots[i];
@@ -115,7 +112,7 @@ static int merge_table_init(MergeTable *m, const int32_t *left, const int32_t *r
         m->merged = NULL;
         return -1;
     }
-    memcpy(m->merged, merged, (size_t)n * sizeof(int32_t));
+    tb_copy(m->merged, merged, (size_t)n * sizeof(int32_t));
     for (r = 0; r < size; r++)
         m->slots[r].key = EMPTY;
     m->mask = (uint64_t)size - 1;
@@ -165,43 +162,21 @@ static Py_ssize_t merge_short(const MergeTable *m, int32_t *sym, Py_ssize_t n)
     return n;
 }
 
-typedef struct {
-    uint64_t *keys;      /* rank << 32 | position: the least key is the lowest rank, leftmost */
-    Py_ssize_t size;
-} Heap;
-
-static void heap_down(Heap *h, Py_ssize_t i)
+static inline int key_less(void *ctx, const uint64_t *a, const uint64_t *b)
 {
-    uint64_t key = h->keys[i];
-    Py_ssize_t child;
-    while ((child = 2 * i + 1) < h->size) {
-        if (child + 1 < h->size && h->keys[child + 1] < h->keys[child])
-            child++;
-        if (h->keys[child] >= key)
-            break;
-        h->keys[i] = h->keys[child];
-        i = child;
-    }
-    h->keys[i] = key;
+    (void)ctx;
+    return *a < *b;
 }
 
-static void heap_push(Heap *h, int32_t rank, uint32_t pos)
-{
-    uint64_t key = (uint64_t)rank << 32 | pos;
-    Py_ssize_t i = h->size++;
-    while (i > 0 && h->keys[(i - 1) / 2] > key) {
-        h->keys[i] = h->keys[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    h->keys[i] = key;
-}
+/* A min-heap of rank << 32 | position keys: the least key is the lowest rank, leftmost. */
+TB_HEAP(rank_heap, uint64_t, void *, key_less)
 
 static Py_ssize_t merge_long(const MergeTable *m, int32_t *sym, Py_ssize_t n, uint32_t *nxt,
                              uint32_t *prv, int32_t *cur, uint64_t *keys)
 {
     /* Merge sym[0..n) (n >= 2, n < 2**32) in place; the new length. `keys` has room for 3n keys:
      * n - 1 initial pairs and two new pairs per merge, at most n - 1 merges. */
-    Heap h = {keys, 0};
+    size_t nkeys = 0;
     Py_ssize_t i, out;
     uint32_t p, q, after;
     for (i = 0; i < n; i++) {
@@ -209,17 +184,13 @@ static Py_ssize_t merge_long(const MergeTable *m, int32_t *sym, Py_ssize_t n, ui
         prv[i] = i > 0 ? (uint32_t)(i - 1) : NONE;
         cur[i] = i + 1 < n ? rank_of(m, sym[i], sym[i + 1]) : NO_RANK;
         if (cur[i] != NO_RANK)
-            h.keys[h.size++] = (uint64_t)cur[i] << 32 | (uint64_t)i;
+            keys[nkeys++] = (uint64_t)cur[i] << 32 | (uint64_t)i;
     }
     /* Filed in position order, a key per pair: heapify bottom-up. */
-    for (i = h.size / 2 - 1; i >= 0; i--)
-        heap_down(&h, i);
-    while (h.size > 0) {
-        uint64_t key = h.keys[0];
+    rank_heap_heapify(NULL, keys, nkeys);
+    while (nkeys > 0) {
+        uint64_t key = rank_heap_pop(NULL, keys, &nkeys);
         int32_t rank = (int32_t)(key >> 32);
-        h.keys[0] = h.keys[--h.size];
-        if (h.size > 0)
-            heap_down(&h, 0);
         p = (uint32_t)key;
         if (cur[p] != rank)
             continue;                   /* stale: the pair at p changed since */
@@ -231,13 +202,17 @@ static Py_ssize_t merge_long(const MergeTable *m, int32_t *sym, Py_ssize_t n, ui
             prv[after] = p;
         cur[q] = NO_RANK;               /* q is merged away */
         cur[p] = after != NONE ? rank_of(m, sym[p], sym[after]) : NO_RANK;
-        if (cur[p] != NO_RANK)
-            heap_push(&h, cur[p], p);
+        if (cur[p] != NO_RANK) {
+            keys[nkeys] = (uint64_t)cur[p] << 32 | p;
+            rank_heap_sift_up(NULL, keys, nkeys++);
+        }
         if (prv[p] != NONE) {
             uint32_t before = prv[p];
             cur[before] = rank_of(m, sym[before], sym[p]);
-            if (cur[before] != NO_RANK)
-                heap_push(&h, cur[before], before);
+            if (cur[before] != NO_RANK) {
+                keys[nkeys] = (uint64_t)cur[before] << 32 | before;
+                rank_heap_sift_up(NULL, keys, nkeys++);
+            }
         }
     }
     /* Compact the live symbols, in text order, to the front. Position 0 is never merged away. */

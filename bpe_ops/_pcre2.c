@@ -11,13 +11,15 @@
  *     .search(text)             whether the pattern matches anywhere.
  *   PieceCounter(pattern)       counts pre-tokens by their UTF-8 bytes: .add(text), .to_dict(),
  *                               .drain_packed(n) (n packed tables, bucketed by crc32).
- *   CountTable(packed)          a sum of packed count tables (bpe_ops/count_table.py): .add_packed,
- *                               .absorb, .packed(), .columns(min_count) (sorted, Arrow-ready).
  *   TextEncoder(pattern, left, right, merged, byte_ids, whole_tokens, cache_size)
  *     .encode(text)             the token ids of a text holding no special tokens: split, look each
  *                               piece up in a bounded byte-keyed cache, replay the merges of a miss
  *                               (`_merge_table.h`). Text between matches is a piece too, as in
  *                               `Tokenizer._split`.
+ *
+ * What needs no PCRE2 (CountTable, utf8_length, add_counts) is in bpe_ops._native, so that it
+ * stays usable where libpcre2-8 is missing; the byte map and packed records both use are in
+ * `_byte_map.h`.
  *
  * A text this module cannot take raises `Fallback` and the caller uses the `regex` path: a lone
  * surrogate (not UTF-8), a PCRE2 match limit, an empty match (whose next position the engines
@@ -35,6 +37,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_byte_map.h"
 #include "_merge_table.h"
 
 /* ---- PCRE2, loaded at import ------------------------------------------------------------------- */
@@ -169,14 +172,8 @@ typedef struct {
 
 static int spans_push(Spans *s, size_t start, size_t end)
 {
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? 2 * s->cap : 256;
-        Span *grown = realloc(s->spans, cap * sizeof(Span));
-        if (grown == NULL)
-            return SPLIT_NOMEM;
-        s->spans = grown;
-        s->cap = cap;
-    }
+    if (tb_reserve((void **)&s->spans, &s->cap, s->n + 1, sizeof(Span), 256) < 0)
+        return SPLIT_NOMEM;
     s->spans[s->n].start = start;
     s->spans[s->n].end = end;
     s->n++;
@@ -404,173 +401,6 @@ static Pattern *as_pattern(PyObject *obj)
     return (Pattern *)obj;
 }
 
-/* ---- growable arrays ---------------------------------------------------------------------------- */
-
-static int reserve(void **data, size_t *cap, size_t need, size_t item, size_t first)
-{
-    /* Room for `need` items of `item` bytes in *data (capacity *cap, doubled from `first`); -1 when
-     * out of memory, the array unchanged. */
-    if (need > *cap) {
-        size_t grown_cap = *cap ? *cap : first;
-        void *grown;
-        while (grown_cap < need)
-            grown_cap *= 2;
-        if ((grown = realloc(*data, grown_cap * item)) == NULL)
-            return -1;
-        *data = grown;
-        *cap = grown_cap;
-    }
-    return 0;
-}
-
-/* ---- a byte-string hash map: piece bytes -> a value -------------------------------------------- */
-
-/* Entries point into an arena of key bytes; the value is a count, or where a piece's ids start in
- * the id arena with how many there are. Open addressing, linear probing, at most half full. */
-typedef struct {
-    uint64_t hash;               /* 0: an empty slot */
-    uint32_t key_at, key_len;
-    int64_t value;               /* PieceCounter: the count; TextEncoder: ids_at << 32 | n_ids */
-} Entry;
-
-typedef struct {
-    Entry *slots;
-    size_t mask, used;
-    uint8_t *keys;
-    size_t keys_len, keys_cap;
-} ByteMap;
-
-static uint64_t hash_bytes(const uint8_t *s, size_t n)
-{
-    /* A multiply-xorshift hash over 8-byte words; never 0 (0 marks an empty slot). */
-    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (n * 0xC2B2AE3D27D4EB4FULL), w;
-    while (n >= 8) {
-        memcpy(&w, s, 8);
-        h = (h ^ w) * 0xFF51AFD7ED558CCDULL;
-        h ^= h >> 32;
-        s += 8;
-        n -= 8;
-    }
-    if (n) {
-        w = 0;
-        memcpy(&w, s, n);
-        h = (h ^ w) * 0xFF51AFD7ED558CCDULL;
-        h ^= h >> 32;
-    }
-    h *= 0xC4CEB9FE1A85EC53ULL;
-    h ^= h >> 29;
-    return h | 1;
-}
-
-static int bytemap_init(ByteMap *m, size_t capacity)
-{
-    size_t size = 64;
-    while (size < 2 * capacity)
-        size *= 2;
-    memset(m, 0, sizeof(*m));
-    if ((m->slots = calloc(size, sizeof(Entry))) == NULL)
-        return -1;
-    m->mask = size - 1;
-    return 0;
-}
-
-static void bytemap_free(ByteMap *m)
-{
-    free(m->slots);
-    free(m->keys);
-    memset(m, 0, sizeof(*m));
-}
-
-static void bytemap_clear(ByteMap *m)
-{
-    memset(m->slots, 0, (m->mask + 1) * sizeof(Entry));
-    m->used = 0;
-    m->keys_len = 0;
-}
-
-static Entry *bytemap_find(const ByteMap *m, const uint8_t *key, size_t len, uint64_t hash)
-{
-    /* The entry of `key`, or the empty slot where it would go. */
-    size_t i = (size_t)(hash >> 7) & m->mask;
-    for (;;) {
-        Entry *e = &m->slots[i];
-        if (e->hash == 0 || (e->hash == hash && e->key_len == len && memcmp(m->keys + e->key_at, key, len) == 0))
-            return e;
-        i = (i + 1) & m->mask;
-    }
-}
-
-static int bytemap_grow(ByteMap *m)
-{
-    /* Double the slots (rehash every entry); -1 when out of memory. */
-    size_t size = 2 * (m->mask + 1), i;
-    Entry *old = m->slots, *slots = calloc(size, sizeof(Entry));
-    if (slots == NULL)
-        return -1;
-    m->slots = slots;
-    for (i = 0; i <= m->mask; i++)
-        if (old[i].hash) {
-            size_t j = (size_t)(old[i].hash >> 7) & (size - 1);
-            while (slots[j].hash)
-                j = (j + 1) & (size - 1);
-            slots[j] = old[i];
-        }
-    m->mask = size - 1;
-    free(old);
-    return 0;
-}
-
-static Entry *bytemap_insert(ByteMap *m, Entry *slot, const uint8_t *key, size_t len, uint64_t hash)
-{
-    /* Fill the empty `slot` (from bytemap_find) with `key`, value 0; NULL when out of memory. The
-     * slots grow when half full, so the returned entry may not be `slot`. */
-    if (m->keys_len + len > m->keys_cap) {
-        size_t cap = m->keys_cap ? m->keys_cap : 4096;
-        uint8_t *grown;
-        while (cap < m->keys_len + len)
-            cap *= 2;
-        if (cap > UINT32_MAX || (grown = realloc(m->keys, cap)) == NULL)
-            return NULL;
-        m->keys = grown;
-        m->keys_cap = cap;
-    }
-    memcpy(m->keys + m->keys_len, key, len);
-    slot->hash = hash;
-    slot->key_at = (uint32_t)m->keys_len;
-    slot->key_len = (uint32_t)len;
-    slot->value = 0;
-    m->keys_len += len;
-    if (++m->used * 2 > m->mask + 1) {
-        if (bytemap_grow(m) < 0)
-            return NULL;
-        return bytemap_find(m, key, len, hash);
-    }
-    return slot;
-}
-
-static Entry *bytemap_entry(ByteMap *m, const uint8_t *key, size_t len, uint64_t hash)
-{
-    /* The entry of `key`, added with value 0 when missing; NULL when out of memory. */
-    Entry *e = bytemap_find(m, key, len, hash);
-    return e->hash ? e : bytemap_insert(m, e, key, len, hash);
-}
-
-static int bytemap_add_all(ByteMap *into, const ByteMap *from)
-{
-    /* into[k] += v for every (k, v) of `from` (count maps); -1 when out of memory. */
-    size_t i;
-    for (i = 0; i <= from->mask; i++) {
-        const Entry *o = &from->slots[i];
-        Entry *e;
-        if (o->hash == 0)
-            continue;
-        if ((e = bytemap_entry(into, from->keys + o->key_at, o->key_len, o->hash)) == NULL)
-            return -1;
-        e->value += o->value;
-    }
-    return 0;
-}
-
 /* ---- PieceCounter ------------------------------------------------------------------------------ */
 
 typedef struct {
@@ -625,7 +455,7 @@ static int count_text(PieceCounter *self, const uint8_t *s, size_t len)
     for (i = 0; i < self->spans.n; i++) {
         const uint8_t *key = s + self->spans.spans[i].start;
         size_t n = self->spans.spans[i].end - self->spans.spans[i].start;
-        uint64_t hash = hash_bytes(key, n);
+        uint64_t hash = bytemap_hash(key, n);
         Entry *e = bytemap_entry(&self->counts, key, n, hash);
         if (e == NULL)
             return SPLIT_NOMEM;     /* the pieces before it stay counted: the caller raises MemoryError */
@@ -675,7 +505,7 @@ static PyObject *counter_to_dict(PieceCounter *self, PyObject *Py_UNUSED(ignored
         int rc;
         if (e->hash == 0)
             continue;
-        key = PyBytes_FromStringAndSize((const char *)self->counts.keys + e->key_at, e->key_len);
+        key = PyBytes_FromStringAndSize((const char *)entry_key(&self->counts, e), e->key_len);
         value = PyLong_FromLongLong(e->value);
         rc = key && value ? PyDict_SetItem(out, key, value) : -1;
         Py_XDECREF(key);
@@ -714,29 +544,6 @@ static PyObject *counter_absorb(PieceCounter *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-static uint32_t crc32_table[256];
-
-static void crc32_init(void)
-{
-    /* The CRC-32 of zlib (reflected polynomial 0xEDB88320), table-driven. */
-    uint32_t i, c;
-    int k;
-    for (i = 0; i < 256; i++) {
-        for (c = i, k = 0; k < 8; k++)
-            c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        crc32_table[i] = c;
-    }
-}
-
-static uint32_t crc32_of(const uint8_t *s, size_t n)
-{
-    /* zlib.crc32(s): the same stable bucket the Python path computes. */
-    uint32_t c = 0xFFFFFFFFu;
-    while (n--)
-        c = crc32_table[(c ^ *s++) & 0xFF] ^ (c >> 8);
-    return c ^ 0xFFFFFFFFu;
-}
-
 static PyObject *counter_to_dicts(PieceCounter *self, PyObject *arg)
 {
     /* The counts split into n dicts {pre-token UTF-8 bytes: count}: dict i holds the pre-tokens p
@@ -769,7 +576,7 @@ static PyObject *counter_to_dicts(PieceCounter *self, PyObject *arg)
         int rc;
         if (e->hash == 0)
             continue;
-        key_bytes = self->counts.keys + e->key_at;
+        key_bytes = entry_key(&self->counts, e);
         key = PyBytes_FromStringAndSize((const char *)key_bytes, e->key_len);
         value = PyLong_FromLongLong(e->value);
         rc = key && value ? PyDict_SetItem(PyList_GET_ITEM(out, crc32_of(key_bytes, e->key_len) % (uint64_t)n),
@@ -794,7 +601,63 @@ static PyObject *counter_get_pieces(PieceCounter *self, void *closure)
     return PyLong_FromLongLong(self->pieces);
 }
 
-static PyObject *counter_drain_packed(PieceCounter *self, PyObject *arg);
+static PyObject *counter_drain_packed(PieceCounter *self, PyObject *arg)
+{
+    /* The counts as n packed tables (table i: the pre-tokens p with zlib.crc32(p) % n == i); the
+     * counter starts over empty, its memory given back. */
+    Py_ssize_t n = PyLong_AsSsize_t(arg), b;
+    Buffer *buffers;
+    PyObject *out = NULL;
+    size_t i;
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (n < 1) {
+        PyErr_SetString(PyExc_ValueError, "drain_packed(n): n must be at least 1");
+        return NULL;
+    }
+    if (self->pattern == NULL) {
+        PyErr_SetString(PyExc_TypeError, "PieceCounter is not initialised");
+        return NULL;
+    }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "drain_packed(): the counter is counting in another thread");
+        return NULL;
+    }
+    if ((buffers = calloc((size_t)n, sizeof(Buffer))) == NULL)
+        return PyErr_NoMemory();
+    for (i = 0; i <= self->counts.mask; i++) {
+        const Entry *e = &self->counts.slots[i];
+        const uint8_t *key;
+        if (e->hash == 0)
+            continue;
+        key = entry_key(&self->counts, e);
+        if (pack_record(&buffers[crc32_of(key, e->key_len) % (uint64_t)n], key, e->key_len, e->value) < 0) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    if ((out = PyList_New(n)) == NULL)
+        goto done;
+    for (b = 0; b < n; b++) {
+        PyObject *table = PyBytes_FromStringAndSize((const char *)buffers[b].data, (Py_ssize_t)buffers[b].len);
+        if (table == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, b, table);
+    }
+    bytemap_free(&self->counts);
+    self->pieces = 0;
+    if (bytemap_init(&self->counts, 1024) < 0) {
+        Py_CLEAR(out);
+        PyErr_NoMemory();
+    }
+done:
+    for (b = 0; b < n; b++)
+        free(buffers[b].data);
+    free(buffers);
+    return out;
+}
 
 static PyMethodDef counter_methods[] = {
     {"add", (PyCFunction)counter_add, METH_O,
@@ -847,7 +710,7 @@ typedef struct {
 
 static int ids_reserve(Ids *v, size_t more)
 {
-    return reserve((void **)&v->ids, &v->cap, v->n + more, sizeof(int32_t), 1024);
+    return tb_reserve((void **)&v->ids, &v->cap, v->n + more, sizeof(int32_t), 1024);
 }
 
 typedef struct {
@@ -929,7 +792,7 @@ static int encoder_fill_whole(TextEncoder *self, PyObject *whole)
         }
         s = (const uint8_t *)PyBytes_AS_STRING(key);
         n = (size_t)PyBytes_GET_SIZE(key);
-        hash = hash_bytes(s, n);
+        hash = bytemap_hash(s, n);
         if ((e = bytemap_entry(&self->whole, s, n, hash)) == NULL)
             return PyErr_NoMemory(), -1;
         e->value = id;
@@ -1004,7 +867,7 @@ static int encode_piece(TextEncoder *self, const uint8_t *piece, size_t len)
 {
     /* Append the ids of one piece to self->out: from the cache, else by replaying the merges (and
      * caching a short piece). -1 when out of memory. */
-    uint64_t hash = hash_bytes(piece, len);
+    uint64_t hash = bytemap_hash(piece, len);
     Entry *e = NULL;
     int32_t *sym;
     Py_ssize_t n;
@@ -1016,7 +879,7 @@ static int encode_piece(TextEncoder *self, const uint8_t *piece, size_t len)
             uint32_t at = (uint32_t)(e->value >> 32), count = (uint32_t)e->value;
             if (ids_reserve(&self->out, count) < 0)
                 return -1;
-            memcpy(self->out.ids + self->out.n, self->cache_ids.ids + at, count * sizeof(int32_t));
+            tb_copy(self->out.ids + self->out.n, self->cache_ids.ids + at, count * sizeof(int32_t));
             self->out.n += count;
             return 0;
         }
@@ -1051,7 +914,7 @@ static int encode_piece(TextEncoder *self, const uint8_t *piece, size_t len)
     if (ids_reserve(&self->cache_ids, (size_t)n) < 0 ||
         (e = bytemap_insert(&self->cache, e, piece, len, hash)) == NULL)
         return -1;
-    memcpy(self->cache_ids.ids + self->cache_ids.n, self->out.ids + self->out.n - n, (size_t)n * sizeof(int32_t));
+    tb_copy(self->cache_ids.ids + self->cache_ids.n, self->out.ids + self->out.n - n, (size_t)n * sizeof(int32_t));
     e->value = (int64_t)self->cache_ids.n << 32 | (uint32_t)n;
     self->cache_ids.n += (size_t)n;
     return 0;
@@ -1163,390 +1026,6 @@ static PyTypeObject TextEncoderType = {
 
 /* ---- the module -------------------------------------------------------------------------------- */
 
-/* ---- packed count tables ---------------------------------------------------------------------- */
-
-/* How count tables travel between processes (bpe_ops/count_table.py is the specification): records
- * of a uint32 key length, the key bytes and an int64 count, both integers little-endian, in any
- * order; a key may appear more than once, and its counts add up. */
-
-typedef struct {
-    uint8_t *data;
-    size_t len, cap;
-} Buffer;
-
-static int buffer_reserve(Buffer *b, size_t more)
-{
-    return reserve((void **)&b->data, &b->cap, b->len + more, 1, 256);
-}
-
-static void put_le(uint8_t *out, uint64_t v, int n)
-{
-    int i;
-    for (i = 0; i < n; i++)
-        out[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *in, int n)
-{
-    uint64_t v = 0;
-    int i;
-    for (i = 0; i < n; i++)
-        v |= (uint64_t)in[i] << (8 * i);
-    return v;
-}
-
-static int pack_record(Buffer *b, const uint8_t *key, uint32_t len, int64_t count)
-{
-    if (buffer_reserve(b, 12 + (size_t)len) < 0)
-        return -1;
-    put_le(b->data + b->len, len, 4);
-    memcpy(b->data + b->len + 4, key, len);
-    put_le(b->data + b->len + 4 + len, (uint64_t)count, 8);
-    b->len += 12 + (size_t)len;
-    return 0;
-}
-
-static int unpack_into(ByteMap *m, const uint8_t *s, size_t n)
-{
-    /* Add the records of a packed table to m: 0, -1 out of memory, -2 a malformed table (nothing is
-     * added then: it is checked whole first). */
-    size_t at = 0;
-    while (at < n) {
-        uint64_t len;
-        if (n - at < 12 || (len = get_le(s + at, 4)) > n - at - 12)
-            return -2;
-        at += 12 + (size_t)len;
-    }
-    for (at = 0; at < n;) {
-        size_t len = (size_t)get_le(s + at, 4);
-        const uint8_t *key = s + at + 4;
-        Entry *e = bytemap_entry(m, key, len, hash_bytes(key, len));
-        if (e == NULL)
-            return -1;
-        e->value += (int64_t)get_le(key + len, 8);
-        at += 12 + len;
-    }
-    return 0;
-}
-
-static PyObject *packed_bytes(const ByteMap *m)
-{
-    /* Every entry of m as one packed table. */
-    Buffer b = {NULL, 0, 0};
-    PyObject *out;
-    size_t i;
-    for (i = 0; i <= m->mask; i++) {
-        const Entry *e = &m->slots[i];
-        if (e->hash && pack_record(&b, m->keys + e->key_at, e->key_len, e->value) < 0) {
-            free(b.data);
-            return PyErr_NoMemory();
-        }
-    }
-    out = PyBytes_FromStringAndSize((const char *)b.data, (Py_ssize_t)b.len);
-    free(b.data);
-    return out;
-}
-
-static PyObject *counter_drain_packed(PieceCounter *self, PyObject *arg)
-{
-    /* The counts as n packed tables (table i: the pre-tokens p with zlib.crc32(p) % n == i); the
-     * counter starts over empty, its memory given back. */
-    Py_ssize_t n = PyLong_AsSsize_t(arg), b;
-    Buffer *buffers;
-    PyObject *out = NULL;
-    size_t i;
-    if (n == -1 && PyErr_Occurred())
-        return NULL;
-    if (n < 1) {
-        PyErr_SetString(PyExc_ValueError, "drain_packed(n): n must be at least 1");
-        return NULL;
-    }
-    if (self->pattern == NULL) {
-        PyErr_SetString(PyExc_TypeError, "PieceCounter is not initialised");
-        return NULL;
-    }
-    if (self->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "drain_packed(): the counter is counting in another thread");
-        return NULL;
-    }
-    if ((buffers = calloc((size_t)n, sizeof(Buffer))) == NULL)
-        return PyErr_NoMemory();
-    for (i = 0; i <= self->counts.mask; i++) {
-        const Entry *e = &self->counts.slots[i];
-        const uint8_t *key;
-        if (e->hash == 0)
-            continue;
-        key = self->counts.keys + e->key_at;
-        if (pack_record(&buffers[crc32_of(key, e->key_len) % (uint64_t)n], key, e->key_len, e->value) < 0) {
-            PyErr_NoMemory();
-            goto done;
-        }
-    }
-    if ((out = PyList_New(n)) == NULL)
-        goto done;
-    for (b = 0; b < n; b++) {
-        PyObject *table = PyBytes_FromStringAndSize((const char *)buffers[b].data, (Py_ssize_t)buffers[b].len);
-        if (table == NULL) {
-            Py_CLEAR(out);
-            goto done;
-        }
-        PyList_SET_ITEM(out, b, table);
-    }
-    bytemap_free(&self->counts);
-    self->pieces = 0;
-    if (bytemap_init(&self->counts, 1024) < 0) {
-        Py_CLEAR(out);
-        PyErr_NoMemory();
-    }
-done:
-    for (b = 0; b < n; b++)
-        free(buffers[b].data);
-    free(buffers);
-    return out;
-}
-
-/* A sum of packed count tables, kept in C: what the counting pipeline's combine holds per bucket
- * instead of a dict of Python objects. */
-typedef struct {
-    PyObject_HEAD
-    ByteMap counts;
-    int ready;
-} CountTable;
-
-static int table_init(CountTable *self, PyObject *args, PyObject *kwds)
-{
-    static char *kwlist[] = {"packed", NULL};
-    Py_buffer packed = {NULL, NULL};
-    int rc = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|y*:CountTable", kwlist, &packed))
-        return -1;
-    if (self->ready)
-        bytemap_free(&self->counts);
-    self->ready = 0;
-    if (bytemap_init(&self->counts, 1024) < 0) {
-        PyErr_NoMemory();
-        rc = -1;
-    } else {
-        self->ready = 1;
-        if (packed.buf != NULL) {
-            int r = unpack_into(&self->counts, packed.buf, (size_t)packed.len);
-            if (r == -1)
-                PyErr_NoMemory();
-            else if (r == -2)
-                PyErr_SetString(PyExc_ValueError, "not a packed count table");
-            rc = r < 0 ? -1 : 0;
-        }
-    }
-    if (packed.buf != NULL)
-        PyBuffer_Release(&packed);
-    return rc;
-}
-
-static void table_dealloc(CountTable *self)
-{
-    if (self->ready)
-        bytemap_free(&self->counts);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static int table_ready(CountTable *self)
-{
-    if (!self->ready)
-        PyErr_SetString(PyExc_TypeError, "CountTable is not initialised");
-    return self->ready;
-}
-
-static PyObject *table_add_packed(CountTable *self, PyObject *arg)
-{
-    Py_buffer packed;
-    int r;
-    if (!table_ready(self) || PyObject_GetBuffer(arg, &packed, PyBUF_SIMPLE) < 0)
-        return NULL;
-    r = unpack_into(&self->counts, packed.buf, (size_t)packed.len);
-    PyBuffer_Release(&packed);
-    if (r == -1)
-        return PyErr_NoMemory();
-    if (r == -2) {
-        PyErr_SetString(PyExc_ValueError, "not a packed count table");
-        return NULL;
-    }
-    Py_RETURN_NONE;
-}
-
-static PyObject *table_absorb(CountTable *self, PyObject *arg)
-{
-    /* Add another CountTable's counts to this one and empty it. */
-    CountTable *other;
-    if (!PyObject_TypeCheck(arg, Py_TYPE(self))) {
-        PyErr_SetString(PyExc_TypeError, "absorb() takes a CountTable");
-        return NULL;
-    }
-    other = (CountTable *)arg;
-    if (!table_ready(self) || !table_ready(other))
-        return NULL;
-    if (other == self) {
-        PyErr_SetString(PyExc_ValueError, "absorb() takes another CountTable");
-        return NULL;
-    }
-    if (bytemap_add_all(&self->counts, &other->counts) < 0)
-        return PyErr_NoMemory();
-    bytemap_free(&other->counts);
-    if (bytemap_init(&other->counts, 1024) < 0) {
-        other->ready = 0;
-        return PyErr_NoMemory();
-    }
-    Py_RETURN_NONE;
-}
-
-static PyObject *table_packed(CountTable *self, PyObject *Py_UNUSED(ignored))
-{
-    return table_ready(self) ? packed_bytes(&self->counts) : NULL;
-}
-
-static const uint8_t *sort_keys;     /* table_columns' qsort context (the GIL is held throughout) */
-
-static int entry_key_order(const void *a, const void *b)
-{
-    const Entry *x = *(const Entry *const *)a, *y = *(const Entry *const *)b;
-    uint32_t n = x->key_len < y->key_len ? x->key_len : y->key_len;
-    int c = memcmp(sort_keys + x->key_at, sort_keys + y->key_at, n);
-    return c ? c : (x->key_len > y->key_len) - (x->key_len < y->key_len);
-}
-
-static PyObject *table_columns(CountTable *self, PyObject *args)
-{
-    /* (rows, offsets, data, counts) of the entries counted at least min_count times, in byte order
-     * of their keys: Arrow binary offsets (int32, rows + 1 of them; int64 for large_binary with
-     * `large`) and data, and the counts (int64), all in this machine's byte order, ready to wrap as
-     * Arrow buffers. OverflowError when the keys pass 2 GiB without `large`. */
-    long long min_count = 1;
-    int large = 0;
-    const Entry **rows;
-    size_t n = 0, i, data_len = 0, width;
-    PyObject *offsets = NULL, *data = NULL, *counts = NULL, *out = NULL;
-    if (!PyArg_ParseTuple(args, "|Lp:columns", &min_count, &large) || !table_ready(self))
-        return NULL;
-    if ((rows = malloc((self->counts.used + 1) * sizeof(Entry *))) == NULL)
-        return PyErr_NoMemory();
-    for (i = 0; i <= self->counts.mask; i++) {
-        const Entry *e = &self->counts.slots[i];
-        if (e->hash && e->value >= min_count) {
-            rows[n++] = e;
-            data_len += e->key_len;
-        }
-    }
-    if (!large && data_len > INT32_MAX) {
-        free(rows);
-        PyErr_SetString(PyExc_OverflowError, "the keys pass 2 GiB: ask for large (int64) offsets");
-        return NULL;
-    }
-    sort_keys = self->counts.keys;
-    qsort(rows, n, sizeof(Entry *), entry_key_order);
-    width = large ? sizeof(int64_t) : sizeof(int32_t);
-    offsets = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)((n + 1) * width));
-    data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)data_len);
-    counts = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(int64_t)));
-    if (offsets && data && counts) {
-        int64_t *count = (int64_t *)PyBytes_AS_STRING(counts), end = 0;
-        uint8_t *at = (uint8_t *)PyBytes_AS_STRING(data);
-        char *offset = PyBytes_AS_STRING(offsets);
-        for (i = 0; i <= n; i++) {
-            int32_t narrow = (int32_t)end;
-            if (large)
-                memcpy(offset + i * width, &end, width);
-            else
-                memcpy(offset + i * width, &narrow, width);
-            if (i == n)
-                break;
-            memcpy(at + end, self->counts.keys + rows[i]->key_at, rows[i]->key_len);
-            end += rows[i]->key_len;
-            count[i] = rows[i]->value;
-        }
-        out = Py_BuildValue("nOOO", (Py_ssize_t)n, offsets, data, counts);
-    }
-    free(rows);
-    Py_XDECREF(offsets);
-    Py_XDECREF(data);
-    Py_XDECREF(counts);
-    return out;
-}
-
-static PyObject *table_reduce(CountTable *self, PyObject *Py_UNUSED(ignored))
-{
-    /* Pickled as its packed table: how Beam moves an accumulator between workers. */
-    PyObject *packed = table_packed(self, NULL), *out;
-    if (packed == NULL)
-        return NULL;
-    out = Py_BuildValue("O(O)", (PyObject *)Py_TYPE(self), packed);
-    Py_DECREF(packed);
-    return out;
-}
-
-static Py_ssize_t table_len(CountTable *self)
-{
-    return self->ready ? (Py_ssize_t)self->counts.used : 0;
-}
-
-static PyMethodDef table_methods[] = {
-    {"add_packed", (PyCFunction)table_add_packed, METH_O,
-     "add_packed(packed)\n--\n\nAdd the counts of a packed table (ValueError when it is malformed)."},
-    {"absorb", (PyCFunction)table_absorb, METH_O,
-     "absorb(other)\n--\n\nAdd the counts of another CountTable to this one, and empty the other."},
-    {"packed", (PyCFunction)table_packed, METH_NOARGS, "packed()\n--\n\nThe counts as one packed table."},
-    {"columns", (PyCFunction)table_columns, METH_VARARGS,
-     "columns(min_count=1, large=False)\n--\n\n(rows, offsets, data, counts) of the keys counted at least "
-     "min_count times, in byte order: Arrow binary (int32; large_binary, int64, with large) offsets and data, "
-     "and int64 counts, in native byte order."},
-    {"__reduce__", (PyCFunction)table_reduce, METH_NOARGS, NULL},
-    {NULL, NULL, 0, NULL}
-};
-
-static PySequenceMethods table_as_sequence = {.sq_length = (lenfunc)table_len};
-
-static PyTypeObject CountTableType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "bpe_ops._pcre2.CountTable",
-    .tp_basicsize = sizeof(CountTable),
-    .tp_dealloc = (destructor)table_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "CountTable(packed=b'')\n--\n\nA sum of packed count tables (bpe_ops/count_table.py), in C.",
-    .tp_methods = table_methods,
-    .tp_as_sequence = &table_as_sequence,
-    .tp_init = (initproc)table_init,
-    .tp_new = PyType_GenericNew,
-};
-
-static PyObject *utf8_length(PyObject *Py_UNUSED(module), PyObject *text)
-{
-    /* len(text.encode("utf-8")) without the copy; a lone surrogate counts 3 bytes, as U+FFFD (what
-     * the pipelines write in its place) does. */
-    Py_ssize_t n, i, bytes;
-    int kind;
-    const void *data;
-    if (!PyUnicode_Check(text)) {
-        PyErr_SetString(PyExc_TypeError, "utf8_length() takes a str");
-        return NULL;
-    }
-    n = PyUnicode_GET_LENGTH(text);
-    kind = PyUnicode_KIND(text);
-    data = PyUnicode_DATA(text);
-    bytes = n;
-    if (kind == PyUnicode_1BYTE_KIND) {
-        const Py_UCS1 *c = data;
-        for (i = 0; i < n; i++)
-            bytes += c[i] >= 0x80;
-    } else if (kind == PyUnicode_2BYTE_KIND) {
-        const Py_UCS2 *c = data;
-        for (i = 0; i < n; i++)
-            bytes += (c[i] >= 0x80) + (c[i] >= 0x800);
-    } else {
-        const Py_UCS4 *c = data;
-        for (i = 0; i < n; i++)
-            bytes += (c[i] >= 0x80) + (c[i] >= 0x800) + (c[i] >= 0x10000);
-    }
-    return PyLong_FromSsize_t(bytes);
-}
-
 static PyObject *library_version(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
 {
     char version[64] = "", unicode[64] = "";
@@ -1555,41 +1034,7 @@ static PyObject *library_version(PyObject *Py_UNUSED(module), PyObject *Py_UNUSE
     return Py_BuildValue("(ss)", version, unicode);
 }
 
-static PyObject *add_counts(PyObject *Py_UNUSED(module), PyObject *args)
-{
-    /* into[k] = into.get(k, 0) + v for every (k, v) of counts: the sum of two count tables. */
-    PyObject *into, *counts, *key, *value;
-    Py_ssize_t pos = 0;
-    if (!PyArg_ParseTuple(args, "O!O!:add_counts", &PyDict_Type, &into, &PyDict_Type, &counts))
-        return NULL;
-    if (PyDict_GET_SIZE(into) == 0) {   /* nothing to add to: a copy, without a sum per key */
-        if (PyDict_Update(into, counts) < 0)
-            return NULL;
-        Py_RETURN_NONE;
-    }
-    while (PyDict_Next(counts, &pos, &key, &value)) {
-        PyObject *old = PyDict_GetItemWithError(into, key), *sum;
-        int rc;
-        if (old == NULL) {
-            if (PyErr_Occurred() || PyDict_SetItem(into, key, value) < 0)
-                return NULL;
-            continue;
-        }
-        if ((sum = PyNumber_Add(old, value)) == NULL)
-            return NULL;
-        rc = PyDict_SetItem(into, key, sum);
-        Py_DECREF(sum);
-        if (rc < 0)
-            return NULL;
-    }
-    Py_RETURN_NONE;
-}
-
 static PyMethodDef module_methods[] = {
-    {"add_counts", add_counts, METH_VARARGS,
-     "add_counts(into, counts)\n--\n\nAdd the count table `counts` into the dict `into`, key by key."},
-    {"utf8_length", utf8_length, METH_O,
-     "utf8_length(text)\n--\n\nlen(text.encode('utf-8')) without the copy; a lone surrogate counts 3 bytes."},
     {"library_version", library_version, METH_NOARGS,
      "library_version()\n--\n\n(PCRE2 version, its Unicode version), as the loaded library reports them."},
     {NULL, NULL, 0, NULL}
@@ -1601,16 +1046,37 @@ static struct PyModuleDef module = {
     -1, module_methods, NULL, NULL, NULL, NULL
 };
 
+static int add_native_utf8_length(PyObject *m)
+{
+    /* `utf8_length` lives in bpe_ops._native; named here too for callers that still import it
+     * from this module. A build without _native only lacks the name. */
+    PyObject *native = PyImport_ImportModule("bpe_ops._native"), *f;
+    int rc;
+    if (native == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_ImportError))
+            return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    f = PyObject_GetAttrString(native, "utf8_length");
+    Py_DECREF(native);
+    if (f == NULL)
+        return -1;
+    rc = PyModule_AddObjectRef(m, "utf8_length", f);
+    Py_DECREF(f);
+    return rc;
+}
+
 PyMODINIT_FUNC
 PyInit__pcre2(void)
 {
     PyObject *m;
-    PyTypeObject *types[] = {&PatternType, &PieceCounterType, &TextEncoderType, &CountTableType};
+    PyTypeObject *types[] = {&PatternType, &PieceCounterType, &TextEncoderType};
     size_t i;
     if (load_pcre2() < 0)
         return NULL;
     crc32_init();
-    for (i = 0; i < 4; i++)
+    for (i = 0; i < sizeof(types) / sizeof(types[0]); i++)
         if (PyType_Ready(types[i]) < 0)
             return NULL;
     if ((m = PyModule_Create(&module)) == NULL)
@@ -1625,7 +1091,7 @@ PyInit__pcre2(void)
         PyModule_AddObjectRef(m, "Pattern", (PyObject *)&PatternType) < 0 ||
         PyModule_AddObjectRef(m, "PieceCounter", (PyObject *)&PieceCounterType) < 0 ||
         PyModule_AddObjectRef(m, "TextEncoder", (PyObject *)&TextEncoderType) < 0 ||
-        PyModule_AddObjectRef(m, "CountTable", (PyObject *)&CountTableType) < 0) {
+        add_native_utf8_length(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -7,16 +7,22 @@ of one such `bytes` costs the same to move whatever it holds, where a `{pre-toke
 coded entry by entry.
 
 `CountTable` sums packed tables and hands back the sorted columns of a counts file. This module is
-the specification; `bpe_ops._pcre2.CountTable` (and `PieceCounter.drain_packed`) do the same in C,
-holding no Python object per pre-token, and `new_count_table` picks that one when it is built.
+the specification; `bpe_ops._native.CountTable` (and `_pcre2.PieceCounter.drain_packed`) do the same
+in C, holding no Python object per pre-token, and `new_count_table` picks that one when it is built.
 """
 from __future__ import annotations
 
-import os
 import struct
 from array import array
 from itertools import accumulate
 from typing import Mapping
+
+from .implementation import DEFAULT, Implementation
+
+try:
+    from ._native import CountTable as _CompiledCountTable    # optional: needs a C compiler only
+except ImportError:
+    _CompiledCountTable = None
 
 _LENGTH = struct.Struct("<I")
 _COUNT = struct.Struct("<q")
@@ -86,14 +92,13 @@ class CountTable:
         return CountTable, (self.packed(),)
 
 
-def new_count_table(packed: bytes = b""):
-    """A CountTable: the compiled one where `bpe_ops._pcre2` is built (and TOKENBEAM_PURE_PYTHON is
-    not set), else this module's."""
-    if os.environ.get("TOKENBEAM_PURE_PYTHON") != "1":
-        try:
-            from ._pcre2 import CountTable as Compiled
-        except ImportError:
-            pass
-        else:
-            return Compiled(packed)
+def new_count_table(packed: bytes = b"", *, implementation: Implementation = DEFAULT):
+    """A CountTable holding `packed`: the compiled one where `bpe_ops._native` is built and
+    `implementation.compiled`, else this module's; both have the same methods and results.
+
+    >>> new_count_table(pack_counts({b"ab": 2}), implementation=Implementation(compiled=False)).counts
+    {b'ab': 2}
+    """
+    if implementation.compiled and _CompiledCountTable is not None:
+        return _CompiledCountTable(packed)
     return CountTable(packed)

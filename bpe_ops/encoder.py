@@ -10,8 +10,8 @@ a regex split plus dictionary lookups. Long pre-tokens (a base64 blob, a run of 
 merged rank by rank over a linked list, so their cost stays near-linear in their length.
 
 Cache misses pay for that merge, so it runs compiled (`bpe_ops/_piece_merge.c`, built by setup.py)
-where the extension is built, unless `TOKENBEAM_PURE_PYTHON=1`; `_merge_python` is its
-specification, and the tests require the two to give identical ids.
+where the extension is built, unless the tokenizer's `implementation` says `compiled=False`;
+`_merge_python` is its specification, and the tests require the two to give identical ids.
 
 Where the split runs on PCRE2 (see `pretokenize.Pcre2Pattern`), the whole of `_encode_ordinary`
 runs compiled too (`bpe_ops/_pcre2.c`'s `TextEncoder`: split, a byte-keyed cache, the same merge
@@ -30,6 +30,7 @@ from itertools import chain, islice, repeat
 from typing import Iterable, Mapping, Sequence
 
 from . import formats
+from .implementation import DEFAULT, Implementation
 from .pretokenize import (END_OF_WORD, Pcre2Pattern, compile_pattern, pattern_name, resolve_pattern,
                           split_on_special, to_utf8)
 
@@ -67,12 +68,16 @@ class Tokenizer:
     Classic mode is the textbook algorithm: whitespace-separated words, characters as symbols and a
     separate end-of-word symbol `</w>` after each word; it needs `vocab` (its alphabet is not implied
     by the merges), and an unknown character is an error.
+
+    `implementation` chooses the compiled twins or the Python code, and the regex engine (see
+    bpe_ops/implementation.py); the ids are the same whichever it is.
     """
 
     def __init__(self, merges: list[tuple[bytes, bytes]], pattern: str = "gpt4",
                  special_tokens: Sequence[str] | Mapping[str, int] = (), *,
                  vocab: dict[int, bytes] | None = None, mode: str = "byte",
-                 ignore_merges: bool = False, cache_size: int = 100_000):
+                 ignore_merges: bool = False, cache_size: int = 100_000,
+                 implementation: Implementation = DEFAULT):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if mode == "classic" and resolve_pattern(pattern) not in (resolve_pattern("classic"),
@@ -81,9 +86,10 @@ class Tokenizer:
         if mode == "classic" and vocab is None:
             raise ValueError("classic mode needs a vocab: its alphabet is not implied by the merges")
         self.mode = mode
+        self.implementation = implementation
         self.pattern = resolve_pattern("classic" if mode == "classic" else pattern)
         self.pattern_name = pattern_name(self.pattern)
-        self._regex = compile_pattern(self.pattern)
+        self._regex = compile_pattern(self.pattern, implementation)
         # Classic mode drops whitespace by design; the other named patterns match every character.
         self._matches_everything = self.pattern_name is not None
         self.ignore_merges = ignore_merges
@@ -99,7 +105,7 @@ class Tokenizer:
         self._tokens = tokens
         self._ranks, self._pairs, self._merged = self._build_merge_table(extend=vocab is None)
         self._ranks_ascend = _ranks_ascend(self._ranks, self._merged)
-        self._merger = _piece_merger(self._pairs, self._merged, tokens)
+        self._merger = _piece_merger(self._pairs, self._merged, tokens) if implementation.compiled else None
         if mode == "byte":
             missing = [b for b in range(256) if bytes([b]) not in self._token_ids]
             if missing:
@@ -140,7 +146,7 @@ class Tokenizer:
         return {**self.__dict__, "_text_encoder": None, "_pool": None, "_pool_threads": 0, "_thread_encoders": None}
 
     def __setstate__(self, state):
-        self.__dict__.update(state)
+        self.__dict__.update({"implementation": DEFAULT, **state})   # pickles made before it had one
         self._text_encoder = self._compiled_text_encoder()
         self._thread_encoders = threading.local()
 
@@ -501,18 +507,19 @@ class Tokenizer:
         return json_path
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike) -> "Tokenizer":
+    def from_file(cls, path: str | os.PathLike, *, implementation: Implementation = DEFAULT) -> "Tokenizer":
         """Load a tokenizer.json (ours, or a byte-level BPE written by Hugging Face `tokenizers`);
         `path` may be the file or a directory holding one."""
         if os.path.isdir(path):
             path = os.path.join(path, "tokenizer.json")
-        return _named(path, cls, formats.read_tokenizer_json(path))
+        return _named(path, cls, {**formats.read_tokenizer_json(path), "implementation": implementation})
 
     @classmethod
     def from_gpt2_files(cls, vocab_json: str | os.PathLike, merges_txt: str | os.PathLike,
-                        pattern: str = "gpt2") -> "Tokenizer":
+                        pattern: str = "gpt2", *, implementation: Implementation = DEFAULT) -> "Tokenizer":
         """Load GPT-2's `vocab.json` + `merges.txt` layout."""
-        return _named(merges_txt, cls, {**formats.read_gpt2_files(vocab_json, merges_txt), "pattern": pattern})
+        return _named(merges_txt, cls, {**formats.read_gpt2_files(vocab_json, merges_txt), "pattern": pattern,
+                                        "implementation": implementation})
 
     def __repr__(self) -> str:
         return (f"Tokenizer(mode={self.mode!r}, pattern={self.pattern_name or self.pattern!r}, "
@@ -529,9 +536,9 @@ def _named(path, cls, kwargs: dict) -> "Tokenizer":
 
 
 def _piece_merger(pairs: list[tuple[int, int]], merged: list[int], token_ids: Iterable[int]):
-    """The compiled merger of this merge table, or None: not built, `TOKENBEAM_PURE_PYTHON=1`, or a
-    token id outside 0..2**31 - 1 (the C merger packs two ids in 64 bits; Python takes any int)."""
-    if _piece_merge is None or os.environ.get("TOKENBEAM_PURE_PYTHON") == "1":
+    """The compiled merger of this merge table, or None: not built, or a token id outside
+    0..2**31 - 1 (the C merger packs two ids in 64 bits; Python takes any int)."""
+    if _piece_merge is None:
         return None
     if not (0 <= min(token_ids, default=0) and max(token_ids, default=0) < 2**31):
         return None

@@ -186,6 +186,19 @@ def _read_tokenizer_doc(doc: dict, path) -> dict:
             "ignore_merges": bool(model.get("ignore_merges", False))}
 
 
+_NAME_LIKE = regex.compile(r"[A-Za-z0-9_-]+")
+
+
+def _never_a_name(pattern: str) -> str:
+    """A file's split regex as a regex the Tokenizer cannot read as a pattern name: a bare word
+    (`gpt2`, `abc`: a literal to split on) gets a non-capturing group, which matches the same.
+
+    >>> _never_a_name("gpt2"), _never_a_name(r"\\s+")
+    ('(?:gpt2)', '\\\\s+')
+    """
+    return f"(?:{pattern})" if _NAME_LIKE.fullmatch(pattern) else pattern
+
+
 def _pattern_of(pre_tokenizer: dict | None, unsupported) -> str:
     """The split regex of a byte-level pre-tokenizer: `ByteLevel(use_regex=true)` is GPT-2's pattern;
     `Sequence[Split(regex), ByteLevel(use_regex=false)]` carries its own."""
@@ -204,9 +217,9 @@ def _pattern_of(pre_tokenizer: dict | None, unsupported) -> str:
         _check_byte_level(steps[1], use_regex=False, unsupported=unsupported)
         pattern = split.get("pattern") or {}
         if "Regex" in pattern:
-            return pattern["Regex"]
+            return _never_a_name(pattern["Regex"])
         if "String" in pattern:
-            return regex.escape(pattern["String"])
+            return _never_a_name(regex.escape(pattern["String"]))
         raise unsupported(f"Split pattern {pattern!r}")
     raise unsupported(f"pre-tokenizer {_describe(pre_tokenizer)}")
 

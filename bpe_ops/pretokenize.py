@@ -12,7 +12,7 @@ the compiled module `bpe_ops._pcre2` is built and the system's PCRE2 library (li
 installed, PCRE2 with its JIT splits the named patterns 3-4x faster, with the same pieces: it runs
 only patterns written in the syntax both engines read alike and only texts free of the characters
 their Unicode tables classify differently (see `Pcre2Pattern`); everything else stays on `regex`.
-`TOKENBEAM_REGEX=regex` turns PCRE2 off.
+`Implementation(engine="regex")` (bpe_ops/implementation.py) turns PCRE2 off.
 """
 from __future__ import annotations
 
@@ -30,6 +30,12 @@ from typing import Iterable, Iterator, Mapping, Sequence
 import regex
 
 from .count_table import pack_counts
+from .implementation import DEFAULT, ENGINE_VARIABLE, ENGINES as ENGINE_CHOICES, Implementation  # noqa: F401
+
+try:
+    from . import _native        # compiled count sums (optional; needs no PCRE2)
+except ImportError:
+    _native = None
 
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 # tiktoken's cl100k_base pattern as it ships today (with `\s++$`), spelled `\p{N}{1,3}` where tiktoken
@@ -60,9 +66,26 @@ PATTERNS = {
 }
 
 
+# A pattern spelled like a name (letters, digits, `_`, `-`) is taken for a misspelt name, not a regex.
+_NAME_LIKE = regex.compile(r"[A-Za-z0-9_-]+")
+
+
 def resolve_pattern(pattern: str) -> str:
-    """A pattern name (`gpt2`, `gpt4`, `o200k`, `classic`) -> its regex; any other string is a regex."""
-    return PATTERNS.get(pattern, pattern)
+    """A pattern name (`gpt2`, `gpt4`, `o200k`, `classic`, in any case) -> its regex; any other string
+    is a regex, except a bare word, which is taken for a misspelt name:
+
+    >>> resolve_pattern("GPT2") == GPT2_PATTERN and resolve_pattern(r"\\S+") == r"\\S+"
+    True
+    >>> resolve_pattern("gpt5")
+    Traceback (most recent call last):
+    ValueError: unknown pattern name 'gpt5': known names are gpt2, gpt4, o200k, classic
+    """
+    named = PATTERNS.get(pattern.lower())
+    if named is not None:
+        return named
+    if _NAME_LIKE.fullmatch(pattern):
+        raise ValueError(f"unknown pattern name {pattern!r}: known names are {', '.join(PATTERNS)}")
+    return pattern
 
 
 def pattern_name(regex_str: str) -> str | None:
@@ -73,32 +96,68 @@ def pattern_name(regex_str: str) -> str | None:
     return None
 
 
-ENGINE_VARIABLE = "TOKENBEAM_REGEX"
-ENGINE_CHOICES = ("auto", "regex")
-
-
-def compile_pattern(pattern: str) -> "regex.Pattern[str] | Pcre2Pattern":
+def compile_pattern(pattern: str, implementation: Implementation = DEFAULT) -> "regex.Pattern[str] | Pcre2Pattern":
     """Compile a named pattern or a raw regex (cached) into an object with `findall`, `finditer`,
-    `groups` and `pattern`: a `Pcre2Pattern` where PCRE2 is installed and splits identically, else
-    the `regex` package's compiled pattern (`regex`, not `re`, for `\\p{L}`)."""
-    choice = os.environ.get(ENGINE_VARIABLE) or "auto"
-    if choice not in ENGINE_CHOICES:
-        raise ValueError(f"{ENGINE_VARIABLE} must be one of {ENGINE_CHOICES}, got {choice!r}")
-    return _compile(resolve_pattern(pattern), choice == "auto")
+    `groups` and `pattern`: a `Pcre2Pattern` where `implementation.engine` is "auto", PCRE2 is
+    installed and it splits identically, else the `regex` package's compiled pattern (`regex`, not
+    `re`, for `\\p{L}`)."""
+    return _compile(resolve_pattern(pattern), implementation.engine == "auto", implementation.cache_dir)
 
 
-def regex_engine(pattern: str = "gpt4") -> str:
+def regex_engine(pattern: str = "gpt4", implementation: Implementation = DEFAULT) -> str:
     """The engine that splits with `pattern` in this process: `"pcre2"` or `"regex"`."""
-    return "pcre2" if isinstance(compile_pattern(pattern), Pcre2Pattern) else "regex"
+    return "pcre2" if isinstance(compile_pattern(pattern, implementation), Pcre2Pattern) else "regex"
+
+
+# Short texts of every kind a corpus holds, each probing one thing a split pattern might skip.
+COVERAGE_PROBES = (
+    "a b",
+    "Hello, world! It's 3:45pm; (ok?) [x] {y} <z> @#$%^&*_+=|\\/~`\"'",
+    "0123456789 3.14 1,000,000 -42",
+    "tab\there  two  spaces \n\nnewlines\r\nCRLF\rCR \x0b\x0c trailing   ",
+    "no-break\u00a0space, ideographic\u3000space, line\u2028separator",
+    "Ça va? Déjà vu, naïve café, Œuvre, Łódź, straße",
+    "Привет, мир! Ёжик",
+    "Καλημέρα κόσμε; ΑΒΓ",
+    "你好，世界。日本語のテキスト、한국어",
+    "مرحبا بالعالم ١٢٣",
+    "नमस्ते दुनिया ०१२",
+    "👍🏽 👨\u200d👩\u200d👧\u200d👦 🏳\ufe0f\u200d🌈 ❤\ufe0f",
+    "e\u0301 a\u0308\u0304 \u0301 Z\u0351\u0362",
+    "zero\u200bwidth \ufeffBOM soft\u00adhyphen \x00\x1f\x7f",
+)
+
+
+def pattern_coverage_gap(pattern: str) -> str | None:
+    """None when `pattern` (a name or a regex) matches every character of `COVERAGE_PROBES`, else one
+    line naming the first text it leaves unmatched: training counts only what the pattern matches,
+    so such a pattern would learn nothing of that text. Matched with `regex` (the specification).
+    `classic` leaves whitespace unmatched by design.
+
+    >>> pattern_coverage_gap("gpt4") is None
+    True
+    >>> pattern_coverage_gap(r"\\p{L}+")
+    "the pattern leaves ' ' unmatched in 'a b'"
+    """
+    compiled = _compile(resolve_pattern(pattern), False, None)
+    for probe in COVERAGE_PROBES:
+        pos = 0
+        for m in compiled.finditer(probe):
+            if m.start() > pos:
+                return f"the pattern leaves {probe[pos:m.start()]!r} unmatched in {probe!r}"
+            pos = max(pos, m.end())
+        if pos < len(probe):
+            return f"the pattern leaves {probe[pos:]!r} unmatched in {probe!r}"
+    return None
 
 
 @lru_cache(maxsize=64)
-def _compile(regex_str: str, accelerate: bool) -> "regex.Pattern[str] | Pcre2Pattern":
+def _compile(regex_str: str, accelerate: bool, cache_dir: str | None) -> "regex.Pattern[str] | Pcre2Pattern":
     try:
         compiled = regex.compile(regex_str)
     except regex.error as exc:
         raise ValueError(f"invalid split pattern {regex_str!r}: {exc}") from None
-    return (accelerate and Pcre2Pattern.build(compiled)) or compiled
+    return (accelerate and Pcre2Pattern.build(compiled, cache_dir)) or compiled
 
 
 # ---- the optional PCRE2 accelerator -------------------------------------------------------------
@@ -139,10 +198,12 @@ class Pcre2Pattern:
     encoder and the pre-token counter run directly.
     """
 
-    __slots__ = ("pattern", "groups", "guard", "compiled", "_regex", "_guard_search")
+    __slots__ = ("pattern", "groups", "guard", "compiled", "cache_dir", "_regex", "_guard_search")
 
-    def __init__(self, compiled: "regex.Pattern[str]", pcre_pattern, guard: Sequence[tuple[str, str]]):
+    def __init__(self, compiled: "regex.Pattern[str]", pcre_pattern, guard: Sequence[tuple[str, str]],
+                 cache_dir: str | None = None):
         self.pattern = compiled.pattern
+        self.cache_dir = cache_dir
         self.groups = compiled.groups
         self.guard = tuple(guard)            # (first, last) character ranges
         self.compiled = pcre_pattern
@@ -152,9 +213,10 @@ class Pcre2Pattern:
         self._guard_search = _pcre2_compile(f"[{ranges}]" if ranges else "(?!)").search
 
     @classmethod
-    def build(cls, compiled: "regex.Pattern[str]") -> "Pcre2Pattern | None":
+    def build(cls, compiled: "regex.Pattern[str]", cache_dir: str | None = None) -> "Pcre2Pattern | None":
         """The accelerated pattern, or None: no PCRE2, syntax not portable, capturing groups, PCRE2
-        refusing the pattern, or the engines disagreeing on an ASCII character."""
+        refusing the pattern, or the engines disagreeing on an ASCII character. `cache_dir` keeps
+        the engines' disagreement on disk (see `_cached_disagreement`)."""
         pcre2 = _pcre2_module()
         if pcre2 is None or compiled.groups or not _PORTABLE_SYNTAX.fullmatch(compiled.pattern):
             return None
@@ -162,10 +224,10 @@ class Pcre2Pattern:
             pcre_pattern = _pcre2_compile(compiled.pattern)
         except pcre2.Pcre2Error:
             return None
-        guard = _disagreement(_compared_classes(compiled.pattern))
+        guard = _disagreement(_compared_classes(compiled.pattern), cache_dir)
         if guard and guard[0][0] < "\x80":
             return None
-        return cls(compiled, pcre_pattern, guard)
+        return cls(compiled, pcre_pattern, guard, cache_dir)
 
     def pcre2_splits(self, text: str) -> bool:
         """Whether PCRE2 may split `text`: no character the engines classify differently, no lone
@@ -191,7 +253,7 @@ class Pcre2Pattern:
 
     def __reduce__(self):
         # Pickled (with a Tokenizer, say) as its regex: compiled again, guard included, on unpickling.
-        return _compile, (self.pattern, True)
+        return _compile, (self.pattern, True, self.cache_dir)
 
     def __repr__(self) -> str:
         return f"Pcre2Pattern({self.pattern!r})"
@@ -224,13 +286,13 @@ def _compared_classes(pattern: str) -> tuple[str, ...]:
     return tuple(sorted(classes | {f"(?i:{c})" for c in letters}))
 
 
-def _disagreement(classes: Sequence[str]) -> list[tuple[str, str]]:
+def _disagreement(classes: Sequence[str], cache_dir: str | None = None) -> list[tuple[str, str]]:
     """Sorted `(first, last)` character ranges that one engine puts in one of `classes` and the
-    other does not (per class: ~20-40 ms to compute, once per machine and library versions, see
-    `_cached_disagreement`; then once per process from the cache)."""
+    other does not (computed once per process; with a `cache_dir`, once per machine and library
+    versions, see `_cached_disagreement`)."""
     for cls in classes:
         if cls not in _DISAGREEMENT:
-            _DISAGREEMENT[cls] = _cached_disagreement(cls)
+            _DISAGREEMENT[cls] = _cached_disagreement(cls, cache_dir) if cache_dir else _compute_disagreement(cls)
     return sorted(set(chain.from_iterable(_DISAGREEMENT[c] for c in classes)))
 
 
@@ -247,14 +309,11 @@ def _compute_disagreement(cls: str) -> tuple[tuple[str, str], ...]:
     return tuple((every[i], every[j - 1]) for i, j in _runs_of_ones(marks))
 
 
-def _cached_disagreement(cls: str) -> tuple[tuple[str, str], ...]:
-    """`_compute_disagreement`, kept on disk (TOKENBEAM_CACHE_DIR, else $XDG_CACHE_HOME/tokenbeam,
-    else ~/.cache/tokenbeam) under the versions that decide it: the `regex` package's, and PCRE2's
-    own with its Unicode tables'. A file that is missing, unreadable or for other versions is
-    computed again; a cache that cannot be written is only slower."""
+def _cached_disagreement(cls: str, folder: str) -> tuple[tuple[str, str], ...]:
+    """`_compute_disagreement`, kept on disk in `folder` under the versions that decide it: the
+    `regex` package's, and PCRE2's own with its Unicode tables'. A file that is missing, unreadable
+    or for other versions is computed again; a cache that cannot be written is only slower."""
     key = json.dumps([_DISAGREEMENT_FORMAT, cls, regex.__version__, *_pcre2_module().library_version()])
-    folder = os.environ.get("TOKENBEAM_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "tokenbeam")
     path = os.path.join(folder, f"pcre2-disagreement-{hashlib.sha256(key.encode()).hexdigest()[:24]}.json")
     try:
         with open(path, encoding="utf-8") as f:
@@ -370,12 +429,13 @@ def split_on_special(text: str, special_tokens: Sequence[str]) -> Iterator[tuple
         yield text[pos:], False
 
 
-def pretokenize(text: str, pattern: str = "gpt4", special_tokens: Sequence[str] = ()) -> list[str]:
+def pretokenize(text: str, pattern: str = "gpt4", special_tokens: Sequence[str] = (), *,
+                implementation: Implementation = DEFAULT) -> list[str]:
     """The pre-tokens of `text` as strings, special tokens removed (the training view).
 
     Special tokens split the text first; the pattern then applies to each piece between them.
     """
-    findall = compile_pattern(pattern).findall
+    findall = compile_pattern(pattern, implementation).findall
     if not special_tokens:
         return findall(text)
     out: list[str] = []
@@ -395,8 +455,9 @@ class PretokenCounter:
     decode.
     """
 
-    def __init__(self, pattern: str = "gpt4", special_tokens: Sequence[str] = ()):
-        self._compiled = compile_pattern(pattern)
+    def __init__(self, pattern: str = "gpt4", special_tokens: Sequence[str] = (), *,
+                 implementation: Implementation = DEFAULT):
+        self._compiled = compile_pattern(pattern, implementation)
         self._special_tokens = tuple(special_tokens)
         self._pcre2 = _pcre2_module() if isinstance(self._compiled, Pcre2Pattern) else None
         self._fast = self._pcre2.PieceCounter(self._compiled.compiled) if self._pcre2 else None
@@ -475,10 +536,9 @@ class PretokenCounter:
 
 def add_counts(into: dict, counts: Mapping) -> None:
     """`into[k] += v` for every `(k, v)` of `counts` (missing keys start at 0): the sum of two count
-    tables, in C where `bpe_ops._pcre2` is built."""
-    pcre2 = _pcre2_module()
-    if pcre2 is not None and type(into) is dict and type(counts) is dict:
-        pcre2.add_counts(into, counts)
+    tables, in C where `bpe_ops._native` is built."""
+    if _native is not None and type(into) is dict and type(counts) is dict:
+        _native.add_counts(into, counts)
         return
     get = into.get
     for key, n in counts.items():
@@ -486,10 +546,11 @@ def add_counts(into: dict, counts: Mapping) -> None:
 
 
 def count_pretokens(texts: Iterable[str], pattern: str = "gpt4",
-                    special_tokens: Sequence[str] = (), counter: Counter | None = None) -> Counter:
+                    special_tokens: Sequence[str] = (), counter: Counter | None = None, *,
+                    implementation: Implementation = DEFAULT) -> Counter:
     """Count the pre-tokens of `texts` as `{pretoken UTF-8 bytes: count}` (see `PretokenCounter`),
     added to `counter` when given."""
-    counting = PretokenCounter(pattern, special_tokens)
+    counting = PretokenCounter(pattern, special_tokens, implementation=implementation)
     for text in texts:
         counting.add(text)
     out = counter if counter is not None else Counter()

@@ -21,13 +21,12 @@ Ties between pairs of equal count are settled by content, never by arrival order
 does not depend on how the counts were gathered (see `TIE_BREAKS`).
 
 `_merge_loop_python` below is the loop's specification. `bpe_ops/_merge_loop.c` is its compiled
-twin (the same steps on int32 arrays, ~14x faster), built by setup.py when a compiler is there;
-`learn_merges` uses it when it imports, unless `TOKENBEAM_PURE_PYTHON=1`. The tests run both.
+twin (the same steps on int32 arrays), built by setup.py when a compiler is there; `learn_merges`
+uses it when it imports, unless asked for `Implementation(compiled=False)`. The tests run both.
 """
 from __future__ import annotations
 
 import heapq
-import os
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from operator import mul
 
 from . import pretokenize
 from .encoder import Tokenizer
+from .implementation import DEFAULT, Implementation
 
 try:
     from . import _merge_loop          # the compiled twin of _merge_loop_python (optional)
@@ -98,15 +98,15 @@ def vocab_from_merges(alphabet: list[bytes], merges: Iterable[tuple[bytes, bytes
 
 def learn_merges(counts: Mapping[bytes, int], num_merges: int, *, min_frequency: int = 2,
                  tie_break: str = "largest", mode: str = "byte",
-                 progress: ProgressFn | None = None) -> TrainResult:
+                 progress: ProgressFn | None = None, implementation: Implementation = DEFAULT) -> TrainResult:
     """Learn merges until `num_merges` new distinct tokens exist (or no pair is frequent enough).
 
     `num_merges` counts new distinct tokens, as Hugging Face does: a merge whose concatenation
     already is a token (reached through another merge tree) is still made and recorded, but reuses
     that token's id and does not count (it is tallied in `duplicate_merges`).
     `progress(merges_done, pair, count)` is called after each merge.
-    The loop runs compiled when `bpe_ops._merge_loop` is built, unless `TOKENBEAM_PURE_PYTHON=1`
-    or the counts do not fit in 64 bits; both loops give the same result.
+    The loop runs compiled when `bpe_ops._merge_loop` is built, unless `implementation.compiled` is
+    False or the counts do not fit in 64 bits; both loops give the same result.
     """
     if tie_break not in TIE_BREAKS:
         raise ValueError(f"tie_break must be one of {TIE_BREAKS}, not {tie_break!r}")
@@ -126,8 +126,7 @@ def learn_merges(counts: Mapping[bytes, int], num_merges: int, *, min_frequency:
     else:
         words, weights, initial_tokens = _symbolize(counts, mode, alphabet)
     # Every count the loop computes is at most initial_tokens: if that fits, int64 is exact.
-    compiled = (_merge_loop is not None and os.environ.get("TOKENBEAM_PURE_PYTHON") != "1"
-                and initial_tokens <= INT64_MAX)
+    compiled = _merge_loop is not None and implementation.compiled and initial_tokens <= INT64_MAX
     if compiled:
         # Pair counts are >= 1 and < 2**63, so clamping min_frequency changes no comparison.
         loop = _merge_loop.merge_loop
@@ -397,13 +396,15 @@ def _merge_pair(words: list[str], weights: list[int], where: defaultdict[str, se
 
 def train_bpe(counts_or_texts: Mapping[bytes, int] | Iterable[str] | str, vocab_size: int,
               pattern: str = "gpt4", special_tokens: Iterable[str] = (), min_frequency: int = 2,
-              tie_break: str = "largest", progress: ProgressFn | None = None) -> Tokenizer:
+              tie_break: str = "largest", progress: ProgressFn | None = None, *,
+              implementation: Implementation = DEFAULT) -> Tokenizer:
     """Train a tokenizer of `vocab_size` ids (alphabet + new tokens + special tokens).
 
     `counts_or_texts` is a count table `{pretoken bytes: count}` (any Mapping) or texts to count
     with `pattern` (a single str is one text). Pattern `classic` trains the textbook way (characters
     and `</w>`). Special tokens take the ids after the last token, in the order given. The
-    returned Tokenizer carries the TrainResult as `tok.training`.
+    returned Tokenizer carries the TrainResult as `tok.training`; `implementation` (counting, the
+    merge loop, the tokenizer) changes the speed, not the result.
     """
     specials = list(dict.fromkeys(special_tokens))
     if isinstance(counts_or_texts, str):
@@ -411,17 +412,18 @@ def train_bpe(counts_or_texts: Mapping[bytes, int] | Iterable[str] | str, vocab_
     if isinstance(counts_or_texts, Mapping):
         counts = counts_or_texts
     else:
-        counts = pretokenize.count_pretokens(counts_or_texts, pattern, specials)
-    mode = "classic" if pattern == "classic" else "byte"
+        counts = pretokenize.count_pretokens(counts_or_texts, pattern, specials, implementation=implementation)
+    mode = "classic" if pattern.lower() == "classic" else "byte"
     alphabet = base_alphabet(counts, mode)
     num_merges = vocab_size - len(alphabet) - len(specials)
     if num_merges < 0:
         raise ValueError(f"vocab_size {vocab_size} is smaller than the {len(alphabet)} base symbols "
                          f"plus {len(specials)} special tokens")
     result = learn_merges(counts, num_merges, min_frequency=min_frequency, tie_break=tie_break,
-                          mode=mode, progress=progress)
+                          mode=mode, progress=progress, implementation=implementation)
     # The Tokenizer gives the special tokens the ids after the last token, in order.
     vocab = vocab_from_merges(alphabet, result.merges)
-    tok = Tokenizer(result.merges, pattern=pattern, special_tokens=specials, mode=mode, vocab=vocab)
+    tok = Tokenizer(result.merges, pattern=pattern, special_tokens=specials, mode=mode, vocab=vocab,
+                    implementation=implementation)
     tok.training = result
     return tok

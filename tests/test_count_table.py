@@ -1,9 +1,15 @@
 """Packed count tables (bpe_ops/count_table.py, the specification) and their compiled twins
-(`_pcre2.CountTable`, `PieceCounter.drain_packed`): the same sums, the same sorted columns and the
-same Arrow arrays, on counts of real multilingual text; malformed tables are refused whole."""
+(`_native.CountTable`, `_pcre2.PieceCounter.drain_packed`): the same sums, the same sorted columns
+and the same Arrow arrays, on counts of real multilingual text; malformed tables are refused whole.
+`_native` needs no PCRE2: it works where libpcre2-8 is missing."""
 import os
 import pickle
+import shutil
+import subprocess
+import sys
+import sysconfig
 import zlib
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -12,11 +18,30 @@ from hypothesis import strategies as st
 
 from bpe_ops import count_table, pretokenize
 from bpe_ops.count_table import CountTable, pack_counts, unpack_counts
+from bpe_ops.implementation import Implementation
 from tests.conftest import read_jsonl_texts
 
+try:
+    from bpe_ops import _native
+except ImportError:
+    _native = None
 pcre2 = pretokenize._pcre2_module()
-needs_compiled = pytest.mark.skipif(pcre2 is None and os.environ.get("TOKENBEAM_REQUIRE_PCRE2") != "1",
-                                    reason="bpe_ops._pcre2 not built or libpcre2-8 missing (optional accelerator)")
+HAS_COMPILER = shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]) is not None
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def native():
+    """`bpe_ops._native`: a failure where a C compiler could have built it, else a skip."""
+    if _native is None:
+        msg = "bpe_ops._native is not built (python setup.py build_ext --inplace)"
+        if HAS_COMPILER:
+            pytest.fail(msg)
+        pytest.skip(msg + " and there is no C compiler")
+    return _native
+
+
+needs_compiled = pytest.mark.usefixtures("native")
 counts_strategy = st.dictionaries(st.binary(max_size=12), st.integers(1, 2**40), max_size=40)
 
 
@@ -27,8 +52,8 @@ def multi_counts(corpora) -> dict[bytes, int]:
 
 def implementations():
     tables = [CountTable]
-    if pcre2 is not None:
-        tables.append(pcre2.CountTable)
+    if _native is not None:
+        tables.append(_native.CountTable)
     return tables
 
 
@@ -54,7 +79,7 @@ def test_a_malformed_table_is_refused_and_nothing_of_it_is_added(table_type, pac
 def test_compiled_table_equals_the_specification_on_real_counts(multi_counts):
     items = list(multi_counts.items())
     parts = [dict(items[k::3]) for k in range(3)] + [dict(items[:500])]      # overlapping keys add up
-    spec, compiled = CountTable(), pcre2.CountTable()
+    spec, compiled = CountTable(), _native.CountTable()
     for part in parts:
         spec.add_packed(pack_counts(part))
         compiled.add_packed(pack_counts(part))
@@ -69,8 +94,8 @@ def test_compiled_table_equals_the_specification_on_real_counts(multi_counts):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(counts_strategy, max_size=4), st.integers(1, 3))
 def test_compiled_table_equals_the_specification_on_random_tables(parts, min_count):
-    spec, compiled = CountTable(), pcre2.CountTable()
-    other_spec, other_compiled = CountTable(), pcre2.CountTable()
+    spec, compiled = CountTable(), _native.CountTable()
+    other_spec, other_compiled = CountTable(), _native.CountTable()
     for k, part in enumerate(parts):
         for table in ((spec, compiled) if k % 2 else (other_spec, other_compiled)):
             table.add_packed(pack_counts(part))
@@ -108,13 +133,13 @@ def test_a_table_pickles_as_its_counts(table_type, multi_counts):
 
 @pytest.mark.parametrize("pure", [False, True])
 def test_drain_packed_equals_drain_buckets_on_both_counting_paths(pure, corpora, monkeypatch):
-    if pure:
-        monkeypatch.setenv(pretokenize.ENGINE_VARIABLE, "regex")
-    elif pcre2 is None:
+    if not pure and pcre2 is None:
         pytest.skip("bpe_ops._pcre2 not built")
+    implementation = Implementation(engine="regex" if pure else "auto")
     # A lone surrogate sends its text down the `regex` path even with the compiled counter.
     texts = read_jsonl_texts(corpora / "multi", limit=60) + ["lone \ud800 surrogate text", "plain words"]
-    one, other = pretokenize.PretokenCounter("gpt4"), pretokenize.PretokenCounter("gpt4")
+    one = pretokenize.PretokenCounter("gpt4", implementation=implementation)
+    other = pretokenize.PretokenCounter("gpt4", implementation=implementation)
     assert (one._fast is None) == pure
     for text in texts:
         one.add(text)
@@ -129,8 +154,36 @@ def test_drain_packed_equals_drain_buckets_on_both_counting_paths(pure, corpora,
 
 
 def test_new_count_table_is_the_specification_when_pure_python_is_asked(monkeypatch):
-    monkeypatch.setenv("TOKENBEAM_PURE_PYTHON", "1")
-    assert type(count_table.new_count_table()) is CountTable
-    monkeypatch.delenv("TOKENBEAM_PURE_PYTHON")
-    expected = CountTable if pcre2 is None else pcre2.CountTable
-    assert type(count_table.new_count_table(pack_counts({b"a": 1}))) is expected
+    monkeypatch.setenv("TOKENBEAM_PURE_PYTHON", "1")         # not read: the argument decides
+    pure = count_table.new_count_table(pack_counts({b"a": 1}), implementation=Implementation(compiled=False))
+    assert type(pure) is CountTable and pure.counts == {b"a": 1}
+    expected = CountTable if _native is None else _native.CountTable
+    table = count_table.new_count_table(pack_counts({b"a": 1}))
+    assert type(table) is expected and unpack_counts(table.packed()) == {b"a": 1}
+
+
+def test_native_crc32_is_zlibs(native):
+    for data in (b"", b"abc", bytes(range(256)), "été 😀".encode()):
+        assert native.crc32(data) == zlib.crc32(data)
+    assert native.crc32(bytearray(b"abc")) == 0x352441C2
+
+
+def test_the_native_helpers_work_without_pcre2(native):
+    """What needs no PCRE2 keeps working where bpe_ops._pcre2 cannot load (libpcre2-8 missing): the
+    compiled count table, the C count sums, UTF-8 lengths. Run in a process where the import fails."""
+    script = "\n".join([
+        "import sys",
+        "sys.modules['bpe_ops._pcre2'] = None          # any import of it raises ImportError",
+        "from bpe_ops import count_table, pretokenize, stats",
+        "assert pretokenize._pcre2_module() is None and pretokenize._native is not None",
+        "table = count_table.new_count_table(count_table.pack_counts({b'ab': 2}))",
+        "table.add_packed(count_table.pack_counts({b'ab': 1, b'c': 4}))",
+        "assert type(table).__module__ == 'bpe_ops._native', type(table)",
+        "assert count_table.unpack_counts(table.packed()) == {b'ab': 3, b'c': 4}",
+        "counts = pretokenize.count_pretokens(['it is 12 o\\'clock', 'it is'], 'gpt4')",
+        "assert counts[b' is'] == 2, counts",
+        "assert pretokenize.regex_engine('gpt4') == 'regex'",
+        "print('ok')",
+    ])
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bpe_ops import Tokenizer, encoder
+from bpe_ops.implementation import Implementation
 from tests.conftest import read_jsonl_texts
 
 LETTERS = b"abcd"
@@ -30,11 +31,6 @@ def compiled():
         pytest.skip(msg + " and there is no C compiler")
 
 
-@pytest.fixture(autouse=True)
-def not_forced_to_python(monkeypatch):
-    monkeypatch.delenv("TOKENBEAM_PURE_PYTHON", raising=False)
-
-
 def assert_same_merge(tok: Tokenizer, ids: list[int]) -> list[int]:
     """The compiled merge of `ids` equals the Python one, and leaves `ids` as it was."""
     before = list(ids)
@@ -46,9 +42,7 @@ def assert_same_merge(tok: Tokenizer, ids: list[int]) -> list[int]:
 
 @pytest.fixture(scope="module")
 def gpt2(gpt2_files) -> Tokenizer:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.delenv("TOKENBEAM_PURE_PYTHON", raising=False)
-        tok = Tokenizer.from_gpt2_files(*gpt2_files)
+    tok = Tokenizer.from_gpt2_files(*gpt2_files)
     assert tok._merger is not None
     return tok
 
@@ -138,10 +132,12 @@ def test_gpt2_on_a_megabyte_piece(gpt2, piece):
 
 def test_encode_with_and_without_the_compiled_merger(gpt2_files, corpora, monkeypatch):
     texts = read_jsonl_texts(corpora / "multi", limit=120)
+    monkeypatch.setenv("TOKENBEAM_PURE_PYTHON", "1")         # not read: the argument decides
     fast = Tokenizer.from_gpt2_files(*gpt2_files)
-    monkeypatch.setenv("TOKENBEAM_PURE_PYTHON", "1")
-    pure = Tokenizer.from_gpt2_files(*gpt2_files)
+    pure = Tokenizer.from_gpt2_files(*gpt2_files, implementation=Implementation(compiled=False))
     assert fast._merger is not None and pure._merger is None
+    assert pure._text_encoder is None and (fast._text_encoder is None) == (encoder._TextEncoder is None)
+    assert pure.implementation == Implementation(compiled=False)
     ids = fast.encode_batch(texts)
     assert ids == pure.encode_batch(texts)
     assert [fast.decode(i) for i in ids] == texts

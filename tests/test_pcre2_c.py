@@ -22,12 +22,6 @@ pytestmark = pytest.mark.skipif(pcre2 is None and os.environ.get("TOKENBEAM_REQU
                                 reason="bpe_ops._pcre2 not built or libpcre2-8 missing (optional accelerator)")
 
 
-@pytest.fixture(autouse=True)
-def accelerated(monkeypatch):
-    monkeypatch.delenv("TOKENBEAM_PURE_PYTHON", raising=False)
-    monkeypatch.delenv(pretokenize.ENGINE_VARIABLE, raising=False)
-
-
 def python_ids(tok: Tokenizer, text: str) -> list[int]:
     """The specification: the same tokenizer's Python path (regex split, cache, per-piece merge)."""
     saved, tok._text_encoder = tok._text_encoder, None
@@ -79,11 +73,8 @@ def test_random_texts(gpt2_tokenizers, text):
 
 @pytest.fixture(scope="module")
 def gpt2_tokenizers(gpt2_merges):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.delenv("TOKENBEAM_PURE_PYTHON", raising=False)
-        mp.delenv(pretokenize.ENGINE_VARIABLE, raising=False)
-        # A cache of 3 entries is emptied all the time: eviction never changes an id.
-        return [byte_tokenizer(gpt2_merges, "gpt4"), byte_tokenizer(gpt2_merges, "o200k", cache_size=3)]
+    # A cache of 3 entries is emptied all the time: eviction never changes an id.
+    return [byte_tokenizer(gpt2_merges, "gpt4"), byte_tokenizer(gpt2_merges, "o200k", cache_size=3)]
 
 
 def test_tiny_cache_and_long_pieces(gpt2_merges, corpora):
@@ -244,34 +235,54 @@ def test_absorbed_counters_count_like_one(corpora):
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet=st.characters(blacklist_categories=()), max_size=40))
 def test_utf8_length_counts_like_encoding_with_surrogates_as_replacement(text):
-    from bpe_ops import stats
-    assert pcre2.utf8_length(text) == stats._utf8_length_python(text) == stats.utf8_length(text)
+    from bpe_ops import _native, stats
+    assert _native.utf8_length(text) == stats._utf8_length_python(text) == stats.utf8_length(text)
 
 
 def test_utf8_length_on_real_text_of_every_script(corpora):
-    from bpe_ops import stats
+    from bpe_ops import _native, stats
     texts = read_jsonl_texts(corpora / "multi") + ["\ud800", "a\udfffb", "\U0010ffff", "\u07ff\u0800"]
-    assert [pcre2.utf8_length(t) for t in texts] == [stats._utf8_length_python(t) for t in texts]
+    assert [_native.utf8_length(t) for t in texts] == [stats._utf8_length_python(t) for t in texts]
     with pytest.raises(TypeError):
-        pcre2.utf8_length(b"bytes")
+        _native.utf8_length(b"bytes")
+    # Still named in _pcre2 for callers that import it from there (bpe_ops/stats.py).
+    assert pcre2.utf8_length is _native.utf8_length
 
 
 def test_the_engines_disagreement_is_cached_on_disk_under_the_library_versions(tmp_path, monkeypatch):
     """Comparing the engines on every code point costs ~20-40 ms a class, in every process; it is
     kept on disk under regex's and PCRE2's versions, and a bad or foreign file is computed again."""
-    monkeypatch.setenv("TOKENBEAM_CACHE_DIR", str(tmp_path / "cache"))
+    folder = str(tmp_path / "cache")
     cls = r"\p{L}"
     computed = pretokenize._compute_disagreement(cls)
-    assert pretokenize._cached_disagreement(cls) == computed           # computed, then written
+    assert pretokenize._cached_disagreement(cls, folder) == computed           # computed, then written
     [written] = (tmp_path / "cache").glob("pcre2-disagreement-*.json")
     monkeypatch.setattr(pretokenize, "_compute_disagreement", lambda c: pytest.fail("not read from the cache"))
-    assert pretokenize._cached_disagreement(cls) == computed           # read back
+    assert pretokenize._cached_disagreement(cls, folder) == computed           # read back
     monkeypatch.undo()
-    monkeypatch.setenv("TOKENBEAM_CACHE_DIR", str(tmp_path / "cache"))
     for bad in ("not json", '{"key": "other versions", "ranges": [[65, 90]]}', '{"ranges": 3}'):
         written.write_text(bad)
-        assert pretokenize._cached_disagreement(cls) == computed
+        assert pretokenize._cached_disagreement(cls, folder) == computed
     blocked = tmp_path / "a file"
     blocked.write_text("")
-    monkeypatch.setenv("TOKENBEAM_CACHE_DIR", str(blocked / "cache"))   # cannot be made: only slower
-    assert pretokenize._cached_disagreement(cls) == computed
+    assert pretokenize._cached_disagreement(cls, str(blocked / "cache")) == computed   # cannot be made: only slower
+
+
+def test_the_cache_folder_comes_from_the_implementation_not_the_environment(tmp_path, monkeypatch):
+    """`Implementation(cache_dir=...)` decides where the disagreement is kept; TOKENBEAM_CACHE_DIR
+    is only read by `from_environment` (the CLI's edge)."""
+    from bpe_ops.implementation import Implementation, from_environment
+    monkeypatch.setenv("TOKENBEAM_CACHE_DIR", str(tmp_path / "ignored"))
+    monkeypatch.setattr(pretokenize, "_DISAGREEMENT", {})
+    pretokenize._compile.cache_clear()
+    try:
+        implementation = from_environment({"TOKENBEAM_CACHE_DIR": str(tmp_path / "chosen")})
+        assert implementation == Implementation(cache_dir=str(tmp_path / "chosen"))
+        compiled = pretokenize.compile_pattern("gpt4", implementation)
+        assert isinstance(compiled, pretokenize.Pcre2Pattern)
+        assert list((tmp_path / "chosen").glob("pcre2-disagreement-*.json"))
+        assert not (tmp_path / "ignored").exists()
+        back = pickle.loads(pickle.dumps(compiled))         # the folder travels with the pattern
+        assert back.cache_dir == str(tmp_path / "chosen") and back.findall("a b") == ["a", " b"]
+    finally:
+        pretokenize._compile.cache_clear()

@@ -10,6 +10,7 @@ import regex
 from tokenizers import Regex, pre_tokenizers
 
 from bpe_ops import pretokenize
+from bpe_ops.implementation import DEFAULT, Implementation, from_environment
 from tests.conftest import read_jsonl_texts
 
 
@@ -174,9 +175,11 @@ def test_encoder_gives_the_same_ids_with_either_engine(gpt2_files, corpora, monk
     merges = fast.merges[:5000]
     # Gaps between matches take the finditer path of the encoder.
     custom = Tokenizer(merges, pattern=r"\p{L}+| ?\p{N}+")
-    monkeypatch.setenv(pretokenize.ENGINE_VARIABLE, "regex")
-    slow = Tokenizer.from_gpt2_files(*gpt2_files)
-    custom_slow = Tokenizer(merges, pattern=r"\p{L}+| ?\p{N}+")
+    monkeypatch.setenv(pretokenize.ENGINE_VARIABLE, "regex")      # not read: the argument decides
+    assert isinstance(Tokenizer(merges, pattern="gpt2")._regex, pretokenize.Pcre2Pattern)
+    regex_only = Implementation(engine="regex")
+    slow = Tokenizer.from_gpt2_files(*gpt2_files, implementation=regex_only)
+    custom_slow = Tokenizer(merges, pattern=r"\p{L}+| ?\p{N}+", implementation=regex_only)
     assert isinstance(fast._regex, pretokenize.Pcre2Pattern) and isinstance(slow._regex, regex.Pattern)
     assert isinstance(custom._regex, pretokenize.Pcre2Pattern)
     assert fast.encode_batch(texts) == slow.encode_batch(texts)
@@ -195,16 +198,20 @@ def test_count_pretokens_and_pickling_with_pcre2(corpora):
     assert isinstance(back, pretokenize.Pcre2Pattern) and back.findall(texts[0]) == fast.findall(texts[0])
 
 
-def test_engine_choice_environment_variable_and_fallback(monkeypatch):
-    """`TOKENBEAM_REGEX=regex` keeps `regex`; without PCRE2 `regex` is used (runs with or without it)."""
+def test_engine_choice_argument_and_fallback(monkeypatch):
+    """`Implementation(engine="regex")` keeps `regex`; without PCRE2 `regex` is used (runs with or
+    without it). The environment is not read here."""
     monkeypatch.setenv(pretokenize.ENGINE_VARIABLE, "regex")
-    assert isinstance(pretokenize.compile_pattern("gpt4"), regex.Pattern)
-    assert pretokenize.regex_engine("gpt4") == "regex"
-    monkeypatch.setenv(pretokenize.ENGINE_VARIABLE, "pcre")
-    with pytest.raises(ValueError, match="TOKENBEAM_REGEX"):
-        pretokenize.compile_pattern("gpt4")
-    monkeypatch.setenv(pretokenize.ENGINE_VARIABLE, "auto")
     assert pretokenize.regex_engine("gpt4") == ("pcre2" if HAS_PCRE2 else "regex")
+    regex_only = Implementation(engine="regex")
+    assert isinstance(pretokenize.compile_pattern("gpt4", regex_only), regex.Pattern)
+    assert pretokenize.regex_engine("gpt4", regex_only) == "regex"
+    counter = pretokenize.PretokenCounter("gpt4", implementation=regex_only)
+    assert counter._fast is None
+    counter.add("it's 12345")
+    assert counter.drain() == {b"it": 1, b"'s": 1, b" ": 1, b"123": 1, b"45": 1}
+    with pytest.raises(ValueError, match="engine"):
+        Implementation(engine="pcre")
     monkeypatch.setattr(pretokenize, "_pcre2_module", lambda: None)
     pretokenize._compile.cache_clear()
     try:
@@ -212,3 +219,103 @@ def test_engine_choice_environment_variable_and_fallback(monkeypatch):
         assert isinstance(compiled, regex.Pattern) and compiled.findall("it's 12345") == ["it", "'s", " ", "123", "45"]
     finally:
         pretokenize._compile.cache_clear()
+
+
+def test_from_environment_maps_the_old_variables():
+    assert from_environment({}) == DEFAULT == Implementation(compiled=True, engine="auto", cache_dir=None)
+    assert from_environment({"TOKENBEAM_PURE_PYTHON": "1"}).compiled is False
+    assert from_environment({"TOKENBEAM_PURE_PYTHON": "0"}).compiled is True
+    assert from_environment({"TOKENBEAM_REGEX": "regex"}).engine == "regex"
+    assert from_environment({"TOKENBEAM_REGEX": ""}).engine == "auto"
+    with pytest.raises(ValueError, match="TOKENBEAM_REGEX"):
+        from_environment({"TOKENBEAM_REGEX": "pcre"})
+    assert from_environment({"TOKENBEAM_CACHE_DIR": "/c", "XDG_CACHE_HOME": "/x"}).cache_dir == "/c"
+    assert from_environment({"XDG_CACHE_HOME": "/x", "HOME": "/h"}).cache_dir == os.path.join("/x", "tokenbeam")
+    assert from_environment({"HOME": "/h"}).cache_dir == os.path.join("/h", ".cache", "tokenbeam")
+    with pytest.raises(AttributeError):
+        DEFAULT.compiled = False                      # frozen: one DEFAULT for everyone
+
+
+def test_bpe_ops_reads_no_environment_variable():
+    """Choices come as arguments; only `from_environment` (called by the CLI) looks at variables."""
+    import pathlib
+    package = pathlib.Path(pretokenize.__file__).parent
+    readers = [path.name for path in package.glob("*.py")
+               if regex.search(r"os\.environ[.\[]|getenv\(|expanduser\(", path.read_text(encoding="utf-8"))]
+    assert readers == []
+
+
+# ---- pattern names and coverage ------------------------------------------------------------------
+
+@pytest.mark.parametrize("spelling, name", [("GPT4", "gpt4"), ("Gpt2", "gpt2"), ("O200K", "o200k"),
+                                            ("CLASSIC", "classic"), ("gpt4", "gpt4")])
+def test_pattern_names_are_case_insensitive(spelling, name):
+    assert pretokenize.resolve_pattern(spelling) == pretokenize.PATTERNS[name]
+    assert pretokenize.compile_pattern(spelling).pattern == pretokenize.PATTERNS[name]
+    assert pretokenize.pretokenize("It's 12345", spelling) == pretokenize.pretokenize("It's 12345", name)
+
+
+@pytest.mark.parametrize("word", ["gpt5", "GPT-4", "cl100k_base", "o200k2", "abc", "x", "42"])
+def test_an_unknown_bare_word_is_a_misspelt_name_not_a_regex(word):
+    with pytest.raises(ValueError, match=rf"unknown pattern name '{word}': known names are gpt2, gpt4, o200k, classic$"):
+        pretokenize.resolve_pattern(word)
+    with pytest.raises(ValueError, match="unknown pattern name"):
+        pretokenize.compile_pattern(word)
+    with pytest.raises(ValueError, match="unknown pattern name"):
+        pretokenize.PretokenCounter(word)
+
+
+def test_regexes_that_are_not_bare_words_stay_regexes():
+    for pattern in (r"\S+", "a|b", "gpt4+", "(?:gpt4)", " gpt4", "[a-z]+"):
+        assert pretokenize.resolve_pattern(pattern) == pattern
+    assert pretokenize.pretokenize("gpt4 gpt44", "(?:gpt4)") == ["gpt4", "gpt4"]
+
+
+def test_a_tokenizer_file_splitting_on_a_bare_word_still_loads(tmp_path):
+    """A tokenizer.json whose Split regex is a bare word (a literal) is not read as a name."""
+    import json
+    from bpe_ops import Tokenizer
+    tok = Tokenizer([(b"a", b"b")], pattern="gpt2")
+    doc = json.loads(tok._json_text())
+    doc["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {"Regex": "gpt4"}
+    (tmp_path / "tokenizer.json").write_text(json.dumps(doc), encoding="utf-8")
+    loaded = Tokenizer.from_file(tmp_path)
+    assert loaded.pattern == "(?:gpt4)" and loaded.pattern_name is None
+    assert loaded.decode(loaded.encode("x gpt4 y")) == "x gpt4 y"
+
+
+@pytest.mark.parametrize("name", ["gpt2", "gpt4", "o200k", "GPT4", LLAMA3_PATTERN, TIKTOKEN_CL100K, r"\S+|\s+",
+                                  r"(?s)."])
+def test_patterns_that_match_everything_have_no_coverage_gap(name):
+    assert pretokenize.pattern_coverage_gap(name) is None
+
+
+@pytest.mark.parametrize("pattern, gap, probe", [
+    (r"\p{L}+", " ", "a b"),
+    (r"\S+", " ", "a b"),
+    ("classic", " ", "a b"),                                     # whitespace is dropped by design
+    (r"\p{L}+|\s+", ",", None),
+    (".", "\n\n", None),                                         # `.` stops at a newline
+    (r"[\p{L}\p{N}\p{P}\p{S}]+| ", "\t", None),
+    (r"[\p{L}\p{N}\p{P}\p{S}\s]+", "\u094d", "नमस्ते दुनिया ०१२"),     # a combining mark (virama)
+    (r"[\p{L}\p{N}\p{P}\p{S}\p{M}\s]+", "\u200d", None),         # the joiner of an emoji sequence
+    (r"[ -~\s]+", "Ç", None),
+    (r"[\x00-\u024f\s]+", "Привет", None),
+])
+def test_a_pattern_that_leaves_text_unmatched_is_described_in_one_line(pattern, gap, probe):
+    found = pretokenize.pattern_coverage_gap(pattern)
+    assert found is not None and "\n" not in found
+    assert found.startswith(f"the pattern leaves {gap!r} unmatched in "), found
+    if probe is not None:
+        assert found == f"the pattern leaves {gap!r} unmatched in {probe!r}"
+
+
+def test_the_coverage_probes_hold_every_kind_of_text():
+    probes = "".join(pretokenize.COVERAGE_PROBES)
+    for needle in ("\r\n", "\t", "\u00e9", "\u0436", "\u03b1", "\u4e16", "\u0645", "\u0928", "\u200d", "\u0301",
+                   "\U0001f44d", "0123456789"):
+        assert needle in probes, repr(needle)
+    with pytest.raises(ValueError, match="invalid split pattern"):
+        pretokenize.pattern_coverage_gap("(unclosed")
+    with pytest.raises(ValueError, match="unknown pattern name"):
+        pretokenize.pattern_coverage_gap("gpt5")

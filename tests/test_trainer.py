@@ -8,13 +8,13 @@ import random
 import shutil
 import sysconfig
 from collections import Counter
-from contextlib import contextmanager
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bpe_ops import pretokenize, train_bpe, trainer
+from bpe_ops.implementation import Implementation
 from bpe_ops.trainer import learn_merges, vocab_from_merges
 from tests.conftest import read_jsonl_texts
 
@@ -27,31 +27,24 @@ def has_compiler() -> bool:
     return shutil.which(cc) is not None
 
 
-@contextmanager
-def implementation(impl):
-    """Run learn_merges and train_bpe with one loop: "python" (TOKENBEAM_PURE_PYTHON=1) or "c".
+def implementation(name: str) -> Implementation:
+    """The Implementation that runs one loop: "python" (compiled=False) or "c".
 
     Without the built extension the "c" runs fail where a C compiler exists (the build is broken or
     was skipped) and skip where none does (the pure-Python loop is then the product).
     """
-    if impl == "c" and trainer._merge_loop is None:
+    if name == "c" and trainer._merge_loop is None:
         msg = "bpe_ops._merge_loop is not built (python setup.py build_ext --inplace)"
         if has_compiler():
             pytest.fail(msg)
         pytest.skip(msg + " and there is no C compiler")
-    with pytest.MonkeyPatch.context() as mp:
-        if impl == "python":
-            mp.setenv("TOKENBEAM_PURE_PYTHON", "1")
-        else:
-            mp.delenv("TOKENBEAM_PURE_PYTHON", raising=False)
-        yield
+    return Implementation(compiled=name == "c")
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)
-def impl(request):
-    """The test runs once per loop (the same environment for every hypothesis example)."""
-    with implementation(request.param):
-        yield request.param
+def impl(request) -> Implementation:
+    """The test runs once per loop, passing this to learn_merges and train_bpe."""
+    return implementation(request.param)
 
 
 TEXTBOOK = ("low low low low low lower lower newest newest newest newest newest newest "
@@ -147,11 +140,12 @@ def as_pairs(text):
 
 def test_textbook_largest(impl):
     counts = pretokenize.count_pretokens([TEXTBOOK], "classic")
-    result = learn_merges(counts, 10, mode="classic", tie_break="largest")
+    result = learn_merges(counts, 10, mode="classic", tie_break="largest", implementation=impl)
     assert result.merges == as_pairs(
         "w e, t </w>, s t</w>, n e, w </w>, ne we, l o, newe st</w>, lo w</w>, w i")
     alphabet_size = len(set(TEXTBOOK.replace(" ", ""))) + 1          # characters and </w>
-    tok = train_bpe([TEXTBOOK], vocab_size=alphabet_size + 10, pattern="classic", tie_break="largest")
+    tok = train_bpe([TEXTBOOK], vocab_size=alphabet_size + 10, pattern="classic", tie_break="largest",
+                    implementation=impl)
     assert tok.merges == result.merges
     assert pieces(tok, "lowest") == ["lo", "we", "st</w>"]
     assert pieces(tok, "newer") == ["newe", "r", "</w>"]
@@ -161,10 +155,11 @@ def test_textbook_largest(impl):
 
 def test_textbook_smallest(impl):
     counts = pretokenize.count_pretokens([TEXTBOOK_2], "classic")
-    result = learn_merges(counts, 5, mode="classic", tie_break="smallest")
+    result = learn_merges(counts, 5, mode="classic", tie_break="smallest", implementation=impl)
     assert result.merges == as_pairs("e s, es t, est </w>, l o, lo w")
     alphabet_size = len(set(TEXTBOOK_2.replace(" ", ""))) + 1
-    tok = train_bpe(TEXTBOOK_2, vocab_size=alphabet_size + 5, pattern="classic", tie_break="smallest")
+    tok = train_bpe(TEXTBOOK_2, vocab_size=alphabet_size + 5, pattern="classic", tie_break="smallest",
+                    implementation=impl)
     assert pieces(tok, "lowest") == ["low", "est</w>"]
 
 
@@ -186,7 +181,7 @@ def corpus(pieces):
 @given(counts=corpus(BYTE_PIECES), num_merges=st.integers(0, 40), min_frequency=st.integers(0, 3),
        tie_break=st.sampled_from(["largest", "smallest", "hf"]))
 def test_byte_mode_equals_reference(impl, counts, num_merges, min_frequency, tie_break):
-    result = learn_merges(counts, num_merges, min_frequency=min_frequency, tie_break=tie_break)
+    result = learn_merges(counts, num_merges, min_frequency=min_frequency, tie_break=tie_break, implementation=impl)
     assert summary(result) == reference_merges(counts, num_merges, min_frequency, tie_break)
 
 
@@ -197,14 +192,14 @@ def test_byte_mode_equals_reference(impl, counts, num_merges, min_frequency, tie
        tie_break=st.sampled_from(["largest", "smallest", "hf"]))
 def test_classic_mode_equals_reference(impl, counts, num_merges, min_frequency, tie_break):
     result = learn_merges(counts, num_merges, min_frequency=min_frequency, tie_break=tie_break,
-                          mode="classic")
+                          mode="classic", implementation=impl)
     assert summary(result) == reference_merges(counts, num_merges, min_frequency, tie_break, "classic")
 
 
 def test_duplicate_merges_reuse_the_token(impl):
     # "<", "/", "w", ">" merge into the bytes of the end-of-word marker: a token that already exists.
     counts = {b"a</w>": 5, b"</w>b": 4}
-    result = learn_merges(counts, 20, min_frequency=1, mode="classic")
+    result = learn_merges(counts, 20, min_frequency=1, mode="classic", implementation=impl)
     assert summary(result) == reference_merges(counts, 20, 1, "largest", "classic")
     assert result.duplicate_merges >= 1
     made = [left + right for left, right in result.merges]
@@ -219,17 +214,17 @@ def test_largest_compares_pairs_not_concatenations(impl):
     # After (a, b), the pairs (ab, b) and (a, c) tie at 3. As pairs, (ab, b) > (a, c) since
     # "ab" > "a"; as concatenations "abb" < "ac".
     counts = {b"ab": 10, b"abb": 3, b"ac": 3}
-    assert learn_merges(counts, 2, tie_break="largest").merges == [(b"a", b"b"), (b"ab", b"b")]
-    assert learn_merges(counts, 2, tie_break="smallest").merges == [(b"a", b"b"), (b"a", b"c")]
+    assert learn_merges(counts, 2, tie_break="largest", implementation=impl).merges == [(b"a", b"b"), (b"ab", b"b")]
+    assert learn_merges(counts, 2, tie_break="smallest", implementation=impl).merges == [(b"a", b"b"), (b"a", b"c")]
 
 
 def test_hf_tie_break_orders_bytes_by_their_gpt2_character(impl):
     # " " (0x20) is below "!" (0x21) as a byte, but its GPT-2 character "Ġ" (U+0120) is above "!".
     counts = {b" a": 2, b"!a": 2}
-    assert learn_merges(counts, 1, tie_break="smallest").merges == [(b" ", b"a")]
-    assert learn_merges(counts, 1, tie_break="hf").merges == [(b"!", b"a")]
-    assert learn_merges(counts, 1, tie_break="largest").merges == [(b"!", b"a")]
-    assert learn_merges(counts, 1).tied_merges == 1
+    assert learn_merges(counts, 1, tie_break="smallest", implementation=impl).merges == [(b" ", b"a")]
+    assert learn_merges(counts, 1, tie_break="hf", implementation=impl).merges == [(b"!", b"a")]
+    assert learn_merges(counts, 1, tie_break="largest", implementation=impl).merges == [(b"!", b"a")]
+    assert learn_merges(counts, 1, implementation=impl).tied_merges == 1
 
 
 # ---- stop rules, counts, determinism ------------------------------------------------------------
@@ -237,22 +232,22 @@ def test_hf_tie_break_orders_bytes_by_their_gpt2_character(impl):
 
 def test_min_frequency_stops_the_loop(impl):
     counts = {b"ab": 3, b"cd": 1}
-    result = learn_merges(counts, 10, min_frequency=2)
+    result = learn_merges(counts, 10, min_frequency=2, implementation=impl)
     assert (result.merges, result.merge_counts) == ([(b"a", b"b")], [3])
     assert result.stop_reason == "min_frequency"
-    result = learn_merges(counts, 10, min_frequency=1)
+    result = learn_merges(counts, 10, min_frequency=1, implementation=impl)
     assert result.merges == [(b"a", b"b"), (b"c", b"d")]
     assert result.stop_reason == "no_pairs"
-    result = learn_merges(counts, 1, min_frequency=1)
+    result = learn_merges(counts, 1, min_frequency=1, implementation=impl)
     assert result.stop_reason == "vocab_size"
-    assert learn_merges(counts, 10, min_frequency=4).merges == []
+    assert learn_merges(counts, 10, min_frequency=4, implementation=impl).merges == []
 
 
 def test_counts_beyond_32_bits(impl):
     big = 2**41
     # (a, b) totals 2**42 + 2: a 32-bit count would wrap to 2 and lose to (c, d).
     counts = {b"ab": big + 1, b"xab": big + 1, b"cd": 10}
-    result = learn_merges(counts, 3)
+    result = learn_merges(counts, 3, implementation=impl)
     assert result.merges[0] == (b"a", b"b")
     assert result.merge_counts == [2 * big + 2, big + 1, 10]
     assert result.initial_tokens == 2 * (big + 1) + 3 * (big + 1) + 2 * 10
@@ -262,7 +257,7 @@ def test_counts_beyond_64_bits(impl):
     # (a, b) totals 2**63 + 2, past int64: the compiled loop is not used, the result stays exact.
     big = 2**62
     counts = {b"ab": big + 1, b"xab": big + 1, b"cd": 10}
-    result = learn_merges(counts, 3)
+    result = learn_merges(counts, 3, implementation=impl)
     assert result.merge_counts[0] == 2**63 + 2
     assert summary(result) == reference_merges(counts, 3)
 
@@ -274,10 +269,10 @@ def test_result_does_not_depend_on_count_order(impl, corpora):
     shuffled = dict(random.Random(7).sample(items, len(items)))
     backwards = dict(reversed(items))
     for tie_break in ("largest", "smallest", "hf"):
-        expected = summary(learn_merges(counts, 400, tie_break=tie_break))
+        expected = summary(learn_merges(counts, 400, tie_break=tie_break, implementation=impl))
         assert expected["tied_merges"] > 0      # so the tie rule, not the order, decided
-        assert summary(learn_merges(shuffled, 400, tie_break=tie_break)) == expected
-        assert summary(learn_merges(backwards, 400, tie_break=tie_break)) == expected
+        assert summary(learn_merges(shuffled, 400, tie_break=tie_break, implementation=impl)) == expected
+        assert summary(learn_merges(backwards, 400, tie_break=tie_break, implementation=impl)) == expected
 
 
 def test_tokens_saved_is_the_compression_curve(impl, corpora):
@@ -285,7 +280,7 @@ def test_tokens_saved_is_the_compression_curve(impl, corpora):
     # initial_tokens - sum(tokens_saved) tokens; the pair counts overstate it on runs like "    ".
     texts = read_jsonl_texts(corpora / "tiny", limit=10)
     counts = pretokenize.count_pretokens(texts, "gpt4")
-    tok = train_bpe(counts, vocab_size=256 + 300)
+    tok = train_bpe(counts, vocab_size=256 + 300, implementation=impl)
     result = tok.training
     assert result.initial_tokens == sum(len(p) * n for p, n in counts.items())
     encoded = sum(len(tok.encode(p.decode("utf-8"))) * n for p, n in counts.items())
@@ -301,7 +296,7 @@ def test_train_bpe_vocab_ids_and_specials(impl, corpora):
     texts = read_jsonl_texts(corpora / "tiny", limit=10)
     calls = []
     tok = train_bpe(texts, vocab_size=600, special_tokens=["<|endoftext|>", "<|pad|>"],
-                    progress=lambda done, pair, count: calls.append((done, pair, count)))
+                    progress=lambda done, pair, count: calls.append((done, pair, count)), implementation=impl)
     result = tok.training
     assert result.stop_reason == "vocab_size"
     assert len(result.merges) == 600 - 256 - 2
@@ -314,28 +309,28 @@ def test_train_bpe_vocab_ids_and_specials(impl, corpora):
                      in enumerate(zip(result.merges, result.merge_counts))]
     # Texts and their counts train the same tokenizer.
     counts = pretokenize.count_pretokens(texts, "gpt4", ["<|endoftext|>", "<|pad|>"])
-    same = train_bpe(counts, vocab_size=600, special_tokens=["<|endoftext|>", "<|pad|>"])
+    same = train_bpe(counts, vocab_size=600, special_tokens=["<|endoftext|>", "<|pad|>"], implementation=impl)
     assert same.merges == tok.merges
 
 
 def test_vocab_size_too_small_raises(impl):
     with pytest.raises(ValueError, match="vocab_size 255") as err:
-        train_bpe(["hello"], vocab_size=255)
+        train_bpe(["hello"], vocab_size=255, implementation=impl)
     assert "\n" not in str(err.value)
     with pytest.raises(ValueError):
-        train_bpe(["hello"], vocab_size=256, special_tokens=["<|endoftext|>"])
-    assert train_bpe(["hello hello"], vocab_size=256).merges == []
+        train_bpe(["hello"], vocab_size=256, special_tokens=["<|endoftext|>"], implementation=impl)
+    assert train_bpe(["hello hello"], vocab_size=256, implementation=impl).merges == []
     with pytest.raises(ValueError):
-        train_bpe(["low lower"], vocab_size=5, pattern="classic")    # 6 symbols: e l o r w </w>
+        train_bpe(["low lower"], vocab_size=5, pattern="classic", implementation=impl)    # 6 symbols: e l o r w </w>
 
 
 def test_bad_arguments_raise(impl):
     with pytest.raises(ValueError, match="tie_break"):
-        learn_merges({b"ab": 2}, 1, tie_break="random")
+        learn_merges({b"ab": 2}, 1, tie_break="random", implementation=impl)
     with pytest.raises(ValueError, match="mode"):
-        learn_merges({b"ab": 2}, 1, mode="unigram")
+        learn_merges({b"ab": 2}, 1, mode="unigram", implementation=impl)
     with pytest.raises(ValueError, match="negative"):
-        learn_merges({b"ab": -2}, 1)
+        learn_merges({b"ab": -2}, 1, implementation=impl)
 
 
 # ---- the compiled loop and its pure-Python twin ------------------------------------------------
@@ -356,9 +351,9 @@ def test_compiled_loop_equals_python_on_real_text(real_counts, tie_break, patter
     runs = {}
     for impl in IMPLEMENTATIONS:
         calls = []
-        with implementation(impl):
-            result = learn_merges(counts, 2500, min_frequency=min_frequency, tie_break=tie_break,
-                                  mode=mode, progress=lambda *call: calls.append(call))
+        result = learn_merges(counts, 2500, min_frequency=min_frequency, tie_break=tie_break,
+                              mode=mode, progress=lambda *call: calls.append(call),
+                              implementation=implementation(impl))
         runs[impl] = (result, calls)
     (python, python_calls), (compiled, compiled_calls) = runs["python"], runs["c"]
     assert python.tied_merges > 100          # the tie rule decided many merges
@@ -368,6 +363,8 @@ def test_compiled_loop_equals_python_on_real_text(real_counts, tie_break, patter
 
 
 def test_learn_merges_picks_the_loop(monkeypatch):
+    """The compiled loop unless the implementation asks for Python or the extension is absent; the
+    environment is not read (TOKENBEAM_PURE_PYTHON is the CLI's to map)."""
     calls = []
 
     class Spy:
@@ -379,13 +376,13 @@ def test_learn_merges_picks_the_loop(monkeypatch):
     counts = {b"abab": 3, b"ba": 2}
     expected = reference_merges(counts, 5)
     monkeypatch.setattr(trainer, "_merge_loop", Spy)
-    monkeypatch.delenv("TOKENBEAM_PURE_PYTHON", raising=False)
-    assert summary(learn_merges(counts, 5)) == expected
-    assert len(calls) == 1
     monkeypatch.setenv("TOKENBEAM_PURE_PYTHON", "1")
     assert summary(learn_merges(counts, 5)) == expected
-    assert len(calls) == 1                   # the environment variable forced the Python twin
-    monkeypatch.delenv("TOKENBEAM_PURE_PYTHON")
+    assert len(calls) == 1                   # the default: compiled, whatever the environment says
+    assert summary(learn_merges(counts, 5, implementation=Implementation(compiled=False))) == expected
+    assert len(calls) == 1                   # the argument forced the Python twin
+    tok = train_bpe({b"abab": 3, b"ba": 2}, 256 + 2, implementation=Implementation(compiled=False))
+    assert len(calls) == 1 and tok.implementation == Implementation(compiled=False)
     monkeypatch.setattr(trainer, "_merge_loop", None)    # no compiler: the extension is absent
     assert summary(learn_merges(counts, 5)) == expected
 
@@ -398,16 +395,15 @@ def test_byte_mode_words_may_be_the_pre_tokens_themselves(impl, corpora):
     counts.update({b"x": 7, b"zero count": 0})
     alphabet = [bytes([b]) for b in range(256)]
     words, weights, _ = trainer._symbolize(counts, "byte", alphabet)
-    with implementation(impl):
-        loop = trainer._merge_loop.merge_loop if impl == "c" else trainer._merge_loop_python
-        as_bytes = loop(list(counts), list(counts.values()), alphabet, 300, 2, "largest", None, None)
-        as_str = loop(words, weights, alphabet, 300, 2, "largest", None, None)
+    loop = trainer._merge_loop.merge_loop if implementation(impl).compiled else trainer._merge_loop_python
+    as_bytes = loop(list(counts), list(counts.values()), alphabet, 300, 2, "largest", None, None)
+    as_str = loop(words, weights, alphabet, 300, 2, "largest", None, None)
     assert as_bytes == as_str and len(as_bytes[0]) == 300
 
 
 def test_compiled_loop_refuses_counts_beyond_64_bits():
-    with implementation("c"):
-        merge_loop = trainer._merge_loop.merge_loop
+    implementation("c")                      # skips (or fails) without the extension
+    merge_loop = trainer._merge_loop.merge_loop
     alphabet = [bytes([b]) for b in range(256)]
     args = (alphabet, 5, 2, "largest", None, None)
     # (a, b) would count 2**63 + 2; one count alone may fit while the sum does not.
@@ -424,4 +420,4 @@ def test_progress_errors_stop_the_loop(impl):
             raise KeyError("stop here")
 
     with pytest.raises(KeyError, match="stop here"):
-        learn_merges({b"abcdefgh": 5}, 6, progress=progress)
+        learn_merges({b"abcdefgh": 5}, 6, progress=progress, implementation=impl)

@@ -1,0 +1,378 @@
+/*
+ * bpe_ops._native: the compiled helpers that need no PCRE2, so they import wherever the module is
+ * built, with or without libpcre2-8 (bpe_ops._pcre2 holds the splitting).
+ *
+ *   CountTable(packed=b"")      a sum of packed count tables (bpe_ops/count_table.py is the
+ *                               specification): .add_packed, .absorb, .packed(), .columns(min_count,
+ *                               large) (sorted, Arrow-ready), pickled as its packed table.
+ *   utf8_length(text)           len(text.encode("utf-8")) without the copy, a lone surrogate as 3
+ *                               bytes (bpe_ops/stats.py's `_utf8_length_python` is the specification).
+ *   add_counts(into, counts)    into[k] = into.get(k, 0) + v for two dicts (pretokenize.add_counts).
+ *   crc32(data)                 zlib.crc32 of bytes, the bucket function of the packed tables.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "_byte_map.h"
+
+/* ---- packed count tables ---------------------------------------------------------------------- */
+
+static int unpack_into(ByteMap *m, const uint8_t *s, size_t n)
+{
+    /* Add the records of a packed table to m: 0, -1 out of memory, -2 a malformed table (nothing is
+     * added then: it is checked whole first). */
+    size_t at = 0;
+    while (at < n) {
+        uint64_t len;
+        if (n - at < 12 || (len = get_le(s + at, 4)) > n - at - 12)
+            return -2;
+        at += 12 + (size_t)len;
+    }
+    for (at = 0; at < n;) {
+        size_t len = (size_t)get_le(s + at, 4);
+        const uint8_t *key = s + at + 4;
+        Entry *e = bytemap_entry(m, key, len, bytemap_hash(key, len));
+        if (e == NULL)
+            return -1;
+        e->value += (int64_t)get_le(key + len, 8);
+        at += 12 + len;
+    }
+    return 0;
+}
+
+static PyObject *packed_bytes(const ByteMap *m)
+{
+    /* Every entry of m as one packed table. */
+    Buffer b = {NULL, 0, 0};
+    PyObject *out;
+    size_t i;
+    for (i = 0; i <= m->mask; i++) {
+        const Entry *e = &m->slots[i];
+        if (e->hash && pack_record(&b, entry_key(m, e), e->key_len, e->value) < 0) {
+            free(b.data);
+            return PyErr_NoMemory();
+        }
+    }
+    out = PyBytes_FromStringAndSize((const char *)b.data, (Py_ssize_t)b.len);
+    free(b.data);
+    return out;
+}
+
+/* ---- CountTable ------------------------------------------------------------------------------ */
+
+/* A sum of packed count tables, kept in C: what the counting pipeline's combine holds per bucket
+ * instead of a dict of Python objects. */
+typedef struct {
+    PyObject_HEAD
+    ByteMap counts;
+    int ready;
+} CountTable;
+
+static int table_init(CountTable *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"packed", NULL};
+    Py_buffer packed = {NULL, NULL};
+    int rc = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|y*:CountTable", kwlist, &packed))
+        return -1;
+    if (self->ready)
+        bytemap_free(&self->counts);
+    self->ready = 0;
+    if (bytemap_init(&self->counts, 1024) < 0) {
+        PyErr_NoMemory();
+        rc = -1;
+    } else {
+        self->ready = 1;
+        if (packed.buf != NULL) {
+            int r = unpack_into(&self->counts, packed.buf, (size_t)packed.len);
+            if (r == -1)
+                PyErr_NoMemory();
+            else if (r == -2)
+                PyErr_SetString(PyExc_ValueError, "not a packed count table");
+            rc = r < 0 ? -1 : 0;
+        }
+    }
+    if (packed.buf != NULL)
+        PyBuffer_Release(&packed);
+    return rc;
+}
+
+static void table_dealloc(CountTable *self)
+{
+    if (self->ready)
+        bytemap_free(&self->counts);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int table_ready(CountTable *self)
+{
+    if (!self->ready)
+        PyErr_SetString(PyExc_TypeError, "CountTable is not initialised");
+    return self->ready;
+}
+
+static PyObject *table_add_packed(CountTable *self, PyObject *arg)
+{
+    Py_buffer packed;
+    int r;
+    if (!table_ready(self) || PyObject_GetBuffer(arg, &packed, PyBUF_SIMPLE) < 0)
+        return NULL;
+    r = unpack_into(&self->counts, packed.buf, (size_t)packed.len);
+    PyBuffer_Release(&packed);
+    if (r == -1)
+        return PyErr_NoMemory();
+    if (r == -2) {
+        PyErr_SetString(PyExc_ValueError, "not a packed count table");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *table_absorb(CountTable *self, PyObject *arg)
+{
+    /* Add another CountTable's counts to this one and empty it. */
+    CountTable *other;
+    if (!PyObject_TypeCheck(arg, Py_TYPE(self))) {
+        PyErr_SetString(PyExc_TypeError, "absorb() takes a CountTable");
+        return NULL;
+    }
+    other = (CountTable *)arg;
+    if (!table_ready(self) || !table_ready(other))
+        return NULL;
+    if (other == self) {
+        PyErr_SetString(PyExc_ValueError, "absorb() takes another CountTable");
+        return NULL;
+    }
+    if (bytemap_add_all(&self->counts, &other->counts) < 0)
+        return PyErr_NoMemory();
+    bytemap_free(&other->counts);
+    if (bytemap_init(&other->counts, 1024) < 0) {
+        other->ready = 0;
+        return PyErr_NoMemory();
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *table_packed(CountTable *self, PyObject *Py_UNUSED(ignored))
+{
+    return table_ready(self) ? packed_bytes(&self->counts) : NULL;
+}
+
+static const uint8_t *sort_keys;     /* table_columns' qsort context (the GIL is held throughout) */
+
+static int entry_key_order(const void *a, const void *b)
+{
+    const Entry *x = *(const Entry *const *)a, *y = *(const Entry *const *)b;
+    uint32_t n = x->key_len < y->key_len ? x->key_len : y->key_len;
+    int c = tb_compare(sort_keys + x->key_at, sort_keys + y->key_at, n);
+    return c ? c : (x->key_len > y->key_len) - (x->key_len < y->key_len);
+}
+
+static PyObject *table_columns(CountTable *self, PyObject *args)
+{
+    /* (rows, offsets, data, counts) of the entries counted at least min_count times, in byte order
+     * of their keys: Arrow binary offsets (int32, rows + 1 of them; int64 for large_binary with
+     * `large`) and data, and the counts (int64), all in this machine's byte order, ready to wrap as
+     * Arrow buffers. OverflowError when the keys pass 2 GiB without `large`. */
+    long long min_count = 1;
+    int large = 0;
+    const Entry **rows;
+    size_t n = 0, i, data_len = 0, width;
+    PyObject *offsets = NULL, *data = NULL, *counts = NULL, *out = NULL;
+    if (!PyArg_ParseTuple(args, "|Lp:columns", &min_count, &large) || !table_ready(self))
+        return NULL;
+    if ((rows = malloc((self->counts.used + 1) * sizeof(Entry *))) == NULL)
+        return PyErr_NoMemory();
+    for (i = 0; i <= self->counts.mask; i++) {
+        const Entry *e = &self->counts.slots[i];
+        if (e->hash && e->value >= min_count) {
+            rows[n++] = e;
+            data_len += e->key_len;
+        }
+    }
+    if (!large && data_len > INT32_MAX) {
+        free(rows);
+        PyErr_SetString(PyExc_OverflowError, "the keys pass 2 GiB: ask for large (int64) offsets");
+        return NULL;
+    }
+    sort_keys = self->counts.keys;
+    qsort(rows, n, sizeof(Entry *), entry_key_order);
+    width = large ? sizeof(int64_t) : sizeof(int32_t);
+    offsets = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)((n + 1) * width));
+    data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)data_len);
+    counts = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(int64_t)));
+    if (offsets && data && counts) {
+        int64_t *count = (int64_t *)PyBytes_AS_STRING(counts), end = 0;
+        uint8_t *at = (uint8_t *)PyBytes_AS_STRING(data);
+        char *offset = PyBytes_AS_STRING(offsets);
+        for (i = 0; i <= n; i++) {
+            int32_t narrow = (int32_t)end;
+            if (large)
+                memcpy(offset + i * width, &end, width);
+            else
+                memcpy(offset + i * width, &narrow, width);
+            if (i == n)
+                break;
+            tb_copy(at + end, entry_key(&self->counts, rows[i]), rows[i]->key_len);
+            end += rows[i]->key_len;
+            count[i] = rows[i]->value;
+        }
+        out = Py_BuildValue("nOOO", (Py_ssize_t)n, offsets, data, counts);
+    }
+    free(rows);
+    Py_XDECREF(offsets);
+    Py_XDECREF(data);
+    Py_XDECREF(counts);
+    return out;
+}
+
+static PyObject *table_reduce(CountTable *self, PyObject *Py_UNUSED(ignored))
+{
+    /* Pickled as its packed table: how Beam moves an accumulator between workers. */
+    PyObject *packed = table_packed(self, NULL), *out;
+    if (packed == NULL)
+        return NULL;
+    out = Py_BuildValue("O(O)", (PyObject *)Py_TYPE(self), packed);
+    Py_DECREF(packed);
+    return out;
+}
+
+static Py_ssize_t table_len(CountTable *self)
+{
+    return self->ready ? (Py_ssize_t)self->counts.used : 0;
+}
+
+static PyMethodDef table_methods[] = {
+    {"add_packed", (PyCFunction)table_add_packed, METH_O,
+     "add_packed(packed)\n--\n\nAdd the counts of a packed table (ValueError when it is malformed)."},
+    {"absorb", (PyCFunction)table_absorb, METH_O,
+     "absorb(other)\n--\n\nAdd the counts of another CountTable to this one, and empty the other."},
+    {"packed", (PyCFunction)table_packed, METH_NOARGS, "packed()\n--\n\nThe counts as one packed table."},
+    {"columns", (PyCFunction)table_columns, METH_VARARGS,
+     "columns(min_count=1, large=False)\n--\n\n(rows, offsets, data, counts) of the keys counted at least "
+     "min_count times, in byte order: Arrow binary (int32; large_binary, int64, with large) offsets and data, "
+     "and int64 counts, in native byte order."},
+    {"__reduce__", (PyCFunction)table_reduce, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL}
+};
+
+static PySequenceMethods table_as_sequence = {.sq_length = (lenfunc)table_len};
+
+static PyTypeObject CountTableType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bpe_ops._native.CountTable",
+    .tp_basicsize = sizeof(CountTable),
+    .tp_dealloc = (destructor)table_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "CountTable(packed=b'')\n--\n\nA sum of packed count tables (bpe_ops/count_table.py), in C.",
+    .tp_methods = table_methods,
+    .tp_as_sequence = &table_as_sequence,
+    .tp_init = (initproc)table_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ---- functions --------------------------------------------------------------------------------- */
+
+static PyObject *utf8_length(PyObject *Py_UNUSED(module), PyObject *text)
+{
+    /* len(text.encode("utf-8")) without the copy; a lone surrogate counts 3 bytes, as U+FFFD (what
+     * the pipelines write in its place) does. */
+    Py_ssize_t n, i, bytes;
+    int kind;
+    const void *data;
+    if (!PyUnicode_Check(text)) {
+        PyErr_SetString(PyExc_TypeError, "utf8_length() takes a str");
+        return NULL;
+    }
+    n = PyUnicode_GET_LENGTH(text);
+    kind = PyUnicode_KIND(text);
+    data = PyUnicode_DATA(text);
+    bytes = n;
+    if (kind == PyUnicode_1BYTE_KIND) {
+        const Py_UCS1 *c = data;
+        for (i = 0; i < n; i++)
+            bytes += c[i] >= 0x80;
+    } else if (kind == PyUnicode_2BYTE_KIND) {
+        const Py_UCS2 *c = data;
+        for (i = 0; i < n; i++)
+            bytes += (c[i] >= 0x80) + (c[i] >= 0x800);
+    } else {
+        const Py_UCS4 *c = data;
+        for (i = 0; i < n; i++)
+            bytes += (c[i] >= 0x80) + (c[i] >= 0x800) + (c[i] >= 0x10000);
+    }
+    return PyLong_FromSsize_t(bytes);
+}
+
+static PyObject *add_counts(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    /* into[k] = into.get(k, 0) + v for every (k, v) of counts: the sum of two count tables. */
+    PyObject *into, *counts, *key, *value;
+    Py_ssize_t pos = 0;
+    if (!PyArg_ParseTuple(args, "O!O!:add_counts", &PyDict_Type, &into, &PyDict_Type, &counts))
+        return NULL;
+    if (PyDict_GET_SIZE(into) == 0) {   /* nothing to add to: a copy, without a sum per key */
+        if (PyDict_Update(into, counts) < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    while (PyDict_Next(counts, &pos, &key, &value)) {
+        PyObject *old = PyDict_GetItemWithError(into, key), *sum;
+        int rc;
+        if (old == NULL) {
+            if (PyErr_Occurred() || PyDict_SetItem(into, key, value) < 0)
+                return NULL;
+            continue;
+        }
+        if ((sum = PyNumber_Add(old, value)) == NULL)
+            return NULL;
+        rc = PyDict_SetItem(into, key, sum);
+        Py_DECREF(sum);
+        if (rc < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *crc32(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+    Py_buffer data;
+    uint32_t c;
+    if (PyObject_GetBuffer(arg, &data, PyBUF_SIMPLE) < 0)
+        return NULL;
+    c = crc32_of(data.buf, (size_t)data.len);
+    PyBuffer_Release(&data);
+    return PyLong_FromUnsignedLong(c);
+}
+
+static PyMethodDef module_methods[] = {
+    {"add_counts", add_counts, METH_VARARGS,
+     "add_counts(into, counts)\n--\n\nAdd the count table `counts` into the dict `into`, key by key."},
+    {"utf8_length", utf8_length, METH_O,
+     "utf8_length(text)\n--\n\nlen(text.encode('utf-8')) without the copy; a lone surrogate counts 3 bytes."},
+    {"crc32", crc32, METH_O,
+     "crc32(data)\n--\n\nzlib.crc32(data): the bucket of a pre-token in the packed tables."},
+    {NULL, NULL, 0, NULL}
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_native",
+    "Count tables, UTF-8 lengths and count sums in C, needing no PCRE2; the Python layer is their specification.",
+    -1, module_methods, NULL, NULL, NULL, NULL
+};
+
+PyMODINIT_FUNC
+PyInit__native(void)
+{
+    PyObject *m;
+    crc32_init();
+    if (PyType_Ready(&CountTableType) < 0 || (m = PyModule_Create(&module)) == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "CountTable", (PyObject *)&CountTableType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
