@@ -167,6 +167,8 @@ class WindowedSummaries:
 
     `add_batch` takes the same columns the DoFn gives `Summary.add_batch` plus each record's raw
     timestamp and token ids; records go to the Summary of their window's start, or to `untimed`.
+    Given `record_ids` (and `raw_byte_ids` here, as for the DoFn's own Summary), each window's
+    Summary is calibrated like the shard's, so a window's stats.json is fit for drift verdicts.
     `elements()` hands out one `TimestampedValue(summary, window start)` per window, for
     `WindowStats`. The shard's overall Summary is kept by the DoFn as before: these are extra.
 
@@ -176,19 +178,26 @@ class WindowedSummaries:
     ([('2026-12-01T10:00:00Z', 1)], 1)
     """
 
-    def __init__(self, vocab_size: int, window_seconds: float):
+    def __init__(self, vocab_size: int, window_seconds: float, *, raw_byte_ids: Iterable[int] | None = None):
         self.vocab_size = vocab_size
         self.window_micros = _window_micros(window_seconds)
+        self.raw_byte_ids = None if raw_byte_ids is None else tuple(raw_byte_ids)
         self.windows: dict[int, Summary] = {}      # window start (epoch micros) -> Summary
-        self.untimed = Summary(vocab_size)
+        self.untimed = self._summary()
+
+    def _summary(self) -> Summary:
+        return Summary(self.vocab_size, raw_byte_ids=self.raw_byte_ids)
 
     def add_batch(self, timestamps: Sequence, n_tokens: Sequence[int], n_bytes: Sequence[int],
-                  n_chars: Sequence[int], n_words: Sequence[int], id_arrays: Sequence[Sequence[int]]) -> None:
+                  n_chars: Sequence[int], n_words: Sequence[int], id_arrays: Sequence[Sequence[int]],
+                  record_ids: Sequence[str] | None = None) -> None:
         """Add a batch of written records given as columns. `timestamps` holds each record's raw field
         value (anything `parse_timestamp` reads; None when the record has no such field) or its epoch
-        seconds; `id_arrays` each record's token ids (uint32 `array`s, numpy arrays or lists)."""
+        seconds; `id_arrays` each record's token ids (uint32 `array`s, numpy arrays or lists), EOS
+        included; `record_ids` each record's id, to calibrate the windows' summaries."""
         n = len(n_tokens)
-        if not (len(timestamps) == len(n_bytes) == len(n_chars) == len(n_words) == len(id_arrays) == n):
+        if not (len(timestamps) == len(n_bytes) == len(n_chars) == len(n_words) == len(id_arrays) == n) or (
+                record_ids is not None and len(record_ids) != n):
             raise ValueError("add_batch columns have different lengths")
         groups: dict[int | None, list[int]] = {}
         for i, value in enumerate(timestamps):
@@ -201,14 +210,18 @@ class WindowedSummaries:
             else:
                 summary = self.windows.get(key)
                 if summary is None:
-                    summary = self.windows[key] = Summary(self.vocab_size)
+                    summary = self.windows[key] = self._summary()
             if len(rows) == n:        # the usual case: the whole batch falls in one window
                 columns = (n_tokens, n_bytes, n_chars, n_words)
-                ids = id_arrays
+                ids, rids = id_arrays, record_ids
             else:
                 columns = tuple([column[i] for i in rows] for column in (n_tokens, n_bytes, n_chars, n_words))
                 ids = [id_arrays[i] for i in rows]
-            summary.add_batch(*columns)
+                rids = None if record_ids is None else [record_ids[i] for i in rows]
+            if rids is None:
+                summary.add_batch(*columns)
+            else:
+                summary.add_batch(*columns, record_ids=rids, id_arrays=ids)
             _count_ids(summary, ids)
 
     def elements(self) -> Iterator[beam.window.TimestampedValue]:
@@ -271,7 +284,7 @@ class WriteWindowStats(beam.DoFn):
         self.extra = dict(extra or {})
 
     def process(self, summary, win=beam.DoFn.WindowParam):
-        from pipelines import common
+        from pipelines.files import join, write_text_atomic, writing
         from schemas.stats import dump_stats, stats_json
 
         if summary.records == 0:
@@ -279,10 +292,10 @@ class WriteWindowStats(beam.DoFn):
         start, end = win.start.micros, win.end.micros
         extra = {**self.extra, "window": {"start": format_utc(start), "end": format_utc(end),
                                           "seconds": (end - start) / 1e6}}
-        url = common.join(self.output, WINDOWS_FOLDER, window_file_name(start))
+        url = join(self.output, WINDOWS_FOLDER, window_file_name(start))
         text = dump_stats(stats_json(summary, self.tokenizer_facts, extra))
-        with common.writing(url):
-            common.write_text_atomic(url, text)
+        with writing(url):
+            write_text_atomic(url, text)
         yield url
 
 

@@ -94,24 +94,29 @@ def test_windowed_summaries_split_a_batch_by_window_and_keep_untimed_apart():
     assert w.timed_records + w.untimed.records == 6
 
 
-def test_windowed_summaries_equal_one_summary_per_window_whatever_the_batching():
+@pytest.mark.parametrize("calibrated", [False, True])
+def test_windowed_summaries_equal_one_summary_per_window_whatever_the_batching(calibrated):
     """Batches that fall in one window, batches spread over many, sparse and dense id counting:
-    each window's Summary equals the one built record by record."""
+    each window's Summary equals the one built record by record (calibration included)."""
     n_tokens, n_bytes, n_chars, n_words, ids = records(300, seed=2)
+    rids = [f"r{i}" for i in range(300)]
     rng = random.Random(3)
     stamps = [T0 + rng.randrange(0, 4 * 900) if rng.random() > 0.1 else None for _ in range(300)]
-    w = WindowedSummaries(VOCAB, 900)
+    raw = FACTS.raw_byte_ids if calibrated else None
+    w = WindowedSummaries(VOCAB, 900, raw_byte_ids=raw)
     for lo, hi in ((0, 1), (1, 50), (50, 300)):
-        w.add_batch(stamps[lo:hi], n_tokens[lo:hi], n_bytes[lo:hi], n_chars[lo:hi], n_words[lo:hi], ids[lo:hi])
+        w.add_batch(stamps[lo:hi], n_tokens[lo:hi], n_bytes[lo:hi], n_chars[lo:hi], n_words[lo:hi], ids[lo:hi],
+                    record_ids=rids[lo:hi] if calibrated else None)
     want: dict = {}
     for i, t in enumerate(stamps):
         key = None if t is None else (t - t % 900) * 10**6
-        s = want.setdefault(key, Summary(VOCAB))
-        s.add(list(ids[i]), n_bytes[i], n_chars[i], n_words[i])
+        s = want.setdefault(key, Summary(VOCAB, raw_byte_ids=raw))
+        s.add(list(ids[i]), n_bytes[i], n_chars[i], n_words[i], record_id=rids[i] if calibrated else None)
     got = {tv.timestamp.micros: tv.value for tv in w.elements()}
     got[None] = w.untimed
     assert sorted(got, key=str) == sorted(want, key=str)
     for key in want:
+        assert got[key].calibrated == (got[key].records if calibrated else 0)
         assert stats_json(got[key], FACTS) == stats_json(want[key], FACTS), key
 
 
