@@ -521,13 +521,19 @@ def _lines(f: BinaryIO, chunk_size: int, limit: int | None = None) -> Iterator[t
 def _whole_file(f: BinaryIO, limit: int | None = None) -> Iterator[tuple[int, bytes | Oversized]]:
     """The whole file as one piece (text_unit="file"), read only up to `limit` bytes: a larger file
     is skipped to its end and yielded as `Oversized`."""
-    data = f.read() if limit is None else f.read(limit + 1)
-    if limit is not None and len(data) > limit:
-        length = len(data)
-        while more := f.read(CHUNK_SIZE):
-            length += len(more)
-        yield 0, Oversized(0, length)
-        return
+    if limit is None:
+        data = f.read()
+    else:
+        parts, held = [], 0
+        while held <= limit and (more := f.read(min(CHUNK_SIZE, limit + 1 - held))):
+            parts.append(more)
+            held += len(more)
+        if held > limit:
+            while more := f.read(CHUNK_SIZE):
+                held += len(more)
+            yield 0, Oversized(0, held)
+            return
+        data = b"".join(parts)
     yield (len(_BOM), data[len(_BOM):]) if data.startswith(_BOM) else (0, data)
 
 

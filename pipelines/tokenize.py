@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bpe_ops.stats import Summary, batch_stats
+from bpe_ops.stats import Summary, batch_stats, single_byte_ids
 from schemas import tables
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
 from pipelines.command import Parser, option_strings
@@ -97,7 +97,7 @@ class TokenizeShard(beam.DoFn):
         self.sha256 = self.tokenizer.sha256
         if os.getpid() != self.launcher_pid:    # a worker process of its own, not the caller's process
             settle_heap()
-        self.raw_byte_ids = TokenizerFacts.of(self.tok).raw_byte_ids
+        self.raw_byte_ids = single_byte_ids(self.tok.vocab)
         self.eos_id = self.tok.special_tokens[self.eos_token] if self.eos_token else None
         self.schema = tables.tokens_schema(self.tok.vocab_size, self.source_options.keep_fields, {
             tables.TOKENIZER_SHA256_KEY: self.sha256, tables.VOCAB_SIZE_KEY: str(self.tok.vocab_size)})

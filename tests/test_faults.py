@@ -29,9 +29,10 @@ def cli(module, *argv, env=None):
                           capture_output=True, text=True, timeout=RUN_TIMEOUT, env=env)
 
 
-def error_line(result) -> str:
-    """The single `tokenbeam: error:` line of a failed run (and no traceback)."""
-    assert result.returncode == 2, result.stderr
+def error_line(result, code: int = 2) -> str:
+    """The single `tokenbeam: error:` line of a failed run (and no traceback); `code` 2 for a run that
+    could not start, 3 for one whose output is incomplete."""
+    assert result.returncode == code, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.startswith("tokenbeam: error:")]
     assert len(lines) == 1, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
@@ -131,7 +132,7 @@ def test_killed_worker_fails_the_run_and_a_rerun_gives_the_undisturbed_bytes(tmp
     assert seen["partial"] == []
     # The run fails with one closing line. (Beam's threads in the surviving worker print their own
     # tracebacks when the other one dies: those are not ours to silence.)
-    assert launcher.returncode == 2, stderr
+    assert launcher.returncode == 3, stderr
     line = stderr.splitlines()[-1]
     assert line.startswith("tokenbeam: error:") and "worker" in line and "rerun" in line and str(out) in line
     assert not (out / "_SUCCESS").exists()
@@ -184,7 +185,7 @@ def test_read_only_output_is_one_line_naming_the_path(module, tmpfs, small_text,
     read_only = tmpfs("ro", "ro,size=1m")
     args = ["--tokenizer", tokenizer_json] if module == "tokenize" else ["--vocab-size", 300, "--min-frequency", 1]
     # The folder exists but cannot be written: the workers fail, the launcher says where.
-    line = error_line(cli(module, *args, "--input", small_text, "--output", read_only))
+    line = error_line(cli(module, *args, "--input", small_text, "--output", read_only), code=3)
     assert f"cannot write {read_only}/" in line and "Read-only file system" in line
     # A folder to create there: the launcher fails before any work.
     line = error_line(cli(module, *args, "--input", small_text, "--output", read_only / "sub"))
@@ -195,7 +196,7 @@ def test_full_filesystem_is_one_line_and_leaves_no_partial_file(tmpfs, corpora, 
     full = tmpfs("full", "size=1m")
     out = full / "out"
     shards = sum((["--input", corpora / "en" / f"en-00{i}-of-012.jsonl"] for i in range(2)), [])
-    line = error_line(cli("tokenize", "--tokenizer", tokenizer_json, "--output", out, *shards))
+    line = error_line(cli("tokenize", "--tokenizer", tokenizer_json, "--output", out, *shards), code=3)
     assert f"cannot write {out}/" in line and "No space left on device" in line
     for p in out.rglob("*"):
         assert p.suffix == ".parquet" or p.is_dir(), p          # no temporary left behind

@@ -77,7 +77,8 @@ def inputs(folder):
 def tokenized(tmp_path_factory, hostile, tokenizer_json):
     folder, _ = hostile
     out = tmp_path_factory.mktemp("tokens")
-    result = cli("tokenize", "--tokenizer", tokenizer_json, "--output", out, *inputs(folder))
+    # The hostile corpus holds unreadable files on purpose: they are reported, and allowed here.
+    result = cli("tokenize", "--tokenizer", tokenizer_json, "--output", out, "--allow-shard-errors", *inputs(folder))
     assert result.returncode == 0, result.stderr
     manifest = json.loads((out / "_SUCCESS").read_text())
     return out, result.stderr, manifest, json.loads((out / "stats.json").read_text())
@@ -87,7 +88,8 @@ def tokenized(tmp_path_factory, hostile, tokenizer_json):
 def trained(tmp_path_factory, hostile):
     folder, _ = hostile
     out = tmp_path_factory.mktemp("trained")
-    result = cli("train", "--output", out, "--vocab-size", 600, "--special-token", SPECIAL, *inputs(folder))
+    result = cli("train", "--output", out, "--vocab-size", 600, "--special-token", SPECIAL, "--allow-shard-errors",
+                 *inputs(folder))
     assert result.returncode == 0, result.stderr
     return out, result.stderr, json.loads((out / "train_report.json").read_text())
 
@@ -204,7 +206,8 @@ def test_rerun_redoes_a_shard_that_could_not_be_read_to_the_end(tmp_path, tokeni
     shard = tmp_path / "in" / "s.jsonl.gz"
     shard.parent.mkdir()
     shard.write_bytes(whole[: len(whole) // 2])
-    args = ["--tokenizer", str(tokenizer_json), "--input", str(shard), "--output", str(tmp_path / "out")]
+    args = ["--tokenizer", str(tokenizer_json), "--input", str(shard), "--output", str(tmp_path / "out"),
+            "--allow-shard-errors"]
     first = tokenize.run(args)
     assert len(first["shard_errors"]) == 1 and 0 < first["records"] < 2000
     shard.write_bytes(whole)                 # the file was repaired: its shard must not be skipped
@@ -280,7 +283,7 @@ def test_tokenize_fail_fast_stops_at_the_first_bad_row(tmp_path, hostile, tokeni
     out = tmp_path / "out"
     result = cli("tokenize", "--tokenizer", tokenizer_json, "--output", out, "--fail-fast",
                  "--input", folder / "jsonl" / "rows.jsonl", "--input", folder / "jsonl" / "last_line.jsonl")
-    assert result.returncode == 2
+    assert result.returncode == 3
     (line,) = error_lines(result.stderr)
     assert f"{folder / 'jsonl' / 'rows.jsonl'} row {first_bad[0]}:" in line and first_bad[1] in line
     assert "Traceback" not in result.stderr
@@ -294,7 +297,7 @@ def test_train_fail_fast_stops_at_the_first_unreadable_file(tmp_path, hostile, t
     out = tmp_path / "out"
     result = cli("train", "--output", out, "--vocab-size", 300, "--fail-fast",
                  "--input", folder / "compressed" / "truncated.jsonl.gz", "--input", folder / "jsonl" / "last_line.jsonl")
-    assert result.returncode == 2
+    assert result.returncode == 3
     (line,) = error_lines(result.stderr)
     assert f"{folder / 'compressed' / 'truncated.jsonl.gz'} row {rows_read}:" in line
     assert "truncated_or_corrupt" in line and "Traceback" not in result.stderr
@@ -326,7 +329,8 @@ def test_big_records_round_trip_through_tokenize(big, tmp_path, tokenizer_json, 
     from tokenizers import Tokenizer as HFTokenizer
     folder, expects = big
     out = tmp_path / "out"
-    stats = tokenize.run(["--tokenizer", str(tokenizer_json), "--output", str(out), "--input", str(folder / "big" / "*")])
+    stats = tokenize.run(["--tokenizer", str(tokenizer_json), "--output", str(out), "--input", str(folder / "big" / "*"),
+                          "--max-record-bytes", "0"])
     ranks = {base64.b64decode(b): int(r) for b, r in
              (line.split() for line in (tokenizer_json.parent / "tokenizer.tiktoken").read_text().splitlines())}
     tiktok = tiktoken.Encoding("ours", pat_str=tok.pattern, mergeable_ranks=ranks, special_tokens={})
@@ -349,7 +353,7 @@ def test_big_records_round_trip_through_tokenize(big, tmp_path, tokenizer_json, 
 def test_big_records_are_counted_by_train(big, tmp_path):
     folder, expects = big
     report = train.run(["--input", str(folder / "big" / "*"), "--output", str(tmp_path / "out"),
-                        "--vocab-size", "400"])
+                        "--vocab-size", "400", "--max-record-bytes", "0"])
     texts = [t for e in expects for _, _, t in e.records]
     assert len(texts) == 6
     assert report["records"] == report["records_counted"] == len(texts)

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from pipelines import tokenize, train, train_count
-from pipelines.common import UserError
+from pipelines.errors import UserError
 
 START_TIMEOUT = 60.0      # seconds for the job service to start listening
 

@@ -19,7 +19,7 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import common, tokenize, train
+from pipelines import files, tokenize, train
 from schemas import tables
 
 BUCKET = "tokenbeam-test"
@@ -187,8 +187,8 @@ def test_an_orphaned_temporary_is_never_read_as_output(s3, tmp_path, where):
     a delete) leaves the temporary behind; the globs that read outputs must not pick it up, or a
     retried bundle would count its pre-tokens twice."""
     url = (f"s3://{BUCKET}/atomic" if where == "s3" else str(tmp_path)) + "/part-00000-of-00016.parquet"
-    fs, path = common.filesystem(url)
-    with common.open_atomic(url) as f:
+    fs, path = files.filesystem(url)
+    with files.open_atomic(url) as f:
         f.write(b"complete")
         temporary = f.path
     assert posixpath.dirname(temporary) == posixpath.dirname(path) and temporary != path

@@ -21,7 +21,7 @@ from pipelines.sources import (
     read_shard, shard_format,
 )
 from schemas.records import (
-    BAD_JSON, INVALID_UTF8, MISSING_TEXT_COLUMN, MISSING_TEXT_FIELD, NOT_AN_OBJECT,
+    BAD_JSON, INVALID_UTF8, MISSING_TEXT_COLUMN, MISSING_TEXT_FIELD, NOT_AN_OBJECT, RECORD_TOO_LARGE,
     REJECTED_FIELDS, REJECTED_SCHEMA_VERSION, ROW_REASONS, SHARD_REASONS, TEXT_COLUMN_NOT_STRING,
     TEXT_NOT_A_STRING, TRUNCATED_OR_CORRUPT, UNREADABLE_FILE, rejected_to_json,
 )
@@ -107,7 +107,7 @@ def test_jsonl_every_row_reason(tmp_path):
         (TEXT_NOT_A_STRING, "l"), (BAD_JSON, None), ("record", "ok2"),
     ]
     rejected = only(items, Rejected)
-    assert {r.reason for r in rejected} | {INVALID_UTF8} == set(ROW_REASONS)
+    assert {r.reason for r in rejected} | {INVALID_UTF8, RECORD_TOO_LARGE} == set(ROW_REASONS)
     assert all(r.source == str(tmp_path / "s.jsonl") for r in rejected)
     assert all("\n" not in r.detail and len(r.detail) <= 200 for r in rejected)
     try:

@@ -14,7 +14,7 @@ import pytest
 
 from bpe_ops import Tokenizer
 from bpe_ops.stats import Summary, batch_stats, record_stats
-from pipelines import common, tokenize
+from pipelines import errors, tokenize, tokenizer_files
 from pipelines.sources import Shard, SourceOptions
 from schemas import tables
 from schemas.records import Record
@@ -118,7 +118,7 @@ def test_row_group_table_equals_the_plain_arrow_table(vocab_size):
 def test_worker_takes_the_sha256_from_the_launcher_and_writes_stats_without_the_tokenizer(
         tmp_path, tok, monkeypatch):
     _, path = tok
-    loaded, ref = common.identify_tokenizer(path)
+    loaded, ref = tokenizer_files.identify_tokenizer(path)
     facts = TokenizerFacts.of(loaded)
     src = tmp_path / "in.txt"
     src.write_text("the thin theme\n\nthe end\n")
@@ -132,7 +132,7 @@ def test_worker_takes_the_sha256_from_the_launcher_and_writes_stats_without_the_
     summary, _manifest = list(fn.process(Shard(str(src), "in.txt", src.stat().st_size)))
     meta = pq.read_schema(tmp_path / "out" / "in.parquet").metadata
     assert meta[tables.TOKENIZER_SHA256_KEY.encode()].decode() == ref.sha256
-    monkeypatch.setattr(common, "load_tokenizer", lambda url: pytest.fail("tokenizer loaded again"))
+    monkeypatch.setattr(tokenizer_files, "load_tokenizer", lambda url: pytest.fail("tokenizer loaded again"))
     url = tokenize.write_stats(summary, facts, path, str(tmp_path / "out"), ["in.txt"], 0.0)
     stats = json.loads(open(url, encoding="utf-8").read())
     monkeypatch.undo()
@@ -145,11 +145,11 @@ def test_worker_refuses_a_tokenizer_file_changed_since_launch(tmp_path, tok):
     tokenizer, path = tok
     folder = tmp_path / "tok"
     tokenizer.save(str(folder))
-    _, ref = common.identify_tokenizer(str(folder))
-    assert common.load_identified_tokenizer(ref).merges == tokenizer.merges
+    _, ref = tokenizer_files.identify_tokenizer(str(folder))
+    assert tokenizer_files.load_identified_tokenizer(ref).merges == tokenizer.merges
     Tokenizer(tokenizer.merges[:2]).save(str(folder))        # another tokenizer at the same path
-    with pytest.raises(common.UserError, match="changed since the run started"):
-        common.load_identified_tokenizer(ref)
+    with pytest.raises(errors.UserError, match="changed since the run started"):
+        tokenizer_files.load_identified_tokenizer(ref)
     fn = tokenize.TokenizeShard(ref, SourceOptions(), str(tmp_path / "out"), None)
-    with pytest.raises(common.ShardFailure, match="changed since the run started"):
+    with pytest.raises(errors.ShardFailure, match="changed since the run started"):
         fn.setup()

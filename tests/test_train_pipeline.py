@@ -16,7 +16,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from bpe_ops import pretokenize, train_bpe
 from bpe_ops.count_table import CountTable, pack_counts, unpack_counts
 from pipelines import train, train_count
-from pipelines.common import UserError
+from pipelines.errors import UserError
 from pipelines.sources import SourceOptions, expand_inputs
 from schemas.reports import TRAIN_REPORT_KEYS
 from tests.conftest import ROOT, read_jsonl_texts
