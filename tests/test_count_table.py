@@ -2,7 +2,6 @@
 (`_native.CountTable`, `_pcre2.PieceCounter.drain_packed`): the same sums, the same sorted columns
 and the same Arrow arrays, on counts of real multilingual text; malformed tables are refused whole.
 `_native` needs no PCRE2: it works where libpcre2-8 is missing."""
-import os
 import pickle
 import shutil
 import subprocess
