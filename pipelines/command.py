@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 
 from pipelines.errors import UserError
 
@@ -45,6 +46,18 @@ def unknown_option_error(name: str, tool_options: list[str], other_options: list
                          what: str = "neither tokenbeam's nor Beam's") -> UserError:
     hint = closest_option(name, tool_options, other_options)
     return UserError(f"unknown option {name}" + (f": did you mean {hint}?" if hint else f" ({what}; see --help)"))
+
+
+def implementation_from_environment():
+    """Which implementation bpe_ops runs (compiled or Python twins, PCRE2 or `regex`, the cache
+    folder), from TOKENBEAM_PURE_PYTHON / TOKENBEAM_REGEX / TOKENBEAM_CACHE_DIR: the one place the
+    environment is read for it. The pipelines hand it on to their workers as an argument."""
+    from bpe_ops.implementation import from_environment
+
+    try:
+        return from_environment(os.environ)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
 
 
 def refuse_leftovers(rest: list[str], parser: argparse.ArgumentParser, why: str) -> None:

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from bpe_ops.stats import Summary, batch_stats, single_byte_ids
 from schemas import tables
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
-from pipelines.command import Parser, option_strings
+from pipelines.command import Parser, implementation_from_environment, option_strings
 from pipelines.errors import (EXIT_OK, IncompleteRun, ShardFailure, UserError, pipeline_failures, run_command, say,
                               warn)
 from pipelines.files import (check_output_folder, exists, filesystem, join, open_atomic, read_json, remove,
@@ -463,7 +463,7 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
     inputs = list(args.input) + bare
     if args.baseline and not exists(args.baseline):
         raise UserError(f"--baseline {args.baseline}: no such file")
-    tok, tokenizer = identify_tokenizer(args.tokenizer)
+    tok, tokenizer = identify_tokenizer(args.tokenizer, implementation_from_environment())
     check_id_range(tok, args.tokenizer)
     if args.eos_token is not None and args.eos_token not in tok.special_tokens:
         known = ", ".join(sorted(tok.special_tokens)) or "none"

@@ -7,6 +7,8 @@ import os
 import tempfile
 from dataclasses import dataclass
 
+from bpe_ops.implementation import DEFAULT, Implementation
+
 from pipelines.errors import UserError, os_error_reason
 from pipelines.files import filesystem, is_local
 
@@ -16,22 +18,24 @@ class TokenizerRef:
     """A tokenizer as the launcher identified it: where it is, its `sha256` (of the canonical
     tokenizer.json text, which is costly to build for a large vocabulary: the launcher computes it
     once and the workers take it from here) and the SHA-256 of the file's raw bytes (milliseconds),
-    by which each worker checks that it loaded the very file the launcher hashed."""
+    by which each worker checks that it loaded the very file the launcher hashed; and the bpe_ops
+    implementation the workers encode with."""
     url: str
     sha256: str
     file_sha256: str
+    implementation: Implementation = DEFAULT
 
 
-def identify_tokenizer(url: str):
+def identify_tokenizer(url: str, implementation: Implementation = DEFAULT):
     """Load the tokenizer at `url` (launcher side): `(Tokenizer, TokenizerRef)`; UserError when unusable."""
-    tok = load_tokenizer(url)
-    return tok, TokenizerRef(url, tok.sha256, tokenizer_file_sha256(url))
+    tok = load_tokenizer(url, implementation)
+    return tok, TokenizerRef(url, tok.sha256, tokenizer_file_sha256(url), implementation)
 
 
 def load_identified_tokenizer(ref: TokenizerRef):
     """Load the tokenizer `ref` names (worker side); UserError when unusable or no longer the file the
     launcher identified (the sha256 that goes into every output would be false)."""
-    tok = load_tokenizer(ref.url)
+    tok = load_tokenizer(ref.url, ref.implementation)
     # Hashed after loading: a file replaced before the load still differs from the launcher's.
     if tokenizer_file_sha256(ref.url) != ref.file_sha256:
         raise UserError(f"tokenizer {ref.url} changed since the run started; rerun the command")
@@ -56,7 +60,7 @@ def _first_line(exc: Exception) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
-def load_tokenizer(url: str):
+def load_tokenizer(url: str, implementation: Implementation = DEFAULT):
     """Load a tokenizer.json (or a folder holding one) from any fsspec URL; UserError when unusable."""
     from bpe_ops import Tokenizer
 
@@ -69,12 +73,12 @@ def load_tokenizer(url: str):
                 raise UserError(f"cannot use tokenizer {url}: no such file")
             if os.path.isdir(local):
                 raise UserError(f"cannot use tokenizer {url}: a folder without tokenizer.json")
-            return Tokenizer.from_file(local)
+            return Tokenizer.from_file(local, implementation=implementation)
         fs, path = filesystem(url)
         with tempfile.TemporaryDirectory() as tmp:
             local = os.path.join(tmp, "tokenizer.json")
             fs.get(_tokenizer_path(fs, path), local)
-            return Tokenizer.from_file(local)
+            return Tokenizer.from_file(local, implementation=implementation)
     except UserError:
         raise
     except (OSError, ValueError, UnicodeDecodeError) as exc:

@@ -22,12 +22,14 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import asdict
 from operator import mul
 
 from bpe_ops import pretokenize
 from bpe_ops.trainer import MAX_IDS
 from schemas import reports
-from pipelines.command import Parser, option_strings, refuse_leftovers
+from bpe_ops.implementation import DEFAULT, Implementation
+from pipelines.command import Parser, implementation_from_environment, option_strings, refuse_leftovers
 from pipelines.errors import EXIT_INCOMPLETE, IncompleteRun, UserError, run_command, say, warn
 from pipelines.files import check_output_folder, exists, join, open_atomic, read_json, remove, write_text_atomic
 from pipelines.shards import add_source_arguments, describe_shard_error
@@ -270,12 +272,12 @@ def check_args(args: argparse.Namespace, rest: list[str], parser: argparse.Argum
                         f"{len(set(args.special_token))} special tokens, plus at least one merge")
 
 
-def check_pattern(pattern: str) -> None:
+def check_pattern(pattern: str, implementation: Implementation = DEFAULT) -> None:
     """Compile the split pattern (cached for the merge loop); a pattern that does not compile, an
     unknown pattern name, or a regex that would leave text unsplit (and so untokenized) is a
     UserError."""
     try:
-        pretokenize.compile_pattern(pattern)
+        pretokenize.compile_pattern(pattern, implementation)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     gap = getattr(pretokenize, "pattern_coverage_gap", None)
@@ -328,11 +330,12 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
           warming: list[threading.Thread]) -> dict:
     timing: dict[str, float] = {}
     started = time.perf_counter()
+    implementation = implementation_from_environment()
     specials = list(dict.fromkeys(args.special_token))
     if args.counts:
         counts_dir = args.counts if not exists(join(args.counts, "counts")) else join(args.counts, "counts")
         inputs = None
-        check_pattern(args.pattern)
+        check_pattern(args.pattern, implementation)
         if not exists(join(counts_dir, "_totals.json")):
             raise UserError(f"no counts found in {counts_dir} (expected _totals.json and part-*.parquet)")
         check_output_folder(args.output)
@@ -342,10 +345,10 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
         # Counting needs nothing from this process but the command line: start it first, and check
         # the pattern here meanwhile (compiling it also warms the merge loop's pre-tokenizer).
         job = {"args": {k: v for k, v in vars(args).items() if k != "command"}, "rest": rest,
-               "tool_options": tool_options}
+               "tool_options": tool_options, "implementation": asdict(implementation)}
         counting = CountingProcess(job)
         try:
-            check_pattern(args.pattern)
+            check_pattern(args.pattern, implementation)
             import_counts_reader()
         except BaseException:
             counting.stop()
@@ -380,7 +383,8 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
     bar = ProgressBar(max(1, args.vocab_size - 256 - len(specials)))
     try:
         tok = train_bpe(counts, vocab_size=args.vocab_size, pattern=args.pattern, special_tokens=specials,
-                        min_frequency=args.min_frequency, tie_break=args.tie_break, progress=bar)
+                        min_frequency=args.min_frequency, tie_break=args.tie_break, progress=bar,
+                        implementation=implementation)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     bar.close()

@@ -32,6 +32,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from bpe_ops import pretokenize
 from bpe_ops.count_table import new_count_table
+from bpe_ops.implementation import DEFAULT, Implementation
 from bpe_ops.stats import utf8_length
 from schemas import reports
 from schemas.tables import COUNTS_SCHEMA
@@ -61,16 +62,17 @@ class CountShardPretokens(beam.DoFn):
     TOTALS = "totals"
 
     def __init__(self, source_options, pattern: str, special_tokens: tuple[str, ...], output: str,
-                 fail_fast: bool = False, threads: int = 1):
+                 fail_fast: bool = False, threads: int = 1, implementation: Implementation = DEFAULT):
         self.source_options = source_options
         self.pattern = pattern
         self.special_tokens = special_tokens
         self.output = output
         self.fail_fast = fail_fast
         self.threads = threads
+        self.implementation = implementation
 
     def setup(self):
-        pretokenize.compile_pattern(self.pattern)     # compiled (and its PCRE2 guard built) once per worker
+        pretokenize.compile_pattern(self.pattern, self.implementation)     # compiled (and its PCRE2 guard built) once per worker
         self.records = beam.metrics.Metrics.counter("tokenbeam", "records")
         self.bytes = beam.metrics.Metrics.counter("tokenbeam", "bytes")
         self.rejected = beam.metrics.Metrics.counter("tokenbeam", "rejected")
@@ -79,8 +81,8 @@ class CountShardPretokens(beam.DoFn):
     def start_bundle(self):
         if self.counter is not None:          # the last bundle failed, and teardown did not run
             self.counter.close()
-        self.counter = CountingThreads(lambda: pretokenize.PretokenCounter(self.pattern, self.special_tokens),
-                                       self.threads)
+        self.counter = CountingThreads(lambda: pretokenize.PretokenCounter(
+            self.pattern, self.special_tokens, implementation=self.implementation), self.threads)
 
     def process(self, shard):
         started = time.perf_counter()
@@ -214,8 +216,11 @@ class SumCounts(beam.CombineFn):
     built): CombinePerKey(sum) over every pre-token of a bucket at once. Exact, associative and
     commutative, so right on any runner and bundle split; an accumulator travels as its packed table."""
 
+    def __init__(self, implementation: Implementation = DEFAULT):
+        self.implementation = implementation
+
     def create_accumulator(self):
-        return new_count_table()
+        return new_count_table(implementation=self.implementation)
 
     def add_input(self, acc, packed):
         acc.add_packed(packed)
@@ -294,7 +299,7 @@ def write_totals(totals, counts_dir):
 
 
 def build_count_pipeline(p, shards, source_options, pattern, special_tokens, output, min_count, hot_key_fanout=None,
-                         fail_fast=False, count_threads=1, spread=True):
+                         fail_fast=False, count_threads=1, spread=True, implementation: Implementation = DEFAULT):
     """The Beam graph of the counting stage (steps 1-4); returns nothing, writes OUTPUT/counts/."""
     counts_dir = join(output, "counts")
     # One element per shard, spread over the workers unless they are this one process.
@@ -304,12 +309,12 @@ def build_count_pipeline(p, shards, source_options, pattern, special_tokens, out
     counted = (shard_elements
                | "CountShardPretokens" >> beam.ParDo(
                    CountShardPretokens(source_options, pattern, tuple(special_tokens), output, fail_fast,
-                                       count_threads)
+                                       count_threads, implementation)
                ).with_outputs(CountShardPretokens.TOTALS, main="counts"))
     # Every one of the 16 bucket keys is hot on a distributed runner, where the fan-out spreads each
     # key's sum over more workers; on the local runner it is one more stage (~1 s on en/, 52 MB)
     # for nothing, since combiner lifting already sums each bundle's tables before the shuffle.
-    sum_counts = beam.CombinePerKey(SumCounts())
+    sum_counts = beam.CombinePerKey(SumCounts(implementation))
     if hot_key_fanout:
         sum_counts = sum_counts.with_hot_key_fanout(hot_key_fanout)
     bucket_totals = (counted.counts
@@ -335,7 +340,8 @@ def clear_counts(counts_dir: str) -> None:
         fs.rm(f)
 
 
-def count_corpus(args: argparse.Namespace, rest: list[str], tool_options: list[str]) -> list[str]:
+def count_corpus(args: argparse.Namespace, rest: list[str], tool_options: list[str],
+                 implementation: Implementation = DEFAULT) -> list[str]:
     """Steps 1-4 of `tokenbeam train`: sort the leftover arguments into Beam's flags and more inputs,
     match the shards, run the counting pipeline, leave OUTPUT/counts/ (parts and _totals.json) behind;
     returns the inputs. Bad input is a UserError; outputs are only touched once all checks pass."""
@@ -343,7 +349,7 @@ def count_corpus(args: argparse.Namespace, rest: list[str], tool_options: list[s
 
     beam_args, bare = split_beam_args(rest, tool_options)
     inputs = list(args.input) + bare
-    check_pattern(args.pattern)
+    check_pattern(args.pattern, implementation)
     source_options = make_source_options(args)
     shards = expand(inputs, source_options)
     options, runner = pipeline_options(beam_args)
@@ -366,7 +372,7 @@ def count_corpus(args: argparse.Namespace, rest: list[str], tool_options: list[s
                              args.output, args.min_count, fail_fast=args.fail_fast,
                              count_threads=args.count_threads or local_cores_per_worker(options, runner),
                              hot_key_fanout=None if runner is not None else HOT_KEY_FANOUT,
-                             spread=not one_local_worker(options, runner))
+                             spread=not one_local_worker(options, runner), implementation=implementation)
     return sorted(set(inputs))
 
 
@@ -379,7 +385,8 @@ def count_and_report(result_fd: int, job: str) -> int:
         os.set_inheritable(result_fd, False)      # Beam's worker processes must not hold the pipe open
     spec = json.loads(job)
     try:
-        inputs = count_corpus(argparse.Namespace(**spec["args"]), spec["rest"], spec["tool_options"])
+        inputs = count_corpus(argparse.Namespace(**spec["args"]), spec["rest"], spec["tool_options"],
+                              Implementation(**spec.get("implementation", {})))
         result, code = {"inputs": inputs}, 0
     except (UserError, OSError) as exc:
         if debugging():
