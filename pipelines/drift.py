@@ -91,13 +91,17 @@ def js_divergence(p_counts: Sequence[float], q_counts: Sequence[float]) -> float
     return float(js_rows(p / p.sum(), q / q.sum())[0])
 
 
+def _entropy_rows(p: np.ndarray) -> np.ndarray:
+    """Shannon entropy (bits) of each row of a share array (0 log 0 = 0)."""
+    logs = np.zeros_like(p)
+    np.log2(p, out=logs, where=p > 0)
+    return -(p * logs).sum(axis=1)
+
+
 def js_rows(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Jensen-Shannon divergence (bits) of each row pair of two (draws x ids) share arrays."""
-    m = (p + q) / 2
-    with np.errstate(divide="ignore", invalid="ignore"):
-        kl_p = np.where(p > 0, p * np.log2(np.where(p > 0, p, 1) / np.where(m > 0, m, 1)), 0.0)
-        kl_q = np.where(q > 0, q * np.log2(np.where(q > 0, q, 1) / np.where(m > 0, m, 1)), 0.0)
-    return np.clip((kl_p + kl_q).sum(axis=1) / 2, 0.0, 1.0)
+    """Jensen-Shannon divergence (bits) of each row pair of two (draws x ids) share arrays, as
+    H(M) - (H(P) + H(Q)) / 2 with M = (P + Q) / 2 (the same as the mean of the two KL(. || M))."""
+    return np.clip(_entropy_rows((p + q) / 2) - (_entropy_rows(p) + _entropy_rows(q)) / 2, 0.0, 1.0)
 
 
 @dataclass(frozen=True)

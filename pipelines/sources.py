@@ -57,8 +57,8 @@ _BINARY_MAGIC = re.compile(rb"(\x1f\x8b)|(\x28\xb5\x2f\xfd)|(BZh[1-9](?:1AY&SY|\
                            rb"|(PK\x03\x04)|(PAR1\x15)|(\xff\xfe|\xfe\xff)")
 _BINARY_NAMES = ("gzip", "zstd", "bzip2", "xz", "zip", "Parquet", "UTF-16/UTF-32 text")
 ZSTD_READ_SIZE = 1 << 16      # compressed bytes fed to the zstd decompressor at a time
-# A record this large is no use for training and costs many times its size to tokenize: a
-# novel-length document is ~1 MB, so 16 MiB rejects only what is almost surely not one document.
+# A record this large is no use for training and costs many times its size to tokenize; a whole
+# novel is far smaller, so the bound rejects only what is almost surely not one document.
 DEFAULT_MAX_RECORD_BYTES = 16 << 20
 
 

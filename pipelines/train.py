@@ -5,8 +5,8 @@
     step 5, here in the launching process: load counts -> learn merges (progress bar) -> write
         tokenizer.json, tokenizer.tiktoken, train_report.json, compression_curve.png.
 
-The launcher never imports Beam: Beam and what it pulls in (~175 MB resident, ~1.5 s to import) live
-and die with the counting process, so the merge loop's tables are the largest thing this process
+The launcher never imports Beam: Beam and what it pulls in (the largest share of a small job's memory
+and start-up; figures in the README) live and die with the counting process, so the merge loop's tables are the largest thing this process
 holds. `--counts DIR` skips the Beam part and trains a new vocabulary from counts written earlier.
 """
 from __future__ import annotations
@@ -63,8 +63,8 @@ class CountingProcess:
         """This process's environment, plus a fixed glibc trim threshold (unless the user set any
         MALLOC_ variable): glibc otherwise raises its thresholds as large blocks are freed and keeps
         the memory, and the counting process, whose large blocks (the counters' tables, the packed
-        buckets, Arrow's buffers) live one after another, peaked ~25 MB higher on en/. Ignored by
-        other C libraries."""
+        buckets, Arrow's buffers) live one after another, peaked higher without it. Ignored by other
+        C libraries."""
         env = dict(os.environ)
         if not any(name.startswith("MALLOC_") for name in env):
             env["MALLOC_TRIM_THRESHOLD_"] = str(128 * 1024)
@@ -108,10 +108,9 @@ class CountingProcess:
 
 
 def import_counts_reader() -> None:
-    """Import what `load_counts` needs (pyarrow's Parquet reader, ~0.2 s and ~40 MB) while the
-    counting process runs on the other core, instead of after it. The price is memory: on en/ the
-    launcher's ~65 MB and the counting process's ~200 MB peak (~265 MB) became the job's peak, a
-    little above the merge loop's ~240 MB."""
+    """Import what `load_counts` needs (pyarrow's Parquet reader) while the counting process runs on
+    the other core, instead of after it. The price is memory: the launcher's share adds to the
+    counting process's peak, which can become the job's peak, a little above the merge loop's."""
     importlib.import_module("pyarrow.parquet")
     importlib.import_module("schemas.tables")
 
@@ -130,7 +129,7 @@ def load_counts(counts_dir: str) -> dict[bytes, int]:
     for f in files:
         with fs.open(f, "rb") as fh:
             # ParquetFile, not read_table: read_table goes through pyarrow.dataset, whose import
-            # alone costs ~0.5 s and ~50 MB for sixteen small files.
+            # alone costs more than reading sixteen small files.
             table = pq.ParquetFile(fh).read()
         if table.schema.names != COUNTS_SCHEMA.names:
             raise UserError(f"{f} is not a tokenbeam counts file (columns {table.schema.names})")
@@ -288,9 +287,9 @@ def check_pattern(pattern: str, implementation: Implementation = DEFAULT) -> Non
 
 
 def import_plotting_in_background() -> threading.Thread:
-    """Start importing matplotlib (0.5-0.9 s) in a thread, while the merge loop runs: the compiled
-    loop drops the GIL, so the import takes the other core instead of adding to the write stage,
-    and it is not yet resident (~30 MB) while the counting process peaks. `plot_curve` then finds
+    """Start importing matplotlib in a thread, while the merge loop runs: the compiled loop drops the
+    GIL, so the import takes the other core instead of adding to the write stage, and it is not yet
+    resident while the counting process peaks. `plot_curve` then finds
     it imported. Without the plot extra, nothing happens."""
     def warm() -> None:
         try:

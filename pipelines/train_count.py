@@ -123,9 +123,8 @@ class CountShardPretokens(beam.DoFn):
         """Drain the counter: one `(bucket, packed count table)` element per bucket (`count_bucket`
         of each pre-token; bpe_ops/count_table.py), then a totals record of the pre-tokens drained.
 
-        A shard holds ~60k distinct pre-tokens: emitted one by one, Beam's per-element cost dwarfed the
-        counting itself (measured on 4 en/ shards: 27.6 s in the counting stage against ~3 CPU-s of
-        regex and Counter work). Bucketing by a stable hash keeps the elements few and still spreads
+        A shard holds tens of thousands of distinct pre-tokens: emitted one by one, Beam's per-element
+        cost dwarfed the counting itself. Bucketing by a stable hash keeps the elements few and still spreads
         the sum over N_COUNT_BUCKETS keys; packed, a bucket is one `bytes` to Beam's coders instead of
         a dict coded entry by entry. `finish_bundle` must hand Beam windowed values.
         """
@@ -312,7 +311,7 @@ def build_count_pipeline(p, shards, source_options, pattern, special_tokens, out
                                        count_threads, implementation)
                ).with_outputs(CountShardPretokens.TOTALS, main="counts"))
     # Every one of the 16 bucket keys is hot on a distributed runner, where the fan-out spreads each
-    # key's sum over more workers; on the local runner it is one more stage (~1 s on en/, 52 MB)
+    # key's sum over more workers; on the local runner it is one more stage
     # for nothing, since combiner lifting already sums each bundle's tables before the shuffle.
     sum_counts = beam.CombinePerKey(SumCounts(implementation))
     if hot_key_fanout:
@@ -321,7 +320,7 @@ def build_count_pipeline(p, shards, source_options, pattern, special_tokens, out
                      | "SumCounts" >> sum_counts
                      | "PruneAndWriteCounts" >> beam.ParDo(WriteCountsBucket(counts_dir, min_count)))
     # The shards' totals and the buckets' unique counts are one kind of record: one combine, one write
-    # (every extra stage costs the local runner a fixed ~0.1-0.3 s). Every shard sends a totals
+    # (every extra stage costs the local runner a fixed time). Every shard sends a totals
     # record, so the combine never runs on nothing and needs no default (Beam injects one through a
     # side input, a stage more).
     ((counted[CountShardPretokens.TOTALS], bucket_totals)
