@@ -13,11 +13,11 @@
    tokenizer trained in step 1 at the same vocabulary size, saved, and loaded by
    `tokenizers.Tokenizer.from_file` and by tiktoken from our `.tiktoken`); the ids are checked equal
    before any figure is printed. Ours is timed cold (empty cache) and warm (second pass), and cold
-   with the per-piece merge in Python instead of C (`TOKENBEAM_PURE_PYTHON=1`).
+   with the per-piece merge in Python instead of C (`Implementation(compiled=False)`).
 
 Pre-tokenization (`count_pretokens`) and our encoder are timed with each regex engine in reach:
 PCRE2 (the compiled `bpe_ops._pcre2`, where built and libpcre2-8 is installed) and the `regex` package
-(`TOKENBEAM_REGEX=regex`).
+(`Implementation(engine="regex")`).
 
 Prints wall and CPU seconds and ratios (peer time / our time: above 1 means we are faster; the encode
 table gives every row's speed as a multiple of tiktoken's and HF's, from CPU time). The peers run
@@ -34,7 +34,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 os.environ.setdefault("RAYON_NUM_THREADS", "1")          # HF / rustbpe thread pools, before import
@@ -44,7 +43,8 @@ sys.path.insert(0, str(ROOT))
 
 from bpe_ops import Tokenizer, learn_merges  # noqa: E402
 from _peers import hf_train, rustbpe_train  # noqa: E402  (this script's folder is on sys.path)
-from bpe_ops.pretokenize import ENGINE_VARIABLE, count_pretokens, regex_engine  # noqa: E402
+from bpe_ops.implementation import Implementation  # noqa: E402
+from bpe_ops.pretokenize import count_pretokens, regex_engine  # noqa: E402
 
 
 def engines() -> list[str]:
@@ -62,30 +62,9 @@ def engine_versions() -> str:
     return out
 
 
-@contextmanager
-def using(engine: str):
-    """Patterns compiled inside the block (a Tokenizer built there, say) use `engine`."""
-    previous = os.environ.get(ENGINE_VARIABLE)
-    os.environ[ENGINE_VARIABLE] = "auto" if engine == "pcre2" else "regex"
-    try:
-        yield
-    finally:
-        os.environ.pop(ENGINE_VARIABLE)
-        if previous is not None:
-            os.environ[ENGINE_VARIABLE] = previous
-
-
-@contextmanager
-def pure_python():
-    """Tokenizers built inside the block merge pieces in Python, not with the compiled merger."""
-    previous = os.environ.get("TOKENBEAM_PURE_PYTHON")
-    os.environ["TOKENBEAM_PURE_PYTHON"] = "1"
-    try:
-        yield
-    finally:
-        os.environ.pop("TOKENBEAM_PURE_PYTHON")
-        if previous is not None:
-            os.environ["TOKENBEAM_PURE_PYTHON"] = previous
+def implementation(engine: str, compiled: bool = True) -> Implementation:
+    """The bpe_ops implementation that splits with `engine` ("pcre2" or "regex")."""
+    return Implementation(compiled=compiled, engine="auto" if engine == "pcre2" else "regex")
 
 
 def read_texts(corpus: Path, max_mb: float) -> list[str]:
@@ -130,15 +109,7 @@ def peer_runs(peer: str, args: argparse.Namespace, vocab_size: int) -> list[tupl
 
 def learn_merges_with(pure_python: bool, counts, num_merges: int):
     """`learn_merges` with its compiled loop, or forced to the pure-Python one."""
-    previous = os.environ.pop("TOKENBEAM_PURE_PYTHON", None)
-    if pure_python:
-        os.environ["TOKENBEAM_PURE_PYTHON"] = "1"
-    try:
-        return learn_merges(counts, num_merges)
-    finally:
-        os.environ.pop("TOKENBEAM_PURE_PYTHON", None)
-        if previous is not None:
-            os.environ["TOKENBEAM_PURE_PYTHON"] = previous
+    return learn_merges(counts, num_merges, implementation=Implementation(compiled=not pure_python))
 
 
 def row(name: str, wall: float, cpu: float, ours_wall: float, ours_cpu: float) -> str:
@@ -156,8 +127,7 @@ def bench_count(texts: list[str], repeat: int):
     megabytes = sum(len(t.encode("utf-8")) for t in texts) / 1e6
     runs = {}
     for engine in engines():
-        with using(engine):
-            runs[engine] = best_of(repeat, count_pretokens, texts, "gpt4")
+        runs[engine] = best_of(repeat, lambda: count_pretokens(texts, "gpt4", implementation=implementation(engine)))
     first = runs[engines()[0]]
     if any(counts != first[0] for counts, _, _ in runs.values()):
         raise SystemExit("the regex engines count different pre-tokens: no figures")
@@ -210,13 +180,11 @@ def bench_encode(tok: Tokenizer, texts: list[str]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         json_path = tok.save(tmp)
         for engine in engines():
-            with using(engine):
-                loaded = Tokenizer.from_file(json_path)     # fresh: empty cache
+            loaded = Tokenizer.from_file(json_path, implementation=implementation(engine))     # fresh: empty cache
             ids, cold_wall, cold_cpu = timed(loaded.encode_batch, texts)
             _, warm_wall, warm_cpu = timed(loaded.encode_batch, texts)
             ours[engine] = ids, (cold_wall, cold_cpu), (warm_wall, warm_cpu)
-        with using(engines()[0]), pure_python():
-            pure = Tokenizer.from_file(json_path)
+        pure = Tokenizer.from_file(json_path, implementation=implementation(engines()[0], compiled=False))
         pure_ids, *pure_cold = timed(pure.encode_batch, texts)
         hf = HFTokenizer.from_file(json_path)
         ranks = {}
