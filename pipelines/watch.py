@@ -39,7 +39,14 @@ when its records happened). With `watermark_delay=None` (the default) the source
 watermark back until it stops, so downstream event-time windows close when the watch ends, and
 early panes (`WindowStats(early_count=...)`) show them filling meanwhile. With `watermark_delay=D`
 the watermark trails the wall clock by D seconds: a window closes D seconds after its end, and
-records older than that are late for it (see `WindowStats(allowed_lateness=...)`).
+records older than that are late for it (see `WindowStats(allowed_lateness=...)`). On the local
+FnApiRunner the watermark (and so every window, early panes included) only moves when the watch
+ends; on Dataflow panes fire while it runs.
+
+Whole-run results (stats.json, the _SUCCESS manifest): Beam refuses a GroupByKey, so a
+`CombineGlobally` or `ToList`, on an unbounded PCollection in the global window with the default
+trigger. `WholeRun()` re-windows such a PCollection to fire once, when the watch has ended and
+everything before it is done; add `.without_defaults()` to the CombineGlobally after it.
 """
 from __future__ import annotations
 
@@ -57,12 +64,13 @@ import apache_beam as beam
 import fsspec
 from apache_beam import coders
 from apache_beam.io.watch import PollResult, TerminationCondition, Watch
+from apache_beam.transforms import trigger, window
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import MIN_TIMESTAMP, Duration, Timestamp
 
 from pipelines.sources import Shard
 
-__all__ = ["WatchShards", "StopSignal", "install_stop_handlers", "fixed_folder", "is_temporary_name"]
+__all__ = ["WatchShards", "WholeRun", "StopSignal", "install_stop_handlers", "fixed_folder", "is_temporary_name"]
 
 _GLOB_CHARS = "*?["
 _LOGGER = logging.getLogger(__name__)
@@ -345,3 +353,18 @@ class WatchShards(beam.PTransform):
                                            output_coder=coders.PickleCoder(), output_key_fn=_shard_url,
                                            output_key_coder=coders.StrUtf8Coder())
                 | "Shards" >> beam.Values())
+
+
+class WholeRun(beam.PTransform):
+    """Re-window a PCollection of a watched (unbounded) pipeline into one pane that fires when the
+    input has ended, so a whole-run combine (`CombineGlobally(...).without_defaults()`, a manifest
+    list, a singleton side input) works in streaming as in batch. A no-op in meaning on a bounded
+    PCollection, so the same pipeline code serves both::
+
+        stats = (summaries | "WholeRun" >> WholeRun()
+                 | "CombineStats" >> beam.CombineGlobally(CombineStats(vocab_size)).without_defaults())
+    """
+
+    def expand(self, pcoll):
+        return pcoll | "FireAtEnd" >> beam.WindowInto(window.GlobalWindows(), trigger=trigger.AfterWatermark(),
+                                                      accumulation_mode=trigger.AccumulationMode.DISCARDING)

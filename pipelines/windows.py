@@ -307,7 +307,8 @@ class WindowStats(beam.PTransform):
     - batch (no `early_count`, no `allowed_lateness`): each window fires once, when the input ends;
     - streaming: `early_count=n` fires a provisional pane after every n partial summaries in a window
       (a partial summary is one shard's records of that window), so the window's file appears and
-      grows while the stream runs; the on-time pane at the watermark rewrites it, and each late pane
+      grows while the stream runs (on Dataflow; the local FnApiRunner fires every pane when the
+      stream ends); the on-time pane at the watermark rewrites it, and each late pane
       within `allowed_lateness` seconds rewrites it again. Panes accumulate: every file written is
       the exact merge of all that its window has received so far.
 

@@ -179,12 +179,12 @@ T0 = 1796119200          # 2026-12-01T10:00:00Z
 def add_windowed_stats(shards, output, window_seconds):
     """The building blocks as tokenize will combine them in watch mode: per shard, records with a
     `ts` field -> partial summaries per window (a tagged output) -> WindowStats; the overall
-    summary combined over the whole run (Beam refuses a default-trigger global combine on a stream,
-    hence the explicit trigger)."""
+    summary and the shard names combined over the whole run (`WholeRun`: Beam refuses a
+    default-trigger global combine on a stream)."""
     import apache_beam as beam
-    from apache_beam.transforms import trigger, window
 
     from bpe_ops.stats import Summary, batch_stats
+    from pipelines.watch import WholeRun
     from pipelines.windows import MergeSummaries, WindowedSummaries, WindowStats
     from schemas.stats import TokenizerFacts
 
@@ -206,11 +206,15 @@ def add_windowed_stats(shards, output, window_seconds):
 
     out = shards | "Tokenize" >> beam.FlatMap(tokenize).with_outputs("windows", main="overall")
     out.windows | "WindowStats" >> WindowStats(VOCAB, window_seconds, output, facts, early_count=1)
-    (out.overall
-     | "WholeRun" >> beam.WindowInto(window.GlobalWindows(), trigger=trigger.AfterWatermark(),
-                                     accumulation_mode=trigger.AccumulationMode.DISCARDING)
-     | "Total" >> beam.CombineGlobally(MergeSummaries(VOCAB)).without_defaults()
-     | "WriteTotal" >> beam.Map(lambda s: Path(output, "total.json").write_text(json.dumps([s.records, s.tokens]))))
+    total = (out.overall
+             | "WholeRun" >> WholeRun()
+             | "Total" >> beam.CombineGlobally(MergeSummaries(VOCAB)).without_defaults())
+    names = (shards | "ShardsOfRun" >> WholeRun() | "Names" >> beam.Map(lambda s: s.relpath)
+             | "AllNames" >> beam.CombineGlobally(beam.combiners.ToListCombineFn()).without_defaults())
+    # A singleton side input of a whole-run result, as tokenize's _SUCCESS step takes stats.json's.
+    (names
+     | "WriteTotal" >> beam.Map(lambda ns, s: Path(output, "total.json").write_text(
+         json.dumps([s.records, s.tokens, sorted(ns)])), beam.pvalue.AsSingleton(total)))
 
 
 def test_windowed_statistics_on_a_watched_stream(tmp_path):
@@ -236,8 +240,9 @@ def test_windowed_statistics_on_a_watched_stream(tmp_path):
     assert [f.name for f in files] == ["2026-12-01T10:00:00Z.stats.json", "2026-12-01T11:00:00Z.stats.json",
                                        "2026-12-01T12:00:00Z.stats.json"]
     assert [load_stats(f)["records"] for f in files] == [timed[k] for k in sorted(timed)] == [3, 1, 1]
-    total_records, _ = json.loads((output / "total.json").read_text())
+    total_records, _, names = json.loads((output / "total.json").read_text())
     assert total_records == 7 == sum(timed.values()) + 2          # two records untimed
+    assert names == ["s0.jsonl", "s1.jsonl", "s2.jsonl"]
 
 
 # ---------------------------------------------------------------------------- pieces
