@@ -20,7 +20,7 @@ setup(
         "zstandard>=0.21",           # .zst shards
     ],
     extras_require={
-        "test": ["pytest>=7", "wheel", "hypothesis>=6", "tokenizers>=0.20", "tiktoken>=0.7", "rustbpe",
+        "test": ["pytest>=7", "setuptools", "wheel", "hypothesis>=6", "tokenizers>=0.20", "tiktoken>=0.7", "rustbpe",
                  "duckdb", "datasets", "moto[server]>=5", "s3fs", "matplotlib"],
         "bench": ["tokenizers>=0.20", "tiktoken>=0.7", "rustbpe", "psutil"],
         "plot": ["matplotlib>=3.5"],

@@ -66,7 +66,7 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a shard that cannot be read is a warning, not a failed run (exit 0, _SUCCESS)")
 
 
-def source_options(args: argparse.Namespace, keep_fields: tuple[str, ...] = ()):
+def source_options(args: argparse.Namespace, keep_fields: tuple[str, ...] = (), extra_fields: tuple[str, ...] = ()):
     """The SourceOptions of the parsed flags; a contradiction is a UserError."""
     from pipelines.sources import InputError, SourceOptions
 
@@ -74,12 +74,13 @@ def source_options(args: argparse.Namespace, keep_fields: tuple[str, ...] = ()):
         return SourceOptions(format=args.format, text_field=args.text_field, id_field=args.id_field or None,
                              text_unit=args.text_unit, separator=args.separator,
                              invalid_utf8=args.invalid_utf8, keep_fields=tuple(keep_fields),
+                             extra_fields=tuple(extra_fields),
                              max_record_bytes=args.max_record_bytes or None)
     except InputError as exc:
         raise UserError(str(exc)) from None
 
 
-def expand(inputs: list[str], options) -> list:
+def expand(inputs: list[str], options, allow_empty: bool = False) -> list:
     """Match the input shards once, at launch, and check each one's format against the options, so
     that nothing matching, an unknown extension or a txt-only flag on JSONL fails before any work."""
     from pipelines.sources import InputError, expand_inputs, output_name, shard_format
@@ -91,7 +92,12 @@ def expand(inputs: list[str], options) -> list:
         raise UserError(f"memory:// inputs live inside one process, which Beam's workers do not share: "
                         f"{', '.join(memory)}")
     try:
-        shards = expand_inputs(inputs)
+        try:
+            shards = expand_inputs(inputs)
+        except InputError as exc:
+            if not (allow_empty and "matched no files" in str(exc)):
+                raise
+            shards = []       # --watch: the files are yet to come
         for shard in shards:
             shard_format(shard, options)
     except InputError as exc:

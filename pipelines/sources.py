@@ -76,6 +76,8 @@ class SourceOptions:
     separator: str | None = None
     invalid_utf8: str = "replace"
     keep_fields: tuple[str, ...] = ()
+    # Fields read for the statistics but not written (the --timestamp-field): they reach Record.keep too.
+    extra_fields: tuple[str, ...] = ()
     max_record_bytes: int | None = DEFAULT_MAX_RECORD_BYTES     # None: no bound
 
     def __post_init__(self):
@@ -94,6 +96,12 @@ class SourceOptions:
         if self.max_record_bytes is not None and self.max_record_bytes < 1:
             raise InputError("--max-record-bytes must be positive (or 0 for no bound)")
         object.__setattr__(self, "keep_fields", tuple(self.keep_fields))
+        object.__setattr__(self, "extra_fields", tuple(self.extra_fields))
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """Every field read besides the text and the id: kept ones, then the extra ones."""
+        return tuple(dict.fromkeys(self.keep_fields + self.extra_fields))
 
 
 @dataclass(frozen=True)
@@ -205,6 +213,8 @@ def shard_format(shard: Shard, options: SourceOptions) -> str:
         raise InputError(f"--separator and --text-unit apply to txt inputs; {shard.url} is {fmt}")
     if fmt == "txt" and options.keep_fields:
         raise InputError(f"--keep-field applies to jsonl and parquet inputs; {shard.url} is txt")
+    if fmt == "txt" and options.extra_fields:
+        raise InputError(f"--timestamp-field applies to jsonl and parquet inputs; {shard.url} is txt")
     return fmt
 
 
@@ -365,7 +375,7 @@ def _jsonl_record(raw: bytes, offset: int, row: int, shard: Shard,
                 return reject(INVALID_UTF8, f"lone surrogate escape \\u{ord(lone.group()):04x}")
             text, rid = _LONE_SURROGATE.sub("\ufffd", text), _LONE_SURROGATE.sub("\ufffd", rid)
             repaired = True
-    return Record(rid, text, row, repaired, {k: obj.get(k) for k in options.keep_fields})
+    return Record(rid, text, row, repaired, {k: obj.get(k) for k in options.fields})
 
 
 def _read_txt(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int):
@@ -407,7 +417,7 @@ def _read_parquet(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size:
         yield ShardError(shard.url, 0, TEXT_COLUMN_NOT_STRING, f"column {name!r} is {text_type}")
         return
     id_column = options.id_field if options.id_field in names else None
-    kept = [k for k in options.keep_fields if k in names]
+    kept = [k for k in options.fields if k in names]
     columns = list(dict.fromkeys([name] + ([id_column] if id_column else []) + kept))
     # Arrow does not check UTF-8 when it reads Parquet: take the bytes and decode them like text.
     as_bytes = pa.large_binary() if pa.types.is_large_string(text_type) else pa.binary()
@@ -438,7 +448,7 @@ def _read_parquet(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size:
                     yield Rejected(shard.url, row, INVALID_UTF8,
                                    _utf8_detail(exc, f"at byte {exc.start} of the text"), rid)
                 else:
-                    keep = {k: keeps[k][i] if k in keeps else None for k in options.keep_fields}
+                    keep = {k: keeps[k][i] if k in keeps else None for k in options.fields}
                     yield Record(rid, text, row, repaired, keep)
             row += 1
 

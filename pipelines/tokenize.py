@@ -17,7 +17,7 @@ import os
 import posixpath
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 from pipelines.beam_options import (beam, check_worker_paths, local_cores_per_worker, one_local_worker,
                                     pipeline_options, split_beam_args)
@@ -29,18 +29,22 @@ from bpe_ops.stats import Summary, batch_stats, single_byte_ids
 from schemas import tables
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
 from pipelines.command import Parser, implementation_from_environment, option_strings
-from pipelines.errors import (EXIT_OK, IncompleteRun, ShardFailure, UserError, pipeline_failures, run_command, say,
+from pipelines.errors import (EXIT_DRIFT, EXIT_OK, IncompleteRun, ShardFailure, UserError, pipeline_failures, run_command, say,
                               warn)
-from pipelines.files import (check_output_folder, exists, filesystem, join, open_atomic, read_json, remove,
-                             remove_stale_temporaries, write_text_atomic, writing)
+from pipelines.files import (check_output_folder, exists, filesystem, is_local, join, open_atomic, read_json,
+                             remove, remove_stale_temporaries, remove_tree, write_text_atomic, writing)
 from pipelines.shards import REJECTED_DIR, ShardReader, add_source_arguments, describe_shard_error, expand, \
     rejected_url, source_options as make_source_options
 from pipelines.tokenizer_files import TokenizerRef, identify_tokenizer, load_identified_tokenizer, settle_heap
+from pipelines.watch import StopSignal, WatchShards, WholeRun, install_stop_handlers
+from pipelines.windows import (WINDOWS_FOLDER, WindowedSummaries, WindowStats, format_utc, parse_duration,
+                               parse_timestamp)
 
 ENCODE_BATCH_RECORDS = 256        # records encoded per encode_batch call
 ROW_GROUP_ROWS = 8_192            # bounded row groups: memory stays bounded by this, not by the shard
 ROW_GROUP_TOKENS = 4_000_000      # ... or by this many token ids, whichever comes first
 SUCCESS = "_SUCCESS"
+STOP_FILE = "_STOP"              # created by anyone: a --watch run ends cleanly
 MANIFEST_VERSION = 1
 MAX_TOKEN_ID = 2**32 - 1          # the widest id type of the token Parquet is uint32
 
@@ -78,10 +82,15 @@ class TokenizeShard(beam.DoFn):
     same fingerprint (`shard_fingerprint`) is not redone: its summary is rebuilt from the file.
     """
     MANIFEST = "manifest"
+    WINDOWS = "windows"
+    JUDGED = "judged"
 
     def __init__(self, tokenizer: TokenizerRef, source_options, output: str, eos_token: str | None,
-                 fail_fast: bool = False, encode_threads: int = 1):
+                 fail_fast: bool = False, encode_threads: int = 1, windowing: "Windowing | None" = None,
+                 judged: bool = False):
         self.tokenizer = tokenizer
+        self.windowing = windowing
+        self.judged = judged
         self.source_options = source_options
         self.output = output
         self.eos_token = eos_token
@@ -100,7 +109,8 @@ class TokenizeShard(beam.DoFn):
         self.raw_byte_ids = single_byte_ids(self.tok.vocab)
         self.eos_id = self.tok.special_tokens[self.eos_token] if self.eos_token else None
         self.schema = tables.tokens_schema(self.tok.vocab_size, self.source_options.keep_fields, {
-            tables.TOKENIZER_SHA256_KEY: self.sha256, tables.VOCAB_SIZE_KEY: str(self.tok.vocab_size)})
+            tables.TOKENIZER_SHA256_KEY: self.sha256, tables.VOCAB_SIZE_KEY: str(self.tok.vocab_size)},
+            event_time=self.windowing is not None)
         self.counters = {name: beam.metrics.Metrics.counter("tokenbeam", name)
                          for name in ("records", "bytes", "tokens", "rejected")}
 
@@ -110,19 +120,30 @@ class TokenizeShard(beam.DoFn):
         out_url = join(self.output, output_name(shard.relpath))
         fingerprint = shard_fingerprint(shard, self.source_options, self.sha256, self.eos_token)
         done = read_shard_metadata(out_url)
+        windowed = self.windowing and WindowedSummaries(self.tok.vocab_size, self.windowing.seconds,
+                                                        raw_byte_ids=self.raw_byte_ids)
         if done is not None and done.get("fingerprint") == fingerprint and not done.get("shard_errors"):
             summary = self.summary_from_parquet(out_url)
+            if windowed:
+                windows_from_parquet(out_url, windowed)
             say(f"skipped {shard.relpath}: complete from an earlier run with the same inputs and options "
                 f"({done['rows']:,} rows)")
-            yield summary
-            yield beam.pvalue.TaggedOutput(self.MANIFEST, dict(done, reused=True))
-            return
-        with writing(out_url):
-            summary, entry = self.tokenize(shard, out_url, fingerprint)
+            entry = dict(done, reused=True)
+        else:
+            with writing(out_url):
+                summary, entry = self.tokenize(shard, out_url, fingerprint, windowed)
+            entry = dict(entry, reused=False)
+        if windowed:
+            entry["untimed_records"] = windowed.untimed.records
+            entry["windows"] = [format_utc(e.timestamp.micros) for e in windowed.elements()]
+            for element in windowed.elements():
+                yield beam.pvalue.TaggedOutput(self.WINDOWS, element)
+        if self.judged:
+            yield beam.pvalue.TaggedOutput(self.JUDGED, (entry, summary))
         yield summary
-        yield beam.pvalue.TaggedOutput(self.MANIFEST, dict(entry, reused=False))
+        yield beam.pvalue.TaggedOutput(self.MANIFEST, entry)
 
-    def tokenize(self, shard, out_url: str, fingerprint: dict):
+    def tokenize(self, shard, out_url: str, fingerprint: dict, windowed=None):
         from pipelines.sources import output_name
 
         started = time.perf_counter()
@@ -130,7 +151,7 @@ class TokenizeShard(beam.DoFn):
         summary.add_shard(shard.relpath)
         reader = ShardReader(shard, self.source_options, self.output, self.fail_fast)
         batch: list = []
-        group = RowGroup(self.source_options.keep_fields)
+        group = self.new_row_group()
         # The writer is a context too: a failure mid-shard closes it before its file goes, rather than
         # leaving its finalizer to write into a closed file (a traceback on the terminal).
         # No dictionary encoding: plain token ids compress better under zstd and write faster; ids and
@@ -141,12 +162,12 @@ class TokenizeShard(beam.DoFn):
             for record in reader:
                 batch.append(record)
                 if len(batch) >= ENCODE_BATCH_RECORDS:
-                    self.encode_into(batch, group, summary)
+                    self.encode_into(batch, group, summary, windowed)
                     batch = []
                     if group.full():
                         writer.write_table(group.to_table(self.schema, summary))
-                        group = RowGroup(self.source_options.keep_fields)
-            self.encode_into(batch, group, summary)
+                        group = self.new_row_group()
+            self.encode_into(batch, group, summary, windowed)
             if group.rows or summary.records == 0:
                 writer.write_table(group.to_table(self.schema, summary))
             account = reader.finish()
@@ -166,7 +187,10 @@ class TokenizeShard(beam.DoFn):
             f"{account.rejected} rejected, {summary.bytes / 1e6 / max(elapsed, 1e-9):.2f} MB/s")
         return summary, entry
 
-    def encode_into(self, batch, group: "RowGroup", summary) -> None:
+    def new_row_group(self) -> "RowGroup":
+        return RowGroup(self.source_options.keep_fields, self.windowing and self.windowing.field)
+
+    def encode_into(self, batch, group: "RowGroup", summary, windowed=None) -> None:
         """Encode a batch of records into `group`; the per-record figures are computed a column at a
         time for the whole batch (token ids are counted later, per row group)."""
         if not batch:
@@ -179,8 +203,12 @@ class TokenizeShard(beam.DoFn):
             for ids in id_arrays:
                 ids.append(self.eos_id)
         stats = batch_stats(texts, id_arrays)
-        summary.add_batch(*stats, record_ids=[r.id for r in batch], id_arrays=id_arrays)
+        record_ids = [r.id for r in batch]
+        summary.add_batch(*stats, record_ids=record_ids, id_arrays=id_arrays)
         group.extend(batch, id_arrays, stats)
+        if windowed:
+            windowed.add_batch([r.keep.get(self.windowing.field) for r in batch], *stats, id_arrays,
+                               record_ids=record_ids)
 
     def summary_from_parquet(self, url: str):
         """Rebuild a finished shard's Summary from its Parquet rows and footer (no re-encoding)."""
@@ -189,6 +217,29 @@ class TokenizeShard(beam.DoFn):
         summary = Summary(self.tok.vocab_size, raw_byte_ids=self.raw_byte_ids)
         add_file(summary, url, self.sha256)
         return summary
+
+
+@dataclass(frozen=True)
+class Windowing:
+    """`--timestamp-field F --window DURATION`: which field dates a record, and the window length."""
+    field: str
+    seconds: float
+
+
+def windows_from_parquet(url: str, windowed) -> None:
+    """Rebuild a finished shard's window summaries from its Parquet (its `event_time` column)."""
+    fs, path = filesystem(url)
+    columns = ["id", "token_ids", *tables.STAT_COLUMNS, tables.EVENT_TIME_COLUMN]
+    with fs.open(path, "rb") as f:
+        for batch in pq.ParquetFile(f).iter_batches(batch_size=8192, columns=columns):
+            micros = batch.column(tables.EVENT_TIME_COLUMN).cast(pa.int64()).to_pylist()
+            ids = batch.column("token_ids")
+            flat = ids.flatten().to_numpy(zero_copy_only=False)
+            offsets = ids.offsets.to_numpy() - ids.offsets[0].as_py()
+            id_arrays = [flat[offsets[i]:offsets[i + 1]] for i in range(len(batch))]
+            stats = [batch.column(c).to_pylist() for c in tables.STAT_COLUMNS]
+            windowed.add_batch([None if m is None else m / 1e6 for m in micros], *stats, id_arrays,
+                               record_ids=batch.column("id").to_pylist())
 
 
 def shard_fingerprint(shard, source_options, tokenizer_sha256: str, eos_token: str | None) -> dict:
@@ -228,8 +279,10 @@ class RowGroup:
     uint32 `array` (`Tokenizer.encode_array`), and the row group's ids reach Arrow as one flat
     buffer, with no Python object per id."""
 
-    def __init__(self, keep_fields: tuple[str, ...]):
+    def __init__(self, keep_fields: tuple[str, ...], timestamp_field: str | None = None):
         self.keep_fields = keep_fields
+        self.timestamp_field = timestamp_field
+        self.event_times: list[int | None] = []     # epoch microseconds
         self.ids: list[str] = []
         self.token_ids: list[array.array] = []
         self.stats: list[list[int]] = [[] for _ in tables.STAT_COLUMNS]
@@ -250,6 +303,9 @@ class RowGroup:
             column += values
         for k in self.keep_fields:
             self.keep[k] += [None if r.keep.get(k) is None else json_field(r.keep[k]) for r in records]
+        if self.timestamp_field:
+            seconds = (parse_timestamp(r.keep.get(self.timestamp_field)) for r in records)
+            self.event_times += [None if s is None else round(s * 1e6) for s in seconds]
         self.tokens += sum(stats[0])
 
     def full(self) -> bool:
@@ -271,6 +327,8 @@ class RowGroup:
         np.cumsum(self.stats[0], out=offsets[1:])
         token_ids = pa.ListArray.from_arrays(pa.array(offsets).cast(pa.int32()), ids)
         columns = [pa.array(self.ids, pa.string()), token_ids] + [pa.array(c, pa.int32()) for c in self.stats]
+        if self.timestamp_field:
+            columns.append(pa.array(self.event_times, pa.int64()).cast(tables.EVENT_TIME_TYPE))
         columns += [pa.array(self.keep[k], pa.string()) for k in self.keep_fields]
         return pa.Table.from_arrays(columns, schema=schema)
 
@@ -335,6 +393,8 @@ def write_success(entries: list[dict], stats_url: str, output: str, tokenizer_sh
                 "records_read": sum(e["records_read"] for e in entries),
                 "rows": sum(e["rows"] for e in entries), "rejected": sum(e["rejected"] for e in entries),
                 "shards_failed": sum(bool(e["shard_errors"]) for e in entries)}
+    if any("untimed_records" in e for e in entries):     # --window: records without a usable timestamp
+        manifest["untimed_records"] = sum(e.get("untimed_records", 0) for e in entries)
     stats = read_json(stats_url)
     unbalanced = [e["relpath"] for e in entries if e["records_read"] != e["rows"] + e["rejected"]]
     if unbalanced or manifest["records_read"] != manifest["rows"] + manifest["rejected"] or (
@@ -352,25 +412,116 @@ def write_success(entries: list[dict], stats_url: str, output: str, tokenizer_sh
     return True
 
 
+class JudgeShard(beam.DoFn):
+    """Watch mode: judge each shard's statistics against the baseline as soon as the shard is written
+    and say so at once, on the console and as one line of `OUTPUT/alerts.jsonl` (shard, its windows,
+    verdict, flagged metrics, headline). A local output gets the line appended as it is judged; on an
+    object store each shard's line is its own file under `alerts/`, gathered into `alerts.jsonl` when
+    the watch ends."""
+
+    def __init__(self, baseline_url: str, facts: TokenizerFacts, output: str):
+        self.baseline_url = baseline_url
+        self.facts = facts
+        self.output = output
+
+    def setup(self):
+        self.baseline = read_json(self.baseline_url)
+
+    def process(self, entry_and_summary):
+        from pipelines import drift
+
+        entry, summary = entry_and_summary
+        current = json.loads(dump_stats(stats_json(summary, self.facts)))
+        alert = {"shard": entry["relpath"], "windows": entry.get("windows", []), "records": summary.records,
+                 "at": round(time.time(), 3)}
+        try:
+            report = drift.compare(self.baseline, current)
+        except ValueError as exc:     # too few records to judge, say: reported, never an alert
+            alert.update(verdict="not judged", drift=False, flagged=[], headline=str(exc))
+        else:
+            alert.update(verdict=report.verdict, drift=report.drift, flagged=[m.name for m in report.flagged],
+                         headline=drift.headline(report))
+        line = json.dumps(alert, sort_keys=True)
+        say(f"{'ALERT' if alert['drift'] else 'ok'} {entry['relpath']}: {alert['headline']}")
+        write_alert(self.output, entry["relpath"], line)
+        yield alert
+
+
+ALERTS = "alerts.jsonl"
+ALERTS_DIR = "alerts"
+
+
+def write_alert(output: str, relpath: str, line: str) -> None:
+    from pipelines.sources import output_name
+
+    url = join(output, ALERTS_DIR, output_name(relpath, ".json"))
+    with writing(url):
+        write_text_atomic(url, line + "\n")
+        if is_local(output):
+            path = join(output, ALERTS)
+            with open(path[len("file://"):] if path.startswith("file://") else path, "a", encoding="utf-8") as f:
+                f.write(line + "\n")      # one short line per write: appended whole
+
+
+def gather_alerts(output: str) -> int:
+    """`alerts.jsonl` from the per-shard alert files, in the order they were judged (an object store
+    output has no appendable file). Returns how many alerts said drift."""
+    fs, root = filesystem(join(output, ALERTS_DIR))
+    alerts = []
+    if fs.exists(root):
+        for f in sorted(f for f in fs.find(root) if f.endswith(".json")):
+            with fs.open(f, "rb") as fh:
+                alerts.append(json.loads(fh.read()))
+    alerts.sort(key=lambda a: (a["at"], a["shard"]))
+    write_text_atomic(join(output, ALERTS), "".join(json.dumps(a, sort_keys=True) + "\n" for a in alerts))
+    return sum(a["drift"] for a in alerts)
+
+
+@dataclass(frozen=True)
+class Watching:
+    """`--watch`: the shard source, and the baseline each new shard is judged against."""
+    source: beam.PTransform
+    baseline: str | None = None
+
+
 def build_tokenize_pipeline(p, shards, tokenizer: TokenizerRef, facts: TokenizerFacts, source_options,
                             output: str, eos_token: str | None, inputs: list[str], started_at: float,
                             fail_fast: bool = False, encode_threads: int = 1, spread: bool = True,
-                            allow_shard_errors: bool = False):
+                            allow_shard_errors: bool = False, windowing: Windowing | None = None,
+                            watching: Watching | None = None):
     """The tokenize pipeline for a tokenizer the launcher loaded: `tokenizer` names it (and carries its
-    sha256), `facts` is what stats.json needs of it, so no worker computes either again."""
-    # One element per shard, spread over the workers unless they are this one process.
-    shard_elements = p | "Shards" >> beam.Create(shards)
-    if spread:
-        shard_elements = shard_elements | "SpreadShards" >> beam.Reshuffle()
+    sha256), `facts` is what stats.json needs of it, so no worker computes either again. The shards
+    are `shards` (batch), or what `watching.source` finds as they land (watch mode): the same
+    per-shard transform, windows and whole-run results serve both."""
+    if watching is None:
+        # One element per shard, spread over the workers unless they are this one process.
+        shard_elements = p | "Shards" >> beam.Create(shards)
+        if spread:
+            shard_elements = shard_elements | "SpreadShards" >> beam.Reshuffle()
+    else:
+        shard_elements = p | "WatchShards" >> watching.source
     results = (shard_elements
                | "TokenizeShard" >> beam.ParDo(TokenizeShard(tokenizer, source_options, output, eos_token,
-                                                             fail_fast, encode_threads)
-                                               ).with_outputs(TokenizeShard.MANIFEST, main="summaries"))
-    stats_url = (results.summaries
-                 | "CombineStats" >> beam.CombineGlobally(CombineStats(facts.vocab_size))
+                                                             fail_fast, encode_threads, windowing,
+                                                             judged=bool(watching and watching.baseline))
+                                               ).with_outputs(TokenizeShard.MANIFEST, TokenizeShard.WINDOWS,
+                                                              TokenizeShard.JUDGED, main="summaries"))
+    if windowing is not None:
+        (results[TokenizeShard.WINDOWS]
+         | "WindowStats" >> WindowStats(facts.vocab_size, windowing.seconds, output, facts,
+                                        extra={"tokenizer": tokenizer.url, "timestamp_field": windowing.field}))
+    summaries, manifest = results.summaries, results[TokenizeShard.MANIFEST]
+    if watching is not None:
+        if watching.baseline:
+            results[TokenizeShard.JUDGED] | "JudgeShard" >> beam.ParDo(JudgeShard(watching.baseline, facts, output))
+        # A stream's whole-run results fire once, when the watch has ended.
+        summaries = summaries | "WholeRunSummaries" >> WholeRun()
+        manifest = manifest | "WholeRunManifest" >> WholeRun()
+    stats_url = (summaries
+                 | "CombineStats" >> beam.CombineGlobally(CombineStats(facts.vocab_size)).without_defaults()
                  | "WriteStats" >> beam.Map(write_stats, facts, tokenizer.url, output, inputs, started_at))
-    (results[TokenizeShard.MANIFEST]
-     | "CollectManifest" >> beam.combiners.ToList()
+    (manifest
+     | "CollectManifest" >> beam.CombineGlobally(beam.combiners.ToListCombineFn()).without_defaults()
      | "WriteSuccess" >> beam.Map(write_success, beam.pvalue.AsSingleton(stats_url), output, tokenizer.sha256,
                                   allow_shard_errors))
 
@@ -392,15 +543,18 @@ def clear_stale_outputs(output: str, shards) -> int:
     found = [f for f in fs.find(root) if not posixpath.basename(f).startswith(".")]
     relative = {f: posixpath.relpath(f, root) for f in found}
     stale_parquet = [f for f, rel in relative.items() if rel.endswith(".parquet") and rel not in expected
-                     and not rel.startswith(REJECTED_DIR + "/")]
+                     and not rel.startswith((REJECTED_DIR + "/", WINDOWS_FOLDER + "/", ALERTS_DIR + "/"))]
     foreign = [relative[f] for f in stale_parquet if read_shard_metadata(fs.unstrip_protocol(f)) is None]
     if foreign:
         raise UserError(f"--output {output} holds Parquet files tokenbeam did not write ({', '.join(sorted(foreign)[:3])}"
                         f"{', ...' if len(foreign) > 3 else ''}); give an empty or tokenbeam-only folder")
     stale_rejected = [f for f, rel in relative.items() if rel.startswith(REJECTED_DIR + "/")
                       and rel[len(REJECTED_DIR) + 1:] not in expected_rejected]
-    for name in (SUCCESS, "stats.json"):
+    for name in (SUCCESS, "stats.json", ALERTS, STOP_FILE):
         remove(join(output, name))
+    # Windows and alerts are rewritten whole by every run.
+    for folder in (WINDOWS_FOLDER, ALERTS_DIR):
+        remove_tree(join(output, folder))
     for f in stale_parquet + stale_rejected:
         fs.rm(f)
     return len(stale_parquet)
@@ -437,7 +591,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="threads that encode each batch in a worker (default: the cores each local worker "
                              "has, 1 on other runners)")
     parser.add_argument("--baseline", default=None, metavar="STATS",
-                        help="compare the new stats.json with this one at the end (as `tokenbeam drift`)")
+                        help="compare the new stats.json with this one at the end (as `tokenbeam drift`); "
+                             "with --watch, judge each new shard against it as it is written (alerts.jsonl)")
+    parser.add_argument("--timestamp-field", default=None, metavar="FIELD",
+                        help="the field dating each record (ISO-8601 or epoch seconds), for --window statistics")
+    parser.add_argument("--window", default=None, metavar="DURATION",
+                        help="statistics per event-time window of DURATION (15m, 1h, 1d) in windows/<UTC start>"
+                             ".stats.json; records without a usable timestamp are counted as untimed")
+    parser.add_argument("--watch", action="store_true",
+                        help="keep running: tokenize each new shard matching --input as it lands (Ctrl-C, "
+                             "SIGTERM or an OUTPUT/_STOP file end it cleanly)")
+    parser.add_argument("--poll-interval", type=float, default=2.0, metavar="SECONDS",
+                        help="--watch: how often to look for new shards (default: %(default)s)")
+    parser.add_argument("--stop-after", default=None, metavar="DURATION", help="--watch: end after DURATION")
+    parser.add_argument("--stop-when-idle", default=None, metavar="DURATION",
+                        help="--watch: end after DURATION without a new shard")
     add_source_arguments(parser)
 
 
@@ -457,30 +625,77 @@ def run(argv: list[str]) -> dict:
     return run_parsed(args, rest, option_strings(parser))
 
 
+def duration(flag: str, text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise UserError(f"{flag}: {exc}") from None
+
+
+def check_baseline(url: str) -> None:
+    """A baseline to judge against must be a calibrated stats.json: refused at launch, not per shard."""
+    from pipelines import drift
+    from schemas.stats import validate_stats
+
+    if not exists(url):
+        raise UserError(f"--baseline {url}: no such file")
+    try:
+        stats = read_json(url)
+        validate_stats(stats)
+        drift.check_calibrated(stats, "baseline")
+    except (ValueError, OSError) as exc:
+        raise UserError(f"--baseline {url}: {exc}") from None
+
+
 def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str]) -> dict:
     started_at = time.time()
     beam_args, bare = split_beam_args(rest, tool_options)
     inputs = list(args.input) + bare
-    if args.baseline and not exists(args.baseline):
-        raise UserError(f"--baseline {args.baseline}: no such file")
+    if args.baseline:
+        check_baseline(args.baseline)
+    if (args.timestamp_field is None) != (args.window is None):
+        raise UserError("--timestamp-field and --window go together: the field that dates each record, and "
+                        "the window length (15m, 1h, 1d, ...)")
+    windowing = args.window and Windowing(args.timestamp_field, duration("--window", args.window))
+    watch_flags = [flag for flag, value in (("--stop-after", args.stop_after), ("--stop-when-idle", args.stop_when_idle))
+                   if value is not None]
+    if watch_flags and not args.watch:
+        raise UserError(f"{watch_flags[0]} applies to --watch runs")
     tok, tokenizer = identify_tokenizer(args.tokenizer, implementation_from_environment())
     check_id_range(tok, args.tokenizer)
     if args.eos_token is not None and args.eos_token not in tok.special_tokens:
         known = ", ".join(sorted(tok.special_tokens)) or "none"
         raise UserError(f"--eos-token {args.eos_token!r} is not a special token of {args.tokenizer} (it has: {known})")
     try:
-        tables.tokens_schema(tok.vocab_size, tuple(args.keep_field))
+        tables.tokens_schema(tok.vocab_size, tuple(args.keep_field), event_time=windowing is not None)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     if args.encode_threads is not None and args.encode_threads < 1:
         raise UserError(f"--encode-threads must be at least 1, got {args.encode_threads}")
-    source_options = make_source_options(args, tuple(args.keep_field))
-    shards = expand(inputs, source_options)
+    source_options = make_source_options(args, tuple(args.keep_field),
+                                         (args.timestamp_field,) if args.timestamp_field else ())
+    watching = None
+    if args.watch:
+        if args.poll_interval <= 0:
+            raise UserError(f"--poll-interval must be positive, got {args.poll_interval}")
+        shards = expand(inputs, source_options, allow_empty=True)   # what is there already (more will come)
+        stop = StopSignal(sentinel=join(args.output, STOP_FILE))
+        try:
+            source = WatchShards(inputs, args.poll_interval, duration("--stop-after", args.stop_after),
+                                 duration("--stop-when-idle", args.stop_when_idle), stop)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        watching = Watching(source, args.baseline)
+        beam_args = [*beam_args, "--streaming"]
+    else:
+        shards = expand(inputs, source_options)
     options, runner = pipeline_options(beam_args)
     check_worker_paths(options, [*inputs, args.output, args.tokenizer])
     check_output_folder(args.output)
-    say(f"tokenize: {len(shards)} shard(s), {sum(s.size for s in shards) / 1e6:.1f} MB, "
-        f"vocabulary {tok.vocab_size:,} -> {args.output}")
+    say(f"tokenize: {len(shards)} shard(s){' so far, watching for more' if args.watch else ''}, "
+        f"{sum(s.size for s in shards) / 1e6:.1f} MB, vocabulary {tok.vocab_size:,} -> {args.output}")
     stale = clear_stale_outputs(args.output, shards)
     if stale:
         say(f"removed the outputs of {stale} input(s) of an earlier run that this run does not have")
@@ -488,24 +703,43 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
         say(f"removed the temporary files of an interrupted earlier run under {args.output}")
     # The inputs as a sorted set: the same inputs listed in another order give the same stats.json.
     inputs = sorted(set(inputs))
-    with pipeline_failures(args.output), beam.Pipeline(runner=runner, options=options) as p:
-        build_tokenize_pipeline(p, shards, tokenizer, TokenizerFacts.of(tok), source_options,
-                                args.output, args.eos_token, inputs, started_at, args.fail_fast,
-                                args.encode_threads or local_cores_per_worker(options, runner),
-                                spread=not one_local_worker(options, runner),
-                                allow_shard_errors=args.allow_shard_errors)
+    restore = install_stop_handlers(stop) if watching else (lambda: None)
+    try:
+        with pipeline_failures(args.output), beam.Pipeline(runner=runner, options=options) as p:
+            build_tokenize_pipeline(p, shards, tokenizer, TokenizerFacts.of(tok), source_options,
+                                    args.output, args.eos_token, inputs, started_at, args.fail_fast,
+                                    args.encode_threads or local_cores_per_worker(options, runner),
+                                    spread=not one_local_worker(options, runner) and not watching,
+                                    allow_shard_errors=args.allow_shard_errors, windowing=windowing,
+                                    watching=watching)
+    finally:
+        restore()
+        if watching:
+            remove(join(args.output, STOP_FILE))
+    if not exists(join(args.output, "stats.json")):
+        raise IncompleteRun(f"the watch ended before any shard matching {', '.join(inputs)} arrived; nothing "
+                            f"was written")
     stats = read_json(join(args.output, "stats.json"))
+    manifest = read_json(join(args.output, SUCCESS)) if exists(join(args.output, SUCCESS)) else {}
     elapsed = time.time() - started_at
     for error in stats["shard_errors"]:
         warn(describe_shard_error(error))
-    say(f"done: {stats['records_read']:,} records read, {stats['records']:,} written, {stats['rejected']['total']:,} "
-        f"rejected, {len(stats['shard_errors'])} of {len(shards)} shard(s) failed; {stats['tokens']:,} tokens, "
-        f"{stats['bytes'] / 1e6:.1f} MB in {elapsed:.1f}s ({stats['bytes'] / 1e6 / max(elapsed, 1e-9):.2f} MB/s) "
-        f"-> {args.output}")
+    untimed = (f", {manifest['untimed_records']:,} without a usable {args.timestamp_field}"
+               if "untimed_records" in manifest else "")
+    say(f"done: {stats['records_read']:,} records read, {stats['records']:,} written{untimed}, "
+        f"{stats['rejected']['total']:,} rejected, {len(stats['shard_errors'])} of {stats['shards']['count']} shard(s) "
+        f"failed; {stats['tokens']:,} tokens, {stats['bytes'] / 1e6:.1f} MB in {elapsed:.1f}s "
+        f"({stats['bytes'] / 1e6 / max(elapsed, 1e-9):.2f} MB/s) -> {args.output}")
     failure = outcome_error(stats, args.allow_shard_errors)
     if failure is not None:
         raise failure
-    if args.baseline:
+    if watching and args.baseline:
+        drifted = gather_alerts(args.output)
+        say(f"{drifted} of {stats['shards']['count']} shard(s) drifted from {args.baseline} "
+            f"({join(args.output, ALERTS)})")
+        if drifted:
+            raise SystemExit(EXIT_DRIFT)
+    elif args.baseline:
         from pipelines import drift
         code = drift.main([args.baseline, join(args.output, "stats.json")])
         if code != EXIT_OK:

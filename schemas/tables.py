@@ -25,6 +25,10 @@ SHARD_KEY = "tokenbeam.shard"
 # The largest vocabulary whose ids fit list<uint16>.
 UINT16_MAX_VOCAB = 65_536
 STAT_COLUMNS = ("n_tokens", "n_bytes", "n_chars", "n_words")
+# With --timestamp-field: each record's event time (UTC; null when the field is missing or unusable),
+# from which a rerun rebuilds the windows of a shard it does not redo.
+EVENT_TIME_COLUMN = "event_time"
+EVENT_TIME_TYPE = pa.timestamp("us", tz="UTC")
 
 
 def token_id_type(vocab_size: int) -> pa.DataType:
@@ -32,9 +36,10 @@ def token_id_type(vocab_size: int) -> pa.DataType:
     return pa.uint16() if vocab_size <= UINT16_MAX_VOCAB else pa.uint32()
 
 
-def tokens_schema(vocab_size: int, keep_fields: tuple[str, ...] = (), metadata: dict[str, str] | None = None
-                  ) -> pa.Schema:
-    """Schema of a token Parquet file: id, token_ids, the per-record statistics, pass-through fields.
+def tokens_schema(vocab_size: int, keep_fields: tuple[str, ...] = (), metadata: dict[str, str] | None = None,
+                  event_time: bool = False) -> pa.Schema:
+    """Schema of a token Parquet file: id, token_ids, the per-record statistics, the event time (with
+    `event_time`), pass-through fields.
 
     Pass-through (`--keep-field`) columns are stored as JSON-encoded strings, so a field whose type
     varies across records (a number here, a list there) never breaks a file.
@@ -43,6 +48,8 @@ def tokens_schema(vocab_size: int, keep_fields: tuple[str, ...] = (), metadata: 
         pa.field("id", pa.string(), nullable=False),
         pa.field("token_ids", pa.list_(token_id_type(vocab_size)), nullable=False),
     ] + [pa.field(name, pa.int32(), nullable=False) for name in STAT_COLUMNS]
+    if event_time:
+        fields.append(pa.field(EVENT_TIME_COLUMN, EVENT_TIME_TYPE, nullable=True))
     reserved = {f.name for f in fields}
     for name in keep_fields:
         if name in reserved:

@@ -62,8 +62,9 @@ def trained(tmp_path_factory, inputs):
     outs = {}
     for name, (seed, beam_flags, order) in RUNS.items():
         out = tmp_path_factory.mktemp(f"train-{name}")
+        # The truncated shard is reported and allowed: its readable rows are part of the comparison.
         cli("train", ["--output", out, "--vocab-size", 800, "--special-token", SPECIAL, *input_flags(inputs, order),
-                      *beam_flags], seed)
+                      "--allow-shard-errors", *beam_flags], seed)
         outs[name] = out
     return outs
 
@@ -74,7 +75,8 @@ def tokenized(tmp_path_factory, inputs, trained):
     outs = {}
     for name, (seed, beam_flags, order) in RUNS.items():
         out = tmp_path_factory.mktemp(f"tokens-{name}")
-        cli("tokenize", ["--tokenizer", tokenizer, "--output", out, *input_flags(inputs, order), *beam_flags], seed)
+        cli("tokenize", ["--tokenizer", tokenizer, "--output", out, *input_flags(inputs, order), "--allow-shard-errors",
+                         *beam_flags], seed)
         outs[name] = out
     return outs
 
