@@ -149,7 +149,9 @@ _VERSION_KEYS = ("ETag", "etag", "md5Hash", "crc32c", "sha256", "mtime", "LastMo
                  "created")
 
 
-def _version(info: dict) -> str:
+def file_version(info: dict) -> str:
+    """What an fsspec `info()` says of a file's version ("" if nothing): batch matching and the
+    watched source record it alike, so their outputs are the same bytes."""
     for key in _VERSION_KEYS:
         if info.get(key) not in (None, ""):
             return f"{key}={info[key]}"
@@ -169,7 +171,7 @@ def _match(pattern: str) -> dict[str, tuple[str, str, int, str]]:
         if info.get("type") == "directory":
             continue
         canonical = fs.unstrip_protocol(p)
-        matches[canonical] = (canonical if with_protocol else p, p, info.get("size") or 0, _version(info))
+        matches[canonical] = (canonical if with_protocol else p, p, info.get("size") or 0, file_version(info))
     return matches
 
 

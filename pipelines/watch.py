@@ -68,7 +68,7 @@ from apache_beam.transforms import trigger, window
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import MIN_TIMESTAMP, Duration, Timestamp
 
-from pipelines.sources import Shard
+from pipelines.sources import Shard, file_version
 
 __all__ = ["WatchShards", "WholeRun", "StopSignal", "install_stop_handlers", "fixed_folder", "is_temporary_name"]
 
@@ -280,7 +280,7 @@ class _PollShards:
                 relpath = "/".join(parts[len(self.base):])
                 size = info.get("size") or 0
                 mtime = info.get("mtime") or info.get("LastModified") or info.get("updated")
-                found.setdefault(url, ((size, str(mtime)), Shard(url, relpath, size)))
+                found.setdefault(url, ((size, str(mtime)), Shard(url, relpath, size, file_version(info))))
         return found
 
     def __call__(self, element) -> PollResult:
