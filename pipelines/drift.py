@@ -106,9 +106,11 @@ def js_rows(p: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Estimate:
-    """A figure of one side and the variance of its sampling error."""
+    """A figure of one side, the variance of its sampling error, and the degrees of freedom that
+    variance rests on (None: treat as known)."""
     value: float | None
     variance: float | None
+    df: float | None = None
 
 
 def ratio_estimate(moments: dict, numerator: str, denominator: str | None) -> Estimate:
@@ -120,12 +122,16 @@ def ratio_estimate(moments: dict, numerator: str, denominator: str | None) -> Es
     R is the mean of y per record). The residual sum is computed exactly, as the integer
     Syy Sx^2 - 2 Sy Sx Sxy + Sy^2 Sxx over Sx^2, before any float is taken.
 
+    The variance rests on n_eff - 1 degrees of freedom, with n_eff = (sum x)^2 / sum x^2 (Kish's
+    effective size of x-weighted records: n for a mean, far fewer than n when a few long records
+    carry most of the tokens, as the heavy-tailed record lengths of real corpora do).
+
     >>> m = {"variables": ["tokens", "bytes"], "records": 3, "sums": [6, 18],
     ...      "products": [[14, 42], [42, 126]]}          # three records: (1, 3), (2, 6), (3, 9) bytes
     >>> ratio_estimate(m, "bytes", "tokens")              # bytes per token exactly 3: no variance
-    Estimate(value=3.0, variance=0.0)
+    Estimate(value=3.0, variance=0.0, df=1.5714285714285716)
     >>> ratio_estimate(m, "tokens", None)                  # mean 2, s^2 = 1, Var(mean) = 1/3
-    Estimate(value=2.0, variance=0.3333333333333333)
+    Estimate(value=2.0, variance=0.3333333333333333, df=2.0)
     """
     n = moments["records"]
     names = moments["variables"]
@@ -143,7 +149,8 @@ def ratio_estimate(moments: dict, numerator: str, denominator: str | None) -> Es
         return Estimate(value, None)
     residuals = Fraction(syy * sx * sx - 2 * sy * sx * sxy + sy * sy * sxx, sx * sx)
     xbar = Fraction(sx, n)
-    return Estimate(value, float(residuals / (n * (n - 1) * xbar * xbar)))
+    n_eff = sx * sx / sxx
+    return Estimate(value, float(residuals / (n * (n - 1) * xbar * xbar)), max(n_eff - 1, 1.0))
 
 
 def interpolated_percentile(percentiles: Sequence[int], p: float) -> float:
@@ -159,17 +166,65 @@ def quantile_estimate(percentiles: Sequence[int], n: int, p: float) -> Estimate:
     SE ~ (Q(p + s) - Q(p - s)) / 2 with s = sqrt(p (1 - p) / n).
 
     >>> quantile_estimate(list(range(101)), 100, 0.9)     # s = 0.03: Q between 87 and 93
-    Estimate(value=90, variance=9.0)
+    Estimate(value=90, variance=9.0, df=99)
     """
     if not percentiles:
         return Estimate(None, None)
     s = math.sqrt(p * (1 - p) / n)
     se = (interpolated_percentile(percentiles, p + s) - interpolated_percentile(percentiles, p - s)) / 2
-    return Estimate(percentiles[round(100 * p)], se * se)
+    return Estimate(percentiles[round(100 * p)], se * se, max(n - 1, 1))
 
 
-def two_sided_p(z: float) -> float:
-    return 2 * _NORMAL.cdf(-abs(z))
+def two_sided_p(z: float, df: float | None = None) -> float:
+    """P(|T| >= |z|) for Student's t with `df` degrees of freedom (the normal when df is None)."""
+    if df is None:
+        return 2 * _NORMAL.cdf(-abs(z))
+    return _regularized_beta(df / (df + z * z), df / 2, 0.5)
+
+
+def _regularized_beta(x: float, a: float, b: float) -> float:
+    """I_x(a, b), by its continued fraction (modified Lentz; Numerical Recipes' betacf)."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    if x > (a + 1) / (a + b + 2):                    # the fraction converges fast on this side
+        return 1.0 - _regularized_beta(1 - x, b, a)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)) / a
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    f = d
+    for m in range(1, 300):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            f *= c * d
+        if abs(c * d - 1) < 1e-14:
+            break
+    return front * f
+
+
+def t_quantile(level: float, df: float | None) -> float:
+    """The t (or z when df is None) of a two-sided test at `level`, by bisection on `two_sided_p`."""
+    if df is None:
+        return z_quantile(level)
+    lo, hi = 0.0, 1e6
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if two_sided_p(mid, df) > level else (lo, mid)
+    return hi
+
+
+def welch_df(v1: float, df1: float, v2: float, df2: float) -> float | None:
+    """Welch-Satterthwaite degrees of freedom of a difference of two estimates with variances
+    v1, v2 estimated on df1, df2 degrees of freedom (None when both variances are 0)."""
+    if v1 + v2 == 0:
+        return None
+    return (v1 + v2) ** 2 / ((v1 * v1 / df1 if v1 else 0) + (v2 * v2 / df2 if v2 else 0))
 
 
 def z_quantile(level: float) -> float:
@@ -201,29 +256,33 @@ def _row_shares(rows: np.ndarray) -> np.ndarray:
     return np.divide(rows, totals, out=np.zeros_like(rows), where=totals > 0)
 
 
-def split_half_mixtures(a_groups: np.ndarray, b_groups: np.ndarray, draws: int, rng: np.random.Generator):
-    """Two pseudo-samples X, Y per draw, with the sampling noise of A vs B but without their difference.
+def group_swaps(a_groups: np.ndarray, b_groups: np.ndarray, draws: int, rng: np.random.Generator):
+    """Pseudo-samples of "no drift": in each draw, every group k of A trades places with group k of
+    B on a coin flip (a permutation test whose units are the random groups).
 
-    Each side's K groups are split at random into halves: a1, a2 (shares of A's halves), b1, b2.
-    X = (a1 + b1) / 2 and Y = (a2 + b2) / 2. The halves hold half the records, so a1 - a2 has four
-    times the covariance of A's own sampling error, and X - Y = (a1 - a2)/2 + (b1 - b2)/2 has the
-    covariance of (A's error) - (B's error): that of the observed difference under "no drift",
-    whatever the two sample sizes. Any real A-B difference cancels out of X - Y, rare categories
-    seen once on one side behave as in the observed pair, and X, Y are true distributions (no
-    linearisation). Returns (X, Y, valid): share arrays (draws x bins), and the draws in which
-    every half held something.
+    Under "no drift" the records of both sides come from one distribution and fall into groups by a
+    hash of their id, so when the two sides have as many records, group k of A and group k of B are
+    exchangeable, and the swapped pairs are distributed exactly as the observed pair, heavy tails
+    included (one very long document stays whole in its group). Returns (X, Y): the (draws x bins)
+    counts of the two pseudo-samples. Bins neither side uses are dropped: they change nothing.
     """
-    k = a_groups.shape[0]
-    used = (a_groups.sum(0) > 0) | (b_groups.sum(0) > 0)     # bins neither side uses change nothing
+    used = (a_groups.sum(0) > 0) | (b_groups.sum(0) > 0)
     a_groups, b_groups = a_groups[:, used], b_groups[:, used]
-    halves = []
-    for groups in (a_groups, b_groups):
-        masks = np.argsort(rng.random((draws, k)), axis=1) < k // 2      # K/2 groups in half one
-        one, two = masks.astype(float) @ groups, (~masks).astype(float) @ groups
-        halves.append((one, two))
-    (a1, a2), (b1, b2) = halves
-    valid = (a1.sum(1) > 0) & (a2.sum(1) > 0) & (b1.sum(1) > 0) & (b2.sum(1) > 0)
-    return (_row_shares(a1) + _row_shares(b1)) / 2, (_row_shares(a2) + _row_shares(b2)) / 2, valid
+    swap = rng.random((draws, a_groups.shape[0])) < 0.5
+    keep, trade = (~swap).astype(float), swap.astype(float)
+    return keep @ a_groups + trade @ b_groups, trade @ a_groups + keep @ b_groups
+
+
+def size_factor(total_a: float, total_b: float) -> float:
+    """How much larger a divergence's no-drift value is for samples of these totals than for the
+    swapped pseudo-samples, which each hold about half of both: a divergence near 0 grows with
+    the variance of the difference, 1/total_a + 1/total_b, against 4/(total_a + total_b) after
+    swapping. 1 for equal totals, where the swap test is exact; an approximation otherwise.
+
+    >>> size_factor(100, 100), size_factor(900, 100)
+    (1.0, 2.7777777777777777)
+    """
+    return (total_a + total_b) ** 2 / (4 * total_a * total_b)
 
 
 @dataclass(frozen=True)
@@ -249,18 +308,20 @@ class NullDistribution:
 
 
 def js_null(a_groups: np.ndarray, b_groups: np.ndarray, draws: int = NULL_DRAWS, seed: int = NULL_SEED):
-    """No-drift draws of the JS divergence of token-id classes (groups x classes counts per side)."""
-    x, y, valid = split_half_mixtures(a_groups.astype(float), b_groups.astype(float), draws,
-                                      np.random.default_rng(seed))
-    return NullDistribution(js_rows(x[valid], y[valid]))
+    """No-drift draws of the JS divergence of token-id classes (groups x classes counts per side),
+    scaled to the two sides' token totals (`size_factor`)."""
+    x, y = group_swaps(a_groups.astype(float), b_groups.astype(float), draws, np.random.default_rng(seed))
+    ok = (x.sum(1) > 0) & (y.sum(1) > 0)
+    values = js_rows(_row_shares(x[ok]), _row_shares(y[ok]))
+    return NullDistribution(values * size_factor(a_groups.sum(), b_groups.sum()))
 
 
 def psi_null(a_groups: np.ndarray, b_groups: np.ndarray, draws: int = NULL_DRAWS, seed: int = NULL_SEED):
-    """No-drift draws of the PSI of a histogram (groups x bins record counts per side): the pseudo
-    samples are scaled back to each side's records, so the smoothing acts as on the observed pair."""
-    x, y, valid = split_half_mixtures(a_groups.astype(float), b_groups.astype(float), draws,
-                                      np.random.default_rng(seed + 1))
-    return NullDistribution(psi_rows(x[valid] * a_groups.sum(), y[valid] * b_groups.sum()))
+    """No-drift draws of the PSI of a histogram (groups x bins record counts per side), scaled to
+    the two sides' records (`size_factor`)."""
+    x, y = group_swaps(a_groups.astype(float), b_groups.astype(float), draws, np.random.default_rng(seed + 1))
+    ok = (x.sum(1) > 0) & (y.sum(1) > 0)
+    return NullDistribution(psi_rows(x[ok], y[ok]) * size_factor(a_groups.sum(), b_groups.sum()))
 
 
 # ---- the comparison ---------------------------------------------------------------------------
@@ -392,6 +453,7 @@ class _Test:
     p_value: float
     se: float | None = None
     null: NullDistribution | None = None
+    df: float | None = None
 
 
 def _side(stats: dict) -> dict:
@@ -399,9 +461,9 @@ def _side(stats: dict) -> dict:
     return {"path": None, "tokenizer_sha256": stats["tokenizer_sha256"], "records": stats["records"]}
 
 
-def _p_of_difference(diff: float, se: float) -> float:
+def _p_of_difference(diff: float, se: float, df: float | None = None) -> float:
     if se > 0:
-        return two_sided_p(diff / se)
+        return two_sided_p(diff / se, df)
     return 1.0 if diff == 0 else 0.0
 
 
@@ -413,7 +475,8 @@ def _ratio_test(name, label, section, base: Estimate, cur: Estimate, threshold, 
     se = math.sqrt(base.variance + cur.variance)
     scale = base.value if kind == "relative" else 1.0
     metric = Metric(name, label, section, base.value, cur.value, diff / scale, kind, threshold, layout.OK)
-    return _Test(metric, _p_of_difference(diff, se), se=se / abs(scale))
+    df = welch_df(base.variance, base.df, cur.variance, cur.df) if base.df and cur.df else None
+    return _Test(metric, _p_of_difference(diff, se, df), se=se / abs(scale), df=df)
 
 
 def _rate_test(name, label, section, base: tuple[int, int], cur: tuple[int, int], threshold) -> _Test | Metric:
@@ -442,14 +505,14 @@ def _judge(tests: list[_Test], level: float) -> None:
     if not tests:
         return
     per_figure = level / len(tests)      # Bonferroni: the level of each interval and detectable change
-    z = z_quantile(per_figure)
     for t, beyond in zip(tests, holm([t.p_value for t in tests], level)):
         m = t.metric
         m.p_value, m.beyond_noise = t.p_value, beyond
         if t.null is not None:
             m.detectable = t.null.quantile(1 - per_figure) - t.null.mean
-            half = z * t.null.sd
+            half = z_quantile(per_figure) * t.null.sd
         else:
+            z = t_quantile(per_figure, t.df)
             m.detectable = z * t.se
             half = z * t.se
         m.interval = [m.change - half, m.change + half]
