@@ -1,0 +1,778 @@
+"""`tokenbeam pack`: token Parquet -> shuffled, split, fixed-length sequences for pretraining.
+
+    row groups -> ReadDocuments (one DoFn call per row group: id, ids, two hashes of (seed, id))
+    -> AssignSplit (train / validation by the split hash) -> GroupByKey((split, bucket)) ->
+    PackBucket (sort a bucket by the order hash, lay its documents at their offset in the split's
+    stream, cut at file boundaries) -> GroupByKey((split, file)) -> WriteFile (rows of seq_len ids:
+    Parquet, Megatron .bin + .idx, flat .bin) -> pack.json -> _SUCCESS (written last).
+
+The order is a function of the seed and the record ids only: a document's place is its order hash
+(buckets are ranges of the hash), so the output is the same bytes whatever the runner, the number
+of workers, the number of buckets or the order of the input files. Each split's stream is
+[BOS] ids [EOS] per document, back to back; every bucket learns where its documents start in the
+stream from the buckets' sizes (a small side input), so no step ever holds more than one bucket or
+one output file.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import math
+import posixpath
+import sys
+import time
+from typing import Any, Tuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipelines.beam_options import beam, check_worker_paths, one_local_worker, pipeline_options, split_beam_args
+from pipelines.command import Parser, option_strings
+from pipelines.errors import IncompleteRun, UserError, pipeline_failures, run_command, say, warn
+from pipelines.files import (check_output_folder, filesystem, join, open_atomic, read_json, remove, remove_tree,
+                             remove_stale_temporaries, write_text_atomic, writing)
+from pipelines.shards import byte_size
+from schemas import pack as layout
+from schemas import tables
+
+BUCKET_TOKENS = 1 << 22          # ids per shuffle bucket: what one PackBucket call holds
+DEFAULT_MAX_TOKENS_PER_FILE = "16M"
+DEFAULT_SEED = 1234
+ROW_GROUP_ROWS = 1_024           # packed rows per Parquet row group: readers stream them
+HASH_BITS = 63                   # hashes are non-negative int64, which Beam's coders carry as varints
+TRAIN, VALIDATION = layout.SPLITS
+
+
+# --- the inputs -----------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class TokenFile:
+    """One token Parquet input as the launcher read it from its footer (no rows are read):
+    where it is, its version, its row groups' rows and ids, its tokenizer and EOS."""
+    url: str
+    size: int
+    version: str
+    rows: tuple[int, ...]             # rows per row group
+    ids: tuple[int, ...]              # ids per row group
+    tokenizer_sha256: str
+    vocab_size: int
+    eos_token: str | None             # the --eos-token tokenize ended each record with, if any
+    footer_sha256: str                # of the shard record tokenize left in the footer ("" if none)
+
+
+def read_token_file(shard) -> TokenFile:
+    """Check that `shard` is a token Parquet file of `tokenbeam tokenize` and read its footer."""
+    fs, path = filesystem(shard.url)
+    try:
+        with fs.open(path, "rb") as f:
+            pf = pq.ParquetFile(f)
+            schema = pf.schema_arrow
+            meta = tables.file_metadata(schema.metadata)
+            footer = tables.file_metadata(pf.metadata.metadata)
+            groups = [pf.metadata.row_group(i) for i in range(pf.metadata.num_row_groups)]
+            columns = [pf.metadata.schema.column(i).path for i in range(pf.metadata.num_columns)]
+    except Exception as exc:      # noqa: BLE001  (any reader error means: not a Parquet file we can read)
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UserError(f"{shard.url} is not a readable Parquet file ({reason})") from None
+    if meta.get("tokenbeam.schema") != "tokens":
+        what = f"a tokenbeam '{meta['tokenbeam.schema']}' file" if "tokenbeam.schema" in meta else "not tokenbeam's"
+        raise UserError(f"{shard.url} is not a token Parquet of `tokenbeam tokenize` ({what}); pack reads "
+                        f"the output of tokenize")
+    if meta.get("tokenbeam.schema_version") != str(tables.TOKENS_SCHEMA_VERSION):
+        raise UserError(f"{shard.url}: token Parquet layout version {meta.get('tokenbeam.schema_version')}, "
+                        f"this tokenbeam reads version {tables.TOKENS_SCHEMA_VERSION}; rerun tokenize")
+    missing = [k for k in (tables.TOKENIZER_SHA256_KEY, tables.VOCAB_SIZE_KEY) if k not in meta]
+    ids_type = schema.field("token_ids").type if "token_ids" in schema.names else None
+    if missing or "id" not in schema.names or ids_type is None or not pa.types.is_list(ids_type) or \
+            ids_type.value_type not in (pa.uint16(), pa.uint32()):
+        lacks = missing[0] if missing else "the id and token_ids columns"
+        raise UserError(f"{shard.url} is not a complete token Parquet (it lacks {lacks}); pack reads the "
+                        f"output of tokenize")
+    vocab_size = int(meta[tables.VOCAB_SIZE_KEY])
+    if ids_type.value_type != tables.token_id_type(vocab_size):
+        raise UserError(f"{shard.url}: token_ids is {ids_type}, not the type of a {vocab_size:,}-id vocabulary")
+    ids_column = next(i for i, path in enumerate(columns) if path.startswith("token_ids"))
+    shard_record = footer.get(tables.SHARD_KEY)
+    eos_token = None
+    if shard_record:
+        with_fingerprint = json.loads(shard_record).get("fingerprint") or {}
+        eos_token = with_fingerprint.get("eos_token")
+    return TokenFile(shard.url, shard.size, shard.version, tuple(g.num_rows for g in groups),
+                     tuple(g.column(ids_column).num_values for g in groups), meta[tables.TOKENIZER_SHA256_KEY],
+                     vocab_size, eos_token,
+                     hashlib.sha256(shard_record.encode()).hexdigest() if shard_record else "")
+
+
+def find_inputs(inputs: list[str]) -> tuple[list[TokenFile], dict[str, str | None]]:
+    """Every token Parquet the inputs name (a folder means the `*.parquet` under it, `rejected/` and
+    hidden files aside), sorted by URL, each checked; and the sha256 of the `stats.json` beside
+    each input (None where there is none)."""
+    from pipelines.sources import InputError, expand_inputs
+
+    if not inputs:
+        raise UserError("no input: give --input TOKENS_DIR (or token Parquet files or globs)")
+    patterns: list[str] = []
+    stats: dict[str, str | None] = {}
+    for pattern in inputs:
+        fs, path = filesystem(pattern)
+        folder = pattern if fs.isdir(path) else posixpath.dirname(pattern.split("*")[0].split("?")[0].split("[")[0])
+        stats_url = join(folder or ".", "stats.json")
+        sfs, spath = filesystem(stats_url)
+        stats[stats_url] = hashlib.sha256(sfs.cat_file(spath)).hexdigest() if sfs.isfile(spath) else None
+        if fs.isdir(path):
+            found = sorted(f for f in fs.find(path) if f.endswith(".parquet")
+                           and not posixpath.relpath(f, path.rstrip("/")).startswith("rejected/")
+                           and not posixpath.basename(f).startswith("."))
+            if not found:
+                raise UserError(f"--input {pattern}: no .parquet file in this folder")
+            patterns += [fs.unstrip_protocol(f) if "://" in pattern else f for f in found]
+        else:
+            patterns.append(pattern)
+    try:
+        shards = expand_inputs(patterns)
+    except InputError as exc:
+        raise UserError(str(exc)) from None
+    files = [read_token_file(s) for s in shards]
+    first = files[0]
+    for f in files[1:]:
+        if f.tokenizer_sha256 != first.tokenizer_sha256:
+            raise UserError(f"the inputs come from different tokenizers: {first.url} ({first.tokenizer_sha256[:12]}...) "
+                            f"and {f.url} ({f.tokenizer_sha256[:12]}...); pack one tokenizer's output at a time")
+        if f.eos_token != first.eos_token:
+            raise UserError(f"the inputs were tokenized with different --eos-token: {first.url} ({first.eos_token}) "
+                            f"and {f.url} ({f.eos_token})")
+    return files, stats
+
+
+def first_record_last_id(files: list[TokenFile]) -> int | None:
+    """The last id of the first non-empty record: the EOS of inputs tokenized with --eos-token."""
+    for f in files:
+        fs, path = filesystem(f.url)
+        with fs.open(path, "rb") as stream:
+            pf = pq.ParquetFile(stream)
+            for i in range(pf.metadata.num_row_groups):
+                ids = pf.read_row_group(i, columns=["token_ids"]).column("token_ids").combine_chunks()
+                lengths = ids.value_lengths().to_numpy(zero_copy_only=False)
+                nonempty = np.flatnonzero(lengths)
+                if len(nonempty):
+                    return int(ids[int(nonempty[0])].values[-1].as_py())
+    return None
+
+
+# --- what shapes the output -----------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class PackOptions:
+    """Everything the workers need, decided by the launcher (ids, not token names)."""
+    seq_len: int
+    seed: int
+    shuffle: bool
+    eos_id: int | None               # the separator after each document, if pack adds one
+    bos_id: int | None
+    pad_id: int | None
+    tail: str
+    formats: tuple[str, ...]
+    tokens_per_file: int             # a multiple of seq_len
+    vocab_size: int
+    tokenizer_sha256: str
+    buckets: int                     # per split; shapes only the grouping, never the output
+
+    @property
+    def dtype(self) -> np.dtype:
+        return layout.id_dtype(self.vocab_size)
+
+    def separators(self) -> int:
+        return (self.eos_id is not None) + (self.bos_id is not None)
+
+
+def seed_key(seed: int) -> bytes:
+    return seed.to_bytes(16, "little")
+
+
+def record_hashes(record_id: str, key: bytes) -> tuple[int, int]:
+    """(order hash, split hash) of a record id under a seed: two independent 63-bit numbers.
+
+    `record_hashes("doc-1", seed_key(1234))` is the same on every machine, Python and run (no
+    Python `hash()`, which PYTHONHASHSEED changes).
+    """
+    digest = hashlib.blake2b(record_id.encode("utf-8", "surrogatepass"), digest_size=16, key=key).digest()
+    return int.from_bytes(digest[:8], "big") >> 1, int.from_bytes(digest[8:], "big") >> 1
+
+
+# --- the pipeline ---------------------------------------------------------------------------------
+
+class ReadDocuments(beam.DoFn):
+    """One row group of a token Parquet -> its documents as
+    `(bucket, order, split_hash, id, ids bytes)`.
+
+    Shuffled, `order` is the order hash and the bucket its range (`order * buckets >> 63`), so
+    buckets in order are the hash order; with `--no-shuffle` `order` is the record's row in the
+    sorted inputs and the bucket its row group. Example: row group 0 of `a.parquet` with the record
+    `("doc-1", [5, 6, 7])` gives `(b, h, s, "doc-1", b"\\x05\\x00\\x06\\x00\\x07\\x00")`.
+    """
+
+    def __init__(self, options: PackOptions):
+        self.options = options
+
+    def setup(self):
+        self.key = seed_key(self.options.seed)
+        self.records = beam.metrics.Metrics.counter("tokenbeam", "records")
+
+    def process(self, unit):
+        url, group, first_row, unit_index = unit
+        fs, path = filesystem(url)
+        try:
+            with fs.open(path, "rb") as f:
+                table = pq.ParquetFile(f).read_row_group(group, columns=["id", "token_ids"])
+        except Exception as exc:  # noqa: BLE001  (the launcher read this file: now it is gone or broken)
+            from pipelines.errors import ShardFailure
+            raise ShardFailure(f"cannot read {url} row group {group}: {str(exc).splitlines()[0]}") from exc
+        ids = table.column("token_ids").combine_chunks()
+        flat = ids.values.to_numpy(zero_copy_only=False).astype(self.options.dtype, copy=False)
+        offsets = ids.offsets.to_numpy()
+        data = flat.tobytes()
+        size = flat.itemsize
+        buckets = self.options.buckets
+        for row, record_id in enumerate(table.column("id").to_pylist()):
+            order, split_hash = record_hashes(record_id, self.key)
+            if self.options.shuffle:
+                bucket = (order * buckets) >> HASH_BITS
+            else:
+                order, bucket = first_row + row, unit_index
+            yield bucket, order, split_hash, record_id, data[offsets[row] * size:offsets[row + 1] * size]
+        self.records.inc(len(ids))
+
+
+# Keyed for a GroupByKey: the type says so (Beam would infer a union with the tagged output).
+@beam.typehints.with_output_types(Tuple[Any, Any])
+class AssignSplit(beam.DoFn):
+    """A document to `((split, bucket), document)` by its split hash: validation below `threshold`.
+    Also emits `((split, bucket), stream length)` on SIZES, from which every bucket's offset in its
+    split's stream is known before any bucket is packed."""
+    SIZES = "sizes"
+
+    def __init__(self, separators: int):
+        self.separators = separators
+
+    def process(self, doc, threshold, itemsize):
+        split = VALIDATION if doc[2] < threshold else TRAIN
+        yield (split, doc[0]), doc
+        yield beam.pvalue.TaggedOutput(self.SIZES, ((split, doc[0]), len(doc[4]) // itemsize + self.separators))
+
+
+def stream_layout(sizes: dict, options: PackOptions) -> dict:
+    """Per split, each bucket's first position in the split's stream and the stream's length: the
+    prefix sums of the bucket sizes in bucket order. With `--tail drop` the stream ends at the last
+    full row (`end`); otherwise at its length.
+
+    Example: sizes {("train", 0): 5, ("train", 2): 3}, seq_len 4, drop -> {"train": {"offsets":
+    {0: 0, 2: 5}, "length": 8, "end": 8}}.
+    """
+    out: dict = {}
+    for split in layout.SPLITS:
+        offsets, length = {}, 0
+        for (s, bucket), n in sorted(sizes.items()):
+            if s == split:
+                offsets[bucket] = length
+                length += n
+        end = length - length % options.seq_len if options.tail == "drop" else length
+        out[split] = {"offsets": offsets, "length": length, "end": end}
+    return out
+
+
+def stream_files(end: int, options: PackOptions) -> int:
+    """How many files a split's stream of `end` ids fills (each `tokens_per_file` ids but the last)."""
+    return -(-end // options.tokens_per_file)
+
+
+# Keyed for a GroupByKey: the type says so (Beam would infer a union with the tagged output).
+@beam.typehints.with_output_types(Tuple[Any, Any])
+class PackBucket(beam.DoFn):
+    """A bucket's documents in order, laid at the bucket's offset in its split's stream, cut at the
+    file boundaries: `((split, file), (start, ids bytes, doc starts bytes))` segments.
+
+    Documents sort by (order, id, ids): the order hash, then, for a repeated record id, its content,
+    so even duplicates land in one order. Example, seq_len 4, EOS 0, a bucket at offset 4 holding
+    [8 9]: the segment `(4, [8 9 0], doc starts [4])`. Also emits the bucket's figures on STATS.
+    """
+    STATS = "stats"
+
+    def __init__(self, options: PackOptions):
+        self.options = options
+
+    def process(self, element, stream):
+        (split, bucket), docs = element
+        o = self.options
+        docs = sorted(docs, key=lambda d: (d[1], d[3], d[4]))
+        start = stream[split]["offsets"][bucket]
+        end = stream[split]["end"]
+        pieces, doc_starts, position = [], [], start
+        bos = np.array([o.bos_id], o.dtype) if o.bos_id is not None else None
+        eos = np.array([o.eos_id], o.dtype) if o.eos_id is not None else None
+        split_docs = 0
+        for doc in docs:
+            doc_starts.append(position)
+            ids = np.frombuffer(doc[4], o.dtype)
+            if bos is not None:
+                pieces.append(bos)
+            pieces.append(ids)
+            if eos is not None:
+                pieces.append(eos)
+            n = len(ids) + o.separators()
+            if n and position // o.seq_len != (position + n - 1) // o.seq_len:
+                split_docs += 1
+            position += n
+        ids = np.concatenate(pieces) if pieces else np.zeros(0, o.dtype)
+        starts = np.array(doc_starts, np.int64)
+        yield beam.pvalue.TaggedOutput(self.STATS, {split: {"documents": len(docs), "documents_split": split_docs,
+                                                            "separators": len(docs) * o.separators()}})
+        # Cut at the file boundaries; ids past the stream's end (the dropped tail) go nowhere.
+        stop = min(position, end)
+        cut = start
+        while cut < stop:
+            file_index = cut // o.tokens_per_file
+            upto = min(stop, (file_index + 1) * o.tokens_per_file)
+            in_piece = starts[(starts >= cut) & (starts < upto)]
+            yield (split, file_index), (cut, ids[cut - start:upto - start].tobytes(), in_piece.tobytes())
+            cut = upto
+
+
+class WriteFile(beam.DoFn):
+    """The segments of one output file -> its rows, in each format asked for; emits the file's entry.
+
+    Example, seq_len 4, the stream [5 6 7 0 8 9 0] with documents at 0 and 4, `--tail pad`, pad 0:
+    Parquet rows `[5 6 7 0]` (doc_starts [0], n_tokens 4) and `[8 9 0 0]` (doc_starts [0],
+    n_tokens 3); Megatron sequences [5 6 7 0] and [8 9 0]; the flat file 5 6 7 0 8 9 0.
+    """
+
+    def __init__(self, options: PackOptions, output: str):
+        self.options = options
+        self.output = output
+
+    def setup(self):
+        self.rows_written = beam.metrics.Metrics.counter("tokenbeam", "rows")
+        self.tokens_written = beam.metrics.Metrics.counter("tokenbeam", "tokens")
+
+    def process(self, element, stream):
+        (split, file_index), segments = element
+        o = self.options
+        segments = sorted(segments)
+        first = file_index * o.tokens_per_file
+        if segments[0][0] != first:
+            raise RuntimeError(f"{split} file {file_index}: the stream starts at {segments[0][0]}, not {first}")
+        for (a, ids, _), (b, _, _) in zip(segments, segments[1:]):
+            if a + len(ids) // o.dtype.itemsize != b:
+                raise RuntimeError(f"{split} file {file_index}: a gap or overlap in the stream at {b}")
+        ids = np.frombuffer(b"".join(s[1] for s in segments), o.dtype)
+        starts = np.frombuffer(b"".join(s[2] for s in segments), np.int64) - first
+        count = stream_files(stream[split]["end"], o)
+        names = {}
+        for fmt in o.formats:
+            folder = join(self.output, layout.format_folder(split, fmt))
+            name = layout.part_name(file_index, count, ".parquet" if fmt == "parquet" else "")
+            url = join(folder, name)
+            with writing(url):
+                if fmt == "parquet":
+                    self.write_parquet(url, ids, starts, first // o.seq_len, split, file_index)
+                    names[fmt] = [f"{layout.format_folder(split, fmt)}/{name}"]
+                elif fmt == "megatron":
+                    self.write_megatron(url, ids, starts)
+                    names[fmt] = [f"{layout.format_folder(split, fmt)}/{name}{ext}" for ext in (".bin", ".idx")]
+                else:
+                    with open_atomic(url + ".bin") as f:
+                        f.write(ids.tobytes())
+                    names[fmt] = [f"{layout.format_folder(split, fmt)}/{name}.bin"]
+        rows = -(-len(ids) // o.seq_len)
+        self.rows_written.inc(rows)
+        self.tokens_written.inc(len(ids))
+        yield {"split": split, "index": file_index, "tokens": len(ids), "rows": rows, "files": names}
+
+    def write_parquet(self, url, ids, starts, first_row, split, file_index):
+        o = self.options
+        n_rows = -(-len(ids) // o.seq_len)
+        short = n_rows * o.seq_len - len(ids)       # only the split's last row can be short
+        n_tokens = np.full(n_rows, o.seq_len, np.int32)
+        if short:
+            n_tokens[-1] = o.seq_len - short
+            if o.tail == "pad":
+                ids = np.concatenate([ids, np.full(short, o.pad_id, o.dtype)])
+        row_offsets = np.minimum(np.arange(n_rows + 1, dtype=np.int64) * o.seq_len, len(ids)).astype(np.int32)
+        start_rows = starts // o.seq_len
+        start_offsets = np.searchsorted(start_rows, np.arange(n_rows + 1), side="left").astype(np.int32)
+        schema = layout.packed_schema(o.vocab_size, {tables.TOKENIZER_SHA256_KEY: o.tokenizer_sha256,
+                                                     tables.VOCAB_SIZE_KEY: str(o.vocab_size),
+                                                     "tokenbeam.seq_len": str(o.seq_len)})
+        id_type = schema.field("input_ids").type
+        table = pa.Table.from_arrays([
+            pa.ListArray.from_arrays(pa.array(row_offsets), pa.array(ids)).cast(id_type),
+            pa.ListArray.from_arrays(pa.array(start_offsets), pa.array((starts % o.seq_len).astype(np.int32))),
+            pa.array(n_tokens), pa.array(np.arange(first_row, first_row + n_rows, dtype=np.int64))], schema=schema)
+        with open_atomic(url) as f, pq.ParquetWriter(f, schema, compression="zstd", use_dictionary=False,
+                                                     write_statistics=False) as writer:
+            writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+            writer.add_key_value_metadata({layout.PACK_FILE_KEY: json.dumps(
+                {"split": split, "index": file_index, "first_row": int(first_row), "rows": n_rows}, sort_keys=True)})
+
+    def write_megatron(self, url, ids, starts):
+        """One Megatron sequence per document (a document cut by a file boundary: one piece in each)."""
+        dtype = layout.megatron_dtype(self.options.vocab_size)
+        bounds = np.unique(np.concatenate([[0], starts, [len(ids)]]))
+        with open_atomic(url + ".bin") as f:
+            f.write(ids.astype(dtype, copy=False).tobytes())
+        with open_atomic(url + ".idx") as f:
+            f.write(layout.megatron_index(np.diff(bounds), dtype))
+
+
+class SumFigures(beam.CombineFn):
+    """Sum nested dicts of counts: `{"train": {"documents": 2}}` + `{"train": {"documents": 3}}` ->
+    `{"train": {"documents": 5}}` (exact, associative and commutative: right on any runner)."""
+
+    def create_accumulator(self):
+        return {}
+
+    def add_input(self, acc, figures):
+        for split, values in figures.items():
+            into = acc.setdefault(split, {})
+            for k, v in values.items():
+                into[k] = into.get(k, 0) + v
+        return acc
+
+    def merge_accumulators(self, accs):
+        out = {}
+        for acc in accs:
+            self.add_input(out, acc)
+        return out
+
+    def extract_output(self, acc):
+        return acc
+
+
+def split_figures(split: str, stream: dict, docs: dict, files: list[dict], options: PackOptions) -> dict:
+    """The pack.json figures of one split."""
+    length, end = stream["length"], stream["end"]
+    rows = -(-end // options.seq_len)
+    padding = rows * options.seq_len - end if options.tail == "pad" else 0
+    by_format = {fmt: [name for f in sorted(files, key=lambda f: f["index"]) for name in f["files"][fmt]]
+                 for fmt in options.formats}
+    return {"documents": docs.get("documents", 0), "tokens": end, "separators": docs.get("separators", 0),
+            "rows": rows, "documents_split": docs.get("documents_split", 0), "padding_tokens": padding,
+            "padding_share": round(padding / (rows * options.seq_len), 6) if rows else 0.0,
+            "tokens_dropped": length - end, "files": by_format}
+
+
+def write_pack_json(files: list[dict], stream: dict, figures: dict, options: PackOptions, output: str,
+                    header: dict, started_at: float) -> dict:
+    """pack.json (and each split's bin.json), then _SUCCESS, when every file is written."""
+    splits = {}
+    for split in layout.SPLITS:
+        mine = [f for f in files if f["split"] == split]
+        if split == VALIDATION and not stream[split]["length"] and not figures.get(split):
+            continue
+        splits[split] = split_figures(split, stream[split], figures.get(split, {}), mine, options)
+        expected = stream_files(stream[split]["end"], options)
+        if len(mine) != expected:
+            raise RuntimeError(f"{split}: {len(mine)} files written, {expected} expected")
+        if "bin" in options.formats and mine:
+            entries = [{"name": posixpath.basename(f["files"]["bin"][0]), "tokens": f["tokens"]}
+                       for f in sorted(mine, key=lambda f: f["index"])]
+            url = join(output, layout.format_folder(split, "bin"), layout.BIN_JSON)
+            meta = layout.bin_json(options.dtype, entries, options.tokenizer_sha256, options.vocab_size,
+                                   options.eos_id, options.bos_id)
+            with writing(url):
+                write_text_atomic(url, json.dumps(meta, indent=1, sort_keys=True) + "\n")
+            splits[split]["files"]["bin"].append(f"{layout.format_folder(split, 'bin')}/{layout.BIN_JSON}")
+    manifest = dict(header, splits=splits, timing={"started_at": started_at,
+                                                   "elapsed_seconds": round(time.time() - started_at, 3)})
+    if splits.get(TRAIN, {}).get("rows"):
+        for name, text in ((layout.PACK_JSON, json.dumps(manifest, indent=1, sort_keys=True) + "\n"),
+                           (layout.SUCCESS, json.dumps({"pack": layout.PACK_JSON, "fingerprint": header["fingerprint"]},
+                                                       sort_keys=True) + "\n")):
+            url = join(output, name)
+            with writing(url):
+                write_text_atomic(url, text)
+    else:
+        url = join(output, layout.PACK_JSON)
+        with writing(url):
+            write_text_atomic(url, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return manifest
+
+
+def read_units(files: list[TokenFile]) -> list[tuple[str, int, int, int]]:
+    """The work: `(url, row group, its first row in the sorted inputs, unit number)` for every row group."""
+    units, row = [], 0
+    for f in files:
+        for group, n in enumerate(f.rows):
+            units.append((f.url, group, row, len(units)))
+            row += n
+    return units
+
+
+def build_pack_pipeline(p, files: list[TokenFile], options: PackOptions, output: str, threshold: int | None,
+                        validation_records: int, header: dict, started_at: float, spread: bool = True):
+    """The pack pipeline; `threshold` is the split hash below which a record is validation, or None
+    to take it from the `validation_records` smallest split hashes."""
+    units = p | "RowGroups" >> beam.Create(read_units(files))
+    if spread:
+        units = units | "SpreadRowGroups" >> beam.Reshuffle()
+    docs = units | "ReadDocuments" >> beam.ParDo(ReadDocuments(options))
+    if threshold is None:
+        threshold_pc = (docs | "SplitHashes" >> beam.Map(lambda d: d[2])
+                        | "SmallestSplitHashes" >> beam.combiners.Top.Smallest(validation_records)
+                        | "Threshold" >> beam.Map(lambda hs: hs[-1] + 1 if hs else 0))
+    else:
+        threshold_pc = p | "FixedThreshold" >> beam.Create([threshold])
+    assigned = docs | "AssignSplit" >> beam.ParDo(
+        AssignSplit(options.separators()), beam.pvalue.AsSingleton(threshold_pc), options.dtype.itemsize
+    ).with_outputs(AssignSplit.SIZES, main="docs")
+    stream = (assigned[AssignSplit.SIZES]
+              | "BucketSizes" >> beam.CombinePerKey(sum)
+              | "AllSizes" >> beam.combiners.ToDict()
+              | "StreamLayout" >> beam.Map(stream_layout, options))
+    stream_side = beam.pvalue.AsSingleton(stream)
+    packed = (assigned.docs
+              | "Buckets" >> beam.GroupByKey()
+              | "PackBucket" >> beam.ParDo(PackBucket(options), stream_side).with_outputs(PackBucket.STATS,
+                                                                                        main="segments"))
+    figures = packed[PackBucket.STATS] | "SumFigures" >> beam.CombineGlobally(SumFigures())
+    entries = (packed.segments
+               | "Files" >> beam.GroupByKey()
+               | "WriteFile" >> beam.ParDo(WriteFile(options, output), stream_side)
+               | "AllFiles" >> beam.combiners.ToList())
+    entries | "WritePackJson" >> beam.Map(write_pack_json, stream_side, beam.pvalue.AsSingleton(figures),
+                                          options, output, header, started_at)
+
+
+# --- the output folder ----------------------------------------------------------------------------
+
+def inside(url: str, folder: str) -> bool:
+    """Whether `url` lies under `folder` (local paths compared resolved)."""
+    import os
+
+    if "://" not in url and "://" not in folder:
+        url, folder = os.path.realpath(url), os.path.realpath(folder)
+    return url.startswith(folder.rstrip("/") + "/")
+
+
+def done_before(output: str, fingerprint: str) -> dict | None:
+    """pack.json of an earlier complete run with this fingerprint whose files are all there, or None."""
+    fs, root = filesystem(output)
+    try:
+        if not fs.isfile(posixpath.join(root, layout.SUCCESS)):
+            return None
+        manifest = read_json(join(output, layout.PACK_JSON))
+    except (OSError, ValueError):
+        return None
+    if manifest.get("fingerprint") != fingerprint:
+        return None
+    names = [n for s in manifest.get("splits", {}).values() for group in s["files"].values() for n in group]
+    return manifest if all(fs.isfile(posixpath.join(root, n)) for n in names) else None
+
+
+def clear_outputs(output: str, inputs: list[TokenFile]) -> None:
+    """Remove an earlier run's outputs (`_SUCCESS` first, so a failed run never leaves one vouching for
+    it); refuse a folder holding anything pack does not write (say, the token Parquet itself)."""
+    fs, root = filesystem(output)
+    root = root.rstrip("/")
+    ours = {layout.PACK_JSON, layout.SUCCESS, *layout.SPLITS}
+    foreign = sorted(name for name in (posixpath.basename(p) for p in fs.ls(root, detail=False))
+                     if name not in ours and not name.startswith("."))
+    if foreign:
+        raise UserError(f"--output {output} holds files tokenbeam pack did not write ({', '.join(foreign[:3])}"
+                        f"{', ...' if len(foreign) > 3 else ''}); give an empty folder or an earlier pack output")
+    remove(join(output, layout.SUCCESS))
+    remove(join(output, layout.PACK_JSON))
+    for split in layout.SPLITS:
+        remove_tree(join(output, split))
+
+
+# --- command line -------------------------------------------------------------------------------
+
+def token_id(text: str, flag: str, vocab_size: int, tok) -> int:
+    """`--eos-token` and friends: an id (`0`), or a special token's name with `--tokenizer`."""
+    if text.isdigit():
+        value = int(text)
+        if value >= vocab_size:
+            raise UserError(f"{flag} {value} is not an id of the inputs' vocabulary (ids 0 to {vocab_size - 1:,})")
+        if tok is not None and value not in set(tok.special_tokens.values()):
+            raise UserError(f"{flag} {value} is not a special token of --tokenizer (it has: "
+                            f"{', '.join(f'{k}={v}' for k, v in sorted(tok.special_tokens.items())) or 'none'})")
+        return value
+    if tok is None:
+        raise UserError(f"{flag} {text!r} is a token name: give its id, or --tokenizer to look it up")
+    if text not in tok.special_tokens:
+        raise UserError(f"{flag} {text!r} is not a special token of --tokenizer (it has: "
+                        f"{', '.join(sorted(tok.special_tokens)) or 'none'})")
+    return tok.special_tokens[text]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--input", action="append", default=[], metavar="TOKENS",
+                        help="the output folder of `tokenbeam tokenize`, or token Parquet files or globs (repeatable; "
+                             "arguments after the options are inputs too)")
+    parser.add_argument("--output", required=True, help="output folder (local or fsspec URL)")
+    parser.add_argument("--seq-len", type=int, required=True, metavar="N", help="ids per packed row (at least 2)")
+    parser.add_argument("--eos-token", default=None, metavar="ID|NAME",
+                        help="separator after each document: an id, or a special token's name with --tokenizer "
+                             "(default: the --eos-token the inputs were tokenized with; one of --eos-token and "
+                             "--bos-token is needed)")
+    parser.add_argument("--bos-token", default=None, metavar="ID|NAME", help="put this id before each document")
+    parser.add_argument("--tokenizer", default=None,
+                        help="the inputs' tokenizer.json, to name tokens and to check the inputs were made with it")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="shuffle and split seed (default %(default)s)")
+    parser.add_argument("--no-shuffle", action="store_true", help="keep the inputs' order (files by name, rows in order)")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--validation-fraction", type=float, default=None, metavar="F",
+                       help="share of records held out into validation/, by a hash of (seed, id) (default 0)")
+    group.add_argument("--validation-records", type=int, default=None, metavar="K",
+                       help="hold out the K records of smallest hash instead")
+    parser.add_argument("--tail", default="drop", choices=layout.TAILS,
+                        help="the last partial row of each split: drop it (default), pad it with --pad-token "
+                             "(n_tokens marks the padding), or keep it short")
+    parser.add_argument("--pad-token", default=None, metavar="ID|NAME", help="padding id for --tail pad (default: the EOS)")
+    parser.add_argument("--format", action="append", default=[], choices=layout.FORMATS, dest="formats",
+                        help="output format (repeatable; default parquet): parquet rows, megatron .bin+.idx, flat bin")
+    parser.add_argument("--max-tokens-per-file", type=byte_size, default=byte_size(DEFAULT_MAX_TOKENS_PER_FILE),
+                        metavar="N", help=f"ids per output file, rounded down to whole rows (default "
+                                          f"{DEFAULT_MAX_TOKENS_PER_FILE}, K/M/G are powers of 2)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="tokenbeam pack", description=__doc__.split("\n")[0],
+                    usage="tokenbeam pack --input TOKENS_DIR --output DIR --seq-len N [options] [INPUT ...]",
+                    epilog="Any other --flag must be one of Beam's (--runner, --direct_num_workers, ...).")
+    add_arguments(parser)
+    return parser
+
+
+def run(argv: list[str]) -> dict:
+    """Run `tokenbeam pack ARGV`; returns pack.json's content. UserError for bad usage, IncompleteRun
+    when the output is not complete."""
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    return run_parsed(args, rest, option_strings(parser))
+
+
+def check_numbers(args) -> None:
+    if args.seq_len < 2:
+        raise UserError(f"--seq-len must be at least 2 (a row of one id teaches nothing), got {args.seq_len}")
+    if args.validation_fraction is not None and not 0 <= args.validation_fraction < 1:
+        raise UserError(f"--validation-fraction must be in [0, 1), got {args.validation_fraction}")
+    if args.validation_records is not None and args.validation_records < 0:
+        raise UserError(f"--validation-records must not be negative, got {args.validation_records}")
+    if args.max_tokens_per_file < args.seq_len:
+        raise UserError(f"--max-tokens-per-file {args.max_tokens_per_file} is less than one row of --seq-len "
+                        f"{args.seq_len}")
+    if args.pad_token is not None and args.tail != "pad":
+        raise UserError(f"--pad-token only applies with --tail pad (--tail is {args.tail})")
+
+
+def decide(args, files: list[TokenFile]) -> tuple[PackOptions, dict]:
+    """The launcher's decisions: ids for the tokens, the buckets, and what the output records of them."""
+    from pipelines.tokenizer_files import load_tokenizer
+
+    first = files[0]
+    tok = None
+    if args.tokenizer:
+        tok = load_tokenizer(args.tokenizer)
+        if tok.sha256 != first.tokenizer_sha256:
+            raise UserError(f"--tokenizer {args.tokenizer} ({tok.sha256[:12]}...) is not the tokenizer of the inputs "
+                            f"({first.tokenizer_sha256[:12]}..., e.g. {first.url})")
+    vocab = first.vocab_size
+    eos_id = token_id(args.eos_token, "--eos-token", vocab, tok) if args.eos_token is not None else None
+    bos_id = token_id(args.bos_token, "--bos-token", vocab, tok) if args.bos_token is not None else None
+    ended_with = None
+    if first.eos_token is not None:
+        # tokenize already ended every record with its EOS: pack adds no second one.
+        ended_with = first_record_last_id(files)
+        if tok is not None and ended_with != tok.special_tokens.get(first.eos_token, ended_with):
+            raise UserError(f"the inputs say they end with {first.eos_token!r}, but their records end with id {ended_with}")
+        if eos_id is not None and eos_id != ended_with:
+            raise UserError(f"the inputs already end every record with {first.eos_token!r} (id {ended_with}); "
+                            f"--eos-token {args.eos_token} would add a second, different separator")
+        say(f"the inputs end every record with {first.eos_token!r} (id {ended_with}): no EOS added")
+        eos_id = None
+    elif eos_id is None and bos_id is None:
+        raise UserError("no separator between documents: give --eos-token ID (or NAME with --tokenizer), or "
+                        "--bos-token; the inputs were tokenized without --eos-token")
+    pad_id = None
+    if args.tail == "pad":
+        pad_id = token_id(args.pad_token, "--pad-token", vocab, tok) if args.pad_token is not None else \
+            (eos_id if eos_id is not None else ended_with if ended_with is not None else bos_id)
+    formats = tuple(dict.fromkeys(args.formats or ["parquet"]))
+    tokens = sum(sum(f.ids) for f in files)
+    options = PackOptions(seq_len=args.seq_len, seed=args.seed, shuffle=not args.no_shuffle, eos_id=eos_id,
+                          bos_id=bos_id, pad_id=pad_id, tail=args.tail, formats=formats,
+                          tokens_per_file=args.max_tokens_per_file // args.seq_len * args.seq_len,
+                          vocab_size=vocab, tokenizer_sha256=first.tokenizer_sha256,
+                          buckets=max(1, math.ceil(tokens / BUCKET_TOKENS)))
+    shaping = {k: v for k, v in dataclasses.asdict(options).items() if k != "buckets"}
+    shaping.update(validation_fraction=args.validation_fraction, validation_records=args.validation_records,
+                   inputs_end_with=ended_with)
+    return options, shaping
+
+
+def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str]) -> dict:
+    started_at = time.time()
+    beam_args, bare = split_beam_args(rest, tool_options)
+    check_numbers(args)
+    files, stats_digests = find_inputs(list(args.input) + bare)
+    records = sum(sum(f.rows) for f in files)
+    if args.validation_records is not None and args.validation_records >= records:
+        raise UserError(f"--validation-records {args.validation_records} leaves no record for train "
+                        f"(the inputs hold {records:,})")
+    options, shaping = decide(args, files)
+    threshold = None if args.validation_records else round((args.validation_fraction or 0) * (1 << HASH_BITS))
+    beam_options, runner = pipeline_options(beam_args)
+    check_worker_paths(beam_options, [*[f.url for f in files], args.output])
+    inputs = [{"url": f.url, "size": f.size, "version": f.version, "rows": sum(f.rows),
+               "tokenize_footer_sha256": f.footer_sha256} for f in files]
+    fingerprint = hashlib.sha256(json.dumps({"layout": [layout.PACKED_SCHEMA_VERSION, layout.PACK_JSON_VERSION],
+                                             "options": shaping, "inputs": inputs}, sort_keys=True).encode()).hexdigest()
+    check_output_folder(args.output)
+    if any(inside(f.url, args.output) for f in files):
+        raise UserError(f"--output {args.output} holds the inputs; give another folder")
+    earlier = done_before(args.output, fingerprint)
+    if earlier is not None:
+        say(f"skipped: {args.output} is complete from an earlier run with the same inputs and options")
+        return earlier
+    clear_outputs(args.output, files)
+    remove_stale_temporaries(args.output)
+    say(f"pack: {len(files)} file(s), {records:,} records, {sum(sum(f.ids) for f in files):,} ids -> rows of "
+        f"{options.seq_len}, {options.buckets} bucket(s) -> {args.output}")
+    header = {"version": layout.PACK_JSON_VERSION, "tokenizer_sha256": options.tokenizer_sha256,
+              "vocab_size": options.vocab_size, "id_dtype": options.dtype.name, "seq_len": options.seq_len,
+              "options": shaping, "inputs": {"files": len(files), "records": records, "list": inputs},
+              "inputs_stats_sha256": stats_digests, "fingerprint": fingerprint}
+    with pipeline_failures(args.output), beam.Pipeline(runner=runner, options=beam_options) as p:
+        build_pack_pipeline(p, files, options, args.output, threshold, args.validation_records or 0, header,
+                            started_at, spread=not one_local_worker(beam_options, runner))
+    manifest = read_json(join(args.output, layout.PACK_JSON))
+    for split, s in manifest["splits"].items():
+        say(f"{split}: {s['documents']:,} documents, {s['rows']:,} rows, {s['tokens']:,} ids "
+            f"({s['documents_split']:,} documents split across rows, {s['padding_tokens']:,} padding, "
+            f"{s['tokens_dropped']:,} dropped)")
+    elapsed = time.time() - started_at
+    say(f"done in {elapsed:.1f}s ({manifest['splits'][TRAIN]['tokens'] / 1e6 / max(elapsed, 1e-9):.2f} M ids/s) "
+        f"-> {args.output}")
+    if not manifest["splits"][TRAIN]["rows"]:
+        raise IncompleteRun(f"nothing was packed: train holds {manifest['splits'][TRAIN]['tokens_dropped']:,} ids, "
+                            f"less than one row of {options.seq_len} (try --tail keep or pad); no _SUCCESS")
+    if VALIDATION in manifest["splits"] and not manifest["splits"][VALIDATION]["rows"]:
+        warn("validation holds less than one row: all of it was dropped (try --tail keep or pad)")
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m pipelines.pack ARGV` (the same as `tokenbeam pack ARGV`)."""
+    return run_command(lambda: run(sys.argv[1:] if argv is None else argv))
+
+
+if __name__ == "__main__":
+    import gc
+
+    code = main()
+    gc.freeze()       # the process exits next: spare the interpreter's final walk over Beam's objects
+    sys.exit(code)
