@@ -393,10 +393,11 @@ class Summary:
         self.shard_errors.append({"source": source, "rows_read": rows_read, "reason": reason, "detail": detail})
         self.shard_errors.sort(key=_error_key)
 
-    def add_text(self, text: str, ids: Sequence[int]) -> None:
-        """Add one record from its text and token ids (`record_stats` + `add`)."""
+    def add_text(self, text: str, ids: Sequence[int], *, record_id: str | None = None) -> None:
+        """Add one record from its text and token ids (`record_stats` + `add`); calibrated with
+        `record_id`."""
         _, n_bytes, n_chars, n_words = record_stats(text, ids)
-        self.add(ids, n_bytes, n_chars, n_words)
+        self.add(ids, n_bytes, n_chars, n_words, record_id=record_id)
 
     def rejected_by_reason(self) -> dict[str, int]:
         """`{reason: records}` of the rejected records, sorted by reason."""

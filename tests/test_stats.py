@@ -18,10 +18,16 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from bpe_ops import Tokenizer
-from bpe_ops.stats import Summary, count_words, nearest_rank, record_stats
+import zlib
+
+import numpy as np
+
+from bpe_ops.stats import (EXACT_ID_CLASSES, FOLDED_ID_CLASSES, REPLICATE_GROUPS, Summary, batch_stats,
+                           count_words, id_class_count, id_classes, length_key, nearest_rank, record_group,
+                           record_stats, single_byte_ids)
 from pipelines import stats_cmd
 from schemas.stats import (BYTES_PER_TOKEN_EDGES, STATS_SCHEMA_VERSION, TOKENS_PER_RECORD_EDGES,
-                           dump_stats, load_stats, stats_json, validate_stats)
+                           bin_counts, dump_stats, load_stats, stats_json, validate_stats)
 from tests.conftest import read_jsonl_texts
 
 # A byte-level vocabulary of the 256 bytes plus a few multi-byte tokens, for synthetic records.
@@ -41,10 +47,11 @@ def tiny_records(corpora, gpt2):
     return list(zip(texts, gpt2.encode_batch(texts)))
 
 
-def summary_of(records, vocab_size):
-    s = Summary(vocab_size)
-    for text, ids in records:
-        s.add_text(text, ids)
+def summary_of(records, tok, first=0):
+    """A calibrated summary: record k has the id `r{first + k}` (as write_token_parquet names them)."""
+    s = Summary(tok.vocab_size, raw_byte_ids=single_byte_ids(tok.vocab))
+    for k, (text, ids) in enumerate(records):
+        s.add_text(text, ids, record_id=f"r{first + k}")
     return s
 
 
@@ -71,15 +78,15 @@ def _random_tree_merge(parts, rng):
     return parts[0]
 
 
-def feed(items, vocab_size):
-    """A summary of `(position, text, ids)` items: every 10th position is rejected instead of
-    written, every 13th counts as repaired, positions come from shards of 50."""
-    s = Summary(vocab_size)
+def feed(items, tok):
+    """A calibrated summary of `(position, text, ids)` items: every 10th position is rejected instead
+    of written, every 13th counts as repaired, positions come from shards of 50."""
+    s = Summary(tok.vocab_size, raw_byte_ids=single_byte_ids(tok.vocab))
     for k, text, ids in items:
         if k % 10 == 0:
             s.add_rejected("bad_json" if k % 20 else "missing_text_field")
         else:
-            s.add_text(text, ids)
+            s.add_text(text, ids, record_id=f"doc-{k}")
             s.add_repaired(k % 13 == 0)
         s.add_shard(f"shard-{k // 50}")
     return s
@@ -88,15 +95,15 @@ def feed(items, vocab_size):
 def test_merge_of_any_split_in_any_order_equals_one_pass(tiny_records, gpt2):
     extra = {"inputs": ["tiny/*.jsonl"]}
     items = [(k, text, ids) for k, (text, ids) in enumerate(tiny_records)]
-    expected = dump_stats(stats_json(feed(items, gpt2.vocab_size), gpt2, extra))
+    expected = dump_stats(stats_json(feed(items, gpt2), gpt2, extra))
     assert '"missing_text_field": ' in expected and '"repaired_records": 0' not in expected
     for seed in range(5):
         rng = random.Random(seed)
         records = items[:]
         rng.shuffle(records)
         cuts = sorted(rng.sample(range(1, len(records)), rng.randint(1, 8)))
-        parts = [feed(records[a:b], gpt2.vocab_size) for a, b in zip([0] + cuts, cuts + [len(records)])]
-        parts.append(Summary(gpt2.vocab_size))                     # an empty bundle
+        parts = [feed(records[a:b], gpt2) for a, b in zip([0] + cuts, cuts + [len(records)])]
+        parts.append(Summary(gpt2.vocab_size))       # an empty bundle (no raw-byte ids: Beam's accumulator)
         folded = Summary.merged(reversed(parts), gpt2.vocab_size)
         assert dump_stats(stats_json(folded, gpt2, extra)) == expected
         assert dump_stats(stats_json(_random_tree_merge(parts, rng), gpt2, extra)) == expected
@@ -110,7 +117,7 @@ def test_merge_refuses_different_vocabularies():
 # ---- the figures against plain computations ----------------------------------------------------
 
 def test_figures_against_plain_computation(tiny_records, gpt2):
-    stats = stats_json(summary_of(tiny_records, gpt2.vocab_size), gpt2)
+    stats = stats_json(summary_of(tiny_records, gpt2), gpt2)
     validate_stats(stats)
     lengths = sorted(len(ids) for _, ids in tiny_records)
     all_ids = [i for _, ids in tiny_records for i in ids]
@@ -198,7 +205,7 @@ def test_histograms_cover_empty_and_huge_records():
 
 
 def test_pickle_round_trip_is_exact_and_compact(tiny_records, gpt2):
-    s = summary_of(tiny_records, gpt2.vocab_size)
+    s = summary_of(tiny_records, gpt2)
     s.add_rejected("bad_json", 3)
     s.add_repaired(2)
     s.add_shard("tiny-000-of-002.jsonl")
@@ -241,7 +248,7 @@ def test_stats_json_refuses_inconsistent_input():
 
 @pytest.fixture(scope="module")
 def tiny_stats(tiny_records, gpt2):
-    return stats_json(summary_of(tiny_records, gpt2.vocab_size), gpt2, {"timing": {"elapsed_seconds": 0.1}})
+    return stats_json(summary_of(tiny_records, gpt2), gpt2, {"timing": {"elapsed_seconds": 0.1}})
 
 
 def test_dump_is_sorted_stable_and_round_trips(tiny_stats):
@@ -257,6 +264,11 @@ def test_dump_is_sorted_stable_and_round_trips(tiny_stats):
     (lambda d: d.pop("tokens"), "missing key 'tokens'"),
     (lambda d: d["tokens_per_record"].pop("p90"), "missing key 'tokens_per_record.p90'"),
     (lambda d: d.update(schema_version=STATS_SCHEMA_VERSION + 1), "schema_version"),
+    (lambda d: d.update(schema_version=1), "schema_version 1 lacks .* tokenbeam stats"),
+    (lambda d: d.pop("replicates"), "missing key 'replicates'"),
+    (lambda d: d["moments"]["sums"].__setitem__(1, 5), "moments.sums disagree"),
+    (lambda d: d["replicates"]["tokens"].__setitem__(0, d["replicates"]["tokens"][0] + 1), "do not add up to moments"),
+    (lambda d: d["replicates"]["token_classes"]["counts"].pop(), "must hold 32 lists"),
     (lambda d: d.update(kind="something.else"), "not a tokenbeam stats.json"),
     (lambda d: d.update(records=True), "'records' must be int"),
     (lambda d: d.update(tokens_per_word="2.5"), "'tokens_per_word' must be"),
@@ -319,11 +331,12 @@ def test_stats_cmd_rebuilds_the_direct_summary(tmp_path, tiny_records, gpt2, gpt
     assert code == 0
     rebuilt = load_stats(out)
 
-    direct = summary_of(tiny_records, gpt2.vocab_size)
+    direct = summary_of(tiny_records[:half], gpt2).merge(summary_of(tiny_records[half:], gpt2))
     direct.add_shard("a.parquet")
     direct.add_shard("b.parquet")
     expected = stats_json(direct, gpt2)
     assert {k: v for k, v in rebuilt.items() if k not in ("timing", "inputs", "tokenizer")} == expected
+    assert rebuilt["moments"]["records"] == rebuilt["records"]      # every record calibrated: fit for drift
 
 
 def test_stats_cmd_errors_are_one_line(tmp_path, tiny_records, gpt2, gpt2_dir, capsys):
@@ -335,7 +348,7 @@ def test_stats_cmd_errors_are_one_line(tmp_path, tiny_records, gpt2, gpt2_dir, c
     cases = [
         (str(tmp_path / "nothing-*.parquet"), "no file matches"),
         (str(tmp_path / "other.parquet"), "written with tokenizer ffffffffffff"),
-        (str(tmp_path / "partial.parquet"), "lacks the column 'n_tokens'"),
+        (str(tmp_path / "partial.parquet"), "lacks the column 'id'"),
         (str(tmp_path / "broken.parquet"), "cannot read"),
     ]
     for glob, message in cases:
@@ -344,3 +357,83 @@ def test_stats_cmd_errors_are_one_line(tmp_path, tiny_records, gpt2, gpt2_dir, c
         assert code == 2, glob
         assert err.count("\n") == 1 and err.startswith("tokenbeam stats: error:") and message in err, err
     assert not (tmp_path / "s.json").exists()
+
+
+# ---- calibration: moments and random groups -----------------------------------------------------
+
+def test_moments_and_groups_against_plain_computation(tiny_records, gpt2):
+    stats = stats_json(summary_of(tiny_records, gpt2), gpt2)
+    raw_ids = {i for i, b in gpt2.vocab.items() if len(b) == 1}
+    rows = [(len(ids), len(t.encode("utf-8")), len(t), len(t.split()), sum(i in raw_ids for i in ids))
+            for t, ids in tiny_records]
+    moments = stats["moments"]
+    assert moments["records"] == len(rows)
+    assert moments["sums"] == [sum(r[v] for r in rows) for v in range(5)]
+    assert moments["products"] == [[sum(r[i] * r[j] for r in rows) for j in range(5)] for i in range(5)]
+    rep = stats["replicates"]
+    groups = [zlib.crc32(f"r{k}".encode()) % REPLICATE_GROUPS for k in range(len(rows))]
+    assert rep["records"] == [groups.count(g) for g in range(REPLICATE_GROUPS)]
+    assert rep["tokens"] == [sum(r[0] for r, g in zip(rows, groups) if g == k) for k in range(REPLICATE_GROUPS)]
+    classes = np.zeros((REPLICATE_GROUPS, id_class_count(gpt2.vocab_size)), dtype=int)
+    for (_, ids), g in zip(tiny_records, groups):
+        for i in ids:
+            c = i if i < EXACT_ID_CLASSES else EXACT_ID_CLASSES + (i - EXACT_ID_CLASSES) % FOLDED_ID_CLASSES
+            classes[g, c] += 1
+    assert rep["token_classes"]["counts"] == classes.tolist()
+    for k in range(REPLICATE_GROUPS):
+        mine = [len(ids) for (_, ids), g in zip(tiny_records, groups) if g == k]
+        assert rep["tokens_per_record_counts"][k] == bin_counts(Counter(mine), TOKENS_PER_RECORD_EDGES)
+    assert [sum(c) for c in zip(*rep["tokens_per_record_counts"])] == stats["tokens_per_record"]["histogram"]["counts"]
+    assert [sum(c) for c in zip(*rep["bytes_per_token_counts"])] == stats["bytes_per_token"]["histogram"]["counts"]
+    lengths = sorted(r[0] for r in rows)
+    assert stats["tokens_per_record"]["percentiles"] == [
+        lengths[max(1, math.ceil(Fraction(p, 100) * len(lengths))) - 1] for p in range(101)]
+
+
+def test_add_batch_with_record_ids_equals_add_per_record(tiny_records, gpt2):
+    texts, id_lists = [t for t, _ in tiny_records], [ids for _, ids in tiny_records]
+    batched = Summary(gpt2.vocab_size, raw_byte_ids=single_byte_ids(gpt2.vocab))
+    from array import array
+    for start in range(0, len(texts), 7):
+        chunk, ids = texts[start:start + 7], id_lists[start:start + 7]
+        batched.add_batch(*batch_stats(chunk, ids), record_ids=[f"r{start + k}" for k in range(len(chunk))],
+                          id_arrays=[array("I", x) for x in ids])
+        batched.add_id_counts(Counter(i for x in ids for i in x))
+    assert dump_stats(stats_json(batched, gpt2)) == dump_stats(stats_json(summary_of(tiny_records, gpt2), gpt2))
+
+
+def test_calibration_needs_ids_and_raw_byte_ids():
+    s = Summary(TOY.vocab_size)
+    with pytest.raises(ValueError, match="raw_byte_ids"):
+        s.add([104, 105], 2, 2, 1, record_id="a")
+    s = Summary(TOY.vocab_size, raw_byte_ids=range(256))
+    with pytest.raises(ValueError, match="both or neither"):
+        s.add_batch([1], [1], [1], [1], record_ids=["a"])
+    with pytest.raises(ValueError, match="n_tokens adds up"):
+        s.add_batch([2], [1], [1], [1], record_ids=["a"], id_arrays=[[5]])
+    with pytest.raises(ValueError, match="raw-byte ids"):
+        s.merge(Summary(TOY.vocab_size, raw_byte_ids=range(255)))
+    with pytest.raises(ValueError, match="single-byte"):
+        stats_json(Summary(TOY.vocab_size, raw_byte_ids=range(10)), TOY)
+
+
+def test_group_hash_is_stable_and_classes_fold():
+    assert record_group("man/man1/ls.1") == zlib.crc32(b"man/man1/ls.1") % 32 == 17
+    assert record_group("x\ud800") == zlib.crc32("x\ud800".encode("utf-8", "surrogatepass")) % 32
+    assert id_classes(np.arange(4096), 4096).tolist() == list(range(4096))
+    assert id_classes(np.array([2047, 2048, 4095, 4096, 200_000]), 200_001).tolist() == [
+        2047, 2048, 4095, 2048, 2048 + (200_000 - 2048) % 2048]
+    assert id_class_count(50_257) == 4096 and id_class_count(259) == 259
+
+
+def test_length_key_keeps_every_histogram_bin():
+    values = list(range(5000)) + [int(1.37 ** k) for k in range(20, 60)]
+    for n in values:
+        assert bin_counts({length_key(n): 1}, TOKENS_PER_RECORD_EDGES) == bin_counts({n: 1}, TOKENS_PER_RECORD_EDGES)
+
+
+def test_calibrated_summary_pickles_small_and_exact(tiny_records, gpt2):
+    s = summary_of(tiny_records[:10], gpt2)
+    back = pickle.loads(pickle.dumps(s))
+    assert (back.group_classes == s.group_classes).all() and back.moment_products == s.moment_products
+    assert len(pickle.dumps(s)) < 60_000      # groups x classes is 131k cells; a small shard fills few
