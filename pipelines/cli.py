@@ -52,6 +52,9 @@ def build_parser() -> tuple[Parser, dict[str, argparse.ArgumentParser]]:
                                         usage="tokenbeam tokenize --tokenizer T --output DIR --input GLOB [options] "
                                               "[INPUT ...]",
                                         epilog="Any other --flag must be one of Beam's (--runner, ...)."),
+        "pack": commands.add_parser("pack", help="pack token Parquet into shuffled fixed-length sequences (Beam)",
+                                    usage="tokenbeam pack --input TOKENS_DIR --output DIR --seq-len N [options] [INPUT ...]",
+                                    epilog="Any other --flag must be one of Beam's (--runner, ...)."),
         "drift": commands.add_parser("drift", help="compare two stats.json files: did tokenization drift?",
                                      add_help=False),
         "stats": commands.add_parser("stats", help="rebuild stats.json from existing token Parquet files",
@@ -72,10 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     command = argv[0]
-    if command in ("train", "tokenize"):
-        # Their flags are declared by their modules, imported only now (tokenize imports Beam).
-        from pipelines import tokenize, train
-        module = train if command == "train" else tokenize
+    if command in ("train", "tokenize", "pack"):
+        # Their flags are declared by their modules, imported only now (tokenize and pack import Beam).
+        from pipelines import pack, tokenize, train
+        module = {"train": train, "tokenize": tokenize, "pack": pack}[command]
         module.add_arguments(subparsers[command])
 
     def run():
@@ -84,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
             return train.run_parsed(args, rest, subparsers["train"]) and None
         if args.command == "tokenize":
             return tokenize.run_parsed(args, rest, option_strings(subparsers["tokenize"])) and None
+        if args.command == "pack":
+            return pack.run_parsed(args, rest, option_strings(subparsers["pack"])) and None
         if args.command == "drift":
             from pipelines import drift
             return drift.main(args.arguments)

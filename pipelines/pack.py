@@ -613,7 +613,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the output folder of `tokenbeam tokenize`, or token Parquet files or globs (repeatable; "
                              "arguments after the options are inputs too)")
     parser.add_argument("--output", required=True, help="output folder (local or fsspec URL)")
-    parser.add_argument("--seq-len", type=int, required=True, metavar="N", help="ids per packed row (at least 2)")
+    # Checked after the leftover flags, so `--seq_len 4` is told the flag it meant, not that --seq-len is missing.
+    parser.add_argument("--seq-len", type=int, default=None, metavar="N", help="ids per packed row (at least 2; required)")
     parser.add_argument("--eos-token", default=None, metavar="ID|NAME",
                         help="separator after each document: an id, or a special token's name with --tokenizer "
                              "(default: the --eos-token the inputs were tokenized with; one of --eos-token and "
@@ -656,6 +657,8 @@ def run(argv: list[str]) -> dict:
 
 
 def check_numbers(args) -> None:
+    if args.seq_len is None:
+        raise UserError("--seq-len N is required (see `tokenbeam pack --help`)")
     if args.seq_len < 2:
         raise UserError(f"--seq-len must be at least 2 (a row of one id teaches nothing), got {args.seq_len}")
     if args.validation_fraction is not None and not 0 <= args.validation_fraction < 1:
