@@ -490,7 +490,11 @@ def _rate_test(name, label, section, base: tuple[int, int], cur: tuple[int, int]
     r1, r2 = e1 / n1, e2 / n2
     pooled = (e1 + e2) / (n1 + n2)
     se0 = math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2))
-    se = math.sqrt(r1 * (1 - r1) / n1 + r2 * (1 - r2) / n2)
+    # The interval's spread, with one event in two added trials (Laplace): never 0, so a pair without
+    # rejections still says how large a change it could have seen.
+    smoothed = (e1 + e2 + 1) / (n1 + n2 + 2)
+    se = max(math.sqrt(r1 * (1 - r1) / n1 + r2 * (1 - r2) / n2),
+             math.sqrt(smoothed * (1 - smoothed) * (1 / n1 + 1 / n2)))
     metric = Metric(name, label, section, r1, r2, r2 - r1, "absolute", threshold, layout.OK)
     return _Test(metric, _p_of_difference(r2 - r1, se0), se=se)
 

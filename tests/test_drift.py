@@ -19,9 +19,9 @@ import tiktoken
 
 from bpe_ops import Tokenizer
 from bpe_ops.pretokenize import GPT2_PATTERN
-from bpe_ops.stats import Summary
+from bpe_ops.stats import Summary, single_byte_ids
 from pipelines import drift
-from pipelines.drift import Thresholds, compare, js_divergence, psi
+from pipelines.drift import Thresholds, compare, holm, js_divergence, psi, ratio_estimate
 from schemas import drift as layout
 from schemas.stats import STATS_SCHEMA_VERSION, dump_stats, stats_json
 
@@ -38,15 +38,16 @@ def build(gpt2):
                             mergeable_ranks={b: i for i, b in gpt2.vocab.items() if i not in specials},
                             special_tokens=gpt2.special_tokens)
 
-    def build_stats(shards) -> dict:
-        summary = Summary(gpt2.vocab_size)
+    def build_stats(shards, calibrated=True) -> dict:
+        summary = Summary(gpt2.vocab_size, raw_byte_ids=single_byte_ids(gpt2.vocab))
         for shard in shards:
             with open(shard, encoding="utf-8") as f:
-                texts = [json.loads(line)["text"] for line in f]
+                docs = [json.loads(line) for line in f]
+            texts = [d["text"] for d in docs]
             all_ids = enc.encode_ordinary_batch(texts, num_threads=1)
             assert gpt2.encode(texts[0]) == all_ids[0], f"our GPT-2 encoder differs on {shard.name}"
-            for text, ids in zip(texts, all_ids):
-                summary.add_text(text, ids)
+            for doc, ids in zip(docs, all_ids):
+                summary.add_text(doc["text"], ids, record_id=doc["id"] if calibrated else None)
             summary.add_shard(shard.name)
         return stats_json(summary, gpt2, {"inputs": [str(s) for s in shards]})
     return build_stats
@@ -65,6 +66,8 @@ def stats_files(tmp_path_factory, corpora, build):
         paths[name] = out / name / "stats.json"
         paths[name].parent.mkdir()
         paths[name].write_text(dump_stats(build(shards)))
+    paths["uncalibrated"] = out / "uncalibrated.json"
+    paths["uncalibrated"].write_text(dump_stats(build(en[1:2], calibrated=False)))
     return paths
 
 
@@ -75,7 +78,7 @@ def load(path):
 def table_verdicts(out: str) -> dict[str, str]:
     """{metric label: verdict} from the terminal table (columns are separated by 2+ spaces)."""
     rows = [re.split(r"\s{2,}", line.strip()) for line in out.splitlines()]
-    return {r[0]: r[-1] for r in rows if len(r) == 6}
+    return {r[0]: r[-1] for r in rows if len(r) == len(drift.HEADER)}
 
 
 def run(capsys, *argv):
@@ -108,10 +111,28 @@ def test_js_divergence_bounds_and_known_value():
     assert js_divergence([2, 0], [1, 1]) == pytest.approx(js_divergence([1, 1], [2, 0]))
 
 
-def test_verdict_bands():
-    assert [layout.verdict_for(v, 0.25) for v in (0.0, 0.1, 0.11, 0.25, 0.2501, -0.3)] == [
-        "ok", "ok", "moderate", "moderate", "significant", "significant"]
-    assert layout.verdict_for(None, 0.1) == "n/a"
+def test_verdict_rule():
+    assert [layout.verdict_for(b, c, 0.1) for b, c in ((False, 0.5), (True, 0.05), (True, -0.2), (True, 0.1))] == [
+        "ok", "moderate", "significant", "moderate"]
+    assert layout.verdict_for(True, None, 0.1) == "n/a"
+
+
+def test_holm_step_down():
+    assert holm([0.001, 0.02, 0.04], 0.05) == [True, True, True]      # 0.001<.0167, 0.02<.025, 0.04<.05
+    assert holm([0.001, 0.03, 0.04], 0.05) == [True, False, False]    # 0.03 > 0.025 stops
+    assert holm([0.2], 0.05) == [False]
+
+
+def test_ratio_variance_is_the_delta_method():
+    # Records (tokens, bytes): (2, 10), (4, 12), (10, 20): R = 42/16; the textbook formula by hand.
+    rows = [(2, 10), (4, 12), (10, 20)]
+    products = [[sum(a[i] * a[j] for a in rows) for j in range(2)] for i in range(2)]
+    m = {"variables": ["tokens", "bytes"], "records": 3, "sums": [16, 42], "products": products}
+    r = 42 / 16
+    expected = sum((y - r * x) ** 2 for x, y in rows) / (3 * 2 * (16 / 3) ** 2)
+    est = ratio_estimate(m, "bytes", "tokens")
+    assert est.value == pytest.approx(r) and est.variance == pytest.approx(expected)
+    assert est.df == pytest.approx(16 ** 2 / 120 - 1)       # Kish: (sum x)^2 / sum x^2 - 1
 
 
 # ---- real corpora ----------------------------------------------------------------------------
@@ -123,8 +144,9 @@ def test_baseline_against_itself_changes_nothing(stats_files, capsys, tmp_path):
     for m in report["metrics"]:
         if m["change_kind"] == "info":
             continue
-        assert m["change"] == 0, m
-        assert m["verdict"] == "ok"
+        # Divergences too: swapping a group for its identical twin changes nothing, so the no-drift
+        # draws are all 0 as well.
+        assert m["verdict"] == "ok" and m["change"] == 0 and m["p_value"] == 1, m
     assert report["top_shifted_tokens"] == []
     assert (tmp_path / "drift.png").exists()
     assert out.strip().splitlines()[-1].startswith("no drift")
@@ -136,8 +158,10 @@ def test_two_halves_of_english_do_not_drift(stats_files, capsys):
     report = compare(load(stats_files["en_a"]), load(stats_files["en_b"]))
     assert not report.drift
     assert abs(report.metric("bytes_per_token").change) < 0.05
-    assert report.metric("js_token_ids").change < 0.04
-    assert report.metric("psi_tokens_per_record").change < 0.1
+    assert report.metric("js_token_ids").current < 0.04
+    assert report.metric("psi_tokens_per_record").current < 0.1
+    for m in report.judged:       # every judged row carries its interval and detectable change
+        assert m.interval[0] <= m.change <= m.interval[1] and m.detectable > 0 and 0 < m.p_value <= 1
 
 
 @pytest.mark.parametrize("other", ["multi", "code"])
@@ -151,7 +175,8 @@ def test_english_against_other_text_drifts_in_the_expected_direction(stats_files
     # carry fewer bytes per token.
     fertility = report.metric("tokens_per_word").change
     compression = report.metric("bytes_per_token").change
-    js = report.metric("js_token_ids").change
+    js = report.metric("js_token_ids").current
+    assert report.metric("js_token_ids").change > report.metric("js_token_ids").detectable
     if other == "multi":
         assert 0.4 < fertility < 1.5 and -0.45 < compression < -0.15 and 0.3 < js < 0.7
     else:
@@ -159,7 +184,19 @@ def test_english_against_other_text_drifts_in_the_expected_direction(stats_files
     table = table_verdicts(out)
     for label in ("bytes per token", "tokens per word", "JS divergence of token ids"):
         assert table[label] == "significant", out
-    assert out.strip().splitlines()[-1].startswith("DRIFT (significant)")
+    assert out.strip().splitlines()[-1].startswith("DRIFT (significant) - tokenization drifted: ")
+    assert "tokenization" in {s for s in ("tokenization", "data") if report.section_flagged(s)}
+
+
+def test_headline_names_exactly_the_flagged_metrics(stats_files):
+    report = compare(load(stats_files["en_a"]), load(stats_files["code"]))
+    line = drift.headline(report)
+    named = set()
+    for part in line.split(" - ", 1)[1].split("; "):
+        if "drifted: " in part:
+            named |= set(part.split("drifted: ", 1)[1].split(", "))
+    assert named == {m.label for m in report.flagged}
+    assert report.to_json()["headline"] == line
 
 
 def test_top_shifted_tokens_are_decoded(stats_files):
@@ -172,15 +209,21 @@ def test_top_shifted_tokens_are_decoded(stats_files):
 
 
 def test_thresholds_and_fail_on_flags(stats_files, capsys):
-    code, out, _ = run(capsys, stats_files["en_a"], stats_files["en_b"], "--max-js", "0.001")
-    assert code == 1 and "JS divergence of token ids" in out.strip().splitlines()[-1]
-    report = compare(load(stats_files["en_a"]), load(stats_files["en_b"]))
-    has_moderate = any(m.verdict == "moderate" for m in report.judged)
-    code, _, _ = run(capsys, stats_files["en_a"], stats_files["en_b"], "--fail-on", "moderate")
-    assert code == (1 if has_moderate else 0)
-    loose = Thresholds(bytes_per_token=1, tokens_per_word=2, tokens_per_record=2, psi=5, js=1,
-                       raw_byte_share=1, rejected_rate=1)
-    assert not compare(load(stats_files["en_a"]), load(stats_files["multi"]), loose).drift
+    # A huge practical threshold: JS is beyond noise but not past it -> moderate, not drift by itself.
+    code, out, _ = run(capsys, stats_files["en_a"], stats_files["code"], "--max-js", "1")
+    assert table_verdicts(out)["JS divergence of token ids"] == "moderate"
+    loose = ["--max-bytes-per-token-change", "9", "--max-tokens-per-word-change", "9", "--max-psi", "9",
+             "--max-js", "1", "--max-raw-byte-share-change", "1", "--max-tokens-per-record-change", "99",
+             "--max-rejected-rate-change", "1"]
+    code, out, _ = run(capsys, stats_files["en_a"], stats_files["code"], *loose)
+    assert code == 0 and "beyond noise but within thresholds" in out.strip().splitlines()[-1]
+    code, _, _ = run(capsys, stats_files["en_a"], stats_files["code"], *loose, "--fail-on", "moderate")
+    assert code == 1
+    # A level so strict that nothing is beyond noise.
+    code, out, _ = run(capsys, stats_files["en_a"], stats_files["multi"], "--level", "1e-9")
+    assert code == 1        # multilingual text is beyond noise even so (p-values of ratios underflow)
+    with pytest.raises(SystemExit):
+        drift.build_parser().parse_args(["a", "b", "--level", "1.5"])
 
 
 def test_report_writes_json_markdown_and_png(stats_files, capsys, tmp_path):
@@ -193,10 +236,17 @@ def test_report_writes_json_markdown_and_png(stats_files, capsys, tmp_path):
     names = [m["name"] for m in report["metrics"]]
     assert {"bytes_per_token", "tokens_per_word", "psi_tokens_per_record", "psi_bytes_per_token",
             "js_token_ids", "raw_byte_share", "rejected_rate"} <= set(names)
+    sections = {m["name"]: m["section"] for m in report["metrics"]}
+    assert {n for n, s in sections.items() if s == "tokenization"} == {
+        "bytes_per_token", "tokens_per_word", "raw_byte_share", "js_token_ids", "psi_bytes_per_token"}
+    assert {n for n, s in sections.items() if s == "data"} == {
+        "tokens_per_record_mean", "tokens_per_record_p90", "psi_tokens_per_record", "rejected_rate"}
+    assert report["sections"]["tokenization"]["drift"] is True
     hist = report["histograms"]["tokens_per_record"]
     assert sum(hist["baseline"]) == load(stats_files["en_a"])["records"]
     md = (tmp_path / "r" / "drift.md").read_text()
     assert "| bytes per token |" in md and "significant" in md and "![drift](drift.png)" in md
+    assert "## Tokenization" in md and "## Data" in md and "| interval |" in md.replace(" interval ", "| interval |")
     png = (tmp_path / "r" / "drift.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", png[16:24])
@@ -207,11 +257,13 @@ def test_report_writes_json_markdown_and_png(stats_files, capsys, tmp_path):
 
 def _variants(good_text: str, good: dict):
     wrong_version = dict(good, schema_version=STATS_SCHEMA_VERSION + 1)
+    version_1 = dict(good, schema_version=1)
     other_tokenizer = dict(good, tokenizer_sha256="f" * 64)
     return {
         "corrupt.json": ("{this is not json", "not valid JSON"),
         "truncated.json": (good_text[: len(good_text) // 2], "not valid JSON"),
         "version.json": (dump_stats(wrong_version), "schema_version"),
+        "version1.json": (dump_stats(version_1), "tokenbeam stats 'DIR/*.parquet' --tokenizer"),
         "other_tokenizer.json": (dump_stats(other_tokenizer), "different tokenizers"),
         "empty.json": ("", "not valid JSON"),
     }
@@ -226,6 +278,8 @@ def test_bad_inputs_exit_2_with_one_line(stats_files, capsys, tmp_path):
         assert code == 2, name
         assert err.count("\n") == 1 and err.startswith("tokenbeam drift: error:"), err
         assert message in err and "Traceback" not in err, err
+    code, _, err = run(capsys, stats_files["en_a"], stats_files["uncalibrated"])
+    assert code == 2 and err.count("\n") == 1 and "calibrates 0 of its" in err and "uncalibrated.json" in err, err
     code, _, err = run(capsys, tmp_path / "missing.json", stats_files["en_a"])
     assert code == 2 and err.count("\n") == 1 and "missing.json" in err
 
