@@ -212,7 +212,7 @@ def test_output_behind_a_regular_file_is_one_line_naming_the_path(module, tmp_pa
     line = error_line(cli(module, *args, "--input", small_text, "--output", blocker / "out"))
     assert str(blocker / "out") in line and "Not a directory" in line
     line = error_line(cli(module, *args, "--input", small_text, "--output", blocker))
-    assert str(blocker) in line and "File exists" in line
+    assert str(blocker) in line and "is a file" in line
     assert blocker.read_text() == "not a folder\n"
 
 

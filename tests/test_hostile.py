@@ -136,7 +136,7 @@ def test_unreadable_files_are_reported_and_their_readable_rows_kept(tokenized, h
     broken = [e for e in expects.values() if e.error]
     assert {e.error for e in broken} == {"truncated_or_corrupt", "unreadable_file", "missing_text_column",
                                          "text_column_not_string", "wrong_format"}
-    warnings = [line for line in stderr.splitlines() if line.startswith("warning:")]
+    warnings = [line for line in stderr.splitlines() if line.startswith("tokenbeam: warning:")]
     for e in broken:
         entry = shard_entry(manifest, e.path)
         (error,) = entry["shard_errors"]
@@ -261,11 +261,11 @@ def test_train_accounts_for_the_same_records_and_files(trained, tokenized, hosti
     assert report["records_repaired"] == sum(e.repaired for e in expects.values())
     assert [(e["source"], e["rows_read"], e["reason"]) for e in report["shard_errors"]] == [
         (e["source"], e["rows_read"], e["reason"]) for e in stats["shard_errors"]]
-    warnings = [line for line in stderr.splitlines() if line.startswith("warning:")]
+    warnings = [line for line in stderr.splitlines() if line.startswith("tokenbeam: warning:")]
     assert len(warnings) == len(report["shard_errors"]) == len([e for e in expects.values() if e.error])
     for e in expects.values():
         rejected = parquet_name(e.path).replace(".parquet", ".jsonl")
-        if e.rejected:
+        if e.rejected or e.error:      # an unreadable shard is listed there too, with the row it was lost from
             assert read_rejected(out / "rejected" / rejected) == read_rejected(tok_out / "rejected" / rejected)
         else:
             assert not (out / "rejected" / rejected).exists()

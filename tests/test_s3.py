@@ -137,6 +137,12 @@ def test_token_files_equal_the_local_run(s3, runs, name):
         assert meta_ours == meta_theirs
         assert shard_ours.pop("source") == f"s3://{BUCKET}/corpus/{shard_ours['relpath']}"
         del shard_theirs["source"]
+        # ... and the input file's identity in the rerun fingerprint: its URL and version (an S3 ETag
+        # there, a modification time here).
+        input_ours, input_theirs = shard_ours["fingerprint"].pop("input"), shard_theirs["fingerprint"].pop("input")
+        assert input_ours["url"] == f"s3://{BUCKET}/corpus/{shard_ours['relpath']}"
+        assert input_ours["version"].startswith("ETag=") and input_theirs["version"].startswith("mtime=")
+        assert input_ours["size"] == input_theirs["size"]
         assert shard_ours == shard_theirs
     assert read_all(s3, runs, name, "tokens", "_SUCCESS") == read_all(s3, runs, "local", "tokens", "_SUCCESS")
     stats = [json.loads(s3.cat_file(f"{runs[name]}/tokens/stats.json")),
