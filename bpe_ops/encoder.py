@@ -19,17 +19,21 @@ replay) for every text PCRE2 may split; the Python path below is its specificati
 """
 from __future__ import annotations
 
+import gc
 import hashlib
+import json
 import os
 import threading
 from array import array
 from bisect import bisect_left, bisect_right
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from heapq import heappop, heappush
 from itertools import chain, islice, repeat
+from operator import lt
 from typing import Iterable, Mapping, Sequence
 
-from . import formats
+from . import formats, table_cache
 from .implementation import DEFAULT, Implementation
 from .pretokenize import (END_OF_WORD, Pcre2Pattern, compile_pattern, pattern_name, resolve_pattern,
                           split_on_special, to_utf8)
@@ -85,6 +89,29 @@ class Tokenizer:
             raise ValueError(f"classic mode always splits on whitespace; pattern {pattern!r} does not apply")
         if mode == "classic" and vocab is None:
             raise ValueError("classic mode needs a vocab: its alphabet is not implied by the merges")
+        self._set_options(mode, pattern, ignore_merges, cache_size, implementation)
+        self._merges = _byte_pairs(merges)
+        tokens = dict(vocab) if vocab is not None else {b: bytes([b]) for b in range(256)}
+        self._token_ids = _invert(tokens)
+        self._tokens = tokens
+        ranks, self._left, self._right, self._merged = self._build_merge_table(self._merges, extend=vocab is None)
+        self._ranks_table = ranks
+        self._ranks_ascend = _ranks_ascend(ranks, self._left, self._right, self._merged)
+        if mode == "byte":
+            self._checked_byte_ids()
+        elif END_OF_WORD.encode() not in self._token_ids:
+            raise ValueError(f"a classic vocab must hold the end-of-word symbol {END_OF_WORD!r}")
+        made = set(self._merged)
+        self.special_tokens = self._assign_special_ids(special_tokens, made)
+        # A special token listed in the vocab (as trainers and GPT-2's vocab.json do) is not an
+        # ordinary token, unless the merges or the alphabet produce it.
+        for i in self.special_tokens.values():
+            if i in tokens and i not in made and not self._is_base(tokens[i]):
+                del self._token_ids[tokens.pop(i)]
+        self._finish()
+
+    def _set_options(self, mode: str, pattern: str, ignore_merges: bool, cache_size: int,
+                     implementation: Implementation) -> None:
         self.mode = mode
         self.implementation = implementation
         self.pattern = resolve_pattern("classic" if mode == "classic" else pattern)
@@ -98,45 +125,94 @@ class Tokenizer:
         self._cache: dict[str, tuple[int, ...]] = {}
         self._sha256: str | None = None
         self._json: str | None = None
+        self._tables: table_cache.Tables | None = None   # what it was loaded from, if a file
+        self.source_sha256: str | None = None
 
-        self.merges = [(bytes(a), bytes(b)) for a, b in merges]
-        tokens = dict(vocab) if vocab is not None else {b: bytes([b]) for b in range(256)}
-        self._token_ids = _invert(tokens)
-        self._tokens = tokens
-        self._ranks, self._pairs, self._merged = self._build_merge_table(extend=vocab is None)
-        self._ranks_ascend = _ranks_ascend(self._ranks, self._merged)
-        self._merger = _piece_merger(self._pairs, self._merged, tokens) if implementation.compiled else None
-        if mode == "byte":
-            missing = [b for b in range(256) if bytes([b]) not in self._token_ids]
-            if missing:
-                raise ValueError(f"a byte-level vocab must hold all 256 single bytes; missing: "
-                                 f"{', '.join(f'0x{b:02x}' for b in missing)}")
-            self._byte_ids = [self._token_ids[bytes([b])] for b in range(256)]
+    def _finish(self) -> None:
+        """The state that follows from the tables: byte ids, the whole vocab, the compiled twins."""
+        tokens = self._tokens
+        if self.mode == "byte":
+            self._byte_ids = self._checked_byte_ids()
             self._identity_bytes = self._byte_ids == list(range(256))
         else:
-            if END_OF_WORD.encode() not in self._token_ids:
-                raise ValueError(f"a classic vocab must hold the end-of-word symbol {END_OF_WORD!r}")
             self._eow_id = self._token_ids[END_OF_WORD.encode()]
-        made = set(self._merged)
-        self.special_tokens = self._assign_special_ids(special_tokens, made)
-        # A special token listed in the vocab (as trainers and GPT-2's vocab.json do) is not an
-        # ordinary token, unless the merges or the alphabet produce it.
-        for i in self.special_tokens.values():
-            if i in tokens and i not in made and not self._is_base(tokens[i]):
-                del self._token_ids[tokens.pop(i)]
         self.vocab = {**tokens, **{i: s.encode("utf-8") for s, i in self.special_tokens.items()}}
         self.vocab_size = max(self.vocab) + 1
+        self._merger = (_piece_merger(self._left, self._right, self._merged, tokens)
+                        if self.implementation.compiled else None)
         self._text_encoder = self._compiled_text_encoder()
         self._pool: ThreadPoolExecutor | None = None     # encode_arrays' threads, made on first use
         self._pool_threads = 0
         self._thread_encoders = threading.local()         # ... and their own compiled encoders
+
+    def _checked_byte_ids(self) -> list[int]:
+        """The id of each byte 0..255; ValueError naming the missing ones."""
+        byte_ids = list(map(self._token_ids.get, map(bytes, zip(range(256)))))
+        if None in byte_ids:
+            missing = [b for b in range(256) if byte_ids[b] is None]
+            raise ValueError(f"a byte-level vocab must hold all 256 single bytes; missing: "
+                             f"{', '.join(f'0x{b:02x}' for b in missing)}")
+        return byte_ids
+
+    @classmethod
+    def _from_tables(cls, tables: "table_cache.Tables", implementation: Implementation = DEFAULT,
+                     cache_size: int = 100_000) -> "Tokenizer":
+        """The byte-level tokenizer `tables` describe, as `Tokenizer(...)` of the file they were read
+        from builds it (the tests hold every table equal), without redoing its checks: the tables
+        were made from a checked Tokenizer. The merge list as byte pairs and the pair -> rank dict
+        are built on first use: the compiled encoder needs neither."""
+        self = cls.__new__(cls)
+        self._set_options("byte", tables.pattern, tables.ignore_merges, cache_size, implementation)
+        ids, tokens = tables.token_ids.tolist(), tables.tokens()
+        self._tokens = dict(zip(ids, tokens))
+        self._token_ids = dict(zip(tokens, ids))
+        if len(self._tokens) != len(ids) or len(self._token_ids) != len(ids):
+            raise ValueError("the tables repeat a token or an id")
+        self._merges = self._ranks_table = None
+        self._left, self._right, self._merged = tables.left.tolist(), tables.right.tolist(), tables.merged.tolist()
+        self._ranks_ascend = tables.ranks_ascend
+        self.special_tokens = dict(tables.special_tokens)
+        self._sha256 = tables.sha256
+        self._tables = tables
+        self._finish()
+        return self
+
+    def _as_tables(self) -> "table_cache.Tables":
+        """This byte-level tokenizer's tables (see `_from_tables`)."""
+        ids = array("q", self._tokens)
+        tokens = list(self._tokens.values())
+        return table_cache.Tables(
+            pattern=self.pattern, ignore_merges=self.ignore_merges, special_tokens=dict(self.special_tokens),
+            token_ids=ids, token_lengths=array("q", map(len, tokens)), token_blob=b"".join(tokens),
+            left=array("q", self._left), right=array("q", self._right), merged=array("q", self._merged),
+            ranks_ascend=self._ranks_ascend, sha256=self._sha256)
+
+    @property
+    def merges(self) -> list[tuple[bytes, bytes]]:
+        """The merges in rank order, as (left bytes, right bytes)."""
+        if self._merges is None:
+            get = self._tokens.__getitem__
+            self._merges = list(zip(map(get, self._left), map(get, self._right)))
+        return self._merges
+
+    @property
+    def _ranks(self) -> dict[tuple[int, int], int]:
+        """`(id_a, id_b) -> rank`; a repeated pair keeps its first (lowest) rank."""
+        if self._ranks_table is None:
+            self._ranks_table = _first_ranks(self._left, self._right)
+        return self._ranks_table
+
+    @property
+    def _pairs(self) -> list[tuple[int, int]]:
+        """`rank -> (id_a, id_b)`."""
+        return list(zip(self._left, self._right))
 
     def _compiled_text_encoder(self):
         """The compiled whole-text encoder (`bpe_ops._pcre2.TextEncoder`) of this tokenizer, or None:
         classic mode, the split not on PCRE2, no compiled merger (see `_piece_merger`)."""
         if self.mode != "byte" or self._merger is None or not isinstance(self._regex, Pcre2Pattern):
             return None
-        return _TextEncoder(self._regex.compiled, [a for a, _ in self._pairs], [b for _, b in self._pairs],
+        return _TextEncoder(self._regex.compiled, self._left, self._right,
                             self._merged, self._byte_ids, self._token_ids if self.ignore_merges else None,
                             self.cache_size)
 
@@ -152,15 +228,30 @@ class Tokenizer:
 
     # ---- construction -------------------------------------------------------------------------
 
-    def _build_merge_table(self, extend: bool):
-        """`(id_a, id_b) -> rank`, `rank -> (id_a, id_b)` and `rank -> new_id`; new tokens get the
-        next free id when `extend`."""
+    def _build_merge_table(self, merges: list[tuple[bytes, bytes]], extend: bool):
+        """`(id_a, id_b) -> rank`, then `rank -> id_a`, `rank -> id_b` and `rank -> new_id`; new
+        tokens get the next free id when `extend`.
+
+        Every step runs over whole lists (map over dict lookups), which is exact when every part and
+        every product of a merge is already a token; otherwise (a merge making a new token, or an
+        error to name) `_build_merge_table_in_order` does it merge by merge."""
+        get = self._token_ids.get
+        left = list(map(get, [a for a, _ in merges]))
+        right = list(map(get, [b for _, b in merges]))
+        merged = list(map(get, [a + b for a, b in merges]))
+        if None in left or None in right or None in merged:
+            return self._build_merge_table_in_order(merges, extend)
+        return _first_ranks(left, right), left, right, merged
+
+    def _build_merge_table_in_order(self, merges: list[tuple[bytes, bytes]], extend: bool):
+        """`_build_merge_table` one merge at a time: a merge may use the token an earlier one made."""
         tokens = self._tokens
         ranks: dict[tuple[int, int], int] = {}
-        pairs: list[tuple[int, int]] = []
+        left: list[int] = []
+        right: list[int] = []
         merged: list[int] = []
         next_id = max(tokens) + 1
-        for rank, (a, b) in enumerate(self.merges):
+        for rank, (a, b) in enumerate(merges):
             ia, ib = self._token_ids.get(a), self._token_ids.get(b)
             if ia is None or ib is None:
                 raise ValueError(f"merge {rank} ({a!r}, {b!r}) uses a token that is neither in the vocab "
@@ -174,9 +265,10 @@ class Tokenizer:
                 self._token_ids[a + b] = new_id
             # A repeated pair keeps its first (lowest) rank.
             ranks.setdefault((ia, ib), rank)
-            pairs.append((ia, ib))
+            left.append(ia)
+            right.append(ib)
             merged.append(new_id)
-        return ranks, pairs, merged
+        return ranks, left, right, merged
 
     def _is_base(self, token: bytes) -> bool:
         """A symbol of the alphabet: a single byte, or in classic mode a character or `</w>`."""
@@ -398,7 +490,7 @@ class Tokenizer:
         ranks. The symbols form a linked list over the original positions, so position order is
         text order and a merge is O(1).
         """
-        get, merged, pairs = self._ranks.get, self._merged, self._pairs
+        get, merged, lefts, rights = self._ranks.get, self._merged, self._left, self._right
         n = len(ids)
         # Initial buckets without a Python loop over positions: sort the positions by their pair's
         # rank (stable, so each bucket comes out in text order) and cut at each distinct rank.
@@ -416,7 +508,7 @@ class Tokenizer:
             rank = heappop(order)
             positions = buckets.pop(rank)
             positions.sort()          # filed by several earlier ranks, so not necessarily in order
-            a, b = pairs[rank]
+            a, b = lefts[rank], rights[rank]
             new_id = merged[rank]
             for i in positions:
                 if ids[i] != a:
@@ -485,7 +577,10 @@ class Tokenizer:
     def sha256(self) -> str:
         """Hex SHA-256 of the canonical tokenizer.json text (`save` writes exactly this text)."""
         if self._sha256 is None:
-            self._sha256 = hashlib.sha256(self._json_text().encode("utf-8")).hexdigest()
+            with _collector_paused():
+                self._sha256 = hashlib.sha256(self._json_text().encode("utf-8")).hexdigest()
+            if self._tables is not None:        # shared with the next tokenizer of the same file
+                self._tables.sha256 = self._sha256
         return self._sha256
 
     def _json_text(self) -> str:
@@ -509,10 +604,62 @@ class Tokenizer:
     @classmethod
     def from_file(cls, path: str | os.PathLike, *, implementation: Implementation = DEFAULT) -> "Tokenizer":
         """Load a tokenizer.json (ours, or a byte-level BPE written by Hugging Face `tokenizers`);
-        `path` may be the file or a directory holding one."""
+        `path` may be the file or a directory holding one.
+
+        Its checked tables are kept by the SHA-256 of the file's bytes (`source_sha256`): in this
+        process, and in `implementation.cache_dir` when set (see bpe_ops/table_cache.py), so that
+        the next load of the same bytes skips the parse. `Tokenizer(**formats.read_tokenizer_json(path))`
+        is what this returns in every case."""
         if os.path.isdir(path):
             path = os.path.join(path, "tokenizer.json")
-        return _named(path, cls, {**formats.read_tokenizer_json(path), "implementation": implementation})
+        with open(path, "rb") as f:
+            data = f.read()
+        key = table_cache.file_sha256(data)
+        tables = _TABLES.get(key) or table_cache.load(implementation.cache_dir, key)
+        if tables is not None:
+            tok = cls._from_tables(tables, implementation)
+        else:
+            with _collector_paused():
+                tok = _named(path, cls, {**formats.read_tokenizer_data(data, path), "implementation": implementation})
+            if implementation.cache_dir:
+                tok.sha256                     # the next loader (a pipeline's worker) will want it
+            tables = tok._tables = tok._as_tables()
+            table_cache.save(implementation.cache_dir, key, tables)
+        _remember(key, tables)
+        tok.source_sha256 = key
+        return tok
+
+    @classmethod
+    def from_tiktoken(cls, path: str | os.PathLike, pattern: str, special_tokens: Mapping[str, int] | None = None,
+                      *, implementation: Implementation = DEFAULT) -> "Tokenizer":
+        """Load a tiktoken rank file (`.tiktoken`, or a `tokenizer.model` in that format) with its split
+        `pattern` (a name: `gpt2`, `gpt4`/`cl100k_base`, `o200k`/`o200k_base`, or a regex) and its
+        special tokens `{token: id}`: the ids tiktoken's `Encoding(pat_str=..., mergeable_ranks=...,
+        special_tokens=...)` gives. A whole pre-token that is a token is that token (tiktoken looks
+        pieces up before merging: `ignore_merges`). Tables are cached as in `from_file`, keyed by the
+        file's bytes, the pattern and the special tokens."""
+        specials = dict(special_tokens or {})
+        resolved = resolve_pattern(pattern)
+        with open(path, "rb") as f:
+            data = f.read()
+        source = table_cache.file_sha256(data)
+        key = table_cache.file_sha256("\0".join(["tiktoken", source, resolved, json.dumps(sorted(specials.items()))])
+                                      .encode("utf-8", "surrogatepass"))
+        tables = _TABLES.get(key) or table_cache.load(implementation.cache_dir, key)
+        if tables is not None:
+            tok = cls._from_tables(tables, implementation)
+        else:
+            with _collector_paused():
+                tok = _named(path, cls, {**formats.read_tiktoken_data(data, path), "pattern": resolved,
+                                         "special_tokens": specials, "ignore_merges": True,
+                                         "implementation": implementation})
+            if implementation.cache_dir:
+                tok.sha256
+            tables = tok._tables = tok._as_tables()
+            table_cache.save(implementation.cache_dir, key, tables)
+        _remember(key, tables)
+        tok.source_sha256 = source
+        return tok
 
     @classmethod
     def from_gpt2_files(cls, vocab_json: str | os.PathLike, merges_txt: str | os.PathLike,
@@ -523,8 +670,35 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return (f"Tokenizer(mode={self.mode!r}, pattern={self.pattern_name or self.pattern!r}, "
-                f"merges={len(self.merges)}, special_tokens={len(self.special_tokens)}, "
+                f"merges={len(self._left)}, special_tokens={len(self.special_tokens)}, "
                 f"vocab_size={self.vocab_size})")
+
+
+# The tables of the files this process loaded last, by the SHA-256 of their bytes: a Beam pipeline
+# run in one process loads its tokenizer in the launcher and again in the worker.
+_TABLES: dict[str, "table_cache.Tables"] = {}
+_TABLES_KEPT = 2
+
+
+def _remember(key: str, tables: "table_cache.Tables") -> None:
+    _TABLES.pop(key, None)
+    _TABLES[key] = tables
+    while len(_TABLES) > _TABLES_KEPT:
+        del _TABLES[next(iter(_TABLES))]
+
+
+@contextmanager
+def _collector_paused():
+    """No cyclic garbage collection inside: reading a large vocabulary allocates millions of
+    containers and none of them is garbage, yet each allocation burst would start a collection
+    that walks them all (most of a large file's load time)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _named(path, cls, kwargs: dict) -> "Tokenizer":
@@ -535,22 +709,37 @@ def _named(path, cls, kwargs: dict) -> "Tokenizer":
         raise ValueError(f"{path}: {exc}") from None
 
 
-def _piece_merger(pairs: list[tuple[int, int]], merged: list[int], token_ids: Iterable[int]):
+def _piece_merger(left: list[int], right: list[int], merged: list[int], token_ids: Iterable[int]):
     """The compiled merger of this merge table, or None: not built, or a token id outside
     0..2**31 - 1 (the C merger packs two ids in 64 bits; Python takes any int)."""
     if _piece_merge is None:
         return None
     if not (0 <= min(token_ids, default=0) and max(token_ids, default=0) < 2**31):
         return None
-    return _piece_merge.PieceMerger([a for a, _ in pairs], [b for _, b in pairs], merged)
+    return _piece_merge.PieceMerger(left, right, merged)
 
 
-def _ranks_ascend(ranks: dict[tuple[int, int], int], merged: list[int]) -> bool:
+def _byte_pairs(merges: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """`[(bytes(a), bytes(b)) for a, b in merges]`, a side at a time."""
+    merges = list(merges)
+    if any(len(m) != 2 for m in merges):
+        raise ValueError(f"a merge is a pair of tokens, got {next(m for m in merges if len(m) != 2)!r}")
+    return list(zip(*(map(bytes, side) for side in zip(*merges)))) if merges else []
+
+
+def _first_ranks(left: list[int], right: list[int]) -> dict[tuple[int, int], int]:
+    """`(id_a, id_b) -> rank`, a repeated pair keeping its first rank: filled from the last rank to
+    the first, so the lowest rank is written last."""
+    n = len(left)
+    return dict(zip(zip(reversed(left), reversed(right)), range(n - 1, -1, -1)))
+
+
+def _ranks_ascend(ranks: dict[tuple[int, int], int], left: list[int], right: list[int], merged: list[int]) -> bool:
     """Whether every merge ranks after every merge that makes one of its two parts."""
-    last_maker: dict[int, int] = {}
-    for rank in sorted(ranks.values()):   # a repeated pair's later copies never apply
-        last_maker[merged[rank]] = rank
-    return all(last_maker.get(a, -1) < rank and last_maker.get(b, -1) < rank for (a, b), rank in ranks.items())
+    live = sorted(ranks.values())     # a repeated pair's later copies never apply
+    last_maker = dict(zip(map(merged.__getitem__, live), live)).get   # the last wins
+    return all(all(map(lt, map(last_maker, map(side.__getitem__, live), repeat(-1)), live))
+               for side in (left, right))
 
 
 def _invert(tokens: dict[int, bytes]) -> dict[bytes, int]:

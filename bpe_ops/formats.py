@@ -24,7 +24,7 @@ from typing import Any
 
 import regex
 
-from .pretokenize import token_to_unicode, unicode_to_token
+from .pretokenize import token_to_unicode, tokens_to_unicode, unicode_to_token, unicode_to_tokens
 
 SUPPORTED = ("supported: byte-level BPE (model BPE without byte_fallback, dropout or subword affixes; no "
              "normalizer; pre-tokenizer ByteLevel as in GPT-2, or Sequence[Split(Regex, Isolated), "
@@ -41,16 +41,24 @@ def tokenizer_json_text(tok) -> str:
     # Each token spelled and JSON-quoted once (the merges name vocabulary tokens again, two per
     # merge), and the two big sections written line by line as `_dumps` would write them.
     vocab = [(t, i) for i, t in sorted(tok.vocab.items()) if i not in special_ids]
-    quoted = {t: _encode_string(token_to_unicode(t)) for t, _ in vocab}
+    tokens = [t for t, _ in vocab]
+    spelled = list(map(_encode_string, tokens_to_unicode(tokens)))
+    quoted = dict(zip(tokens, spelled))
 
     def quote(token: bytes) -> str:
         found = quoted.get(token)
         return found if found is not None else _encode_string(token_to_unicode(token))
 
     pad, end = "  " * 3, "\n" + "  " * 2            # the depth of model.vocab and model.merges
-    vocab_text = "{\n" + ",\n".join(f"{pad}{quoted[t]}: {i}" for t, i in vocab) + end + "}" if vocab else "{}"
-    merges_text = ("[\n" + ",\n".join(f"{pad}[{quote(a)}, {quote(b)}]" for a, b in tok.merges) + end + "]"
-                   if tok.merges else "[]")
+    vocab_text = ("{\n" + ",\n".join([f"{pad}{q}: {i}" for q, (_, i) in zip(spelled, vocab)]) + end + "}"
+                  if vocab else "{}")
+    merges = tok.merges
+    sides = [list(map(quoted.get, side)) for side in zip(*merges)] or [[], []]
+    for side, tokens_of_side in zip(sides, zip(*merges)):
+        if None in side:              # a merge half that is not an ordinary token (a special one)
+            side[:] = map(quote, tokens_of_side)
+    merges_text = ("[\n" + ",\n".join([f"{pad}[{a}, {b}]" for a, b in zip(*sides)]) + end + "]"
+                   if merges else "[]")
 
     doc = {
         "version": "1.0",
@@ -137,7 +145,13 @@ _encode_string = json.encoder.encode_basestring
 
 def read_tokenizer_json(path: str | os.PathLike) -> dict:
     """`Tokenizer(...)` keyword arguments from a byte-level BPE tokenizer.json."""
-    doc = _load_json(path)
+    with open(path, "rb") as f:
+        return read_tokenizer_data(f.read(), path)
+
+
+def read_tokenizer_data(data: bytes, path: str | os.PathLike = "tokenizer.json") -> dict:
+    """`read_tokenizer_json` of a file's bytes (`path` names it in errors)."""
+    doc = _parse_json(data, path)
     if not isinstance(doc, dict) or not isinstance(doc.get("model"), dict):
         raise ValueError(f"{path}: not a tokenizer.json (no \"model\" object)")
     try:
@@ -175,8 +189,9 @@ def _read_tokenizer_doc(doc: dict, path) -> dict:
     if problem:
         raise unsupported(problem)
     try:
-        vocab = {i: unicode_to_token(s) for s, i in model["vocab"].items() if i not in special_ids}
-        merges = [_merge_pair(m) for m in model["merges"]]
+        ordinary = [(s, i) for s, i in model["vocab"].items() if i not in special_ids]
+        vocab = dict(zip([i for _, i in ordinary], unicode_to_tokens([s for s, _ in ordinary])))
+        merges = _merge_pairs(model["merges"])
     except KeyError as exc:
         raise unsupported(f"a token uses the character {exc.args[0]!r}, outside the GPT-2 byte alphabet "
                           f"(not a byte-level vocabulary)") from None
@@ -250,6 +265,28 @@ def _merge_pair(merge) -> tuple[bytes, bytes]:
     return unicode_to_token(parts[0]), unicode_to_token(parts[1])
 
 
+def _merge_pairs(merges: list) -> list[tuple[bytes, bytes]]:
+    """`_merge_pair` of every merge, the whole list spelled at once (`unicode_to_tokens`): a
+    large vocabulary has hundreds of thousands of merge halves."""
+    parts = [m.split(" ") if isinstance(m, str) else m for m in merges]
+    if not all(type(p) is list and len(p) == 2 for p in parts):
+        for m in merges:           # names the first malformed merge
+            _merge_pair(m)
+        raise TypeError("merges must be pairs of strings")
+    halves = unicode_to_tokens([h for p in parts for h in p])
+    return list(zip(halves[::2], halves[1::2]))
+
+
+def _parse_json(data: bytes, path):
+    try:
+        return json.loads(data.decode("utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
+                         f"truncated or not a JSON file?") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
 def _load_json(path: str | os.PathLike):
     try:
         with open(path, encoding="utf-8") as f:
@@ -272,6 +309,65 @@ def _id_problem(vocab: Mapping, specials: Mapping) -> str | None:
         if owner.setdefault(i, token) != token:
             return f"duplicate id {i}: both {owner[i]!r} and {token!r}"
     return None
+
+
+# ---- reading tiktoken rank files ----------------------------------------------------------------
+
+_RANK_LINE = regex.compile(rb"[A-Za-z0-9+/]*={0,2} [0-9]+")
+
+
+def is_rank_file(data: bytes) -> bool:
+    """Whether a file's bytes look like a tiktoken rank file (`.tiktoken`, or the `tokenizer.model`
+    some models ship in that format): the first line is base64, a space and a number."""
+    return _RANK_LINE.fullmatch(data[:data.find(b"\n")] if b"\n" in data else data) is not None
+
+
+def read_tiktoken_data(data: bytes, path: str | os.PathLike = "tokenizer.tiktoken") -> dict:
+    """`Tokenizer(...)` keyword arguments (without pattern and special tokens) from a tiktoken rank
+    file's bytes: one `base64(token) rank` line per token; the rank is the id.
+
+    tiktoken merges, inside a piece, the adjacent pair whose concatenation has the lowest rank. As
+    merges: every split of every token into two tokens, ordered by the token's rank and then by the
+    parts' ranks (as `transformers` converts rank files to tokenizer.json). Replaying them merges
+    the same pairs in the same order, except where two different splits of one token are both
+    mergeable in the same piece at once and overlap (`ab|a|ba` for `aba`): tiktoken takes the
+    leftmost, the merge list the split listed first."""
+    vocab: dict[int, bytes] = {}
+    try:
+        text = data.decode("ascii")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not a tiktoken rank file (a non-ASCII byte at {exc.start})") from None
+    for lineno, line in enumerate(text.split("\n"), 1):
+        line = line.rstrip("\r")
+        if not line:
+            continue
+        parts = line.split(" ")
+        if len(parts) != 2 or not parts[1].isdigit():
+            raise ValueError(f"{path}:{lineno}: expected `base64 rank`, got {line[:80]!r}")
+        try:
+            token = base64.b64decode(parts[0], validate=True)
+        except ValueError:
+            raise ValueError(f"{path}:{lineno}: invalid base64 {parts[0][:80]!r}") from None
+        rank = int(parts[1])
+        if rank in vocab:
+            raise ValueError(f"{path}:{lineno}: rank {rank} given twice")
+        vocab[rank] = token
+    if not vocab:
+        raise ValueError(f"{path}: an empty rank file")
+    return {"vocab": vocab, "merges": tiktoken_merges(vocab)}
+
+
+def tiktoken_merges(vocab: Mapping[int, bytes]) -> list[tuple[bytes, bytes]]:
+    """The merge list that replays tiktoken's rank-based merging (see `read_tiktoken_data`)."""
+    rank_of = {t: r for r, t in vocab.items()}
+    merges = []
+    for rank in sorted(vocab):
+        token = vocab[rank]
+        splits = [(rank_of[token[:i]], rank_of[token[i:]], i) for i in range(1, len(token))
+                  if token[:i] in rank_of and token[i:] in rank_of]
+        splits.sort()
+        merges.extend((token[:i], token[i:]) for _, _, i in splits)
+    return merges
 
 
 # ---- reading vocab.json + merges.txt ------------------------------------------------------------

@@ -16,6 +16,7 @@ their Unicode tables classify differently (see `Pcre2Pattern`); everything else 
 """
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import os
@@ -24,7 +25,7 @@ import zlib
 from array import array
 from collections import Counter
 from functools import lru_cache
-from itertools import chain
+from itertools import accumulate, chain
 from typing import Iterable, Iterator, Mapping, Sequence
 
 import regex
@@ -64,6 +65,9 @@ PATTERNS = {
     "o200k": O200K_PATTERN,
     "classic": CLASSIC_PATTERN,
 }
+# tiktoken's encoding names for the same patterns (a rank file is used with its encoding's pattern).
+PATTERN_ALIASES = {"cl100k": "gpt4", "cl100k_base": "gpt4", "o200k_base": "o200k", "r50k_base": "gpt2",
+                   "p50k_base": "gpt2", "p50k_edit": "gpt2"}
 
 
 # A pattern spelled like a name (letters, digits, `_`, `-`) is taken for a misspelt name, not a regex.
@@ -80,7 +84,7 @@ def resolve_pattern(pattern: str) -> str:
     Traceback (most recent call last):
     ValueError: unknown pattern name 'gpt5': known names are gpt2, gpt4, o200k, classic
     """
-    named = PATTERNS.get(pattern.lower())
+    named = PATTERNS.get(PATTERN_ALIASES.get(pattern.lower(), pattern.lower()))
     if named is not None:
         return named
     if _NAME_LIKE.fullmatch(pattern):
@@ -375,6 +379,22 @@ def token_to_unicode(token: bytes) -> str:
     return token.decode("latin-1").translate(_byte_spelling())
 
 
+def tokens_to_unicode(tokens: Sequence[bytes]) -> list[str]:
+    """`token_to_unicode` of every token: one charmap decode of all of them joined, then one slice
+    per token (each byte is spelled by one character)."""
+    tokens = list(tokens)
+    text = codecs.charmap_decode(b"".join(tokens), "strict", _byte_decoding_table())[0]
+    ends = list(accumulate(map(len, tokens)))
+    return list(map(text.__getitem__, map(slice, [0, *ends[:-1]], ends)))
+
+
+@lru_cache(maxsize=1)
+def _byte_decoding_table() -> str:
+    """The charmap codec's decoding table: byte b -> its GPT-2 spelling."""
+    table = bytes_to_unicode()
+    return "".join(table[b] for b in range(256))
+
+
 @lru_cache(maxsize=1)
 def _byte_spelling() -> dict[int, str]:
     """`str.translate` table from each Latin-1 character (a byte's value) to its GPT-2 spelling."""
@@ -392,6 +412,26 @@ def unicode_to_token(text: str) -> bytes:
     except UnicodeEncodeError:
         table = unicode_to_bytes()
         return bytes(table[c] for c in text)
+
+
+def unicode_to_tokens(texts: Sequence[str]) -> list[bytes]:
+    """`unicode_to_token` of every string, for a whole vocabulary at once: one charmap encode of all
+    the strings joined (a C codec that knows exactly the 256 characters of the alphabet), then one
+    slice per token. Every character of the alphabet stands for one byte, so the string lengths are
+    the token lengths. KeyError names a character outside the alphabet, as `unicode_to_token` does."""
+    texts = list(texts)
+    try:
+        blob = codecs.charmap_encode("".join(texts), "strict", _byte_encoding_map())[0]
+    except UnicodeEncodeError:
+        return [unicode_to_token(t) for t in texts]     # raises the KeyError naming the character
+    ends = list(accumulate(map(len, texts)))
+    return list(map(blob.__getitem__, map(slice, [0, *ends[:-1]], ends)))
+
+
+@lru_cache(maxsize=1)
+def _byte_encoding_map():
+    """The charmap codec's encoding table: GPT-2 spelling of byte b -> b, nothing else."""
+    return codecs.charmap_build(_byte_decoding_table())
 
 
 @lru_cache(maxsize=1)

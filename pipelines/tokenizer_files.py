@@ -1,4 +1,9 @@
-"""Loading a tokenizer file from any fsspec URL, once in the launcher and once per worker."""
+"""Loading a tokenizer file from any fsspec URL, once in the launcher and once per worker.
+
+bpe_ops keeps a loaded file's tables in the process and, with `Implementation.cache_dir`, on disk,
+keyed by the SHA-256 of the file's bytes: the launcher's load pays the parse, the workers' loads
+(threads, processes, later runs) read the tables and the canonical sha256 from there.
+"""
 from __future__ import annotations
 
 import gc
@@ -6,6 +11,7 @@ import hashlib
 import os
 import tempfile
 from dataclasses import dataclass
+from typing import Mapping
 
 from bpe_ops.implementation import DEFAULT, Implementation
 
@@ -17,27 +23,33 @@ from pipelines.files import filesystem, is_local
 class TokenizerRef:
     """A tokenizer as the launcher identified it: where it is, its `sha256` (of the canonical
     tokenizer.json text, which is costly to build for a large vocabulary: the launcher computes it
-    once and the workers take it from here) and the SHA-256 of the file's raw bytes (milliseconds),
-    by which each worker checks that it loaded the very file the launcher hashed; and the bpe_ops
-    implementation the workers encode with."""
+    once and the workers take it from here) and the SHA-256 of the file's raw bytes, by which each
+    worker checks that it loaded the very file the launcher hashed; the rank-file options (`pattern`,
+    `special_tokens` as (token, id) pairs), and the bpe_ops implementation the workers encode with."""
     url: str
     sha256: str
     file_sha256: str
     implementation: Implementation = DEFAULT
+    pattern: str | None = None
+    special_tokens: tuple[tuple[str, int], ...] | None = None
 
 
-def identify_tokenizer(url: str, implementation: Implementation = DEFAULT):
-    """Load the tokenizer at `url` (launcher side): `(Tokenizer, TokenizerRef)`; UserError when unusable."""
-    tok = load_tokenizer(url, implementation)
-    return tok, TokenizerRef(url, tok.sha256, tokenizer_file_sha256(url), implementation)
+def identify_tokenizer(url: str, implementation: Implementation = DEFAULT, pattern: str | None = None,
+                       special_tokens: Mapping[str, int] | None = None):
+    """Load the tokenizer at `url` (launcher side): `(Tokenizer, TokenizerRef)`; UserError when unusable.
+    `pattern` and `special_tokens` are for tiktoken rank files (see `load_tokenizer`)."""
+    tok = load_tokenizer(url, implementation, pattern, special_tokens)
+    specials = tuple(sorted(special_tokens.items())) if special_tokens is not None else None
+    return tok, TokenizerRef(url, tok.sha256, tok.source_sha256, implementation, pattern, specials)
 
 
 def load_identified_tokenizer(ref: TokenizerRef):
     """Load the tokenizer `ref` names (worker side); UserError when unusable or no longer the file the
-    launcher identified (the sha256 that goes into every output would be false)."""
-    tok = load_tokenizer(ref.url, ref.implementation)
-    # Hashed after loading: a file replaced before the load still differs from the launcher's.
-    if tokenizer_file_sha256(ref.url) != ref.file_sha256:
+    launcher identified (the sha256 that goes into every output would be false). The check is on the
+    very bytes this load parsed."""
+    specials = dict(ref.special_tokens) if ref.special_tokens is not None else None
+    tok = load_tokenizer(ref.url, ref.implementation, ref.pattern, specials)
+    if tok.source_sha256 != ref.file_sha256:
         raise UserError(f"tokenizer {ref.url} changed since the run started; rerun the command")
     return tok
 
@@ -47,7 +59,7 @@ def _tokenizer_path(fs, path: str) -> str:
 
 
 def tokenizer_file_sha256(url: str) -> str:
-    """Hex SHA-256 of the raw bytes of the tokenizer.json at `url` (or in the folder `url`)."""
+    """Hex SHA-256 of the raw bytes of the tokenizer file at `url` (or the tokenizer.json in the folder `url`)."""
     fs, path = filesystem(url)
     try:
         with fs.open(_tokenizer_path(fs, path), "rb") as f:
@@ -60,9 +72,38 @@ def _first_line(exc: Exception) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
-def load_tokenizer(url: str, implementation: Implementation = DEFAULT):
-    """Load a tokenizer.json (or a folder holding one) from any fsspec URL; UserError when unusable."""
+def parse_special_token(spec: str) -> tuple[str, int]:
+    """`TOKEN=ID` (the value of `--special-token`) -> (TOKEN, ID); the last `=` separates them, so a
+    token may contain `=`. UserError when malformed."""
+    token, sep, number = spec.rpartition("=")
+    if not sep or not token or not number.isdigit():
+        raise UserError(f"--special-token {spec!r}: expected TOKEN=ID with a non-negative integer ID, "
+                        f"e.g. --special-token '<|endoftext|>=100257'")
+    return token, int(number)
+
+
+def load_tokenizer(url: str, implementation: Implementation = DEFAULT, pattern: str | None = None,
+                   special_tokens: Mapping[str, int] | None = None):
+    """Load a tokenizer from any fsspec URL; UserError when unusable. Either a tokenizer.json (or a
+    folder holding one), which records its own split pattern and special tokens, or a tiktoken rank
+    file (`.tiktoken`, or a `tokenizer.model` in that format; told apart by content), which needs
+    `pattern` (a name or a regex) and may take `special_tokens` {token: id}."""
     from bpe_ops import Tokenizer
+    from bpe_ops.formats import is_rank_file
+
+    def load(local: str):
+        with open(local, "rb") as f:
+            head = f.read(4096)
+        if is_rank_file(head):
+            if pattern is None:
+                raise UserError(f"cannot use tokenizer {url}: a tiktoken rank file does not record its split "
+                                f"pattern; give --pattern NAME_OR_REGEX (gpt2, gpt4 = cl100k_base, o200k = "
+                                f"o200k_base, or a regex)")
+            return Tokenizer.from_tiktoken(local, pattern, special_tokens, implementation=implementation)
+        if pattern is not None or special_tokens:
+            raise UserError(f"cannot use tokenizer {url}: --pattern and --special-token apply to tiktoken rank "
+                            f"files only; a tokenizer.json records its own split pattern and special tokens")
+        return Tokenizer.from_file(local, implementation=implementation)
 
     try:
         if is_local(url):
@@ -73,12 +114,12 @@ def load_tokenizer(url: str, implementation: Implementation = DEFAULT):
                 raise UserError(f"cannot use tokenizer {url}: no such file")
             if os.path.isdir(local):
                 raise UserError(f"cannot use tokenizer {url}: a folder without tokenizer.json")
-            return Tokenizer.from_file(local, implementation=implementation)
+            return load(local)
         fs, path = filesystem(url)
         with tempfile.TemporaryDirectory() as tmp:
-            local = os.path.join(tmp, "tokenizer.json")
+            local = os.path.join(tmp, "tokenizer")
             fs.get(_tokenizer_path(fs, path), local)
-            return Tokenizer.from_file(local, implementation=implementation)
+            return load(local)
     except UserError:
         raise
     except (OSError, ValueError, UnicodeDecodeError) as exc:
