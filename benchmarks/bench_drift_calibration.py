@@ -189,6 +189,7 @@ def main(argv=None) -> int:
     parser.add_argument("--shift-repeats", type=int, default=20, help="comparisons per shift and size")
     parser.add_argument("--tokenizer", help="load this tokenizer instead of training one")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--only", choices=["false-alarms", "shifts"], help="run one of the two tables")
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
@@ -203,6 +204,14 @@ def main(argv=None) -> int:
           flush=True)
 
     pools = {"en (held out)": english, "code": others["python code"], "multi": others["multilingual"]}
+    if args.only != "shifts":
+        false_alarm_table(sampler, pools, args)
+    if args.only != "false-alarms":
+        shift_table(sampler, english, others, args)
+    return 0
+
+
+def false_alarm_table(sampler: Sampler, pools: dict, args) -> None:
     print("False alarms (two disjoint samples of one corpus, default settings)\n")
     print("| records per side | " + " | ".join(pools) + " | figures that fired (all corpora) |")
     print("|---|" + "---|" * len(pools) + "---|")
@@ -217,6 +226,9 @@ def main(argv=None) -> int:
             fired_all += fired
         print(f"| {n} | " + " | ".join(cells) + f" | {_top(fired_all)} |", flush=True)
 
+
+
+def shift_table(sampler: Sampler, english: Encoded, others: dict, args) -> None:
     print("\nDetection (N held-out English documents vs N shifted documents, default settings)\n")
     print("| shift | " + " | ".join(f"N={n}" for n in args.sizes) + " | figures that fired most (largest N) "
           "| bytes/token, tokens/word, JS excess (median, largest N) |")
@@ -233,7 +245,6 @@ def main(argv=None) -> int:
                    for m in ("bytes_per_token", "tokens_per_word", "js_token_ids")]
         print(f"| {name} | " + " | ".join(cells) + f" | {_top(fired)} | {100 * medians[0]:+.1f}%, "
               f"{100 * medians[1]:+.1f}%, {medians[2]:.3f} |", flush=True)
-    return 0
 
 
 if __name__ == "__main__":
