@@ -337,6 +337,8 @@ def test_stats_cmd_rebuilds_the_direct_summary(tmp_path, tiny_records, gpt2, gpt
     expected = stats_json(direct, gpt2)
     assert {k: v for k, v in rebuilt.items() if k not in ("timing", "inputs", "tokenizer")} == expected
     assert rebuilt["moments"]["records"] == rebuilt["records"]      # every record calibrated: fit for drift
+    from pipelines import drift
+    assert drift.main([str(out), str(out)]) == 0                     # and tokenbeam drift reads it
 
 
 def test_stats_cmd_errors_are_one_line(tmp_path, tiny_records, gpt2, gpt2_dir, capsys):
