@@ -115,6 +115,7 @@ def main() -> None:
                 if m.returncode:
                     raise SystemExit(f"pack failed: {m.stderr[-2000:]}")
                 assert check_same_ids(out, floor_file) == ids
+                assert not (out / ".pack-spill").exists(), "pack left its spill files"
                 print(f"| {scale}x | {name} | {m.wall:.1f} | {m.cpu:.1f} | {m.peak_rss_mb:.0f} | "
                       f"{ids / 1e6 / m.wall:.1f} | {base.wall / m.wall:.3f} |", flush=True)
                 import shutil

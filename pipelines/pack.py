@@ -1,17 +1,22 @@
 """`tokenbeam pack`: token Parquet -> shuffled, split, fixed-length sequences for pretraining.
 
-    row groups -> ReadDocuments (one DoFn call per row group: id, ids, two hashes of (seed, id))
-    -> AssignSplit (train / validation by the split hash) -> GroupByKey((split, bucket)) ->
-    PackBucket (sort a bucket by the order hash, lay its documents at their offset in the split's
-    stream, cut at file boundaries) -> GroupByKey((split, file)) -> WriteFile (rows of seq_len ids:
-    Parquet, Megatron .bin + .idx, flat .bin) -> pack.json -> _SUCCESS (written last).
+    row groups -> SpillDocuments (per row group: id, ids, two hashes of (seed, id), train /
+    validation by the split hash; the documents written to spill files, one Arrow batch per (split,
+    bucket)) -> GroupByKey((split, bucket)) of references -> PackBucket (read the bucket's batches,
+    sort them by the order hash, lay the documents at the bucket's offset in the split's stream, cut
+    at file boundaries, the pieces to a spill file) -> GroupByKey((split, file)) of references ->
+    WriteFile (read the file's pieces; rows of seq_len ids: Parquet, Megatron .bin + .idx, flat .bin)
+    -> pack.json -> _SUCCESS (written last); the spill files are removed when the run ends.
 
 The order is a function of the seed and the record ids only: a document's place is its order hash
 (buckets are ranges of the hash), so the output is the same bytes whatever the runner, the number
-of workers, the number of buckets or the order of the input files. Each split's stream is
-[BOS] ids [EOS] per document, back to back; every bucket learns where its documents start in the
-stream from the buckets' sizes (a small side input), so no step ever holds more than one bucket or
-one output file.
+of workers, the number of buckets, the spill files or the order of the input files. Each split's
+stream is [BOS] ids [EOS] per document, back to back; every bucket learns where its documents start
+in the stream from the buckets' sizes (a small side input), so no step ever holds more than one
+bucket, one output file or SPILL_BYTES of documents. The shuffles carry only references to spill
+files under `OUTPUT/.pack-spill/` (names in open_atomic's temporary style), so what a runner holds
+for them does not grow with the token ids: Beam's local FnApiRunner keeps every GroupByKey's input
+in its own memory.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ import math
 import posixpath
 import sys
 import time
+import uuid
 from typing import Any, Tuple
 
 import numpy as np
@@ -39,6 +45,8 @@ from schemas import pack as layout
 from schemas import tables
 
 BUCKET_TOKENS = 1 << 22          # ids per shuffle bucket: what one PackBucket call holds
+SPILL_BYTES = 1 << 25            # documents one SpillDocuments holds (Arrow bytes) before it writes them out
+SPILL_FOLDER = ".pack-spill"     # under --output: the shuffles' files, removed when the run ends
 DEFAULT_MAX_TOKENS_PER_FILE = "16M"
 DEFAULT_SEED = 1234
 ROW_GROUP_ROWS = 1_024           # packed rows per Parquet row group: readers stream them
@@ -203,64 +211,208 @@ def record_hashes(record_id: str, key: bytes) -> tuple[int, int]:
 
 
 # --- the pipeline ---------------------------------------------------------------------------------
+#
+# Both shuffles go through files: a step writes the token ids to spill files under the output's hidden
+# SPILL_FOLDER and hands the GroupByKey only small references (a file name, a place in it, counts), so
+# what any runner holds for a shuffle is a few dozen bytes per (bucket, spill file), never token ids.
 
-class ReadDocuments(beam.DoFn):
-    """One row group of a token Parquet -> its documents as
-    `(bucket, order, split_hash, id, ids bytes)`.
+def spill_name(kind: str, ext: str) -> str:
+    """A new spill file's name, in open_atomic's temporary style (`.NAME.tmp-<32 hex>`), so a killed
+    run's leftovers are stale temporaries for the next run (`remove_stale_temporaries`) and no glob
+    that reads outputs ever sees them. `spill_name("docs", ".arrow")` -> `.docs-1f2e....arrow.tmp-9c0d...`."""
+    return f".{kind}-{uuid.uuid4().hex[:16]}{ext}.tmp-{uuid.uuid4().hex}"
 
-    Shuffled, `order` is the order hash and the bucket its range (`order * buckets >> 63`), so
-    buckets in order are the hash order; with `--no-shuffle` `order` is the record's row in the
-    sorted inputs and the bucket its row group. Example: row group 0 of `a.parquet` with the record
-    `("doc-1", [5, 6, 7])` gives `(b, h, s, "doc-1", b"\\x05\\x00\\x06\\x00\\x07\\x00")`.
+
+def spill_url(output: str, name: str) -> str:
+    return join(output, SPILL_FOLDER, name)
+
+
+def remove_spill_files(output: str) -> None:
+    """Remove the spill folder: after a run (its spill files are all read by then), and before one
+    (a killed run's)."""
+    try:
+        remove_tree(join(output, SPILL_FOLDER))
+    except OSError as exc:
+        warn(f"could not remove the spill files under {join(output, SPILL_FOLDER)}: {exc}")
+
+
+def read_row_group(url: str, group: int, columns: list[str]) -> pa.Table:
+    fs, path = filesystem(url)
+    try:
+        with fs.open(path, "rb") as f:
+            return pq.ParquetFile(f).read_row_group(group, columns=columns)
+    except Exception as exc:  # noqa: BLE001  (the launcher read this file: now it is gone or broken)
+        from pipelines.errors import ShardFailure
+        raise ShardFailure(f"cannot read {url} row group {group}: {str(exc).splitlines()[0]}") from exc
+
+
+class SplitHashes(beam.DoFn):
+    """One row group -> the split hash of each of its records (read from the id column alone): what
+    `--validation-records K` takes its threshold from, before any document is read."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+
+    def process(self, unit):
+        url, group, _, _ = unit
+        key = seed_key(self.seed)
+        for record_id in read_row_group(url, group, ["id"]).column("id").to_pylist():
+            yield record_hashes(record_id, key)[1]
+
+
+def spill_schema(dtype: np.dtype) -> pa.Schema:
+    """A spilled document: its order (the order hash, or its row with --no-shuffle), id and ids."""
+    return pa.schema([("order", pa.int64()), ("id", pa.string()), ("token_ids", pa.list_(pa.from_numpy_dtype(dtype)))])
+
+
+# Keyed for a GroupByKey: the type says so.
+@beam.typehints.with_output_types(Tuple[Any, Any])
+class SpillDocuments(beam.DoFn):
+    """Row groups of token Parquet -> their documents in spill files; emits one small reference per
+    (split, bucket) and spill file: `((split, bucket), (file name, batch, documents, stream ids))`.
+
+    Each record gets its two hashes of (seed, id): shuffled, `order` is the order hash and the bucket
+    its range (`order * buckets >> 63`), so buckets in order are the hash order; with `--no-shuffle`
+    `order` is the record's row in the sorted inputs and the bucket its row group. The split is
+    validation when the split hash is below `threshold`. Documents gather in memory until they hold
+    `spill_bytes` (or the bundle ends), then go to one Arrow IPC file with one record batch per (split,
+    bucket), in key order. Example: row group 0 of `a.parquet` holding `("doc-1", [5, 6, 7])`, EOS
+    added, gives `(("train", b), (".docs-....arrow.tmp-...", 0, 1, 4))` and the record in batch 0.
     """
 
-    def __init__(self, options: PackOptions):
+    def __init__(self, options: PackOptions, output: str, spill_bytes: int):
         self.options = options
+        self.output = output
+        self.spill_bytes = spill_bytes
 
     def setup(self):
         self.key = seed_key(self.options.seed)
+        self.schema = spill_schema(self.options.dtype)
         self.records = beam.metrics.Metrics.counter("tokenbeam", "records")
+        self.spilled = beam.metrics.Metrics.counter("tokenbeam", "spill_files")
 
-    def process(self, unit):
+    def start_bundle(self):
+        self.pending, self.pending_bytes = [], 0
+
+    def process(self, unit, threshold):
         url, group, first_row, unit_index = unit
-        fs, path = filesystem(url)
-        try:
-            with fs.open(path, "rb") as f:
-                table = pq.ParquetFile(f).read_row_group(group, columns=["id", "token_ids"])
-        except Exception as exc:  # noqa: BLE001  (the launcher read this file: now it is gone or broken)
-            from pipelines.errors import ShardFailure
-            raise ShardFailure(f"cannot read {url} row group {group}: {str(exc).splitlines()[0]}") from exc
+        table = read_row_group(url, group, ["id", "token_ids"])
+        o = self.options
         ids = table.column("token_ids").combine_chunks()
-        flat = ids.values.to_numpy(zero_copy_only=False).astype(self.options.dtype, copy=False)
-        offsets = ids.offsets.to_numpy()
-        data = flat.tobytes()
-        size = flat.itemsize
-        buckets = self.options.buckets
-        for row, record_id in enumerate(table.column("id").to_pylist()):
-            order, split_hash = record_hashes(record_id, self.key)
-            if self.options.shuffle:
-                bucket = (order * buckets) >> HASH_BITS
+        if ids.type != self.schema.field("token_ids").type:
+            ids = ids.cast(self.schema.field("token_ids").type)
+        record_ids = table.column("id").to_pylist()
+        n = len(record_ids)
+        order = np.empty(n, np.int64)
+        bucket = np.empty(n, np.int64)
+        validation = np.empty(n, np.int8)
+        for row, record_id in enumerate(record_ids):
+            h, split_hash = record_hashes(record_id, self.key)
+            if o.shuffle:
+                order[row], bucket[row] = h, (h * o.buckets) >> HASH_BITS
             else:
-                order, bucket = first_row + row, unit_index
-            yield bucket, order, split_hash, record_id, data[offsets[row] * size:offsets[row + 1] * size]
-        self.records.inc(len(ids))
+                order[row], bucket[row] = first_row + row, unit_index
+            validation[row] = split_hash < threshold
+        docs = pa.Table.from_arrays([pa.array(order), table.column("id").combine_chunks().cast(pa.string()), ids],
+                                    schema=self.schema)
+        self.pending.append((docs, validation, bucket))
+        self.pending_bytes += docs.nbytes
+        self.records.inc(n)
+        if self.pending_bytes >= self.spill_bytes:
+            yield from self.spill()
+
+    def finish_bundle(self):
+        from apache_beam.transforms.window import GlobalWindows
+
+        for element in self.spill():
+            yield GlobalWindows.windowed_value(element)
+
+    def spill(self):
+        """The pending documents -> one spill file, batches in (split, bucket) order; their references."""
+        if not self.pending:
+            return
+        o = self.options
+        docs = pa.concat_tables([d for d, _, _ in self.pending])
+        validation = np.concatenate([v for _, v, _ in self.pending])
+        bucket = np.concatenate([b for _, _, b in self.pending])
+        self.pending, self.pending_bytes = [], 0
+        if not len(docs):
+            return
+        by_key = np.lexsort((bucket, validation))
+        docs = docs.take(pa.array(by_key)).combine_chunks()
+        validation, bucket = validation[by_key], bucket[by_key]
+        cuts = np.flatnonzero((validation[1:] != validation[:-1]) | (bucket[1:] != bucket[:-1])) + 1
+        bounds = [0, *cuts.tolist(), len(bucket)]
+        lengths = np.diff(docs.column("token_ids").chunk(0).offsets.to_numpy())
+        batch = docs.to_batches()[0]
+        name = spill_name("docs", ".arrow")
+        url = spill_url(self.output, name)
+        refs = []
+        with writing(url), open_atomic(url) as f, pa.ipc.new_file(f, self.schema) as writer:
+            for index, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
+                writer.write_batch(batch.slice(a, b - a))
+                split = VALIDATION if validation[a] else TRAIN
+                stream_ids = int(lengths[a:b].sum()) + (b - a) * o.separators()
+                refs.append(((split, int(bucket[a])), (name, index, b - a, stream_ids)))
+        self.spilled.inc()
+        yield from refs
 
 
-# Keyed for a GroupByKey: the type says so (Beam would infer a union with the tagged output).
-@beam.typehints.with_output_types(Tuple[Any, Any])
-class AssignSplit(beam.DoFn):
-    """A document to `((split, bucket), document)` by its split hash: validation below `threshold`.
-    Also emits `((split, bucket), stream length)` on SIZES, from which every bucket's offset in its
-    split's stream is known before any bucket is packed."""
-    SIZES = "sizes"
+def read_spilled(output: str, refs) -> pa.Table:
+    """The documents of one bucket: its batch of each spill file that holds some (refs as SpillDocuments
+    emits them), as one table."""
+    batches = []
+    for name, index, _, _ in sorted(refs):
+        url = spill_url(output, name)
+        fs, path = filesystem(url)
+        with fs.open(path, "rb") as f:
+            batches.append(pa.ipc.open_file(f).get_batch(index))
+    return pa.Table.from_batches(batches)
 
-    def __init__(self, separators: int):
-        self.separators = separators
 
-    def process(self, doc, threshold, itemsize):
-        split = VALIDATION if doc[2] < threshold else TRAIN
-        yield (split, doc[0]), doc
-        yield beam.pvalue.TaggedOutput(self.SIZES, ((split, doc[0]), len(doc[4]) // itemsize + self.separators))
+def document_order(table: pa.Table, dtype: np.dtype) -> np.ndarray:
+    """The rows of `table` (spilled documents) in pack order: by (order, id, ids as bytes). The order
+    hash decides all but repeated record ids, whose content then decides, so even duplicates land in
+    one order. Example: orders [9, 2, 9] with ids "b", "a", "a" -> [1, 2, 0]."""
+    order = table.column("order").to_numpy()
+    rows = np.argsort(order, kind="stable")
+    ranked = order[rows]
+    ties = np.flatnonzero(ranked[1:] == ranked[:-1])
+    if len(ties):
+        ids = table.column("id")
+        lists = table.column("token_ids")
+        def key(row):
+            return ids[row].as_py(), np.asarray(lists[row].values.to_numpy(zero_copy_only=False), dtype).tobytes()
+        # Runs of equal order: [first, last] positions in `rows`.
+        starts = ties[np.concatenate([[True], ties[1:] != ties[:-1] + 1])]
+        ends = ties[np.concatenate([ties[1:] != ties[:-1] + 1, [True]])] + 1
+        for a, b in zip(starts, ends):
+            rows[a:b + 1] = sorted(rows[a:b + 1].tolist(), key=key)
+    return rows
+
+
+def lay_out(lists: pa.ListArray, options: PackOptions) -> tuple[np.ndarray, np.ndarray]:
+    """Documents (a list array, in order) -> their stream `[BOS] ids [EOS]` back to back, and each
+    document's first position in it. Example, BOS 1, EOS 0: [[5, 6], [], [7]] -> [1 5 6 0 1 0 1 7 0],
+    starts [0 4 6]."""
+    o = options
+    offsets = lists.offsets.to_numpy().astype(np.int64)
+    lengths = np.diff(offsets)
+    flat = lists.values.slice(offsets[0], offsets[-1] - offsets[0]).to_numpy(zero_copy_only=False)
+    flat = np.asarray(flat, o.dtype)
+    sizes = lengths + o.separators()
+    starts = np.zeros(len(lengths), np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    if not o.separators():
+        return flat, starts
+    stream = np.empty(int(sizes.sum()), o.dtype)
+    bos = int(o.bos_id is not None)
+    if o.bos_id is not None:
+        stream[starts] = o.bos_id
+    if o.eos_id is not None:
+        stream[starts + bos + lengths] = o.eos_id
+    stream[np.arange(len(flat), dtype=np.int64) + np.repeat(starts + bos - (offsets[:-1] - offsets[0]), lengths)] = flat
+    return stream, starts
 
 
 def stream_layout(sizes: dict, options: PackOptions) -> dict:
@@ -291,57 +443,62 @@ def stream_files(end: int, options: PackOptions) -> int:
 # Keyed for a GroupByKey: the type says so (Beam would infer a union with the tagged output).
 @beam.typehints.with_output_types(Tuple[Any, Any])
 class PackBucket(beam.DoFn):
-    """A bucket's documents in order, laid at the bucket's offset in its split's stream, cut at the
-    file boundaries: `((split, file), (start, ids bytes, doc starts bytes))` segments.
+    """A bucket's documents (read from its spill files) in order, laid at the bucket's offset in its
+    split's stream, cut at the file boundaries, the pieces written to one spill file: emits
+    `((split, file), (start, spill file, byte offset, ids bytes, doc starts bytes))` per piece.
 
     Documents sort by (order, id, ids): the order hash, then, for a repeated record id, its content,
     so even duplicates land in one order. Example, seq_len 4, EOS 0, a bucket at offset 4 holding
-    [8 9]: the segment `(4, [8 9 0], doc starts [4])`. Also emits the bucket's figures on STATS.
+    [8 9]: the piece at 4 of ids [8 9 0] and doc starts [4] (int64). Also emits the bucket's figures
+    on STATS.
     """
     STATS = "stats"
 
-    def __init__(self, options: PackOptions):
+    def __init__(self, options: PackOptions, output: str):
         self.options = options
+        self.output = output
 
     def process(self, element, stream):
-        (split, bucket), docs = element
+        (split, bucket), refs = element
         o = self.options
-        docs = sorted(docs, key=lambda d: (d[1], d[3], d[4]))
+        docs = read_spilled(self.output, refs)
+        docs = docs.take(pa.array(document_order(docs, o.dtype)))
+        ids, starts = lay_out(docs.column("token_ids").combine_chunks(), o)
+        del docs
+        sizes = np.diff(np.append(starts, len(ids)))
         start = stream[split]["offsets"][bucket]
         end = stream[split]["end"]
-        pieces, doc_starts, position = [], [], start
-        bos = np.array([o.bos_id], o.dtype) if o.bos_id is not None else None
-        eos = np.array([o.eos_id], o.dtype) if o.eos_id is not None else None
-        split_docs = 0
-        for doc in docs:
-            doc_starts.append(position)
-            ids = np.frombuffer(doc[4], o.dtype)
-            if bos is not None:
-                pieces.append(bos)
-            pieces.append(ids)
-            if eos is not None:
-                pieces.append(eos)
-            n = len(ids) + o.separators()
-            if n and position // o.seq_len != (position + n - 1) // o.seq_len:
-                split_docs += 1
-            position += n
-        ids = np.concatenate(pieces) if pieces else np.zeros(0, o.dtype)
-        starts = np.array(doc_starts, np.int64)
-        yield beam.pvalue.TaggedOutput(self.STATS, {split: {"documents": len(docs), "documents_split": split_docs,
-                                                            "separators": len(docs) * o.separators()}})
+        starts += start
+        position = start + len(ids)
+        split_docs = int(np.count_nonzero((sizes > 0) & (starts // o.seq_len != (starts + sizes - 1) // o.seq_len)))
+        yield beam.pvalue.TaggedOutput(self.STATS, {split: {"documents": len(starts), "documents_split": split_docs,
+                                                            "separators": len(starts) * o.separators()}})
         # Cut at the file boundaries; ids past the stream's end (the dropped tail) go nowhere.
         stop = min(position, end)
         cut = start
+        pieces = []
         while cut < stop:
             file_index = cut // o.tokens_per_file
             upto = min(stop, (file_index + 1) * o.tokens_per_file)
-            in_piece = starts[(starts >= cut) & (starts < upto)]
-            yield (split, file_index), (cut, ids[cut - start:upto - start].tobytes(), in_piece.tobytes())
+            pieces.append((file_index, cut, ids[cut - start:upto - start], starts[(starts >= cut) & (starts < upto)]))
             cut = upto
+        if not pieces:
+            return
+        name = spill_name(f"{split}-{bucket}", ".bin")
+        url = spill_url(self.output, name)
+        refs, offset = [], 0
+        with writing(url), open_atomic(url) as f:
+            for file_index, cut, piece, in_piece in pieces:
+                f.write(piece.tobytes())
+                f.write(in_piece.tobytes())
+                refs.append(((split, file_index), (cut, name, offset, piece.nbytes, in_piece.nbytes)))
+                offset += piece.nbytes + in_piece.nbytes
+        yield from refs
 
 
 class WriteFile(beam.DoFn):
-    """The segments of one output file -> its rows, in each format asked for; emits the file's entry.
+    """The pieces of one output file (read from PackBucket's spill files) -> its rows, in each format
+    asked for; emits the file's entry.
 
     Example, seq_len 4, the stream [5 6 7 0 8 9 0] with documents at 0 and 4, `--tail pad`, pad 0:
     Parquet rows `[5 6 7 0]` (doc_starts [0], n_tokens 4) and `[8 9 0 0]` (doc_starts [0],
@@ -356,18 +513,32 @@ class WriteFile(beam.DoFn):
         self.rows_written = beam.metrics.Metrics.counter("tokenbeam", "rows")
         self.tokens_written = beam.metrics.Metrics.counter("tokenbeam", "tokens")
 
+    def read_pieces(self, refs) -> tuple[bytes, bytes]:
+        ids, starts = [], []
+        for _, name, offset, n_ids, n_starts in refs:
+            fs, path = filesystem(spill_url(self.output, name))
+            with fs.open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read(n_ids + n_starts)
+            if len(data) != n_ids + n_starts:
+                raise RuntimeError(f"spill file {name} is short: {len(data)} bytes at {offset}, not {n_ids + n_starts}")
+            ids.append(data[:n_ids])
+            starts.append(data[n_ids:])
+        return b"".join(ids), b"".join(starts)
+
     def process(self, element, stream):
-        (split, file_index), segments = element
+        (split, file_index), refs = element
         o = self.options
-        segments = sorted(segments)
+        refs = sorted(refs)
         first = file_index * o.tokens_per_file
-        if segments[0][0] != first:
-            raise RuntimeError(f"{split} file {file_index}: the stream starts at {segments[0][0]}, not {first}")
-        for (a, ids, _), (b, _, _) in zip(segments, segments[1:]):
-            if a + len(ids) // o.dtype.itemsize != b:
+        if refs[0][0] != first:
+            raise RuntimeError(f"{split} file {file_index}: the stream starts at {refs[0][0]}, not {first}")
+        for (a, _, _, n_ids, _), (b, _, _, _, _) in zip(refs, refs[1:]):
+            if a + n_ids // o.dtype.itemsize != b:
                 raise RuntimeError(f"{split} file {file_index}: a gap or overlap in the stream at {b}")
-        ids = np.frombuffer(b"".join(s[1] for s in segments), o.dtype)
-        starts = np.frombuffer(b"".join(s[2] for s in segments), np.int64) - first
+        ids_bytes, starts_bytes = self.read_pieces(refs)
+        ids = np.frombuffer(ids_bytes, o.dtype)
+        starts = np.frombuffer(starts_bytes, np.int64) - first
         count = stream_files(stream[split]["end"], o)
         names = {}
         for fmt in o.formats:
@@ -510,6 +681,12 @@ def read_units(files: list[TokenFile]) -> list[tuple[str, int, int, int]]:
     return units
 
 
+def shuffle() -> beam.PTransform:
+    """The pipeline's two shuffles: a GroupByKey of references to spill files (a test wraps it to
+    check that no element carries token ids)."""
+    return beam.GroupByKey()
+
+
 def build_pack_pipeline(p, files: list[TokenFile], options: PackOptions, output: str, threshold: int | None,
                         validation_records: int, header: dict, started_at: float, spread: bool = True):
     """The pack pipeline; `threshold` is the split hash below which a record is validation, or None
@@ -517,28 +694,27 @@ def build_pack_pipeline(p, files: list[TokenFile], options: PackOptions, output:
     units = p | "RowGroups" >> beam.Create(read_units(files))
     if spread:
         units = units | "SpreadRowGroups" >> beam.Reshuffle()
-    docs = units | "ReadDocuments" >> beam.ParDo(ReadDocuments(options))
     if threshold is None:
-        threshold_pc = (docs | "SplitHashes" >> beam.Map(lambda d: d[2])
+        threshold_pc = (units | "SplitHashes" >> beam.ParDo(SplitHashes(options.seed))
                         | "SmallestSplitHashes" >> beam.combiners.Top.Smallest(validation_records)
                         | "Threshold" >> beam.Map(lambda hs: hs[-1] + 1 if hs else 0))
     else:
         threshold_pc = p | "FixedThreshold" >> beam.Create([threshold])
-    assigned = docs | "AssignSplit" >> beam.ParDo(
-        AssignSplit(options.separators()), beam.pvalue.AsSingleton(threshold_pc), options.dtype.itemsize
-    ).with_outputs(AssignSplit.SIZES, main="docs")
-    stream = (assigned[AssignSplit.SIZES]
+    spilled = units | "SpillDocuments" >> beam.ParDo(SpillDocuments(options, output, SPILL_BYTES),
+                                                      beam.pvalue.AsSingleton(threshold_pc))
+    stream = (spilled
+              | "SpillSizes" >> beam.Map(lambda ref: (ref[0], ref[1][3]))
               | "BucketSizes" >> beam.CombinePerKey(sum)
               | "AllSizes" >> beam.combiners.ToDict()
               | "StreamLayout" >> beam.Map(stream_layout, options))
     stream_side = beam.pvalue.AsSingleton(stream)
-    packed = (assigned.docs
-              | "Buckets" >> beam.GroupByKey()
-              | "PackBucket" >> beam.ParDo(PackBucket(options), stream_side).with_outputs(PackBucket.STATS,
-                                                                                        main="segments"))
+    packed = (spilled
+              | "Buckets" >> shuffle()
+              | "PackBucket" >> beam.ParDo(PackBucket(options, output), stream_side).with_outputs(
+                  PackBucket.STATS, main="pieces"))
     figures = packed[PackBucket.STATS] | "SumFigures" >> beam.CombineGlobally(SumFigures())
-    entries = (packed.segments
-               | "Files" >> beam.GroupByKey()
+    entries = (packed.pieces
+               | "Files" >> shuffle()
                | "WriteFile" >> beam.ParDo(WriteFile(options, output), stream_side)
                | "AllFiles" >> beam.combiners.ToList())
     entries | "WritePackJson" >> beam.Map(write_pack_json, stream_side, beam.pvalue.AsSingleton(figures),
@@ -742,6 +918,7 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
         say(f"skipped: {args.output} is complete from an earlier run with the same inputs and options")
         return earlier
     clear_outputs(args.output, files)
+    remove_spill_files(args.output)                 # a killed run's
     remove_stale_temporaries(args.output)
     say(f"pack: {len(files)} file(s), {records:,} records, {sum(sum(f.ids) for f in files):,} ids -> rows of "
         f"{options.seq_len}, {options.buckets} bucket(s) -> {args.output}")
@@ -749,9 +926,12 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
               "vocab_size": options.vocab_size, "id_dtype": options.dtype.name, "seq_len": options.seq_len,
               "options": shaping, "inputs": {"files": len(files), "records": records, "list": inputs},
               "inputs_stats_sha256": stats_digests, "fingerprint": fingerprint}
-    with pipeline_failures(args.output), beam.Pipeline(runner=runner, options=beam_options) as p:
-        build_pack_pipeline(p, files, options, args.output, threshold, args.validation_records or 0, header,
-                            started_at, spread=not one_local_worker(beam_options, runner))
+    try:
+        with pipeline_failures(args.output), beam.Pipeline(runner=runner, options=beam_options) as p:
+            build_pack_pipeline(p, files, options, args.output, threshold, args.validation_records or 0, header,
+                                started_at, spread=not one_local_worker(beam_options, runner))
+    finally:
+        remove_spill_files(args.output)             # whether the run succeeded or not
     manifest = read_json(join(args.output, layout.PACK_JSON))
     for split, s in manifest["splits"].items():
         say(f"{split}: {s['documents']:,} documents, {s['rows']:,} rows, {s['tokens']:,} ids "

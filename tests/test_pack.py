@@ -186,6 +186,7 @@ def test_the_bytes_do_not_depend_on_input_order_bucket_count_or_runner_mode(tmp_
     assert len([n for n in reference if n.endswith(".parquet")]) > 2
     files = sorted(medium.glob("*.parquet"), reverse=True)
     monkeypatch.setattr(pack, "BUCKET_TOKENS", 500)         # many small buckets instead of one
+    monkeypatch.setattr(pack, "SPILL_BYTES", 1)             # and a spill file per row group
     run("--output", tmp_path / "two", "--seq-len", 32, "--eos-token", 0, "--validation-fraction", 0.25,
         "--max-tokens-per-file", 2048, *ALL_FORMATS, *files)
     assert json.loads((tmp_path / "two" / "pack.json").read_text())["options"] == \
@@ -218,6 +219,65 @@ def test_another_seed_gives_another_order_and_no_shuffle_keeps_input_order(tmp_p
     expected = [i for f in sorted(medium.glob("*.parquet")) for ids in pq.read_table(f)["token_ids"].to_pylist()
                 for i in ids + [0]]
     assert stream.tolist() == expected
+
+
+# ---------------------------------------------------------------------------- bounded memory
+
+def record_sizes(element, path):
+    """Append the pickled size of a GroupByKey's input element to `path` (one line each)."""
+    import pickle
+
+    with open(path, "a") as f:
+        f.write(f"{len(pickle.dumps(element))}\n")
+    return element
+
+
+def test_no_element_of_either_shuffle_carries_token_ids(tmp_path, monkeypatch):
+    # What a runner holds for a shuffle is what goes into its GroupByKeys (FnApiRunner keeps all of it
+    # in memory): references to spill files, tens of bytes each, whatever the documents' size.
+    import apache_beam as beam
+
+    rng = np.random.default_rng(8)
+    docs = [(f"long-{i}", rng.integers(2, 1000, rng.integers(500, 1500)).tolist()) for i in range(120)]
+    write_tokens(tmp_path / "t" / "a.parquet", docs[:60], row_group=10)
+    write_tokens(tmp_path / "t" / "b.parquet", docs[60:], row_group=10)
+    args = ["--input", tmp_path / "t", "--seq-len", 128, "--eos-token", 0, "--validation-fraction", 0.2,
+            "--max-tokens-per-file", 8192, *ALL_FORMATS]
+    run(*args, "--output", tmp_path / "reference")
+    sizes = tmp_path / "sizes.txt"
+
+    def recorded():
+        return (beam.Map(record_sizes, str(sizes)).with_output_types(beam.typehints.Tuple[beam.typehints.Any,
+                                                                                          beam.typehints.Any])
+                | beam.GroupByKey())
+    monkeypatch.setattr(pack, "shuffle", recorded)
+    monkeypatch.setattr(pack, "BUCKET_TOKENS", 10_000)      # 13 buckets per split
+    monkeypatch.setattr(pack, "SPILL_BYTES", 30_000)        # a spill file every two row groups
+    run(*args, "--output", tmp_path / "out")
+    seen = [int(line) for line in sizes.read_text().split()]
+    ids_bytes = 2 * sum(len(ids) for _, ids in docs)
+    assert len(seen) > 100                                  # (bucket, spill file) and (file, bucket) pairs
+    assert max(seen) < 400, max(seen)                       # a document here is 1,000-3,000 bytes of ids
+    assert sum(seen) < ids_bytes / 10
+    assert data_files(tmp_path / "out") == data_files(tmp_path / "reference")
+
+
+def test_spill_files_are_removed_after_a_run_and_a_killed_runs_before_the_next(tmp_path, medium, monkeypatch):
+    out = tmp_path / "o"
+    stale = out / pack.SPILL_FOLDER / pack.spill_name("docs", ".arrow")
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"left by a killed run")
+    pack_medium(medium, out)
+    assert not (out / pack.SPILL_FOLDER).exists()
+    assert not [p for p in out.rglob(".*")]
+
+    def fail(self, url, ids, starts):
+        raise RuntimeError("a bug in the Megatron writer")
+    monkeypatch.setattr(pack.WriteFile, "write_megatron", fail)
+    with pytest.raises(Exception, match="a bug in the Megatron writer"):
+        pack_medium(medium, tmp_path / "failed")
+    assert not (tmp_path / "failed" / pack.SPILL_FOLDER).exists()
+    assert not (tmp_path / "failed" / "_SUCCESS").exists()
 
 
 # ---------------------------------------------------------------------------- the split
