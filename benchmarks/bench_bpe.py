@@ -2,6 +2,7 @@
 
     python benchmarks/bench_bpe.py [--corpus ../shared/corpora/en] [--vocab-size 32768] [--encode-mb 10]
                                    [--train-mb 0] [--skip-train] [--skip-encode]
+    python benchmarks/bench_bpe.py --scripts TOKENIZER.json [--corpus ../shared/corpora/multi] [--repeat 3]
 
 1. Merge loop: our `learn_merges` on the pre-token counts of the corpus (gpt4 pattern) against
    Hugging Face `BpeTrainer` and `rustbpe` trained on the same text to the same vocabulary size.
@@ -18,6 +19,9 @@
 Pre-tokenization (`count_pretokens`) and our encoder are timed with each regex engine in reach:
 PCRE2 (the compiled `bpe_ops._pcre2`, where built and libpcre2-8 is installed) and the `regex` package
 (`Implementation(engine="regex")`).
+
+3. `--scripts TOKENIZER`: encode speed per script of `multi/` (its records carry `script`), with a
+   given (large) tokenizer, cold, single-threaded, against tiktoken from the same ranks.
 
 Prints wall and CPU seconds and ratios (peer time / our time: above 1 means we are faster; the encode
 table gives every row's speed as a multiple of tiktoken's and HF's, from CPU time). The peers run
@@ -219,6 +223,59 @@ def bench_encode(tok: Tokenizer, texts: list[str]) -> None:
               f"{tt_cpu / cpu:10.2f} | {hf_cpu / cpu:10.2f} |")
 
 
+def read_by_script(corpus: Path) -> dict[str, list[str]]:
+    """The documents of a corpus whose records carry `script` (multi/), grouped by it."""
+    groups: dict[str, list[str]] = {}
+    for shard in sorted(corpus.glob("*.jsonl")):
+        with open(shard, encoding="utf-8") as f:
+            for line in f:
+                record = json.loads(line)
+                groups.setdefault(record.get("script", "?"), []).append(record["text"])
+    return groups
+
+
+def load_any(path: str, pattern: str | None) -> Tokenizer:
+    """A tokenizer.json or a tiktoken rank file (with its pattern)."""
+    from bpe_ops.formats import is_rank_file
+    with open(path, "rb") as f:
+        if is_rank_file(f.read(4096)):
+            return Tokenizer.from_tiktoken(path, pattern or "gpt4")
+    return Tokenizer.from_file(path)
+
+
+def bench_scripts(tokenizer_path: str, pattern: str | None, corpus: Path, repeat: int) -> None:
+    """Encode speed per script, single-threaded, cold (a fresh tokenizer, empty cache, per script and
+    run): ours against tiktoken `encode_ordinary` built from the same ranks; least CPU of `repeat`."""
+    import tiktoken
+    tok = load_any(tokenizer_path, pattern)
+    ranks = {t: i for i, t in tok.vocab.items() if i not in tok.special_tokens.values()}
+    enc = tiktoken.Encoding("bench", pat_str=tok.pattern, mergeable_ranks=ranks, special_tokens={})
+    groups = read_by_script(corpus)
+    print(f"\nEncode per script ({corpus}, tokenizer {tokenizer_path}: {tok.vocab_size:,} ids, pattern "
+          f"{tok.pattern_name or 'custom'}); single-threaded, cold; least CPU of {repeat}; ids checked equal")
+    print(f"| {'script':<12} | {'docs':>5} | {'MB':>6} | {'ours MB/CPU-s':>13} | {'tiktoken':>9} | {'x tiktoken':>10} |")
+    print(f"|{'-' * 14}|{'-' * 7}|{'-' * 8}|{'-' * 15}|{'-' * 11}|{'-' * 12}|")
+    total_ours = total_tt = total_mb = 0.0
+    for script, texts in sorted(groups.items(), key=lambda kv: -sum(map(len, kv[1]))):
+        megabytes = sum(len(t.encode("utf-8")) for t in texts) / 1e6
+        ours_cpu, tt_cpu = [], []
+        for _ in range(repeat):
+            fresh = load_any(tokenizer_path, pattern)          # from bpe_ops' in-process tables: empty cache
+            ids, _, cpu = timed(lambda: [list(a) for a in fresh.encode_arrays(texts)])
+            ours_cpu.append(cpu)
+            fresh_enc = tiktoken.Encoding("bench", pat_str=tok.pattern, mergeable_ranks=ranks, special_tokens={})
+            theirs, _, cpu = timed(lambda: [fresh_enc.encode_ordinary(t) for t in texts])
+            tt_cpu.append(cpu)
+            if ids != theirs:
+                raise SystemExit(f"{script}: ids differ from tiktoken: no figures")
+        o, t = min(ours_cpu), min(tt_cpu)
+        total_ours, total_tt, total_mb = total_ours + o, total_tt + t, total_mb + megabytes
+        print(f"| {script:<12} | {len(texts):5d} | {megabytes:6.2f} | {megabytes / o:13.2f} | {megabytes / t:9.2f} | "
+              f"{t / o:10.2f} |")
+    print(f"| {'all':<12} | {sum(map(len, groups.values())):5d} | {total_mb:6.2f} | {total_mb / total_ours:13.2f} | "
+          f"{total_mb / total_tt:9.2f} | {total_tt / total_ours:10.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", type=Path, default=ROOT.parent / "shared" / "corpora" / "en")
@@ -230,7 +287,15 @@ def main() -> None:
     parser.add_argument("--skip-encode", action="store_true")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per training figure (least is kept)")
     parser.add_argument("--peer", choices=("hf", "rustbpe"), help=argparse.SUPPRESS)  # one timed peer run
+    parser.add_argument("--scripts", metavar="TOKENIZER",
+                        help="only the per-script encode table, with this tokenizer.json or .tiktoken, on --corpus "
+                             "(default ../shared/corpora/multi)")
+    parser.add_argument("--pattern", default=None, help="the split pattern of a --scripts .tiktoken file")
     args = parser.parse_args()
+    if args.scripts:
+        corpus = args.corpus if args.corpus != parser.get_default("corpus") else ROOT.parent / "shared" / "corpora" / "multi"
+        bench_scripts(args.scripts, args.pattern, corpus, args.repeat)
+        return
     if args.peer:
         train = hf_train if args.peer == "hf" else rustbpe_train
         _, wall, cpu = timed(train, read_texts(args.corpus, args.train_mb), args.vocab_size)

@@ -25,7 +25,7 @@ import struct
 import sys
 import tempfile
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate
 
 # Raise when the tables, their layout or what a reader puts in them change: older files are ignored.
@@ -55,11 +55,15 @@ class Tables:
     merged: array
     ranks_ascend: bool
     sha256: str | None = None
+    _tokens: list | None = field(default=None, repr=False, compare=False)
 
     def tokens(self) -> list[bytes]:
-        """The ordinary tokens' bytes, in `token_ids` order."""
-        ends = list(accumulate(self.token_lengths))
-        return list(map(self.token_blob.__getitem__, map(slice, [0, *ends[:-1]], ends)))
+        """The ordinary tokens' bytes, in `token_ids` order (cut once: bytes are immutable, so every
+        tokenizer of these tables may share them)."""
+        if self._tokens is None:
+            ends = list(accumulate(self.token_lengths))
+            self._tokens = list(map(self.token_blob.__getitem__, map(slice, [0, *ends[:-1]], ends)))
+        return self._tokens
 
 
 def file_sha256(data: bytes) -> str:
