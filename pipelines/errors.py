@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import sys
+import threading
 import traceback
 from typing import Callable, Iterator
 
@@ -121,3 +122,40 @@ def say(message: str) -> None:
 
 def warn(message: str) -> None:
     say(f"{PREFIX}warning: {message}")
+
+
+# What Beam's local worker processes print on their inherited stderr and we do not pass on: the
+# "apitools not found" warning each of them logs when it imports Beam without the GCP extra.
+_WORKER_NOISE = ("apitools not found",)
+
+
+@contextlib.contextmanager
+def quiet_worker_stderr() -> Iterator[None]:
+    """Inside the block, this process's stderr (fd 2, which the local runner's worker processes
+    inherit) goes through a pipe that drops Beam's import-time warnings and passes every other line
+    on unchanged. On leaving, fd 2 is restored; lines still in the pipe are passed on."""
+    try:
+        saved = os.dup(2)
+    except OSError:        # no stderr to filter
+        yield
+        return
+    read_end, write_end = os.pipe()
+    sys.stderr.flush()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+
+    def copy() -> None:
+        with os.fdopen(read_end, "rb") as pipe, os.fdopen(os.dup(saved), "wb", buffering=0) as out:
+            for line in pipe:
+                if not any(noise.encode() in line for noise in _WORKER_NOISE):
+                    out.write(line)
+
+    copier = threading.Thread(target=copy, name="stderr-filter", daemon=True)
+    copier.start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)      # this process's own copy of the write end is gone: the copier ends
+        os.close(saved)        # when the workers holding theirs have exited
+        copier.join(timeout=2)

@@ -29,8 +29,8 @@ from bpe_ops.stats import Summary, batch_stats, single_byte_ids
 from schemas import tables
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
 from pipelines.command import Parser, implementation_from_environment, option_strings
-from pipelines.errors import (EXIT_DRIFT, EXIT_OK, IncompleteRun, ShardFailure, UserError, pipeline_failures, run_command, say,
-                              warn)
+from pipelines.errors import (EXIT_DRIFT, EXIT_OK, IncompleteRun, ShardFailure, UserError, pipeline_failures,
+                              quiet_worker_stderr, run_command, say, warn)
 from pipelines.files import (check_output_folder, exists, filesystem, is_local, join, open_atomic, read_json,
                              remove, remove_stale_temporaries, remove_tree, write_text_atomic, writing)
 from pipelines.shards import REJECTED_DIR, ShardReader, add_source_arguments, describe_shard_error, expand, \
@@ -705,7 +705,7 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
     inputs = sorted(set(inputs))
     restore = install_stop_handlers(stop) if watching else (lambda: None)
     try:
-        with pipeline_failures(args.output), beam.Pipeline(runner=runner, options=options) as p:
+        with pipeline_failures(args.output), quiet_worker_stderr(), beam.Pipeline(runner=runner, options=options) as p:
             build_tokenize_pipeline(p, shards, tokenizer, TokenizerFacts.of(tok), source_options,
                                     args.output, args.eos_token, inputs, started_at, args.fail_fast,
                                     args.encode_threads or local_cores_per_worker(options, runner),

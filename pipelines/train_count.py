@@ -36,7 +36,7 @@ from bpe_ops.implementation import DEFAULT, Implementation
 from bpe_ops.stats import utf8_length
 from schemas import reports
 from schemas.tables import COUNTS_SCHEMA
-from pipelines.errors import UserError, debugging, os_error_reason, pipeline_failures, say
+from pipelines.errors import UserError, debugging, os_error_reason, pipeline_failures, quiet_worker_stderr, say
 from pipelines.files import (check_output_folder, filesystem, join, open_atomic, remove_stale_temporaries,
                              remove_tree, write_text_atomic, writing)
 from pipelines.shards import REJECTED_DIR, ShardReader, expand, source_options as make_source_options
@@ -366,7 +366,7 @@ def count_corpus(args: argparse.Namespace, rest: list[str], tool_options: list[s
     if remove_stale_temporaries(args.output):
         say(f"removed the temporary files of an interrupted earlier run under {args.output}")
     say(f"train: {len(shards)} shard(s), {sum(s.size for s in shards) / 1e6:.1f} MB -> {args.output}")
-    with pipeline_failures(args.output), beam.Pipeline(runner=runner, options=options) as p:
+    with pipeline_failures(args.output), quiet_worker_stderr(), beam.Pipeline(runner=runner, options=options) as p:
         build_count_pipeline(p, shards, source_options, args.pattern, list(dict.fromkeys(args.special_token)),
                              args.output, args.min_count, fail_fast=args.fail_fast,
                              count_threads=args.count_threads or local_cores_per_worker(options, runner),

@@ -137,10 +137,15 @@ def test_output_that_is_a_file_or_memory_is_refused(tmp_path, sample, tokenizer_
         tokenize.run(["--tokenizer", str(tokenizer_json), "--input", str(sample / "*.jsonl"), "--output", "memory://x"])
 
 
-def test_beam_commands_do_not_print_the_apitools_warning():
+def test_beam_commands_do_not_print_the_apitools_warning(tmp_path, sample, tokenizer_json):
     result = cli("tokenize", "--help")
     assert result.returncode == 0 and "usage: tokenbeam tokenize" in result.stdout
     assert "apitools" not in result.stderr + result.stdout
+    # Nor do the local runner's worker processes, which import Beam on their own.
+    result = cli("tokenize", "--tokenizer", tokenizer_json, "--input", sample / "*.jsonl", "--output", tmp_path / "o",
+                 "--direct_running_mode", "multi_processing", "--direct_num_workers", 2)
+    assert result.returncode == 0, result.stderr
+    assert "apitools" not in result.stderr and "tokenized sample-000-of-002.jsonl" in result.stderr
 
 
 def test_the_pipelines_import_graph_has_no_cycle():
