@@ -71,6 +71,11 @@ def add_batch(summary: Summary, batch: pa.RecordBatch, where: str) -> None:
         used = np.flatnonzero(counts)
         summary.add_id_counts(dict(zip(used.tolist(), counts[used].tolist())))
     columns = [batch.column(c).to_pylist() for c in STAT_COLUMNS]
+    if summary.raw_byte_ids is None:
+        # A Summary made without the tokenizer's single-byte ids cannot be calibrated; its stats.json
+        # says so (moments.records < records) and `tokenbeam drift` refuses it with that message.
+        summary.add_batch(*columns)
+        return
     bounds = np.cumsum(columns[0])[:-1]
     summary.add_batch(*columns, record_ids=batch.column("id").to_pylist(),
                       id_arrays=np.split(flat, bounds) if len(columns[0]) else [])
