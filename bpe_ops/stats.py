@@ -98,19 +98,41 @@ def single_byte_ids(vocab: Mapping[int, bytes]) -> tuple[int, ...]:
     return tuple(sorted(i for i, b in vocab.items() if len(b) == 1))
 
 
-def flat_ids(id_arrays: Sequence) -> np.ndarray:
-    """The ids of a batch of records back to back, as one int64 array. uint32 `array`s (what the
-    compiled encoder gives) are joined as one buffer; anything else goes through numpy."""
-    if not id_arrays:
-        return np.zeros(0, dtype=np.int64)
-    if all(isinstance(a, array) and a.typecode == "I" for a in id_arrays):
-        return np.frombuffer(b"".join(id_arrays), dtype=np.uint32).astype(np.int64)
-    return np.concatenate([np.asarray(a, dtype=np.int64).reshape(-1) for a in id_arrays])
+CALIBRATION_CHUNK = 1 << 20     # token ids of one record calibrated at a time
 
 
-def count_words(text: str) -> int:
-    """Whitespace-separated words (Python's `str.split()`: any Unicode whitespace separates)."""
-    return len(text.split())
+def record_ids_view(ids) -> np.ndarray:
+    """One record's token ids as a numpy array without a copy where they are a uint32 `array`.
+
+    >>> record_ids_view(array("I", [3, 4])).tolist()
+    [3, 4]
+    """
+    if isinstance(ids, array) and ids.typecode == "I":
+        return np.frombuffer(ids, dtype=np.uint32) if len(ids) else np.zeros(0, dtype=np.uint32)
+    return np.asarray(ids, dtype=np.int64).reshape(-1)
+
+
+WORD_COUNT_CHUNK = 1 << 20      # characters split at a time: a long record is never split whole
+
+
+def count_words(text: str, chunk: int = WORD_COUNT_CHUNK) -> int:
+    """Whitespace-separated words (Python's `str.split()`: any Unicode whitespace separates), counted
+    a chunk at a time so that a long record costs no list of all its words; a word cut by a chunk
+    boundary is counted once.
+
+    >>> count_words("a bc  d"), count_words("a bc  d", chunk=2)
+    (3, 3)
+    """
+    if len(text) <= chunk:
+        return len(text.split())
+    words, previous_ends_in_word = 0, False
+    for start in range(0, len(text), chunk):
+        piece = text[start:start + chunk]
+        words += len(piece.split())
+        if previous_ends_in_word and not piece[0].isspace():
+            words -= 1                 # one word across the boundary, counted in both pieces
+        previous_ends_in_word = not piece[-1].isspace()
+    return words
 
 
 def utf8_length(text: str) -> int:
@@ -126,7 +148,7 @@ def _utf8_length_python(text: str) -> int:
 
 def _compiled_utf8_length():
     try:
-        from ._pcre2 import utf8_length
+        from ._native import utf8_length     # needs no PCRE2
     except ImportError:
         return _utf8_length_python
     return utf8_length
@@ -286,7 +308,7 @@ class Summary:
             bpt = self.quarter_bytes_per_token
             bpt[quarters] = bpt.get(quarters, 0) + 1
         if record_id is not None:
-            self._calibrate([n_tokens], [n_bytes], [n_chars], [n_words], [record_id], flat_ids([ids_or_n_tokens]))
+            self._calibrate([n_tokens], [n_bytes], [n_chars], [n_words], [record_id], [ids_or_n_tokens])
 
     def add_batch(self, n_tokens: Sequence[int], n_bytes: Sequence[int], n_chars: Sequence[int],
                   n_words: Sequence[int], *, record_ids: Sequence[str] | None = None,
@@ -310,7 +332,7 @@ class Summary:
         if not len(record_ids) == len(id_arrays) == len(n_tokens):
             raise ValueError(f"{len(n_tokens)} records but {len(record_ids)} record ids and "
                              f"{len(id_arrays)} id arrays")
-        self._calibrate(n_tokens, n_bytes, n_chars, n_words, record_ids, flat_ids(id_arrays))
+        self._calibrate(n_tokens, n_bytes, n_chars, n_words, record_ids, id_arrays)
 
     def _raw_byte_mask(self) -> np.ndarray:
         if self.raw_byte_ids is None:
@@ -322,23 +344,37 @@ class Summary:
             self._raw_mask = mask
         return self._raw_mask
 
-    def _calibrate(self, n_tokens, n_bytes, n_chars, n_words, record_ids, flat: np.ndarray) -> None:
-        """Moments and random groups of records already counted in the plain tables."""
+    def _calibrate(self, n_tokens, n_bytes, n_chars, n_words, record_ids, id_arrays: Sequence) -> None:
+        """Moments and random groups of records already counted in the plain tables. Token ids are
+        taken a record, and a bounded chunk of it, at a time (`CALIBRATION_CHUNK`), so a long
+        record costs no per-token array of its own size."""
         n = len(n_tokens)
-        lengths = np.asarray(n_tokens, dtype=np.int64)
-        if len(flat) != int(lengths.sum()):
-            raise ValueError(f"the id arrays hold {len(flat)} ids, n_tokens adds up to {int(lengths.sum())}")
-        if len(flat) and (int(flat.min()) < 0 or int(flat.max()) >= self.vocab_size):
-            raise ValueError(f"token id outside the vocabulary (size {self.vocab_size})")
-        record_of_token = np.repeat(np.arange(n), lengths)
-        raw = np.bincount(record_of_token[self._raw_byte_mask()[flat]], minlength=n).tolist()
+        if len(id_arrays) != n:
+            raise ValueError(f"{len(id_arrays)} id arrays for {n} records")
+        groups = [record_group(r) for r in record_ids]
+        classes = self.group_classes.shape[1]
+        mask = self._raw_byte_mask()
+        cells = np.zeros_like(self.group_classes)      # added only once the whole batch is valid
+        raw = []
+        for g, ids, length in zip(groups, id_arrays, n_tokens):
+            ids = record_ids_view(ids)
+            if len(ids) != length:
+                raise ValueError(f"a record's id array holds {len(ids)} ids, its n_tokens says {length}")
+            raw_tokens = 0
+            for start in range(0, len(ids), CALIBRATION_CHUNK):
+                chunk = ids[start:start + CALIBRATION_CHUNK]
+                if int(chunk.min()) < 0 or int(chunk.max()) >= self.vocab_size:
+                    raise ValueError(f"token id outside the vocabulary (size {self.vocab_size})")
+                raw_tokens += int(np.count_nonzero(mask[chunk]))
+                cells[g] += np.bincount(id_classes(chunk, self.vocab_size), minlength=classes)
+            raw.append(raw_tokens)
+        self.group_classes += cells
         columns = (list(n_tokens), list(n_bytes), list(n_chars), list(n_words), raw)
         for v, column in enumerate(columns):
             self.moment_sums[v] += sum(column)
         for k, (i, j) in enumerate(MOMENT_PAIRS):
             # Python ints: exact however large (bytes squared of a 1 GB record passes int64).
             self.moment_products[k] += sum(map(mul, columns[i], columns[j]))
-        groups = [record_group(r) for r in record_ids]
         for g, t, b in zip(groups, columns[0], columns[1]):
             self.group_records[g] += 1
             self.group_tokens[g] += t
@@ -347,11 +383,6 @@ class Summary:
             if t:
                 q = 4 * b // t
                 self.group_quarters[g][q] = self.group_quarters[g].get(q, 0) + 1
-        if len(flat):
-            classes = self.group_classes.shape[1]
-            cell = np.asarray(groups, dtype=np.int64)[record_of_token] * classes + id_classes(flat, self.vocab_size)
-            self.group_classes += np.bincount(cell, minlength=self.group_classes.size).reshape(
-                self.group_classes.shape)
         self.calibrated += n
 
     def moment_product(self, a: str, b: str) -> int:

@@ -411,7 +411,7 @@ def test_calibration_needs_ids_and_raw_byte_ids():
     s = Summary(TOY.vocab_size, raw_byte_ids=range(256))
     with pytest.raises(ValueError, match="both or neither"):
         s.add_batch([1], [1], [1], [1], record_ids=["a"])
-    with pytest.raises(ValueError, match="n_tokens adds up"):
+    with pytest.raises(ValueError, match="its n_tokens says 2"):
         s.add_batch([2], [1], [1], [1], record_ids=["a"], id_arrays=[[5]])
     with pytest.raises(ValueError, match="raw-byte ids"):
         s.merge(Summary(TOY.vocab_size, raw_byte_ids=range(255)))
