@@ -55,16 +55,16 @@ def build_parser() -> tuple[Parser, dict[str, argparse.ArgumentParser]]:
         "pack": commands.add_parser("pack", help="pack token Parquet into shuffled fixed-length sequences (Beam)",
                                     usage="tokenbeam pack --input TOKENS_DIR --output DIR --seq-len N [options] [INPUT ...]",
                                     epilog="Any other --flag must be one of Beam's (--runner, ...)."),
-        "drift": commands.add_parser("drift", help="compare two stats.json files: did tokenization drift?",
-                                     add_help=False),
+        "drift": commands.add_parser("drift", help="compare stats.json files (two, or a baseline and windows over "
+                                                   "time): did tokenization drift?",
+                                     usage="tokenbeam drift BASELINE CURRENT [CURRENT ...] [options]"),
         "stats": commands.add_parser("stats", help="rebuild stats.json from existing token Parquet files",
                                      add_help=False),
         "encode": commands.add_parser("encode", help="show how a tokenizer splits a text"),
     }
     add_encode_arguments(subparsers["encode"])
-    # drift and stats parse their own arguments (they run without Beam and without pipelines).
-    for name in ("drift", "stats"):
-        subparsers[name].add_argument("arguments", nargs=argparse.REMAINDER)
+    # stats parses its own arguments.
+    subparsers["stats"].add_argument("arguments", nargs=argparse.REMAINDER)
     return parser, subparsers
 
 
@@ -75,23 +75,28 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     command = argv[0]
-    if command in ("train", "tokenize", "pack"):
-        # Their flags are declared by their modules, imported only now (tokenize and pack import Beam).
-        from pipelines import pack, tokenize, train
-        module = {"train": train, "tokenize": tokenize, "pack": pack}[command]
+    # Each command's module is imported only when it runs: tokenize and pack import Beam, and train's
+    # launcher must not (its counting process does).
+    module = None
+    if command == "train":
+        from pipelines import train as module
+    elif command == "tokenize":
+        from pipelines import tokenize as module
+    elif command == "pack":
+        from pipelines import pack as module
+    elif command == "drift":
+        from pipelines import drift as module
+    if module is not None:
         module.add_arguments(subparsers[command])
 
     def run():
         args, rest = parser.parse_known_args(argv)
         if args.command == "train":
-            return train.run_parsed(args, rest, subparsers["train"]) and None
-        if args.command == "tokenize":
-            return tokenize.run_parsed(args, rest, option_strings(subparsers["tokenize"])) and None
-        if args.command == "pack":
-            return pack.run_parsed(args, rest, option_strings(subparsers["pack"])) and None
+            return module.run_parsed(args, rest, subparsers["train"]) and None
+        if args.command in ("tokenize", "pack"):
+            return module.run_parsed(args, rest, option_strings(subparsers[args.command])) and None
         if args.command == "drift":
-            from pipelines import drift
-            return drift.main(args.arguments)
+            return module.run_parsed(args, rest)
         if args.command == "stats":
             from pipelines import stats_cmd
             return stats_cmd.main(args.arguments)

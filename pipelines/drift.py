@@ -935,16 +935,12 @@ def _level(text: str) -> float:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = Thresholds()
-    parser = argparse.ArgumentParser(
-        prog="tokenbeam drift", description="Compare two stats.json files and say whether tokenization drifted.",
-        epilog="A figure is flagged when its change is beyond sampling noise (Holm-Bonferroni at --level over "
-               "the judged figures) and past its threshold. Verdicts: ok (within noise), moderate (beyond "
-               "noise, within the threshold), significant (both). Exit code: 0 no drift, 1 drift, 2 error "
-               "(unreadable, old or incompatible stats files).")
-    parser.add_argument("baseline", help="stats.json of the reference data")
-    parser.add_argument("current", help="stats.json of the new data")
+    parser.add_argument("baseline", help="stats.json of the reference data (or the folder holding it)")
+    parser.add_argument("current", nargs="+",
+                        help="stats.json of the new data (or its folder); several files or a glob such as "
+                             "'OUTPUT/windows/*.stats.json' judge each one against the baseline, over time")
     parser.add_argument("--report", metavar="DIR", help="write drift.json, drift.md and drift.png here")
     parser.add_argument("--fail-on", choices=[layout.MODERATE, layout.SIGNIFICANT], default=d.fail_on,
                         help="exit 1 when a metric reaches this verdict (default: %(default)s)")
@@ -963,36 +959,226 @@ def build_parser() -> argparse.ArgumentParser:
                             metavar="X", help=f"{help_text}: flagged past X when beyond noise (default: %(default)s)")
     parser.add_argument("--allow-different-tokenizers", action="store_true",
                         help="compare stats made with different tokenizers (token-id figures left out)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from pipelines.command import Parser
+
+    parser = Parser(
+        prog="tokenbeam drift", description="Compare stats.json files and say whether tokenization drifted.",
+        epilog="A figure is flagged when its change is beyond sampling noise (Holm-Bonferroni at --level over "
+               "the judged figures) and past its threshold. Verdicts: ok (within noise), moderate (beyond "
+               "noise, within the threshold), significant (both). Exit code: 0 no drift, 1 drift (in any "
+               "file judged), 2 error (unreadable, old or incompatible stats files).")
+    add_arguments(parser)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+GLOB_CHARS = "*?["
+
+
+def stats_paths(argument: str, many: bool) -> list[str]:
+    """The stats.json files an argument names: a file, a folder holding stats.json, or (`many`) a
+    glob. ValueError (one line) when it names none."""
+    import glob
+
+    if any(c in argument for c in GLOB_CHARS):
+        if not many:
+            raise ValueError(f"{argument}: the baseline is one stats.json, not a glob")
+        found = sorted(p for p in glob.glob(argument) if os.path.isfile(p))
+        if not found:
+            raise ValueError(f"{argument} matched no files")
+        return found
+    if os.path.isdir(argument):
+        inside = os.path.join(argument, "stats.json")
+        if not os.path.isfile(inside):
+            raise ValueError(f"{argument} is a folder without a stats.json")
+        return [inside]
+    if not os.path.exists(argument):
+        raise ValueError(f"{argument}: no such file")
+    return [argument]
+
+
+@dataclass
+class Judged:
+    """One file of a comparison over time: its window (or path), and its report or why it has none."""
+    path: str
+    label: str
+    report: DriftReport | None
+    reason: str | None = None
+
+    @property
+    def drift(self) -> bool:
+        return self.report is not None and self.report.drift
+
+
+def window_label(stats: dict, path: str) -> str:
+    window = stats.get("window")
+    return window["start"] if isinstance(window, dict) and "start" in window else os.path.basename(path)
+
+
+def compare_over_time(baseline: dict, paths: list[str], thresholds: Thresholds,
+                      allow_different_tokenizers: bool = False) -> list[Judged]:
+    """Each file against the baseline, in time order (a window's start, else its path). A file too
+    small to judge (fewer than 2 records) is reported as not judged, not as an error."""
+    judged = []
+    for path in paths:
+        current = load_stats(path)
+        label = window_label(current, path)
+        try:
+            report = compare(baseline, current, thresholds, allow_different_tokenizers)
+        except ValueError as exc:
+            if current["records"] >= 2:
+                raise ValueError(f"{path}: {exc}") from None
+            judged.append(Judged(path, label, None, str(exc)))
+            continue
+        report.current["path"] = path
+        judged.append(Judged(path, label, report))
+    return sorted(judged, key=lambda j: (j.label, j.path))
+
+
+def render_over_time(judged: list[Judged]) -> str:
+    """One line per file: label, verdict, records and the flagged metrics (or why not judged)."""
+    width = max(len(j.label) for j in judged)
+    lines = []
+    for j in judged:
+        if j.report is None:
+            lines.append(f"{j.label:<{width}}  not judged   {j.reason}")
+            continue
+        r = j.report
+        verdict = "DRIFT" if r.drift else "ok"
+        lines.append(f"{j.label:<{width}}  {verdict:<11}  {r.current['records']:>7,} records  {headline(r)}")
+    drifted = sum(j.drift for j in judged)
+    lines.append(f"{drifted} of {len(judged)} judged against the baseline drifted")
+    return "\n".join(lines)
+
+
+TIME_PANEL_METRICS = ("bytes_per_token", "tokens_per_word", "raw_byte_share", "js_token_ids",
+                      "psi_bytes_per_token", "tokens_per_record_mean")
+
+
+def plot_over_time(judged: list[Judged], path: str) -> None:
+    """drift.png over time: each judged figure's change per window with its interval, the threshold
+    band, and the windows where it was flagged (red)."""
+    from matplotlib.figure import Figure
+
+    reports = [(i, j) for i, j in enumerate(judged) if j.report is not None]
+    names = [n for n in TIME_PANEL_METRICS if reports and any(m.name == n for m in reports[0][1].report.metrics)]
+    fig = Figure(figsize=(max(8, 1.2 * len(judged) + 4), 2.6 * max(1, len(names))), layout="constrained")
+    axes = fig.subplots(max(1, len(names)), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, name in zip(axes, names):
+        xs, ys, lows, highs, flagged = [], [], [], [], []
+        for i, j in reports:
+            m = j.report.metric(name)
+            if m.change is None:
+                continue
+            xs.append(i)
+            ys.append(m.change)
+            low, high = m.interval if m.interval else (m.change, m.change)
+            lows.append(m.change - low)
+            highs.append(high - m.change)
+            flagged.append(m in j.report.flagged)
+        ax.errorbar(xs, ys, yerr=[lows, highs], fmt="o", color="tab:blue", capsize=3)
+        ax.scatter([x for x, f in zip(xs, flagged) if f], [y for y, f in zip(ys, flagged) if f],
+                   color="tab:red", zorder=3, s=60, label="flagged")
+        threshold = reports[0][1].report.metric(name).threshold
+        if threshold is not None:
+            ax.axhspan(-threshold, threshold, color="tab:green", alpha=0.12, label="within threshold")
+        ax.axhline(0, color="black", linewidth=0.8)
+        ax.set_ylabel(reports[0][1].report.metric(name).label, fontsize=9)
+        if any(flagged):
+            ax.legend(fontsize=8, loc="upper left")
+    axes[-1].set_xticks(range(len(judged)), [j.label for j in judged], rotation=30, ha="right", fontsize=8)
+    drifted = [j.label for j in judged if j.drift]
+    fig.suptitle(f"{len(drifted)} of {len(judged)} windows drifted" + (f": {', '.join(drifted)}" if drifted else ""),
+                 fontsize=12, color="tab:red" if drifted else "tab:green", fontweight="bold")
+    fig.savefig(path, dpi=100)
+
+
+def write_over_time(judged: list[Judged], directory: str) -> list[str]:
+    """drift.json (every file's report), drift.md (one row per file) and drift.png (the time panel)."""
+    os.makedirs(directory, exist_ok=True)
+    written = [os.path.join(directory, "drift.json"), os.path.join(directory, "drift.md")]
+    with open(written[0], "w", encoding="utf-8") as f:
+        json.dump({"kind": layout.DRIFT_KIND + ".over_time", "schema_version": layout.DRIFT_SCHEMA_VERSION,
+                   "drifted": sum(j.drift for j in judged),
+                   "windows": [{"label": j.label, "path": j.path, "drift": j.drift, "not_judged": j.reason,
+                                "report": j.report.to_json() if j.report else None} for j in judged]},
+                  f, indent=1, sort_keys=True, allow_nan=False)
+        f.write("\n")
+    picture = None
+    if importlib.util.find_spec("matplotlib") is not None:    # the `plot` extra
+        plot_over_time(judged, os.path.join(directory, "drift.png"))
+        picture = "drift.png"
+        written.append(os.path.join(directory, "drift.png"))
+    with open(written[1], "w", encoding="utf-8") as f:
+        f.write("# Drift over time\n\n| window | verdict | records | headline |\n|---|---|---|---|\n")
+        for j in judged:
+            if j.report is None:
+                f.write(f"| {_md_cell(j.label)} | not judged | | {_md_cell(j.reason or '')} |\n")
+            else:
+                f.write(f"| {_md_cell(j.label)} | {'DRIFT' if j.drift else 'ok'} | {j.report.current['records']:,} | "
+                        f"{_md_cell(headline(j.report))} |\n")
+        if picture:
+            f.write(f"\n![drift over time]({picture})\n")
+    return written
+
+
+def run_parsed(args: argparse.Namespace, rest: list[str] = ()) -> int:
+    """`tokenbeam drift` of parsed flags: 0 no drift, 1 drift; a ValueError/OSError is the caller's
+    one-line error (exit 2)."""
+    from pipelines.command import refuse_leftovers
+    from pipelines.errors import UserError
+
+    refuse_leftovers(list(rest), build_parser(), "drift takes stats.json files and its own options")
     thresholds = Thresholds(bytes_per_token=args.bytes_per_token, tokens_per_word=args.tokens_per_word,
                             tokens_per_record=args.tokens_per_record, psi=args.psi, js=args.js,
                             raw_byte_share=args.raw_byte_share, rejected_rate=args.rejected_rate,
                             level=args.level, fail_on=args.fail_on)
     try:
-        baseline, current = load_stats(args.baseline), load_stats(args.current)
+        (baseline_path,) = stats_paths(args.baseline, many=False)
+        currents = [p for argument in args.current for p in stats_paths(argument, many=True)]
+        baseline = load_stats(baseline_path)
+        if len(currents) > 1 or any(c in a for a in args.current for c in GLOB_CHARS):
+            judged = compare_over_time(baseline, currents, thresholds, args.allow_different_tokenizers)
+            print(render_over_time(judged))
+            if args.report:
+                for path in write_over_time(judged, args.report):
+                    print(f"wrote {path}", file=sys.stderr)
+            return 1 if any(j.drift for j in judged) else 0
+        current = load_stats(currents[0])
         try:
             report = compare(baseline, current, thresholds, args.allow_different_tokenizers)
         except ValueError as exc:
             # Name the file where the message is about one side.
             side = next((s for s in ("baseline", "current") if f"the {s} stats" in str(exc)), None)
-            path = {"baseline": args.baseline, "current": args.current}.get(side)
+            path = {"baseline": baseline_path, "current": currents[0]}.get(side)
             raise ValueError(f"{path}: {exc}" if path else str(exc)) from None
-        report.baseline["path"], report.current["path"] = args.baseline, args.current
+        report.baseline["path"], report.current["path"] = baseline_path, currents[0]
         print(render_terminal(report))
         if args.report:
             for path in write_report(report, args.report):
                 print(f"wrote {path}", file=sys.stderr)
     except (OSError, ValueError) as exc:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if isinstance(exc, OSError) and exc.filename and str(exc.filename) not in message:
-            message = f"{exc.filename}: {message}"
-        print(f"tokenbeam drift: error: {message}", file=sys.stderr)
-        return 2
+        if isinstance(exc, OSError):
+            message = exc.strerror or message
+            if exc.filename and str(exc.filename) not in message:
+                message = f"{exc.filename}: {message}"
+        raise UserError(message) from None
     return 1 if report.drift else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m pipelines.drift ARGV` (the same as `tokenbeam drift ARGV`)."""
+    from pipelines.errors import run_command
+
+    def run():
+        parser = build_parser()
+        args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+        return run_parsed(args, rest)
+
+    return run_command(run)
 
 
 if __name__ == "__main__":

@@ -222,8 +222,8 @@ def test_thresholds_and_fail_on_flags(stats_files, capsys):
     # A level so strict that nothing is beyond noise.
     code, out, _ = run(capsys, stats_files["en_a"], stats_files["multi"], "--level", "1e-9")
     assert code == 1        # multilingual text is beyond noise even so (p-values of ratios underflow)
-    with pytest.raises(SystemExit):
-        drift.build_parser().parse_args(["a", "b", "--level", "1.5"])
+    code, _, err = run(capsys, stats_files["en_a"], stats_files["en_b"], "--level", "1.5")
+    assert code == 2 and "--level: must be between 0 and 1" in err and err.count("\n") == 1
 
 
 def test_report_writes_json_markdown_and_png(stats_files, capsys, tmp_path):
@@ -276,7 +276,7 @@ def test_bad_inputs_exit_2_with_one_line(stats_files, capsys, tmp_path):
         path.write_text(text)
         code, out, err = run(capsys, stats_files["en_a"], path)
         assert code == 2, name
-        assert err.count("\n") == 1 and err.startswith("tokenbeam drift: error:"), err
+        assert err.count("\n") == 1 and err.startswith("tokenbeam: error:"), err
         assert message in err and "Traceback" not in err, err
     code, _, err = run(capsys, stats_files["en_a"], stats_files["uncalibrated"])
     assert code == 2 and err.count("\n") == 1 and "calibrates 0 of its" in err and "uncalibrated.json" in err, err
@@ -293,3 +293,35 @@ def test_different_tokenizers_can_be_allowed(stats_files, capsys, tmp_path):
     assert code == 0
     assert table_verdicts(out)["JS divergence of token ids"] == "n/a"
     assert "not comparable" in out
+
+
+def test_a_folder_argument_reads_its_stats_json_and_a_folder_without_one_is_one_line(stats_files, capsys, tmp_path):
+    code, out, _ = run(capsys, stats_files["en_a"].parent, stats_files["code"].parent)
+    assert code == 1 and "tokenization drifted" in out
+    code, _, err = run(capsys, tmp_path, stats_files["en_a"])
+    assert code == 2 and err.count("\n") == 1 and "is a folder without a stats.json" in err and "Errno" not in err
+
+
+def test_drift_over_time_judges_every_window_in_order(stats_files, capsys, tmp_path):
+    """A baseline against several files (as `OUTPUT/windows/*.stats.json`): one line per window in
+    time order, the drifted one named, exit 1, and a report with the time panel."""
+    windows = tmp_path / "windows"
+    windows.mkdir()
+    for start, name in (("2026-12-01T12:00:00Z", "code"), ("2026-12-01T10:00:00Z", "en_b"),
+                        ("2026-12-01T11:00:00Z", "en_b")):
+        stats = load(stats_files[name])
+        stats["window"] = {"start": start, "end": start, "seconds": 3600}
+        (windows / f"{start}.stats.json").write_text(json.dumps(stats))
+    code, out, _ = run(capsys, stats_files["en_a"], windows / "*.stats.json", "--report", tmp_path / "report")
+    lines = out.splitlines()
+    assert code == 1
+    assert [line.split()[0] for line in lines[:3]] == ["2026-12-01T10:00:00Z", "2026-12-01T11:00:00Z",
+                                                      "2026-12-01T12:00:00Z"]
+    assert [line.split()[1] for line in lines[:3]] == ["ok", "ok", "DRIFT"]
+    assert lines[-1] == "1 of 3 judged against the baseline drifted"
+    report = load(tmp_path / "report" / "drift.json")
+    assert [w["drift"] for w in report["windows"]] == [False, False, True]
+    if (tmp_path / "report" / "drift.png").exists():
+        assert (tmp_path / "report" / "drift.png").stat().st_size > 10_000
+    code, _, err = run(capsys, stats_files["en_a"], tmp_path / "nothing" / "*.stats.json")
+    assert code == 2 and "matched no files" in err
