@@ -40,6 +40,8 @@ def repeat(tokens_dir: Path, times: int, output: Path) -> None:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
+    tokens_dir, times, output = Path(tokens_dir), int(times), Path(output)
+
     output.mkdir(parents=True, exist_ok=True)
     for path in sorted(tokens_dir.glob("*.parquet")):
         table = pq.read_table(path)
@@ -67,12 +69,25 @@ def prepare_tokens(corpus: str, work: Path) -> Path:
 def check_same_ids(pack_out: Path, floor_file: Path) -> int:
     import numpy as np
 
+    pack_out = Path(pack_out)
+
     meta = json.loads((pack_out / "train" / "bin" / "bin.json").read_text())
     packed = np.concatenate([np.fromfile(pack_out / "train" / "bin" / f["name"], meta["dtype"]) for f in meta["files"]])
     reference = np.fromfile(floor_file, meta["dtype"])
     if not np.array_equal(np.bincount(packed, minlength=65536), np.bincount(reference, minlength=65536)):
         raise SystemExit("pack's ids differ from the floor's")
     return len(packed)
+
+
+def in_child(env: dict, function: str, *args) -> str:
+    """`bench_pack.function(*args)` in a child process, its printed result: the numpy arrays and Arrow
+    tables of `repeat` and `check_same_ids` must not grow this process, whose resident memory at fork
+    time the next measured command's peak (wait4's ru_maxrss, kept across exec) would include."""
+    import subprocess
+
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import bench_pack; "
+            f"print(bench_pack.{function}(*{tuple(str(a) for a in args)!r}))")
+    return subprocess.run(python("-c", code), env=env, check=True, capture_output=True, text=True).stdout.strip()
 
 
 def main() -> None:
@@ -93,7 +108,7 @@ def main() -> None:
             source = tokens
             if scale != 1:
                 source = work / f"tokens-x{scale}"
-                repeat(tokens, scale, source)
+                in_child(env, "repeat", tokens, scale, source)
             floor_file = work / f"floor-x{scale}.bin"
             base = measure(python("-c", f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
                                         f"import bench_pack; bench_pack.floor({str(source)!r}, {str(floor_file)!r})"),
@@ -114,7 +129,7 @@ def main() -> None:
                             cwd=str(ROOT))
                 if m.returncode:
                     raise SystemExit(f"pack failed: {m.stderr[-2000:]}")
-                assert check_same_ids(out, floor_file) == ids
+                assert int(in_child(env, "check_same_ids", out, floor_file)) == ids
                 assert not (out / ".pack-spill").exists(), "pack left its spill files"
                 print(f"| {scale}x | {name} | {m.wall:.1f} | {m.cpu:.1f} | {m.peak_rss_mb:.0f} | "
                       f"{ids / 1e6 / m.wall:.1f} | {base.wall / m.wall:.3f} |", flush=True)

@@ -275,9 +275,10 @@ class SpillDocuments(beam.DoFn):
     its range (`order * buckets >> 63`), so buckets in order are the hash order; with `--no-shuffle`
     `order` is the record's row in the sorted inputs and the bucket its row group. The split is
     validation when the split hash is below `threshold`. Documents gather in memory until they hold
-    `spill_bytes` (or the bundle ends), then go to one Arrow IPC file with one record batch per (split,
-    bucket), in key order. Example: row group 0 of `a.parquet` holding `("doc-1", [5, 6, 7])`, EOS
-    added, gives `(("train", b), (".docs-....arrow.tmp-...", 0, 1, 4))` and the record in batch 0.
+    `spill_bytes` (or the bundle ends), then go to one Arrow IPC file, in (split, bucket) order, a
+    bucket's documents from each row group one record batch. Example: row group 0 of `a.parquet`
+    holding `("doc-1", [5, 6, 7])`, EOS added, gives `(("train", b), (".docs-....arrow.tmp-...", 0, 1,
+    1, 4))` and the record in batch 0.
     """
 
     def __init__(self, options: PackOptions, output: str, spill_bytes: int):
@@ -328,32 +329,44 @@ class SpillDocuments(beam.DoFn):
             yield GlobalWindows.windowed_value(element)
 
     def spill(self):
-        """The pending documents -> one spill file, batches in (split, bucket) order; their references."""
+        """The pending documents -> one spill file, in (split, bucket) order; their references. Each
+        pending row group is sorted by key in turn (one copy at a time), and a key's documents are
+        its slices of them: batches `first .. first + count - 1` of the file, written without
+        gathering them."""
         if not self.pending:
             return
         o = self.options
-        docs = pa.concat_tables([d for d, _, _ in self.pending])
-        validation = np.concatenate([v for _, v, _ in self.pending])
-        bucket = np.concatenate([b for _, _, b in self.pending])
-        self.pending, self.pending_bytes = [], 0
-        if not len(docs):
+        chunks = []          # per pending row group: its documents by key, its keys' row ranges
+        while self.pending:
+            docs, validation, bucket = self.pending.pop(0)
+            if not len(docs):
+                continue
+            by_key = np.lexsort((bucket, validation))
+            keys = validation[by_key].astype(np.int64) << 62 | bucket[by_key]
+            cuts = np.flatnonzero(keys[1:] != keys[:-1]) + 1
+            bounds = [0, *cuts.tolist(), len(keys)]
+            lengths = np.diff(np.asarray(docs.column("token_ids").chunk(0).offsets))[by_key]
+            batch = docs.take(pa.array(by_key)).combine_chunks().to_batches()[0]
+            chunks.append((batch, {int(keys[a]): (a, b, int(lengths[a:b].sum())) for a, b in zip(bounds, bounds[1:])}))
+        self.pending_bytes = 0
+        if not chunks:
             return
-        by_key = np.lexsort((bucket, validation))
-        docs = docs.take(pa.array(by_key)).combine_chunks()
-        validation, bucket = validation[by_key], bucket[by_key]
-        cuts = np.flatnonzero((validation[1:] != validation[:-1]) | (bucket[1:] != bucket[:-1])) + 1
-        bounds = [0, *cuts.tolist(), len(bucket)]
-        lengths = np.diff(docs.column("token_ids").chunk(0).offsets.to_numpy())
-        batch = docs.to_batches()[0]
         name = spill_name("docs", ".arrow")
         url = spill_url(self.output, name)
-        refs = []
+        refs, index = [], 0
         with writing(url), open_atomic(url) as f, pa.ipc.new_file(f, self.schema) as writer:
-            for index, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
-                writer.write_batch(batch.slice(a, b - a))
-                split = VALIDATION if validation[a] else TRAIN
-                stream_ids = int(lengths[a:b].sum()) + (b - a) * o.separators()
-                refs.append(((split, int(bucket[a])), (name, index, b - a, stream_ids)))
+            for key in sorted(set().union(*(ranges for _, ranges in chunks))):
+                first, documents, ids = index, 0, 0
+                for batch, ranges in chunks:
+                    if key in ranges:
+                        a, b, n = ranges[key]
+                        writer.write_batch(batch.slice(a, b - a))
+                        index += 1
+                        documents += b - a
+                        ids += n
+                split = VALIDATION if key >> 62 else TRAIN
+                refs.append(((split, key & ((1 << 62) - 1)), (name, first, index - first, documents,
+                                                              ids + documents * o.separators())))
         self.spilled.inc()
         yield from refs
 
@@ -362,11 +375,11 @@ def read_spilled(output: str, refs) -> pa.Table:
     """The documents of one bucket: its batch of each spill file that holds some (refs as SpillDocuments
     emits them), as one table."""
     batches = []
-    for name, index, _, _ in sorted(refs):
-        url = spill_url(output, name)
-        fs, path = filesystem(url)
+    for name, first, count, _, _ in sorted(refs):
+        fs, path = filesystem(spill_url(output, name))
         with fs.open(path, "rb") as f:
-            batches.append(pa.ipc.open_file(f).get_batch(index))
+            reader = pa.ipc.open_file(f)
+            batches += [reader.get_batch(i) for i in range(first, first + count)]
     return pa.Table.from_batches(batches)
 
 
@@ -513,8 +526,12 @@ class WriteFile(beam.DoFn):
         self.rows_written = beam.metrics.Metrics.counter("tokenbeam", "rows")
         self.tokens_written = beam.metrics.Metrics.counter("tokenbeam", "tokens")
 
-    def read_pieces(self, refs) -> tuple[bytes, bytes]:
-        ids, starts = [], []
+    def read_pieces(self, refs) -> tuple[np.ndarray, np.ndarray]:
+        """The file's ids and document starts, read from the pieces' spill files into one array each."""
+        o = self.options
+        ids = np.empty(sum(r[3] for r in refs) // o.dtype.itemsize, o.dtype)
+        starts = np.empty(sum(r[4] for r in refs) // 8, np.int64)
+        at_id = at_start = 0
         for _, name, offset, n_ids, n_starts in refs:
             fs, path = filesystem(spill_url(self.output, name))
             with fs.open(path, "rb") as f:
@@ -522,9 +539,12 @@ class WriteFile(beam.DoFn):
                 data = f.read(n_ids + n_starts)
             if len(data) != n_ids + n_starts:
                 raise RuntimeError(f"spill file {name} is short: {len(data)} bytes at {offset}, not {n_ids + n_starts}")
-            ids.append(data[:n_ids])
-            starts.append(data[n_ids:])
-        return b"".join(ids), b"".join(starts)
+            ids[at_id:at_id + n_ids // o.dtype.itemsize] = np.frombuffer(data, o.dtype, n_ids // o.dtype.itemsize)
+            starts[at_start:at_start + n_starts // 8] = np.frombuffer(data, np.int64, n_starts // 8, n_ids)
+            at_id += n_ids // o.dtype.itemsize
+            at_start += n_starts // 8
+            del data
+        return ids, starts
 
     def process(self, element, stream):
         (split, file_index), refs = element
@@ -536,9 +556,8 @@ class WriteFile(beam.DoFn):
         for (a, _, _, n_ids, _), (b, _, _, _, _) in zip(refs, refs[1:]):
             if a + n_ids // o.dtype.itemsize != b:
                 raise RuntimeError(f"{split} file {file_index}: a gap or overlap in the stream at {b}")
-        ids_bytes, starts_bytes = self.read_pieces(refs)
-        ids = np.frombuffer(ids_bytes, o.dtype)
-        starts = np.frombuffer(starts_bytes, np.int64) - first
+        ids, starts = self.read_pieces(refs)
+        starts -= first
         count = stream_files(stream[split]["end"], o)
         names = {}
         for fmt in o.formats:
@@ -703,7 +722,7 @@ def build_pack_pipeline(p, files: list[TokenFile], options: PackOptions, output:
     spilled = units | "SpillDocuments" >> beam.ParDo(SpillDocuments(options, output, SPILL_BYTES),
                                                       beam.pvalue.AsSingleton(threshold_pc))
     stream = (spilled
-              | "SpillSizes" >> beam.Map(lambda ref: (ref[0], ref[1][3]))
+              | "SpillSizes" >> beam.Map(lambda ref: (ref[0], ref[1][4]))
               | "BucketSizes" >> beam.CombinePerKey(sum)
               | "AllSizes" >> beam.combiners.ToDict()
               | "StreamLayout" >> beam.Map(stream_layout, options))
