@@ -27,7 +27,7 @@ import json
 import math
 import os
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
 from statistics import NormalDist
 from typing import Sequence
@@ -1124,6 +1124,82 @@ def write_over_time(judged: list[Judged], directory: str) -> list[str]:
     return written
 
 
+# A group present on one side only is flagged when it holds at least this share of that side's
+# records (below it, a rare value coming or going is no change that matters) and when the other side
+# is large enough that missing it by chance is unlikely.
+GROUP_SHARE = 0.01
+
+
+@dataclass
+class GroupComparison:
+    """One group (`--group-field` value) of a comparison: on both sides (with its report), new, gone,
+    or too small to judge."""
+    value: str
+    status: str                  # "compared", "new", "gone", "too small"
+    records: tuple[int, int]     # baseline, current
+    share: tuple[float, float]
+    report: DriftReport | None = None
+    p_value: float | None = None   # new/gone: chance that a side of this size holds none of the group
+    level: float = 0.05            # the level each group is judged at (Bonferroni over the groups)
+
+    @property
+    def beyond_noise(self) -> bool:
+        return self.p_value is not None and self.p_value < self.level
+
+    @property
+    def drift(self) -> bool:
+        if self.status == "compared":
+            return self.report.drift
+        if self.status in ("new", "gone"):
+            return max(self.share) >= GROUP_SHARE and self.beyond_noise
+        return False
+
+
+def compare_groups(baseline: dict, baseline_path: str, current: dict, current_path: str, thresholds: Thresholds,
+                   allow_different_tokenizers: bool = False) -> list[GroupComparison]:
+    """Each group of two stats.json written with `--group-field`: judged against itself where both
+    sides have it, else reported as new or gone (flagged from GROUP_SHARE of a side's records)."""
+    a, b = baseline.get("groups") or {}, current.get("groups") or {}
+    values = sorted(set(a) | set(b))
+    # Bonferroni over the groups: each group's own tests run at the level shared out.
+    level = thresholds.level / max(1, len(values))
+    per_group = replace(thresholds, level=level)
+    out = []
+    for value in values:
+        records = (a.get(value, {}).get("records", 0), b.get(value, {}).get("records", 0))
+        share = (records[0] / max(1, baseline["records"]), records[1] / max(1, current["records"]))
+        if value not in a or value not in b:
+            # A group of share s on one side is missing from n records of the other with chance
+            # (1 - s)^n if nothing changed.
+            seen, other_n = (share[1], baseline["records"]) if value not in a else (share[0], current["records"])
+            out.append(GroupComparison(value, "new" if value not in a else "gone", records, share,
+                                       p_value=(1 - seen) ** other_n, level=level))
+            continue
+        if min(records) < 2:
+            out.append(GroupComparison(value, "too small", records, share))
+            continue
+        sides = [load_stats(os.path.join(os.path.dirname(path), groups[value]["file"]))
+                 for path, groups in ((baseline_path, a), (current_path, b))]
+        report = compare(*sides, per_group, allow_different_tokenizers)
+        out.append(GroupComparison(value, "compared", records, share, report))
+    return out
+
+
+def render_groups(groups: list[GroupComparison]) -> str:
+    """The groups' lines: every flagged group with why, and a count of the rest."""
+    lines = [f"groups: {len(groups)}, {sum(g.drift for g in groups)} flagged"]
+    for g in groups:
+        if g.status == "new" and g.drift:
+            lines.append(f"  {g.value}: NEW, {g.records[1]:,} records ({g.share[1]:.1%} of current; "
+                         f"p = {g.p_value:.2g} that the baseline missed it by chance)")
+        elif g.status == "gone" and g.drift:
+            lines.append(f"  {g.value}: GONE, {g.records[0]:,} records ({g.share[0]:.1%} of baseline; "
+                         f"p = {g.p_value:.2g} that the current data missed it by chance)")
+        elif g.status == "compared" and g.drift:
+            lines.append(f"  {g.value}: {headline(g.report)}")
+    return "\n".join(lines)
+
+
 def run_parsed(args: argparse.Namespace, rest: list[str] = ()) -> int:
     """`tokenbeam drift` of parsed flags: 0 no drift, 1 drift; a ValueError/OSError is the caller's
     one-line error (exit 2)."""
@@ -1156,9 +1232,24 @@ def run_parsed(args: argparse.Namespace, rest: list[str] = ()) -> int:
             raise ValueError(f"{path}: {exc}" if path else str(exc)) from None
         report.baseline["path"], report.current["path"] = baseline_path, currents[0]
         print(render_terminal(report))
+        groups = []
+        if baseline.get("groups") is not None and current.get("groups") is not None:
+            groups = compare_groups(baseline, baseline_path, current, currents[0], thresholds,
+                                    args.allow_different_tokenizers)
+            print(render_groups(groups))
         if args.report:
             for path in write_report(report, args.report):
                 print(f"wrote {path}", file=sys.stderr)
+            if groups:
+                path = os.path.join(args.report, "drift_groups.json")
+                with open(path, "w", encoding="utf-8") as f:
+                    json.dump([{"value": g.value, "status": g.status, "records": list(g.records),
+                                "share": list(g.share), "drift": g.drift,
+                                "report": g.report.to_json() if g.report else None} for g in groups],
+                              f, indent=1, sort_keys=True, allow_nan=False)
+                print(f"wrote {path}", file=sys.stderr)
+        if any(g.drift for g in groups):
+            return 1
     except (OSError, ValueError) as exc:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if isinstance(exc, OSError):

@@ -216,7 +216,7 @@ def shard_format(shard: Shard, options: SourceOptions) -> str:
     if fmt == "txt" and options.keep_fields:
         raise InputError(f"--keep-field applies to jsonl and parquet inputs; {shard.url} is txt")
     if fmt == "txt" and options.extra_fields:
-        raise InputError(f"--timestamp-field applies to jsonl and parquet inputs; {shard.url} is txt")
+        raise InputError(f"--timestamp-field and --group-field apply to jsonl and parquet inputs; {shard.url} is txt")
     return fmt
 
 

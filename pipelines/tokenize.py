@@ -1,7 +1,7 @@
 """`tokenbeam tokenize`: sharded text -> one token Parquet per shard + stats.json + _SUCCESS.
 
     shards -> TokenizeShard (one DoFn call per shard: read, encode in batches, write Parquet under a
-    temporary name, rename) -> per-shard Summary -> CombineStats (exact, any runner) -> stats.json
+    temporary name, rename) -> per-shard Summary -> MergeSummaries (exact, any runner) -> stats.json
     -> _SUCCESS (written last: the shards, their record counts, the tokenizer sha256).
 
 A rerun into the same output skips shards whose Parquet is complete and was made with the same
@@ -36,9 +36,10 @@ from pipelines.files import (check_output_folder, exists, filesystem, is_local, 
 from pipelines.shards import REJECTED_DIR, ShardReader, add_source_arguments, describe_shard_error, expand, \
     rejected_url, source_options as make_source_options
 from pipelines.tokenizer_files import TokenizerRef, identify_tokenizer, load_identified_tokenizer, settle_heap
+from pipelines.groups import GROUPS_FOLDER, NO_GROUP, GroupedSummaries, GroupStats, group_value
 from pipelines.watch import StopSignal, WatchShards, WholeRun, install_stop_handlers
-from pipelines.windows import (WINDOWS_FOLDER, WindowedSummaries, WindowStats, format_utc, parse_duration,
-                               parse_timestamp)
+from pipelines.windows import (WINDOWS_FOLDER, MergeSummaries, WindowedSummaries, WindowStats, format_utc,
+                               parse_duration, parse_timestamp)
 
 ENCODE_BATCH_RECORDS = 256        # records encoded per encode_batch call
 ROW_GROUP_ROWS = 8_192            # bounded row groups: memory stays bounded by this, not by the shard
@@ -83,13 +84,14 @@ class TokenizeShard(beam.DoFn):
     """
     MANIFEST = "manifest"
     WINDOWS = "windows"
+    GROUPS = "groups"
     JUDGED = "judged"
 
     def __init__(self, tokenizer: TokenizerRef, source_options, output: str, eos_token: str | None,
-                 fail_fast: bool = False, encode_threads: int = 1, windowing: "Windowing | None" = None,
+                 fail_fast: bool = False, encode_threads: int = 1, breakdowns: "Breakdowns | None" = None,
                  judged: bool = False):
         self.tokenizer = tokenizer
-        self.windowing = windowing
+        self.breakdowns = breakdowns or Breakdowns()
         self.judged = judged
         self.source_options = source_options
         self.output = output
@@ -110,7 +112,7 @@ class TokenizeShard(beam.DoFn):
         self.eos_id = self.tok.special_tokens[self.eos_token] if self.eos_token else None
         self.schema = tables.tokens_schema(self.tok.vocab_size, self.source_options.keep_fields, {
             tables.TOKENIZER_SHA256_KEY: self.sha256, tables.VOCAB_SIZE_KEY: str(self.tok.vocab_size)},
-            event_time=self.windowing is not None)
+            event_time=self.breakdowns.windowing is not None, group=self.breakdowns.group_field is not None)
         self.counters = {name: beam.metrics.Metrics.counter("tokenbeam", name)
                          for name in ("records", "bytes", "tokens", "rejected")}
 
@@ -120,30 +122,31 @@ class TokenizeShard(beam.DoFn):
         out_url = join(self.output, output_name(shard.relpath))
         fingerprint = shard_fingerprint(shard, self.source_options, self.sha256, self.eos_token)
         done = read_shard_metadata(out_url)
-        windowed = self.windowing and WindowedSummaries(self.tok.vocab_size, self.windowing.seconds,
-                                                        raw_byte_ids=self.raw_byte_ids)
+        partials = self.breakdowns.partials(self.tok.vocab_size, self.raw_byte_ids)
         if done is not None and done.get("fingerprint") == fingerprint and not done.get("shard_errors"):
             summary = self.summary_from_parquet(out_url)
-            if windowed:
-                windows_from_parquet(out_url, windowed)
+            partials.add_parquet(out_url)
             say(f"skipped {shard.relpath}: complete from an earlier run with the same inputs and options "
                 f"({done['rows']:,} rows)")
             entry = dict(done, reused=True)
         else:
             with writing(out_url):
-                summary, entry = self.tokenize(shard, out_url, fingerprint, windowed)
+                summary, entry = self.tokenize(shard, out_url, fingerprint, partials)
             entry = dict(entry, reused=False)
-        if windowed:
-            entry["untimed_records"] = windowed.untimed.records
-            entry["windows"] = [format_utc(e.timestamp.micros) for e in windowed.elements()]
-            for element in windowed.elements():
+        if partials.windowed:
+            entry["untimed_records"] = partials.windowed.untimed.records
+            entry["windows"] = [format_utc(e.timestamp.micros) for e in partials.windowed.elements()]
+            for element in partials.windowed.elements():
                 yield beam.pvalue.TaggedOutput(self.WINDOWS, element)
+        if partials.grouped:
+            for element in partials.grouped.elements():
+                yield beam.pvalue.TaggedOutput(self.GROUPS, element)
         if self.judged:
             yield beam.pvalue.TaggedOutput(self.JUDGED, (entry, summary))
         yield summary
         yield beam.pvalue.TaggedOutput(self.MANIFEST, entry)
 
-    def tokenize(self, shard, out_url: str, fingerprint: dict, windowed=None):
+    def tokenize(self, shard, out_url: str, fingerprint: dict, partials: "ShardPartials"):
         from pipelines.sources import output_name
 
         started = time.perf_counter()
@@ -162,12 +165,12 @@ class TokenizeShard(beam.DoFn):
             for record in reader:
                 batch.append(record)
                 if len(batch) >= ENCODE_BATCH_RECORDS:
-                    self.encode_into(batch, group, summary, windowed)
+                    self.encode_into(batch, group, summary, partials)
                     batch = []
                     if group.full():
                         writer.write_table(group.to_table(self.schema, summary))
                         group = self.new_row_group()
-            self.encode_into(batch, group, summary, windowed)
+            self.encode_into(batch, group, summary, partials)
             if group.rows or summary.records == 0:
                 writer.write_table(group.to_table(self.schema, summary))
             account = reader.finish()
@@ -188,9 +191,10 @@ class TokenizeShard(beam.DoFn):
         return summary, entry
 
     def new_row_group(self) -> "RowGroup":
-        return RowGroup(self.source_options.keep_fields, self.windowing and self.windowing.field)
+        windowing = self.breakdowns.windowing
+        return RowGroup(self.source_options.keep_fields, windowing and windowing.field, self.breakdowns.group_field)
 
-    def encode_into(self, batch, group: "RowGroup", summary, windowed=None) -> None:
+    def encode_into(self, batch, group: "RowGroup", summary, partials: "ShardPartials | None" = None) -> None:
         """Encode a batch of records into `group`; the per-record figures are computed a column at a
         time for the whole batch (token ids are counted later, per row group)."""
         if not batch:
@@ -206,9 +210,8 @@ class TokenizeShard(beam.DoFn):
         record_ids = [r.id for r in batch]
         summary.add_batch(*stats, record_ids=record_ids, id_arrays=id_arrays)
         group.extend(batch, id_arrays, stats)
-        if windowed:
-            windowed.add_batch([r.keep.get(self.windowing.field) for r in batch], *stats, id_arrays,
-                               record_ids=record_ids)
+        if partials is not None:
+            partials.add_batch([r.keep for r in batch], stats, id_arrays, record_ids)
 
     def summary_from_parquet(self, url: str):
         """Rebuild a finished shard's Summary from its Parquet rows and footer (no re-encoding)."""
@@ -226,20 +229,60 @@ class Windowing:
     seconds: float
 
 
-def windows_from_parquet(url: str, windowed) -> None:
-    """Rebuild a finished shard's window summaries from its Parquet (its `event_time` column)."""
-    fs, path = filesystem(url)
-    columns = ["id", "token_ids", *tables.STAT_COLUMNS, tables.EVENT_TIME_COLUMN]
-    with fs.open(path, "rb") as f:
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=8192, columns=columns):
-            micros = batch.column(tables.EVENT_TIME_COLUMN).cast(pa.int64()).to_pylist()
-            ids = batch.column("token_ids")
-            flat = ids.flatten().to_numpy(zero_copy_only=False)
-            offsets = ids.offsets.to_numpy() - ids.offsets[0].as_py()
-            id_arrays = [flat[offsets[i]:offsets[i + 1]] for i in range(len(batch))]
-            stats = [batch.column(c).to_pylist() for c in tables.STAT_COLUMNS]
-            windowed.add_batch([None if m is None else m / 1e6 for m in micros], *stats, id_arrays,
-                               record_ids=batch.column("id").to_pylist())
+@dataclass(frozen=True)
+class Breakdowns:
+    """The statistics kept besides the dataset's: per event-time window (`--window`) and per group
+    (`--group-field`)."""
+    windowing: Windowing | None = None
+    group_field: str | None = None
+
+    def partials(self, vocab_size: int, raw_byte_ids) -> "ShardPartials":
+        return ShardPartials(self, vocab_size, raw_byte_ids)
+
+
+class ShardPartials:
+    """One shard's partial summaries per window and per group, fed batch by batch as it is encoded,
+    or rebuilt from its Parquet (the `event_time` and `group` columns) when a rerun reuses it."""
+
+    def __init__(self, breakdowns: Breakdowns, vocab_size: int, raw_byte_ids):
+        self.breakdowns = breakdowns
+        windowing = breakdowns.windowing
+        self.windowed = windowing and WindowedSummaries(vocab_size, windowing.seconds, raw_byte_ids=raw_byte_ids)
+        self.grouped = breakdowns.group_field and GroupedSummaries(vocab_size, raw_byte_ids=raw_byte_ids)
+
+    def add_batch(self, fields: list[dict], stats, id_arrays, record_ids, timestamps=None, groups=None) -> None:
+        """A batch of records: their read fields (or, from Parquet, their `timestamps` / `groups`)."""
+        if self.windowed:
+            field = self.breakdowns.windowing.field
+            timestamps = timestamps if timestamps is not None else [f.get(field) for f in fields]
+            self.windowed.add_batch(timestamps, *stats, id_arrays, record_ids=record_ids)
+        if self.grouped:
+            field = self.breakdowns.group_field
+            groups = groups if groups is not None else [f.get(field) for f in fields]
+            self.grouped.add_batch(groups, *stats, id_arrays, record_ids=record_ids)
+
+    def add_parquet(self, url: str) -> None:
+        if not (self.windowed or self.grouped):
+            return
+        fs, path = filesystem(url)
+        columns = ["id", "token_ids", *tables.STAT_COLUMNS]
+        columns += [tables.EVENT_TIME_COLUMN] if self.windowed else []
+        columns += [tables.GROUP_COLUMN] if self.grouped else []
+        with fs.open(path, "rb") as f:
+            for batch in pq.ParquetFile(f).iter_batches(batch_size=8192, columns=columns):
+                ids = batch.column("token_ids")
+                flat = ids.flatten().to_numpy(zero_copy_only=False)
+                offsets = ids.offsets.to_numpy() - ids.offsets[0].as_py()
+                id_arrays = [flat[offsets[i]:offsets[i + 1]] for i in range(len(batch))]
+                stats = [batch.column(c).to_pylist() for c in tables.STAT_COLUMNS]
+                timestamps = groups = None
+                if self.windowed:
+                    micros = batch.column(tables.EVENT_TIME_COLUMN).cast(pa.int64()).to_pylist()
+                    timestamps = [None if m is None else m / 1e6 for m in micros]
+                if self.grouped:
+                    # The column holds the group's name; a record without one is the no-group group.
+                    groups = [None if g == NO_GROUP else g for g in batch.column(tables.GROUP_COLUMN).to_pylist()]
+                self.add_batch([], stats, id_arrays, batch.column("id").to_pylist(), timestamps, groups)
 
 
 def shard_fingerprint(shard, source_options, tokenizer_sha256: str, eos_token: str | None) -> dict:
@@ -279,9 +322,12 @@ class RowGroup:
     uint32 `array` (`Tokenizer.encode_array`), and the row group's ids reach Arrow as one flat
     buffer, with no Python object per id."""
 
-    def __init__(self, keep_fields: tuple[str, ...], timestamp_field: str | None = None):
+    def __init__(self, keep_fields: tuple[str, ...], timestamp_field: str | None = None,
+                 group_field: str | None = None):
         self.keep_fields = keep_fields
         self.timestamp_field = timestamp_field
+        self.group_field = group_field
+        self.groups: list[str] = []
         self.event_times: list[int | None] = []     # epoch microseconds
         self.ids: list[str] = []
         self.token_ids: list[array.array] = []
@@ -306,6 +352,8 @@ class RowGroup:
         if self.timestamp_field:
             seconds = (parse_timestamp(r.keep.get(self.timestamp_field)) for r in records)
             self.event_times += [None if s is None else round(s * 1e6) for s in seconds]
+        if self.group_field:
+            self.groups += [group_value(r.keep.get(self.group_field)) for r in records]
         self.tokens += sum(stats[0])
 
     def full(self) -> bool:
@@ -329,6 +377,8 @@ class RowGroup:
         columns = [pa.array(self.ids, pa.string()), token_ids] + [pa.array(c, pa.int32()) for c in self.stats]
         if self.timestamp_field:
             columns.append(pa.array(self.event_times, pa.int64()).cast(tables.EVENT_TIME_TYPE))
+        if self.group_field:
+            columns.append(pa.array(self.groups, pa.string()))
         columns += [pa.array(self.keep[k], pa.string()) for k in self.keep_fields]
         return pa.Table.from_arrays(columns, schema=schema)
 
@@ -343,36 +393,16 @@ def json_field(value) -> str:
         return json.dumps(value, sort_keys=True)
 
 
-class CombineStats(beam.CombineFn):
-    """The exact combine of per-shard Summaries (associative and commutative: right on any runner)."""
-
-    def __init__(self, vocab_size: int):
-        self.vocab_size = vocab_size
-
-    def create_accumulator(self):
-        return Summary(self.vocab_size)
-
-    def add_input(self, acc, summary):
-        acc.merge(summary)
-        return acc
-
-    def merge_accumulators(self, accs):
-        accs = iter(accs)
-        out = next(accs)
-        for acc in accs:
-            out.merge(acc)
-        return out
-
-    def extract_output(self, acc):
-        return acc
-
-
 def write_stats(summary, tokenizer: TokenizerFacts, tokenizer_url: str, output: str, inputs: list[str],
-                started_at: float) -> str:
+                started_at: float, groups: dict | None = None) -> str:
     """Write stats.json from the combined summary; `tokenizer` carries what it needs of the tokenizer
-    (handed over by the launcher: this step does not load the tokenizer again)."""
-    stats = stats_json(summary, tokenizer, {"inputs": inputs, "tokenizer": tokenizer_url,
-                                  "timing": {"started_at": started_at, "elapsed_seconds": round(time.time() - started_at, 3)}})
+    (handed over by the launcher: this step does not load the tokenizer again); `groups` is the
+    index of the per-group files (`--group-field`)."""
+    extra = {"inputs": inputs, "tokenizer": tokenizer_url,
+             "timing": {"started_at": started_at, "elapsed_seconds": round(time.time() - started_at, 3)}}
+    if groups is not None:
+        extra["groups"] = groups
+    stats = stats_json(summary, tokenizer, extra)
     url = join(output, "stats.json")
     with writing(url):
         write_text_atomic(url, dump_stats(stats))
@@ -487,7 +517,7 @@ class Watching:
 def build_tokenize_pipeline(p, shards, tokenizer: TokenizerRef, facts: TokenizerFacts, source_options,
                             output: str, eos_token: str | None, inputs: list[str], started_at: float,
                             fail_fast: bool = False, encode_threads: int = 1, spread: bool = True,
-                            allow_shard_errors: bool = False, windowing: Windowing | None = None,
+                            allow_shard_errors: bool = False, breakdowns: Breakdowns = Breakdowns(),
                             watching: Watching | None = None):
     """The tokenize pipeline for a tokenizer the launcher loaded: `tokenizer` names it (and carries its
     sha256), `facts` is what stats.json needs of it, so no worker computes either again. The shards
@@ -502,24 +532,32 @@ def build_tokenize_pipeline(p, shards, tokenizer: TokenizerRef, facts: Tokenizer
         shard_elements = p | "WatchShards" >> watching.source
     results = (shard_elements
                | "TokenizeShard" >> beam.ParDo(TokenizeShard(tokenizer, source_options, output, eos_token,
-                                                             fail_fast, encode_threads, windowing,
+                                                             fail_fast, encode_threads, breakdowns,
                                                              judged=bool(watching and watching.baseline))
                                                ).with_outputs(TokenizeShard.MANIFEST, TokenizeShard.WINDOWS,
-                                                              TokenizeShard.JUDGED, main="summaries"))
+                                                              TokenizeShard.GROUPS, TokenizeShard.JUDGED,
+                                                              main="summaries"))
+    windowing = breakdowns.windowing
     if windowing is not None:
         (results[TokenizeShard.WINDOWS]
          | "WindowStats" >> WindowStats(facts.vocab_size, windowing.seconds, output, facts,
                                         extra={"tokenizer": tokenizer.url, "timestamp_field": windowing.field}))
     summaries, manifest = results.summaries, results[TokenizeShard.MANIFEST]
+    group_partials = results[TokenizeShard.GROUPS]
     if watching is not None:
         if watching.baseline:
             results[TokenizeShard.JUDGED] | "JudgeShard" >> beam.ParDo(JudgeShard(watching.baseline, facts, output))
         # A stream's whole-run results fire once, when the watch has ended.
         summaries = summaries | "WholeRunSummaries" >> WholeRun()
         manifest = manifest | "WholeRunManifest" >> WholeRun()
+        group_partials = group_partials | "WholeRunGroups" >> WholeRun()
+    groups = None
+    if breakdowns.group_field is not None:
+        groups = beam.pvalue.AsSingleton(
+            group_partials | "GroupStats" >> GroupStats(facts.vocab_size, output, facts, breakdowns.group_field))
     stats_url = (summaries
-                 | "CombineStats" >> beam.CombineGlobally(CombineStats(facts.vocab_size)).without_defaults()
-                 | "WriteStats" >> beam.Map(write_stats, facts, tokenizer.url, output, inputs, started_at))
+                 | "CombineStats" >> beam.CombineGlobally(MergeSummaries(facts.vocab_size)).without_defaults()
+                 | "WriteStats" >> beam.Map(write_stats, facts, tokenizer.url, output, inputs, started_at, groups))
     (manifest
      | "CollectManifest" >> beam.CombineGlobally(beam.combiners.ToListCombineFn()).without_defaults()
      | "WriteSuccess" >> beam.Map(write_success, beam.pvalue.AsSingleton(stats_url), output, tokenizer.sha256,
@@ -553,7 +591,7 @@ def clear_stale_outputs(output: str, shards) -> int:
     for name in (SUCCESS, "stats.json", ALERTS, STOP_FILE):
         remove(join(output, name))
     # Windows and alerts are rewritten whole by every run.
-    for folder in (WINDOWS_FOLDER, ALERTS_DIR):
+    for folder in (WINDOWS_FOLDER, GROUPS_FOLDER, ALERTS_DIR):
         remove_tree(join(output, folder))
     for f in stale_parquet + stale_rejected:
         fs.rm(f)
@@ -598,6 +636,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", default=None, metavar="DURATION",
                         help="statistics per event-time window of DURATION (15m, 1h, 1d) in windows/<UTC start>"
                              ".stats.json; records without a usable timestamp are counted as untimed")
+    parser.add_argument("--group-field", default=None, metavar="FIELD",
+                        help="statistics per value of FIELD (a language, a source) in groups/<value>.stats.json, "
+                             "listed in stats.json; `tokenbeam drift` then judges each group")
     parser.add_argument("--watch", action="store_true",
                         help="keep running: tokenize each new shard matching --input as it lands (Ctrl-C, "
                              "SIGTERM or an OUTPUT/_STOP file end it cleanly)")
@@ -669,13 +710,14 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
         known = ", ".join(sorted(tok.special_tokens)) or "none"
         raise UserError(f"--eos-token {args.eos_token!r} is not a special token of {args.tokenizer} (it has: {known})")
     try:
-        tables.tokens_schema(tok.vocab_size, tuple(args.keep_field), event_time=windowing is not None)
+        tables.tokens_schema(tok.vocab_size, tuple(args.keep_field), event_time=windowing is not None,
+                             group=args.group_field is not None)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     if args.encode_threads is not None and args.encode_threads < 1:
         raise UserError(f"--encode-threads must be at least 1, got {args.encode_threads}")
     source_options = make_source_options(args, tuple(args.keep_field),
-                                         (args.timestamp_field,) if args.timestamp_field else ())
+                                         tuple(f for f in (args.timestamp_field, args.group_field) if f))
     watching = None
     if args.watch:
         if args.poll_interval <= 0:
@@ -710,7 +752,8 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
                                     args.output, args.eos_token, inputs, started_at, args.fail_fast,
                                     args.encode_threads or local_cores_per_worker(options, runner),
                                     spread=not one_local_worker(options, runner) and not watching,
-                                    allow_shard_errors=args.allow_shard_errors, windowing=windowing,
+                                    allow_shard_errors=args.allow_shard_errors,
+                                    breakdowns=Breakdowns(windowing, args.group_field),
                                     watching=watching)
     finally:
         restore()

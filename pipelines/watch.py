@@ -362,7 +362,7 @@ class WholeRun(beam.PTransform):
     PCollection, so the same pipeline code serves both::
 
         stats = (summaries | "WholeRun" >> WholeRun()
-                 | "CombineStats" >> beam.CombineGlobally(CombineStats(vocab_size)).without_defaults())
+                 | "CombineStats" >> beam.CombineGlobally(MergeSummaries(vocab_size)).without_defaults())
     """
 
     def expand(self, pcoll):

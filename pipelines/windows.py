@@ -222,7 +222,7 @@ class WindowedSummaries:
                 summary.add_batch(*columns)
             else:
                 summary.add_batch(*columns, record_ids=rids, id_arrays=ids)
-            _count_ids(summary, ids)
+            count_ids(summary, ids)
 
     def elements(self) -> Iterator[beam.window.TimestampedValue]:
         """One `TimestampedValue(Summary, window start)` per window with records, oldest first."""
@@ -234,7 +234,7 @@ class WindowedSummaries:
         return sum(s.records for s in self.windows.values())
 
 
-def _count_ids(summary: Summary, id_arrays: Sequence[Sequence[int]]) -> None:
+def count_ids(summary: Summary, id_arrays: Sequence[Sequence[int]]) -> None:
     arrays = [np.asarray(ids, dtype=np.uint32) for ids in id_arrays if len(ids)]
     if not arrays:
         return

@@ -29,6 +29,8 @@ STAT_COLUMNS = ("n_tokens", "n_bytes", "n_chars", "n_words")
 # from which a rerun rebuilds the windows of a shard it does not redo.
 EVENT_TIME_COLUMN = "event_time"
 EVENT_TIME_TYPE = pa.timestamp("us", tz="UTC")
+# With --group-field: each record's group (the field's value as text; "(none)" without one).
+GROUP_COLUMN = "group"
 
 
 def token_id_type(vocab_size: int) -> pa.DataType:
@@ -37,7 +39,7 @@ def token_id_type(vocab_size: int) -> pa.DataType:
 
 
 def tokens_schema(vocab_size: int, keep_fields: tuple[str, ...] = (), metadata: dict[str, str] | None = None,
-                  event_time: bool = False) -> pa.Schema:
+                  event_time: bool = False, group: bool = False) -> pa.Schema:
     """Schema of a token Parquet file: id, token_ids, the per-record statistics, the event time (with
     `event_time`), pass-through fields.
 
@@ -50,6 +52,8 @@ def tokens_schema(vocab_size: int, keep_fields: tuple[str, ...] = (), metadata: 
     ] + [pa.field(name, pa.int32(), nullable=False) for name in STAT_COLUMNS]
     if event_time:
         fields.append(pa.field(EVENT_TIME_COLUMN, EVENT_TIME_TYPE, nullable=True))
+    if group:
+        fields.append(pa.field(GROUP_COLUMN, pa.string(), nullable=False))
     reserved = {f.name for f in fields}
     for name in keep_fields:
         if name in reserved:
