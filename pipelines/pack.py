@@ -46,7 +46,7 @@ from schemas import tables
 
 BUCKET_TOKENS = 1 << 22          # ids per shuffle bucket: what one PackBucket call holds
 SPILL_BYTES = 1 << 25            # documents one SpillDocuments holds (Arrow bytes) before it writes them out
-SPILL_FOLDER = ".pack-spill"     # under --output: the shuffles' files, removed when the run ends
+SPILL_FOLDER = layout.SPILL_FOLDER  # under --output: the shuffles' files, removed when the run ends
 DEFAULT_MAX_TOKENS_PER_FILE = "16M"
 DEFAULT_SEED = 1234
 ROW_GROUP_ROWS = 1_024           # packed rows per Parquet row group: readers stream them

@@ -9,6 +9,7 @@ the pipeline writes through these functions and readers (tests, users) read agai
     OUT/<split>/megatron/part-00000-of-00003.idx
     OUT/<split>/bin/part-00000-of-00003.bin         the same ids as one flat little-endian stream
     OUT/<split>/bin/bin.json                        its dtype, token count, files, tokenizer sha256
+    OUT/.pack-spill/.*.tmp-*                        during a run only: the shuffles' spill files
 
 Every format of a split holds the same stream of ids: the documents in pack order, each as
 [BOS] ids [EOS], cut into files at the same row boundaries. Parquet rows are exactly `seq_len`
@@ -33,6 +34,7 @@ TAILS = ("drop", "pad", "keep")
 PACK_JSON = "pack.json"
 BIN_JSON = "bin.json"
 SUCCESS = "_SUCCESS"
+SPILL_FOLDER = ".pack-spill"     # hidden: clear_outputs and the readers of outputs pass it by
 
 # Schema metadata of a packed Parquet file (the footer adds PACK_FILE_KEY: this file's place).
 PACKED_SCHEMA_NAME = "packed"
