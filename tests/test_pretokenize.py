@@ -255,7 +255,7 @@ def test_pattern_names_are_case_insensitive(spelling, name):
     assert pretokenize.pretokenize("It's 12345", spelling) == pretokenize.pretokenize("It's 12345", name)
 
 
-@pytest.mark.parametrize("word", ["gpt5", "GPT-4", "cl100k_base", "o200k2", "abc", "x", "42"])
+@pytest.mark.parametrize("word", ["gpt5", "GPT-4", "cl100k_bas", "o200k2", "abc", "x", "42"])
 def test_an_unknown_bare_word_is_a_misspelt_name_not_a_regex(word):
     with pytest.raises(ValueError, match=rf"unknown pattern name '{word}': known names are gpt2, gpt4, o200k, classic$"):
         pretokenize.resolve_pattern(word)
@@ -263,6 +263,12 @@ def test_an_unknown_bare_word_is_a_misspelt_name_not_a_regex(word):
         pretokenize.compile_pattern(word)
     with pytest.raises(ValueError, match="unknown pattern name"):
         pretokenize.PretokenCounter(word)
+
+
+@pytest.mark.parametrize("alias, name", [("cl100k", "gpt4"), ("CL100K_BASE", "gpt4"), ("o200k_base", "o200k"),
+                                         ("r50k_base", "gpt2"), ("p50k_base", "gpt2")])
+def test_tiktoken_encoding_names_are_aliases_of_their_patterns(alias, name):
+    assert pretokenize.resolve_pattern(alias) == pretokenize.resolve_pattern(name)
 
 
 def test_regexes_that_are_not_bare_words_stay_regexes():
