@@ -33,7 +33,7 @@ from itertools import chain, islice, repeat
 from operator import lt
 from typing import Iterable, Mapping, Sequence
 
-from . import formats, table_cache
+from . import formats, hf_components, table_cache
 from .implementation import DEFAULT, Implementation
 from .pretokenize import (END_OF_WORD, Pcre2Pattern, compile_pattern, pattern_name, resolve_pattern,
                           split_on_special, to_utf8)
@@ -81,6 +81,7 @@ class Tokenizer:
                  special_tokens: Sequence[str] | Mapping[str, int] = (), *,
                  vocab: dict[int, bytes] | None = None, mode: str = "byte",
                  ignore_merges: bool = False, cache_size: int = 100_000,
+                 normalizer: dict | None = None, pre_tokenizer: dict | None = None,
                  implementation: Implementation = DEFAULT):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -89,7 +90,9 @@ class Tokenizer:
             raise ValueError(f"classic mode always splits on whitespace; pattern {pattern!r} does not apply")
         if mode == "classic" and vocab is None:
             raise ValueError("classic mode needs a vocab: its alphabet is not implied by the merges")
-        self._set_options(mode, pattern, ignore_merges, cache_size, implementation)
+        if mode == "classic" and (normalizer or pre_tokenizer):
+            raise ValueError("classic mode takes no Hugging Face normalizer or pre-tokenizer")
+        self._set_options(mode, pattern, ignore_merges, cache_size, implementation, normalizer, pre_tokenizer)
         self._merges = _byte_pairs(merges)
         tokens = dict(vocab) if vocab is not None else {b: bytes([b]) for b in range(256)}
         self._token_ids = _invert(tokens)
@@ -111,7 +114,15 @@ class Tokenizer:
         self._finish()
 
     def _set_options(self, mode: str, pattern: str, ignore_merges: bool, cache_size: int,
-                     implementation: Implementation) -> None:
+                     implementation: Implementation, normalizer: dict | None = None,
+                     pre_tokenizer: dict | None = None) -> None:
+        # A Hugging Face normalizer (any text -> text) and pre-tokenizer chain (text -> pieces, in
+        # place of the one `pattern` split), as the JSON components of a tokenizer.json; see
+        # bpe_ops/hf_components.py. Kept with sorted keys: they are part of the canonical file.
+        self.normalizer_spec = _sorted_keys(normalizer) if normalizer else None
+        self.pre_tokenizer_spec = _sorted_keys(pre_tokenizer) if pre_tokenizer else None
+        self._normalize = hf_components.normalizer(self.normalizer_spec)
+        self._pre_tokenize = hf_components.pre_tokenizer(self.pre_tokenizer_spec) if pre_tokenizer else None
         self.mode = mode
         self.implementation = implementation
         self.pattern = resolve_pattern("classic" if mode == "classic" else pattern)
@@ -162,7 +173,8 @@ class Tokenizer:
         were made from a checked Tokenizer. The merge list as byte pairs and the pair -> rank dict
         are built on first use: the compiled encoder needs neither."""
         self = cls.__new__(cls)
-        self._set_options("byte", tables.pattern, tables.ignore_merges, cache_size, implementation)
+        self._set_options("byte", tables.pattern, tables.ignore_merges, cache_size, implementation,
+                          tables.normalizer, tables.pre_tokenizer)
         ids, tokens = tables.token_ids.tolist(), tables.tokens()
         self._tokens = dict(zip(ids, tokens))
         self._token_ids = dict(zip(tokens, ids))
@@ -185,7 +197,8 @@ class Tokenizer:
             pattern=self.pattern, ignore_merges=self.ignore_merges, special_tokens=dict(self.special_tokens),
             token_ids=ids, token_lengths=array("q", map(len, tokens)), token_blob=b"".join(tokens),
             left=array("q", self._left), right=array("q", self._right), merged=array("q", self._merged),
-            ranks_ascend=self._ranks_ascend, sha256=self._sha256)
+            ranks_ascend=self._ranks_ascend, sha256=self._sha256, normalizer=self.normalizer_spec,
+            pre_tokenizer=self.pre_tokenizer_spec)
 
     @property
     def merges(self) -> list[tuple[bytes, bytes]]:
@@ -210,7 +223,8 @@ class Tokenizer:
     def _compiled_text_encoder(self):
         """The compiled whole-text encoder (`bpe_ops._pcre2.TextEncoder`) of this tokenizer, or None:
         classic mode, the split not on PCRE2, no compiled merger (see `_piece_merger`)."""
-        if self.mode != "byte" or self._merger is None or not isinstance(self._regex, Pcre2Pattern):
+        if (self.mode != "byte" or self._merger is None or not isinstance(self._regex, Pcre2Pattern)
+                or self._pre_tokenize is not None):
             return None
         return _TextEncoder(self._regex.compiled, self._left, self._right,
                             self._merged, self._byte_ids, self._token_ids if self.ignore_merges else None,
@@ -219,10 +233,16 @@ class Tokenizer:
     def __getstate__(self):
         # The compiled encoder holds buffers, not a recipe, and threads do not pickle: pickled
         # without them, rebuilt on load.
-        return {**self.__dict__, "_text_encoder": None, "_pool": None, "_pool_threads": 0, "_thread_encoders": None}
+        # The components are closures: rebuilt from their specs.
+        return {**self.__dict__, "_text_encoder": None, "_pool": None, "_pool_threads": 0, "_thread_encoders": None,
+                "_normalize": None, "_pre_tokenize": None}
 
     def __setstate__(self, state):
-        self.__dict__.update({"implementation": DEFAULT, **state})   # pickles made before it had one
+        # Pickles made before they had an implementation or components.
+        self.__dict__.update({"implementation": DEFAULT, "normalizer_spec": None, "pre_tokenizer_spec": None,
+                              **state})
+        self._normalize = hf_components.normalizer(self.normalizer_spec)
+        self._pre_tokenize = hf_components.pre_tokenizer(self.pre_tokenizer_spec) if self.pre_tokenizer_spec else None
         self._text_encoder = self._compiled_text_encoder()
         self._thread_encoders = threading.local()
 
@@ -352,12 +372,17 @@ class Tokenizer:
 
     def _encode_array_with(self, encoder, text: str, allowed_special: Iterable[str] | str = ()) -> array:
         out = array("I")
-        if not allowed_special and encoder is not None and self._regex.pcre2_splits(text):
-            try:
-                out.frombytes(encoder.encode_bytes(text))
-                return out
-            except _Fallback:
-                pass
+        if not allowed_special and encoder is not None:
+            if self._normalize is not None:
+                text = self._normalize(text)
+            if self._regex.pcre2_splits(text):
+                try:
+                    out.frombytes(encoder.encode_bytes(text))
+                    return out
+                except _Fallback:
+                    pass
+            out.extend(self._encode_normalized(text))
+            return out
         out.extend(self.encode(text, allowed_special))
         return out
 
@@ -373,16 +398,20 @@ class Tokenizer:
         return allowed
 
     def _encode_ordinary(self, text: str) -> list[int]:
-        """Ids of text with no special tokens: split, look every piece up in the cache, merge misses.
+        """Ids of text with no special tokens: normalize (if the file says so), split, look every
+        piece up in the cache, merge misses."""
+        return self._encode_normalized(self._normalize(text) if self._normalize is not None else text)
 
-        The compiled encoder takes every text PCRE2 may split. Otherwise every step over all pieces
-        runs in C (map, set, chain); Python code runs once per distinct missing piece only."""
+    def _encode_normalized(self, text: str) -> list[int]:
+        """`_encode_ordinary` of normalized text. The compiled encoder takes every text PCRE2 may
+        split. Otherwise every step over all pieces runs in C (map, set, chain); Python code runs
+        once per distinct missing piece only."""
         if self._text_encoder is not None and self._regex.pcre2_splits(text):
             try:
                 return self._text_encoder.encode(text)
             except _Fallback:           # a text only `regex` may split: below
                 pass
-        pieces = self._split(text)
+        pieces = self._pre_tokenize(text) if self._pre_tokenize is not None else self._split(text)
         cache = self._cache
         hits = list(map(cache.get, pieces))
         if None in hits:
@@ -717,6 +746,15 @@ def _piece_merger(left: list[int], right: list[int], merged: list[int], token_id
     if not (0 <= min(token_ids, default=0) and max(token_ids, default=0) < 2**31):
         return None
     return _piece_merge.PieceMerger(left, right, merged)
+
+
+def _sorted_keys(value):
+    """A JSON value with every object's keys in sorted order."""
+    if isinstance(value, dict):
+        return {k: _sorted_keys(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted_keys(v) for v in value]
+    return value
 
 
 def _byte_pairs(merges: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:

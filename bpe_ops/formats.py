@@ -24,11 +24,13 @@ from typing import Any
 
 import regex
 
+from . import hf_components
 from .pretokenize import token_to_unicode, tokens_to_unicode, unicode_to_token, unicode_to_tokens
 
-SUPPORTED = ("supported: byte-level BPE (model BPE without byte_fallback, dropout or subword affixes; no "
-             "normalizer; pre-tokenizer ByteLevel as in GPT-2, or Sequence[Split(Regex, Isolated), "
-             "ByteLevel(use_regex=false)] as written by tokenbeam and Llama 3)")
+SUPPORTED = ("supported: byte-level BPE (model BPE without byte_fallback, dropout or subword affixes; "
+             "normalizers NFC/NFD/NFKC/NFKD, Lowercase, Strip, StripAccents, Replace, Prepend, Sequence; "
+             "pre-tokenizer ByteLevel, or a Sequence of Split (any behavior, invert) and Digits steps "
+             "ending with one ByteLevel)")
 
 
 # ---- writing ------------------------------------------------------------------------------------
@@ -69,8 +71,8 @@ def tokenizer_json_text(tok) -> str:
              "normalized": False, "special": True}
             for s, i in specials
         ],
-        "normalizer": None,
-        "pre_tokenizer": {
+        "normalizer": tok.normalizer_spec,
+        "pre_tokenizer": tok.pre_tokenizer_spec or {
             "type": "Sequence",
             "pretokenizers": [
                 {"type": "Split", "pattern": {"Regex": tok.pattern}, "behavior": "Isolated", "invert": False},
@@ -175,10 +177,21 @@ def _read_tokenizer_doc(doc: dict, path) -> dict:
     for affix in ("continuing_subword_prefix", "end_of_word_suffix"):
         if model.get(affix):
             raise unsupported(f"BPE {affix} {model[affix]!r}")
+    components = {}
     normalizer = doc.get("normalizer")
     if normalizer is not None and normalizer != {"type": "Sequence", "normalizers": []}:
-        raise unsupported(f"normalizer {_describe(normalizer)}")
-    pattern = _pattern_of(doc.get("pre_tokenizer"), unsupported)
+        try:
+            hf_components.normalizer(normalizer)
+        except hf_components.Unsupported as exc:
+            raise unsupported(str(exc)) from None
+        components["normalizer"] = normalizer
+    pre_tokenizer = doc.get("pre_tokenizer")
+    try:
+        pattern = _pattern_of(pre_tokenizer, unsupported)
+    except ValueError:
+        # Not the single split the fast path runs: the general chain, if every step is reproduced.
+        pattern = _chain_pattern(pre_tokenizer, unsupported)
+        components["pre_tokenizer"] = pre_tokenizer
     decoder = doc.get("decoder")
     if decoder is not None and decoder.get("type") != "ByteLevel":
         raise unsupported(f"decoder {_describe(decoder)}")
@@ -198,7 +211,33 @@ def _read_tokenizer_doc(doc: dict, path) -> dict:
     except ValueError as exc:
         raise unsupported(f"malformed merges ({exc})") from None
     return {"merges": merges, "pattern": pattern, "special_tokens": specials, "vocab": vocab,
-            "ignore_merges": bool(model.get("ignore_merges", False))}
+            "ignore_merges": bool(model.get("ignore_merges", False)), **components}
+
+
+def _chain_pattern(pre_tokenizer, unsupported) -> str:
+    """Check a pre-tokenizer chain (`hf_components.pre_tokenizer`) and return the pattern the
+    Tokenizer records beside it (the first Split's regex, else GPT-2's; the chain does the
+    splitting). ByteLevel must come last, once: the steps before it see text, the BPE after it
+    bytes; a step after ByteLevel would see HF's byte alphabet instead of the text."""
+    if not isinstance(pre_tokenizer, dict):
+        raise unsupported("no pre-tokenizer (a byte-level BPE needs ByteLevel)")
+    steps = pre_tokenizer.get("pretokenizers", []) if pre_tokenizer.get("type") == "Sequence" else [pre_tokenizer]
+    if any(isinstance(s, dict) and s.get("type") == "Sequence" for s in steps):
+        steps = [c for s in steps for c in (s.get("pretokenizers", []) if s.get("type") == "Sequence" else [s])]
+    kinds = [s.get("type") if isinstance(s, dict) else None for s in steps]
+    unknown = [k for k in kinds if k not in hf_components.PRE_TOKENIZERS]
+    if unknown:
+        raise unsupported(f"pre-tokenizer {unknown[0]} in {_describe(pre_tokenizer)}")
+    if kinds.count("ByteLevel") != 1 or kinds[-1] != "ByteLevel":
+        raise unsupported(f"pre-tokenizer {_describe(pre_tokenizer)} (a byte-level chain ends with one ByteLevel)")
+    try:
+        hf_components.pre_tokenizer(pre_tokenizer)
+    except hf_components.Unsupported as exc:
+        raise unsupported(str(exc)) from None
+    for step in steps:
+        if step["type"] == "Split" and "Regex" in (step.get("pattern") or {}):
+            return _never_a_name(step["pattern"]["Regex"])
+    return "gpt2"
 
 
 _NAME_LIKE = regex.compile(r"[A-Za-z0-9_-]+")

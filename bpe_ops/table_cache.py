@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 
 # Raise when the tables, their layout or what a reader puts in them change: older files are ignored.
-FORMAT = 1
+FORMAT = 2
 MAGIC = b"tokenbeam-tables\n"
 SUBFOLDER = "tokenizers"
 _DIGEST = 32
@@ -55,6 +55,8 @@ class Tables:
     merged: array
     ranks_ascend: bool
     sha256: str | None = None
+    normalizer: dict | None = None
+    pre_tokenizer: dict | None = None
     _tokens: list | None = field(default=None, repr=False, compare=False)
 
     def tokens(self) -> list[bytes]:
@@ -80,6 +82,7 @@ def dumps(tables: Tables, key: str) -> bytes:
         "format": FORMAT, "key": key, "pattern": tables.pattern, "ignore_merges": tables.ignore_merges,
         "special_tokens": sorted(tables.special_tokens.items(), key=lambda kv: kv[1]),
         "ranks_ascend": tables.ranks_ascend, "sha256": tables.sha256,
+        "normalizer": tables.normalizer, "pre_tokenizer": tables.pre_tokenizer,
         "tokens": len(tables.token_ids), "blob": len(tables.token_blob), "merges": len(tables.left),
     }, ensure_ascii=True).encode("ascii")
     parts = [MAGIC, _HEADER_LENGTH.pack(len(header)), header]
@@ -116,7 +119,8 @@ def loads(data: bytes, key: str) -> Tables | None:
             return None
         return Tables(pattern=header["pattern"], ignore_merges=bool(header["ignore_merges"]),
                       special_tokens={s: int(i) for s, i in header["special_tokens"]},
-                      ranks_ascend=bool(header["ranks_ascend"]), sha256=header["sha256"], **sections)
+                      ranks_ascend=bool(header["ranks_ascend"]), sha256=header["sha256"],
+                      normalizer=header["normalizer"], pre_tokenizer=header["pre_tokenizer"], **sections)
     except (ValueError, KeyError, TypeError, struct.error, UnicodeDecodeError):
         return None
 

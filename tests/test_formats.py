@@ -186,10 +186,15 @@ def test_refuses_wordpiece_and_unigram(tmp_path):
     _one_line_error(_save_hf(unigram, tmp_path / "uni.json"), "Unigram")
 
 
-def test_refuses_a_normalizer_byte_fallback_and_prefix_space(gpt2_style, tmp_path):
+def test_refuses_normalizers_and_pre_tokenizers_it_does_not_reproduce_and_byte_fallback(gpt2_style, tmp_path):
     hf = HFTokenizer.from_file(str(gpt2_style[1]))
-    hf.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Lowercase()])
-    _one_line_error(_save_hf(hf, tmp_path / "norm.json"), "normalizer Sequence[NFC, Lowercase]")
+    hf.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.BertNormalizer()])
+    _one_line_error(_save_hf(hf, tmp_path / "norm.json"), "normalizer BertNormalizer")
+
+    doc = json.loads(gpt2_style[1].read_text(encoding="utf-8"))
+    doc["normalizer"] = {"type": "Precompiled", "precompiled_charsmap": "AAAA"}
+    (tmp_path / "precompiled.json").write_text(json.dumps(doc), encoding="utf-8")
+    _one_line_error(tmp_path / "precompiled.json", "normalizer Precompiled")
 
     doc = json.loads(gpt2_style[1].read_text(encoding="utf-8"))
     doc["model"]["byte_fallback"] = True
@@ -197,15 +202,17 @@ def test_refuses_a_normalizer_byte_fallback_and_prefix_space(gpt2_style, tmp_pat
     _one_line_error(tmp_path / "fallback.json", "byte_fallback")
 
     doc = json.loads(gpt2_style[1].read_text(encoding="utf-8"))
-    doc["pre_tokenizer"]["add_prefix_space"] = True
-    (tmp_path / "prefix.json").write_text(json.dumps(doc), encoding="utf-8")
-    HFTokenizer.from_file(str(tmp_path / "prefix.json"))        # a valid file that HF loads
-    _one_line_error(tmp_path / "prefix.json", "add_prefix_space")
-
-    doc = json.loads(gpt2_style[1].read_text(encoding="utf-8"))
     doc["pre_tokenizer"] = {"type": "Whitespace"}
     (tmp_path / "ws.json").write_text(json.dumps(doc), encoding="utf-8")
     _one_line_error(tmp_path / "ws.json", "pre-tokenizer Whitespace")
+
+    # A step after ByteLevel would see HF's byte alphabet, not the text.
+    doc["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        {"type": "Digits", "individual_digits": True}]}
+    (tmp_path / "late.json").write_text(json.dumps(doc), encoding="utf-8")
+    HFTokenizer.from_file(str(tmp_path / "late.json"))        # a valid file that HF loads
+    _one_line_error(tmp_path / "late.json", "ends with one ByteLevel")
 
 
 def test_refuses_truncated_json(gpt2_style, tmp_path):

@@ -2,6 +2,7 @@
 a tokenizer rebuilt from them equals `Tokenizer(**formats.read_tokenizer_json(path))` (the
 specification) in every table and gives the same ids, and a cache that is corrupt, foreign, stale or
 unwritable never changes what loads."""
+import hashlib
 import os
 import stat
 
@@ -117,7 +118,9 @@ def test_a_damaged_or_foreign_cache_file_is_ignored_and_replaced(hf_file, other_
         Tokenizer.from_file(other_file, implementation=impl)
         data = open(cache_file(tmp_path, other_file), "rb").read()
     elif damage == "old_format":
-        data = data.replace(b'"format": 1', b'"format": 0', 1)
+        # Intact (its digest redone), but of another format.
+        body = data[:-32].replace(b'"format": %d' % table_cache.FORMAT, b'"format": 0', 1)
+        data = body + hashlib.sha256(body).digest()
     with open(target, "wb") as f:
         f.write(data)
     assert table_cache.load(str(tmp_path / "cache"), table_cache.file_sha256(path.read_bytes())) is None

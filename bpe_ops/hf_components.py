@@ -1,0 +1,222 @@
+"""Hugging Face `tokenizers` normalizers and pre-tokenizers, as plain Python functions on strings.
+
+Byte-level BPE files written by others may normalize the text first (NFC, Lowercase, Replace, ...) and
+split it with a `Sequence` of several pre-tokenizers (Splits with any behaviour, Digits, ByteLevel)
+instead of the single `Split(regex)` the encoder's fast path runs. This module is the specification of
+those components, written from `tokenizers`' Rust sources (normalizers/*.rs, pre_tokenizers/*.rs,
+`NormalizedString::split`) and held to `tokenizers` itself by tests/test_hf_components.py:
+
+  - a normalizer is `str -> str`;
+  - a pre-tokenizer step maps every piece to its sub-pieces; empty pieces are dropped, as HF does.
+
+Only components whose behaviour is reproduced exactly are built; `check_*` name anything else, so the
+file is refused in one line. Python's `unicodedata` (Unicode 14 in CPython 3.11) and Rust's tables
+may disagree on characters assigned since: such text is rare, and is what the tests cannot vouch for.
+"""
+from __future__ import annotations
+
+import unicodedata
+from typing import Callable
+
+import regex
+
+from .pretokenize import GPT2_PATTERN
+
+Normalizer = Callable[[str], str]
+Step = Callable[[str], list]
+
+NORMALIZERS = ("NFC", "NFD", "NFKC", "NFKD", "Lowercase", "Strip", "StripAccents", "Replace", "Prepend",
+               "Sequence")
+PRE_TOKENIZERS = ("Split", "Digits", "ByteLevel", "Sequence")
+BEHAVIORS = ("Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous")
+
+# Rust's `char::is_whitespace` (the Unicode White_Space property), which HF's Strip uses; Python's
+# str.strip() also strips U+001C..U+001F.
+_WHITE_SPACE = ("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+                "\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
+
+
+class Unsupported(ValueError):
+    """A component this module does not reproduce; the message names it."""
+
+
+# ---- normalizers --------------------------------------------------------------------------------
+
+def normalizer(spec: dict | None) -> Normalizer | None:
+    """The function of a tokenizer.json `normalizer` (None: none, or an empty Sequence)."""
+    if spec is None:
+        return None
+    kind = spec.get("type")
+    if kind == "Sequence":
+        steps = [f for f in map(normalizer, spec.get("normalizers") or []) if f is not None]
+        if not steps:
+            return None
+        if len(steps) == 1:
+            return steps[0]
+
+        def sequence(text: str) -> str:
+            for step in steps:
+                text = step(text)
+            return text
+        return sequence
+    if kind in ("NFC", "NFD", "NFKC", "NFKD"):
+        return lambda text, form=kind: unicodedata.normalize(form, text)
+    if kind == "Lowercase":
+        return lowercase
+    if kind == "Strip":
+        left, right = bool(spec.get("strip_left", True)), bool(spec.get("strip_right", True))
+        if left and right:
+            return lambda text: text.strip(_WHITE_SPACE)
+        if left:
+            return lambda text: text.lstrip(_WHITE_SPACE)
+        if right:
+            return lambda text: text.rstrip(_WHITE_SPACE)
+        return lambda text: text
+    if kind == "StripAccents":
+        return strip_accents
+    if kind == "Replace":
+        pattern, content = _pattern(spec.get("pattern"), "Replace"), spec.get("content", "")
+        if not isinstance(content, str):
+            raise Unsupported(f"normalizer Replace content {content!r}")
+        return lambda text: pattern.sub(lambda _: content, text)
+    if kind == "Prepend":
+        prefix = spec.get("prepend", "")
+        return lambda text: prefix + text if text else text
+    raise Unsupported(f"normalizer {kind}")
+
+
+def lowercase(text: str) -> str:
+    """HF's Lowercase: every character lowercased on its own (Rust `char::to_lowercase`). Python's
+    `str.lower` agrees except for one context rule: a final capital sigma becomes `ς` there, `σ` here."""
+    if "\u03a3" not in text:
+        return text.lower()
+    return "".join([c.lower() for c in text])
+
+
+def strip_accents(text: str) -> str:
+    """HF's StripAccents: drop every combining mark (General_Category M*)."""
+    if text.isascii():
+        return text
+    category = unicodedata.category
+    return "".join([c for c in text if category(c)[0] != "M"])
+
+
+# ---- pre-tokenizers -----------------------------------------------------------------------------
+
+def pre_tokenizer(spec: dict) -> Callable[[str], list]:
+    """The function `text -> pieces` of a tokenizer.json `pre_tokenizer` (Sequence or one step)."""
+    steps = _steps(spec)
+
+    def run(text: str) -> list:
+        pieces = [text] if text else []
+        for step in steps:
+            out: list = []
+            for piece in pieces:
+                out.extend(step(piece))
+            pieces = out
+        return pieces
+    return run
+
+
+def _steps(spec: dict) -> list:
+    kind = spec.get("type")
+    if kind == "Sequence":
+        return [s for child in spec.get("pretokenizers") or [] for s in _steps(child)]
+    if kind == "Split":
+        behavior = spec.get("behavior", "Isolated")
+        if behavior not in BEHAVIORS:
+            raise Unsupported(f"Split behavior {behavior!r}")
+        pattern = _pattern(spec.get("pattern"), "Split")
+        return [_regex_split(pattern, behavior, bool(spec.get("invert", False)))]
+    if kind == "Digits":
+        behavior = "Isolated" if spec.get("individual_digits", False) else "Contiguous"
+        return [lambda piece: _split(piece, _numeric_spans(piece), behavior)]
+    if kind == "ByteLevel":
+        steps = []
+        if spec.get("add_prefix_space", True):
+            steps.append(lambda piece: [piece if piece.startswith(" ") else " " + piece])
+        if spec.get("use_regex", True):
+            steps.append(_regex_split(regex.compile(GPT2_PATTERN), "Isolated", False))
+        return steps
+    raise Unsupported(f"pre-tokenizer {kind}")
+
+
+def _pattern(spec, owner: str) -> "regex.Pattern[str]":
+    """A component's `{"String": s}` (a literal) or `{"Regex": r}` pattern."""
+    if isinstance(spec, dict) and isinstance(spec.get("String"), str):
+        return regex.compile(regex.escape(spec["String"]))
+    if isinstance(spec, dict) and isinstance(spec.get("Regex"), str):
+        try:
+            return regex.compile(spec["Regex"])
+        except regex.error as exc:
+            raise Unsupported(f"{owner} regex {spec['Regex']!r} ({exc})") from None
+    raise Unsupported(f"{owner} pattern {spec!r}")
+
+
+def _regex_split(pattern: "regex.Pattern[str]", behavior: str, invert: bool) -> Step:
+    def step(piece: str) -> list:
+        spans, at = [], 0
+        for m in pattern.finditer(piece):
+            start, end = m.span()
+            if at != start:
+                spans.append((at, start, False))
+            spans.append((start, end, True))
+            at = end
+        if at != len(piece):
+            spans.append((at, len(piece), False))
+        if invert:
+            spans = [(s, e, not is_match) for s, e, is_match in spans]
+        return _split(piece, spans, behavior)
+    return step
+
+
+def _numeric_spans(piece: str) -> list:
+    """HF's char-predicate pattern with `char::is_numeric` (Nd, Nl, No): each numeric character is
+    a match of its own, the runs between them non-matches."""
+    category = unicodedata.category
+    spans, at = [], 0
+    for i, c in enumerate(piece):
+        if category(c) in ("Nd", "Nl", "No"):
+            if at < i:
+                spans.append((at, i, False))
+            spans.append((i, i + 1, True))
+            at = i + 1
+    if at < len(piece):
+        spans.append((at, len(piece), False))
+    return spans
+
+
+def _split(piece: str, spans: list, behavior: str) -> list:
+    """`NormalizedString::split`: spans (start, end, is_match) covering the piece -> its pieces."""
+    if behavior == "Isolated":
+        kept = [(s, e) for s, e, _ in spans]
+    elif behavior == "Removed":
+        kept = [(s, e) for s, e, is_match in spans if not is_match]
+    elif behavior == "MergedWithPrevious":
+        kept, previous = [], False
+        for s, e, is_match in spans:
+            if is_match and not previous and kept:
+                kept[-1] = (kept[-1][0], e)
+            else:
+                kept.append((s, e))
+            previous = is_match
+    elif behavior == "MergedWithNext":
+        kept, previous = [], False
+        for s, e, is_match in reversed(spans):
+            if is_match and not previous and kept:
+                kept[-1] = (s, kept[-1][1])
+            else:
+                kept.append((s, e))
+            previous = is_match
+        kept.reverse()
+    elif behavior == "Contiguous":
+        kept, previous = [], False
+        for s, e, is_match in spans:
+            if is_match == previous and kept:
+                kept[-1] = (kept[-1][0], e)
+            else:
+                kept.append((s, e))
+            previous = is_match
+    else:
+        raise Unsupported(f"Split behavior {behavior!r}")
+    return [piece[s:e] for s, e in kept if e > s]
