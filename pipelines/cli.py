@@ -23,14 +23,20 @@ EPILOG = """exit codes: 0 done; 1 drift found (drift, tokenize --baseline); 2 us
 def add_encode_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", required=True, help="tokenizer.json (or a folder holding one)")
     parser.add_argument("--allow-special", action="store_true", help="encode special-token strings as specials")
+    parser.add_argument("--pattern", default=None, metavar="NAME_OR_REGEX",
+                        help="with a tiktoken rank file as --tokenizer: its split pattern")
+    parser.add_argument("--special-token", action="append", default=[], metavar="TOKEN=ID",
+                        help="with a tiktoken rank file: a special token and its id (repeatable)")
     parser.add_argument("text", nargs="+")
 
 
 def encode(args: argparse.Namespace) -> None:
     """`tokenbeam encode --tokenizer T TEXT`: the ids and the pieces, one per line."""
-    from pipelines.tokenizer_files import load_tokenizer
+    from pipelines.command import implementation_from_environment
+    from pipelines.tokenizer_files import load_tokenizer, parse_special_token
 
-    tok = load_tokenizer(args.tokenizer)
+    specials = dict(parse_special_token(spec) for spec in args.special_token) if args.special_token else None
+    tok = load_tokenizer(args.tokenizer, implementation_from_environment(), args.pattern, specials)
     text = " ".join(args.text)
     ids = tok.encode(text, allowed_special="all" if args.allow_special else ())
     print(f"{len(ids)} tokens, {len(text.encode('utf-8', 'replace'))} bytes")

@@ -35,7 +35,8 @@ from pipelines.files import (check_output_folder, exists, filesystem, is_local, 
                              remove, remove_stale_temporaries, remove_tree, write_text_atomic, writing)
 from pipelines.shards import REJECTED_DIR, ShardReader, add_source_arguments, describe_shard_error, expand, \
     rejected_url, source_options as make_source_options
-from pipelines.tokenizer_files import TokenizerRef, identify_tokenizer, load_identified_tokenizer, settle_heap
+from pipelines.tokenizer_files import (TokenizerRef, identify_tokenizer, load_identified_tokenizer,
+                                      parse_special_token, settle_heap)
 from pipelines.groups import GROUPS_FOLDER, NO_GROUP, GroupedSummaries, GroupStats, group_value
 from pipelines.watch import StopSignal, WatchShards, WholeRun, install_stop_handlers
 from pipelines.windows import (WINDOWS_FOLDER, MergeSummaries, WindowedSummaries, WindowStats, format_utc,
@@ -622,6 +623,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", required=True,
                         help="tokenizer.json (ours or any byte-level BPE one), or a folder holding one")
     parser.add_argument("--output", required=True, help="output folder (local or fsspec URL)")
+    parser.add_argument("--pattern", default=None, metavar="NAME_OR_REGEX",
+                        help="with a tiktoken rank file as --tokenizer: its split pattern (gpt2, gpt4, o200k, "
+                             "cl100k_base, ... or a regex)")
+    parser.add_argument("--special-token", action="append", default=[], metavar="TOKEN=ID",
+                        help="with a tiktoken rank file: a special token and its id (repeatable)")
     parser.add_argument("--keep-field", action="append", default=[], metavar="NAME",
                         help="copy this input field into the Parquet (JSON-encoded string column; repeatable)")
     parser.add_argument("--eos-token", default=None, metavar="TOKEN", help="end every record with this special token")
@@ -704,7 +710,8 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
                    if value is not None]
     if watch_flags and not args.watch:
         raise UserError(f"{watch_flags[0]} applies to --watch runs")
-    tok, tokenizer = identify_tokenizer(args.tokenizer, implementation_from_environment())
+    specials = dict(parse_special_token(spec) for spec in args.special_token) if args.special_token else None
+    tok, tokenizer = identify_tokenizer(args.tokenizer, implementation_from_environment(), args.pattern, specials)
     check_id_range(tok, args.tokenizer)
     if args.eos_token is not None and args.eos_token not in tok.special_tokens:
         known = ", ".join(sorted(tok.special_tokens)) or "none"

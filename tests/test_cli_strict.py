@@ -332,3 +332,23 @@ def test_a_record_above_the_bound_is_rejected_in_both_pipelines(tmp_path, shards
     with pytest.raises(UserError, match="not a size"):
         tokenize.run(["--tokenizer", str(tokenizer_json), "--output", str(tmp_path / "o2"), *args[:2],
                       "--max-record-bytes", "lots"])
+
+
+def test_a_tiktoken_rank_file_tokenizes_like_its_tokenizer_json(tmp_path, sample, tokenizer_json):
+    """`--tokenizer FILE.tiktoken --pattern ... --special-token TOKEN=ID` gives the ids of the
+    tokenizer.json it was written beside; without --pattern it is refused in one line."""
+    rank_file = tokenizer_json.parent / "tokenizer.tiktoken"
+    args = ["--input", str(sample / "*.jsonl")]
+    tokenize.run(["--tokenizer", str(tokenizer_json), "--output", str(tmp_path / "json"), *args,
+                  "--eos-token", "<|endoftext|>"])
+    tokenize.run(["--tokenizer", str(rank_file), "--pattern", "gpt4", "--special-token", "<|endoftext|>=399",
+                  "--output", str(tmp_path / "ranks"), *args, "--eos-token", "<|endoftext|>"])
+    for name in ("sample-000-of-002.parquet", "sample-001-of-002.parquet"):
+        a = pq.read_table(tmp_path / "json" / name, columns=["token_ids"]).column("token_ids").to_pylist()
+        b = pq.read_table(tmp_path / "ranks" / name, columns=["token_ids"]).column("token_ids").to_pylist()
+        assert a == b and a[0][-1] == 399
+    line = one_error_line(cli("tokenize", "--tokenizer", rank_file, "--output", tmp_path / "o", *args), EXIT_USAGE)
+    assert "--pattern" in line
+    line = one_error_line(cli("tokenize", "--tokenizer", rank_file, "--pattern", "gpt4", "--special-token", "x",
+                              "--output", tmp_path / "o", *args), EXIT_USAGE)
+    assert "TOKEN=ID" in line
