@@ -82,7 +82,7 @@ class Tokenizer:
                  vocab: dict[int, bytes] | None = None, mode: str = "byte",
                  ignore_merges: bool = False, cache_size: int = 100_000,
                  normalizer: dict | None = None, pre_tokenizer: dict | None = None,
-                 implementation: Implementation = DEFAULT):
+                 added_tokens: list[dict] | None = None, implementation: Implementation = DEFAULT):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if mode == "classic" and resolve_pattern(pattern) not in (resolve_pattern("classic"),
@@ -90,9 +90,10 @@ class Tokenizer:
             raise ValueError(f"classic mode always splits on whitespace; pattern {pattern!r} does not apply")
         if mode == "classic" and vocab is None:
             raise ValueError("classic mode needs a vocab: its alphabet is not implied by the merges")
-        if mode == "classic" and (normalizer or pre_tokenizer):
-            raise ValueError("classic mode takes no Hugging Face normalizer or pre-tokenizer")
-        self._set_options(mode, pattern, ignore_merges, cache_size, implementation, normalizer, pre_tokenizer)
+        if mode == "classic" and (normalizer or pre_tokenizer or added_tokens):
+            raise ValueError("classic mode takes no Hugging Face normalizer, pre-tokenizer or added tokens")
+        self._set_options(mode, pattern, ignore_merges, cache_size, implementation, normalizer, pre_tokenizer,
+                          added_tokens)
         self._merges = _byte_pairs(merges)
         tokens = dict(vocab) if vocab is not None else {b: bytes([b]) for b in range(256)}
         self._token_ids = _invert(tokens)
@@ -115,7 +116,7 @@ class Tokenizer:
 
     def _set_options(self, mode: str, pattern: str, ignore_merges: bool, cache_size: int,
                      implementation: Implementation, normalizer: dict | None = None,
-                     pre_tokenizer: dict | None = None) -> None:
+                     pre_tokenizer: dict | None = None, added_tokens: list[dict] | None = None) -> None:
         # A Hugging Face normalizer (any text -> text) and pre-tokenizer chain (text -> pieces, in
         # place of the one `pattern` split), as the JSON components of a tokenizer.json; see
         # bpe_ops/hf_components.py. Kept with sorted keys: they are part of the canonical file.
@@ -123,6 +124,12 @@ class Tokenizer:
         self.pre_tokenizer_spec = _sorted_keys(pre_tokenizer) if pre_tokenizer else None
         self._normalize = hf_components.normalizer(self.normalizer_spec)
         self._pre_tokenize = hf_components.pre_tokenizer(self.pre_tokenizer_spec) if pre_tokenizer else None
+        # HF's added tokens where their flags matter (a token that is not special, lstrip, rstrip,
+        # single_word, normalized): found as HF finds them; their ids are in `special_tokens` too.
+        self.added_tokens_spec = (sorted(map(_sorted_keys, added_tokens), key=lambda e: e["id"])
+                                  if added_tokens else None)
+        self._added = (hf_components.AddedVocabulary(self.added_tokens_spec, self._normalize)
+                       if added_tokens else None)
         self.mode = mode
         self.implementation = implementation
         self.pattern = resolve_pattern("classic" if mode == "classic" else pattern)
@@ -174,7 +181,7 @@ class Tokenizer:
         are built on first use: the compiled encoder needs neither."""
         self = cls.__new__(cls)
         self._set_options("byte", tables.pattern, tables.ignore_merges, cache_size, implementation,
-                          tables.normalizer, tables.pre_tokenizer)
+                          tables.normalizer, tables.pre_tokenizer, tables.added_tokens)
         ids, tokens = tables.token_ids.tolist(), tables.tokens()
         self._tokens = dict(zip(ids, tokens))
         self._token_ids = dict(zip(tokens, ids))
@@ -198,7 +205,7 @@ class Tokenizer:
             token_ids=ids, token_lengths=array("q", map(len, tokens)), token_blob=b"".join(tokens),
             left=array("q", self._left), right=array("q", self._right), merged=array("q", self._merged),
             ranks_ascend=self._ranks_ascend, sha256=self._sha256, normalizer=self.normalizer_spec,
-            pre_tokenizer=self.pre_tokenizer_spec)
+            pre_tokenizer=self.pre_tokenizer_spec, added_tokens=self.added_tokens_spec)
 
     @property
     def merges(self) -> list[tuple[bytes, bytes]]:
@@ -235,14 +242,16 @@ class Tokenizer:
         # without them, rebuilt on load.
         # The components are closures: rebuilt from their specs.
         return {**self.__dict__, "_text_encoder": None, "_pool": None, "_pool_threads": 0, "_thread_encoders": None,
-                "_normalize": None, "_pre_tokenize": None}
+                "_normalize": None, "_pre_tokenize": None, "_added": None}
 
     def __setstate__(self, state):
         # Pickles made before they had an implementation or components.
         self.__dict__.update({"implementation": DEFAULT, "normalizer_spec": None, "pre_tokenizer_spec": None,
-                              **state})
+                              "added_tokens_spec": None, **state})
         self._normalize = hf_components.normalizer(self.normalizer_spec)
         self._pre_tokenize = hf_components.pre_tokenizer(self.pre_tokenizer_spec) if self.pre_tokenizer_spec else None
+        self._added = (hf_components.AddedVocabulary(self.added_tokens_spec, self._normalize)
+                       if self.added_tokens_spec else None)
         self._text_encoder = self._compiled_text_encoder()
         self._thread_encoders = threading.local()
 
@@ -331,6 +340,16 @@ class Tokenizer:
     def encode(self, text: str, allowed_special: Iterable[str] | str = ()) -> list[int]:
         """Token ids of `text`. Special-token strings are plain text unless listed in `allowed_special`
         (`"all"` allows every special token), so data can never inject a control token."""
+        if self._added is not None:
+            allowed = frozenset(self._allowed(allowed_special)) if allowed_special else frozenset()
+            if self._added.active(allowed):
+                out: list[int] = []
+                for segment, token in self._added.split(text, allowed):
+                    if token is not None:
+                        out.append(token)
+                    else:
+                        out.extend(self._encode_normalized(segment))
+                return out
         if not allowed_special:
             return self._encode_ordinary(text)
         allowed = self._allowed(allowed_special)
@@ -372,7 +391,7 @@ class Tokenizer:
 
     def _encode_array_with(self, encoder, text: str, allowed_special: Iterable[str] | str = ()) -> array:
         out = array("I")
-        if not allowed_special and encoder is not None:
+        if not allowed_special and encoder is not None and (self._added is None or not self._added.always):
             if self._normalize is not None:
                 text = self._normalize(text)
             if self._regex.pcre2_splits(text):

@@ -66,7 +66,7 @@ def tokenizer_json_text(tok) -> str:
         "version": "1.0",
         "truncation": None,
         "padding": None,
-        "added_tokens": [
+        "added_tokens": tok.added_tokens_spec or [
             {"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
              "normalized": False, "special": True}
             for s, i in specials
@@ -196,7 +196,11 @@ def _read_tokenizer_doc(doc: dict, path) -> dict:
     if decoder is not None and decoder.get("type") != "ByteLevel":
         raise unsupported(f"decoder {_describe(decoder)}")
 
-    specials = {t["content"]: t["id"] for t in doc.get("added_tokens") or ()}
+    added = doc.get("added_tokens") or []
+    specials = {t["content"]: t["id"] for t in added}
+    if hf_components.needs_added_vocabulary(added):
+        components["added_tokens"] = [{k: t[k] for k in ("id", "content", *hf_components.ADDED_TOKEN_FLAGS) if k in t}
+                                      for t in added]
     special_ids = set(specials.values())
     problem = _id_problem(model["vocab"], specials)
     if problem:

@@ -220,3 +220,97 @@ def _split(piece: str, spans: list, behavior: str) -> list:
     else:
         raise Unsupported(f"Split behavior {behavior!r}")
     return [piece[s:e] for s, e in kept if e > s]
+
+
+# ---- added tokens -------------------------------------------------------------------------------
+
+ADDED_TOKEN_FLAGS = ("special", "single_word", "lstrip", "rstrip", "normalized")
+# `\w` and `\s` of Rust's regex crate, which HF's single_word, lstrip and rstrip use.
+_WORD_AT_END = regex.compile(r"[\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}]\Z")
+_WORD_AT_START = regex.compile(r"[\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}]")
+_SPACE_AT_END = regex.compile(r"\p{White_Space}*\Z")
+_SPACE_AT_START = regex.compile(r"\p{White_Space}*")
+
+
+def needs_added_vocabulary(entries) -> bool:
+    """Whether a file's `added_tokens` need HF's matching rather than plain special tokens: any token
+    that is not special (HF matches it in every text), strips spaces, must be a single word, or is
+    matched on normalized text."""
+    return any(not e.get("special", False) or e.get("single_word") or e.get("lstrip") or e.get("rstrip")
+               or e.get("normalized", not e.get("special", False)) for e in entries)
+
+
+class AddedVocabulary:
+    """HF's `AddedVocabulary::extract_and_normalize`: tokens with `normalized=false` are found in the
+    raw text, then each remaining segment is normalized and the `normalized=true` tokens (their
+    content normalized too) are found in it. Matching is leftmost-longest (a longest-first regex
+    alternation); `single_word` drops a match next to a word character; `lstrip`/`rstrip` take the
+    whitespace beside the match into the token.
+
+    Special tokens are found only when allowed (tokenbeam's contract: HF's `encode_special_tokens=True`
+    when none are, its default when all are); tokens with `special=false` always, as in HF."""
+
+    def __init__(self, entries: list, normalize: Normalizer | None):
+        self.entries = [{"id": int(e["id"]), "content": str(e["content"]),
+                         **{f: bool(e.get(f, not e.get("special", False) if f == "normalized" else False))
+                            for f in ADDED_TOKEN_FLAGS}} for e in entries]
+        self.normalize = normalize
+        self.always = any(not e["special"] for e in self.entries)
+
+    def active(self, allowed: frozenset) -> bool:
+        return self.always or any(e["content"] in allowed for e in self.entries)
+
+    def split(self, text: str, allowed: frozenset) -> list:
+        """`(segment, None)` for normalized text to pre-tokenize, `(content, id)` for a token."""
+        live = [e for e in self.entries if e["content"] and (not e["special"] or e["content"] in allowed)]
+        raw = _matcher([e for e in live if not e["normalized"]], None)
+        normalized = _matcher([e for e in live if e["normalized"]], self.normalize)
+        out = []
+        for segment, token in _extract(text, raw):
+            if token is not None:
+                out.append((segment, token))
+                continue
+            if self.normalize is not None:
+                segment = self.normalize(segment)
+            out.extend(_extract(segment, normalized))
+        return [(s, t) for s, t in out if t is not None or s]
+
+
+def _matcher(entries: list, normalize: Normalizer | None):
+    if not entries:
+        return None
+    by_content = {}
+    for e in entries:
+        content = normalize(e["content"]) if normalize is not None else e["content"]
+        by_content.setdefault(content, e)
+    alternatives = sorted((c for c in by_content if c), key=lambda c: (-len(c), c))
+    if not alternatives:
+        return None
+    return regex.compile("|".join(map(regex.escape, alternatives))), by_content
+
+
+def _extract(sentence: str, matcher) -> list:
+    """HF's `find_matches` + `split_with_indices` on one segment."""
+    if matcher is None or not sentence:
+        return [(sentence, None)]
+    pattern, by_content = matcher
+    out, start_offset = [], 0
+    for m in pattern.finditer(sentence):
+        start, stop = m.span()
+        e = by_content[m.group()]
+        if e["single_word"]:
+            start_space = start == 0 or not _WORD_AT_END.search(sentence, 0, start)
+            stop_space = stop == len(sentence) or not _WORD_AT_START.match(sentence, stop)
+            if not (start_space and stop_space):
+                continue
+        if e["lstrip"]:
+            start = max(_SPACE_AT_END.search(sentence, 0, start).start(), start_offset)
+        if e["rstrip"]:
+            stop = _SPACE_AT_START.match(sentence, stop).end()
+        if start_offset < start:
+            out.append((sentence[start_offset:start], None))
+        out.append((sentence[start:stop], e["id"]))
+        start_offset = stop
+    if start_offset < len(sentence):
+        out.append((sentence[start_offset:], None))
+    return out

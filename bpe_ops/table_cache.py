@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 
 # Raise when the tables, their layout or what a reader puts in them change: older files are ignored.
-FORMAT = 2
+FORMAT = 3
 MAGIC = b"tokenbeam-tables\n"
 SUBFOLDER = "tokenizers"
 _DIGEST = 32
@@ -57,6 +57,7 @@ class Tables:
     sha256: str | None = None
     normalizer: dict | None = None
     pre_tokenizer: dict | None = None
+    added_tokens: list | None = None
     _tokens: list | None = field(default=None, repr=False, compare=False)
 
     def tokens(self) -> list[bytes]:
@@ -83,6 +84,7 @@ def dumps(tables: Tables, key: str) -> bytes:
         "special_tokens": sorted(tables.special_tokens.items(), key=lambda kv: kv[1]),
         "ranks_ascend": tables.ranks_ascend, "sha256": tables.sha256,
         "normalizer": tables.normalizer, "pre_tokenizer": tables.pre_tokenizer,
+        "added_tokens": tables.added_tokens,
         "tokens": len(tables.token_ids), "blob": len(tables.token_blob), "merges": len(tables.left),
     }, ensure_ascii=True).encode("ascii")
     parts = [MAGIC, _HEADER_LENGTH.pack(len(header)), header]
@@ -120,7 +122,8 @@ def loads(data: bytes, key: str) -> Tables | None:
         return Tables(pattern=header["pattern"], ignore_merges=bool(header["ignore_merges"]),
                       special_tokens={s: int(i) for s, i in header["special_tokens"]},
                       ranks_ascend=bool(header["ranks_ascend"]), sha256=header["sha256"],
-                      normalizer=header["normalizer"], pre_tokenizer=header["pre_tokenizer"], **sections)
+                      normalizer=header["normalizer"], pre_tokenizer=header["pre_tokenizer"],
+                      added_tokens=header["added_tokens"], **sections)
     except (ValueError, KeyError, TypeError, struct.error, UnicodeDecodeError):
         return None
 
