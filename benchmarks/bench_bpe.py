@@ -3,6 +3,7 @@
     python benchmarks/bench_bpe.py [--corpus ../shared/corpora/en] [--vocab-size 32768] [--encode-mb 10]
                                    [--train-mb 0] [--skip-train] [--skip-encode]
     python benchmarks/bench_bpe.py --scripts TOKENIZER.json [--corpus ../shared/corpora/multi] [--repeat 3]
+    python benchmarks/bench_bpe.py --load TOKENIZER.json [--repeat 3]
 
 1. Merge loop: our `learn_merges` on the pre-token counts of the corpus (gpt4 pattern) against
    Hugging Face `BpeTrainer` and `rustbpe` trained on the same text to the same vocabulary size.
@@ -276,6 +277,53 @@ def bench_scripts(tokenizer_path: str, pattern: str | None, corpus: Path, repeat
           f"{total_mb / total_tt:9.2f} | {total_tt / total_ours:10.2f} |")
 
 
+def _load_once(kind: str, path: str, cache_dir: str) -> None:
+    """One timed load in this (fresh) process; prints {"wall", "cpu"} as JSON."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    if kind == "hf":
+        from tokenizers import Tokenizer as HFTokenizer
+        HFTokenizer.from_file(path)
+    elif kind == "tiktoken":
+        import tiktoken
+        from tiktoken.load import load_tiktoken_bpe
+        tiktoken.Encoding("x", pat_str=r"\S+", mergeable_ranks=load_tiktoken_bpe(path), special_tokens={})
+    else:
+        tok = load_any(path, None) if kind == "ours-nocache" else Tokenizer.from_file(
+            path, implementation=Implementation(cache_dir=cache_dir))
+        tok.sha256
+    print(json.dumps({"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}))
+
+
+def bench_load(path: str, repeat: int) -> None:
+    """Loading one tokenizer file, each load in a fresh process (imports not counted): HF
+    `tokenizers`, tiktoken (from the same vocabulary as .tiktoken), ours with no cache, ours with
+    the table cache cold (first load: parse + store) and warm (a later process, a worker)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tok = Tokenizer.from_file(path)
+        tok.save(tmp)
+        rank_file = str(Path(tmp) / "tokenizer.tiktoken")
+        cache = str(Path(tmp) / "cache")
+        runs: dict[str, list] = {}
+        for _ in range(repeat):
+            for kind, target in (("hf", path), ("tiktoken", rank_file), ("ours-nocache", path),
+                                 ("ours-cold", path), ("ours-warm", path)):
+                if kind == "ours-cold":
+                    import shutil
+                    shutil.rmtree(cache, ignore_errors=True)
+                out = subprocess.run([sys.executable, __file__, "--load-once", kind, target, cache],
+                                     capture_output=True, text=True, check=True).stdout
+                runs.setdefault(kind, []).append(json.loads(out.splitlines()[-1]))
+    names = {"hf": "HF tokenizers Tokenizer.from_file", "tiktoken": "tiktoken load_tiktoken_bpe + Encoding",
+             "ours-nocache": "bpe_ops from_file + sha256, no cache", "ours-cold": "bpe_ops, cache cold (parse + store)",
+             "ours-warm": "bpe_ops, cache warm (later process)"}
+    print(f"\nLoad {path} ({tok.vocab_size:,} ids), fresh process each, {repeat} runs (min-max)")
+    print(f"| {'':<40} | {'wall s':>11} | {'CPU s':>11} |")
+    print(f"|{'-' * 42}|{'-' * 13}|{'-' * 13}|")
+    for kind, name in names.items():
+        walls, cpus = [r["wall"] for r in runs[kind]], [r["cpu"] for r in runs[kind]]
+        print(f"| {name:<40} | {min(walls):5.2f}-{max(walls):5.2f} | {min(cpus):5.2f}-{max(cpus):5.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", type=Path, default=ROOT.parent / "shared" / "corpora" / "en")
@@ -291,7 +339,13 @@ def main() -> None:
                         help="only the per-script encode table, with this tokenizer.json or .tiktoken, on --corpus "
                              "(default ../shared/corpora/multi)")
     parser.add_argument("--pattern", default=None, help="the split pattern of a --scripts .tiktoken file")
+    parser.add_argument("--load", metavar="TOKENIZER", help="only the load-time table for this tokenizer.json")
+    parser.add_argument("--load-once", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.load_once:
+        return _load_once(*args.load_once)
+    if args.load:
+        return bench_load(args.load, args.repeat)
     if args.scripts:
         corpus = args.corpus if args.corpus != parser.get_default("corpus") else ROOT.parent / "shared" / "corpora" / "multi"
         bench_scripts(args.scripts, args.pattern, corpus, args.repeat)
