@@ -63,10 +63,9 @@ def run_baseline(tokenizer_dir: str, pattern: str, output: str) -> None:  # noqa
         pq.write_table(table, os.path.join(output, Path(shard).stem + ".parquet"), compression="zstd")
 
 
-def prepare_tokenizer(args, tmp: str, pattern: str, env: dict) -> tuple[str, str]:
+def prepare_tokenizer(args, tmp: str, pattern: str, env: dict) -> tuple[str, str, list]:
     """(the file our pipeline reads, a folder with tokenizer.json + tokenizer.tiktoken for the
-    baseline). A rank file is read by bpe_ops and saved as tokenizer.json for the pipeline until
-    its command line takes --pattern."""
+    baseline, the pipeline's extra flags: --pattern and --special-token for a rank file)."""
     sys.path.insert(0, str(ROOT))
     from bpe_ops import Tokenizer
     path = args.tokenizer
@@ -76,7 +75,7 @@ def prepare_tokenizer(args, tmp: str, pattern: str, env: dict) -> tuple[str, str
                                  "--vocab-size", str(args.vocab_size)), env=env, cwd=str(ROOT))
         if trained.returncode:
             raise SystemExit(trained.stderr[-3000:])
-        return os.path.join(tok_dir, "tokenizer.json"), tok_dir
+        return os.path.join(tok_dir, "tokenizer.json"), tok_dir, []
     if os.path.isdir(path):
         path = os.path.join(path, "tokenizer.json")
     baseline_dir = os.path.join(tmp, "baseline-tok")
@@ -87,11 +86,11 @@ def prepare_tokenizer(args, tmp: str, pattern: str, env: dict) -> tuple[str, str
         if not args.pattern:
             raise SystemExit("a .tiktoken file needs --pattern")
         specials = dict((t, int(i)) for t, _, i in (s.rpartition("=") for s in args.special_token))
-        tok = Tokenizer.from_tiktoken(path, args.pattern, specials)
-        tok.save(baseline_dir)
-        return os.path.join(baseline_dir, "tokenizer.json"), baseline_dir
+        Tokenizer.from_tiktoken(path, args.pattern, specials).save(baseline_dir)
+        flags = ["--pattern", args.pattern] + [f for spec in args.special_token for f in ("--special-token", spec)]
+        return path, baseline_dir, flags
     Tokenizer.from_file(path).save(baseline_dir)
-    return path, baseline_dir
+    return path, baseline_dir, []
 
 
 def main() -> None:
@@ -123,7 +122,7 @@ def main() -> None:
         pattern = str(inputs / "*.jsonl")
         size_mb = sum(len(json.loads(l)["text"].encode()) for p in sorted(inputs.glob("*.jsonl"))
                       for l in open(p, encoding="utf-8")) / 1e6
-        tokenizer_file, tok_dir = prepare_tokenizer(args, tmp, pattern, env)
+        tokenizer_file, tok_dir, tok_flags = prepare_tokenizer(args, tmp, pattern, env)
         vocab_size = json.loads(Path(tok_dir, "tokenizer.json").read_text(encoding="utf-8"))
         vocab_size = len(vocab_size["model"]["vocab"]) + len(vocab_size["added_tokens"])
         modes = {"tokenbeam tokenize (cold cache)": (), "tokenbeam tokenize": (),
@@ -132,7 +131,7 @@ def main() -> None:
         ours = {}
         for name, flags in modes.items():
             out = os.path.join(tmp, f"ours{len(ours)}")
-            ours[name] = measure(python("-m", "pipelines.tokenize", "--tokenizer", tokenizer_file,
+            ours[name] = measure(python("-m", "pipelines.tokenize", "--tokenizer", tokenizer_file, *tok_flags,
                                         "--input", pattern, "--output", out, *flags), env=env, cwd=str(ROOT))
             if ours[name].returncode:
                 raise SystemExit(ours[name].stderr[-3000:])
@@ -143,7 +142,7 @@ def main() -> None:
             small.mkdir()
             with open(first, encoding="utf-8") as f, open(small / "small.jsonl", "w", encoding="utf-8") as g:
                 g.writelines([f.readline(), f.readline()])
-            fixed = measure(python("-m", "pipelines.tokenize", "--tokenizer", tokenizer_file, "--input",
+            fixed = measure(python("-m", "pipelines.tokenize", "--tokenizer", tokenizer_file, *tok_flags, "--input",
                                    str(small / "small.jsonl"), "--output", os.path.join(tmp, "small-out")),
                             env=env, cwd=str(ROOT))
             if fixed.returncode:
