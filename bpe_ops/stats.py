@@ -112,6 +112,31 @@ def record_ids_view(ids) -> np.ndarray:
     return np.asarray(ids, dtype=np.int64).reshape(-1)
 
 
+def _id_runs(id_arrays: Sequence, n_tokens: Sequence[int], chunk: int = CALIBRATION_CHUNK):
+    """The ids of a batch in runs of at most `chunk` ids: (record index of each id, the ids). Short
+    records share a run (one numpy pass for many records), a long one is cut into several, so no run
+    costs more than `chunk` ids of memory however long a record is.
+
+    >>> [(o.tolist(), f.tolist()) for o, f in _id_runs([[1, 2], [3], [4, 5, 6]], [2, 1, 3], chunk=3)]
+    [([0, 0, 1], [1, 2, 3]), ([2, 2, 2], [4, 5, 6])]
+    """
+    owners, pieces, held = [], [], 0
+    for i, (ids, length) in enumerate(zip(id_arrays, n_tokens)):
+        ids = record_ids_view(ids)
+        if len(ids) != length:
+            raise ValueError(f"a record's id array holds {len(ids)} ids, its n_tokens says {length}")
+        for start in range(0, len(ids), chunk):
+            piece = ids[start:start + chunk]
+            if held + len(piece) > chunk and pieces:
+                yield np.repeat(np.asarray(owners, dtype=np.int64), [len(p) for p in pieces]), np.concatenate(pieces)
+                owners, pieces, held = [], [], 0
+            owners.append(i)
+            pieces.append(piece)
+            held += len(piece)
+    if held:
+        yield np.repeat(np.asarray(owners, dtype=np.int64), [len(p) for p in pieces]), np.concatenate(pieces)
+
+
 WORD_COUNT_CHUNK = 1 << 20      # characters split at a time: a long record is never split whole
 
 
@@ -355,19 +380,15 @@ class Summary:
         classes = self.group_classes.shape[1]
         mask = self._raw_byte_mask()
         cells = np.zeros_like(self.group_classes)      # added only once the whole batch is valid
-        raw = []
-        for g, ids, length in zip(groups, id_arrays, n_tokens):
-            ids = record_ids_view(ids)
-            if len(ids) != length:
-                raise ValueError(f"a record's id array holds {len(ids)} ids, its n_tokens says {length}")
-            raw_tokens = 0
-            for start in range(0, len(ids), CALIBRATION_CHUNK):
-                chunk = ids[start:start + CALIBRATION_CHUNK]
-                if int(chunk.min()) < 0 or int(chunk.max()) >= self.vocab_size:
-                    raise ValueError(f"token id outside the vocabulary (size {self.vocab_size})")
-                raw_tokens += int(np.count_nonzero(mask[chunk]))
-                cells[g] += np.bincount(id_classes(chunk, self.vocab_size), minlength=classes)
-            raw.append(raw_tokens)
+        raw = np.zeros(n, dtype=np.int64)
+        group_of = np.asarray(groups, dtype=np.int64)
+        for owners, flat in _id_runs(id_arrays, n_tokens):
+            if int(flat.min()) < 0 or int(flat.max()) >= self.vocab_size:
+                raise ValueError(f"token id outside the vocabulary (size {self.vocab_size})")
+            raw += np.bincount(owners[mask[flat]], minlength=n)
+            cells += np.bincount(group_of[owners] * classes + id_classes(flat, self.vocab_size),
+                                 minlength=cells.size).reshape(cells.shape)
+        raw = raw.tolist()
         self.group_classes += cells
         columns = (list(n_tokens), list(n_bytes), list(n_chars), list(n_words), raw)
         for v, column in enumerate(columns):
