@@ -225,8 +225,14 @@ def shard_format(shard: Shard, options: SourceOptions) -> str:
 def read_shard(shard: Shard, options: SourceOptions,
                chunk_size: int = CHUNK_SIZE) -> Iterator[Record | Rejected | ShardError]:
     """Stream a shard's records (and rejected rows); a file-level failure ends the stream with one
-    `ShardError` after everything read before it. Only a bad option (InputError) raises."""
-    fmt = shard_format(shard, options)
+    `ShardError` after everything read before it. A shard whose format cannot be told or does not fit
+    the options is one `ShardError` too: launch checks every shard given, so only a shard that
+    appeared later (a watched folder) gets here, and it must not stop the others."""
+    try:
+        fmt = shard_format(shard, options)
+    except InputError as exc:
+        yield ShardError(shard.url, 0, WRONG_FORMAT, str(exc))
+        return
     reader = {"jsonl": _read_jsonl, "txt": _read_txt, "parquet": _read_parquet}[fmt]
     rows = 0
     # Failing to open is an unreadable file; Parquet damage always is (its footer says where data is).

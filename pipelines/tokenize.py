@@ -289,12 +289,16 @@ class ShardPartials:
 def shard_fingerprint(shard, source_options, tokenizer_sha256: str, eos_token: str | None) -> dict:
     """Everything that shapes a shard's output: a rerun reuses the output only when all of it matches
     (the input file and its version, how it is read, the tokenizer, the EOS token, the layout)."""
-    from pipelines.sources import shard_format
+    from pipelines.sources import InputError, shard_format
 
     options = json.loads(json.dumps(asdict(source_options)))     # tuples as lists, as the footer holds them
+    try:
+        fmt = shard_format(shard, source_options)
+    except InputError:            # read_shard lists the shard as unreadable; its output is never reused
+        fmt = None
     return {"layout": {"tokens_schema": tables.TOKENS_SCHEMA_VERSION, "manifest": MANIFEST_VERSION},
             "input": {"url": shard.url, "size": shard.size, "version": shard.version},
-            "format": shard_format(shard, source_options), "source_options": options,
+            "format": fmt, "source_options": options,
             "tokenizer_sha256": tokenizer_sha256, "eos_token": eos_token}
 
 

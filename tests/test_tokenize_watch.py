@@ -47,9 +47,9 @@ def drop(src: Path, folder: Path, name: str, lines: int | None = None) -> None:
     os.rename(hidden, folder / name)
 
 
-def start_watch(tokenizer_json, folder, out, *flags):
+def start_watch(tokenizer_json, folder, out, *flags, pattern="*.jsonl"):
     return subprocess.Popen([sys.executable, "-m", "pipelines.cli", "tokenize", "--tokenizer", str(tokenizer_json),
-                             "--input", str(folder / "*.jsonl"), "--output", str(out), "--watch",
+                             "--input", str(folder / pattern), "--output", str(out), "--watch",
                              "--poll-interval", "0.3", *map(str, flags)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -111,6 +111,30 @@ def test_sigterm_ends_a_watch_cleanly_with_whole_run_results(tmp_path, english, 
     assert json.loads((out / "stats.json").read_text())["records"] == 80
     assert json.loads((out / "_SUCCESS").read_text())["shards_failed"] == 0
     assert not list(out.glob(".*tmp-*")) and not (out / "_STOP").exists()
+
+
+def test_a_file_of_unknown_format_landing_in_a_watch_is_listed_and_the_watch_goes_on(
+        tmp_path, english, tokenizer_json):
+    folder, out = tmp_path / "incoming", tmp_path / "out"
+    folder.mkdir()
+    watch = start_watch(tokenizer_json, folder, out, "--stop-when-idle", "4s", "--allow-shard-errors", pattern="*")
+    try:
+        drop(english / "en-005-of-012.jsonl", folder, "first.jsonl", lines=20)
+        wait_for(out / "first.parquet")
+        (folder / "notes.csv").write_text("a,b\n1,2\n")
+        wait_for(out / "rejected" / "notes.csv.jsonl")
+        drop(english / "en-006-of-012.jsonl", folder, "second.jsonl", lines=30)
+        _, stderr = watch.communicate(timeout=RUN_TIMEOUT)
+    finally:
+        watch.kill()
+    assert watch.returncode == 0, stderr           # --allow-shard-errors: a warning, not a failure
+    assert "Traceback" not in stderr
+    assert "warning: " in stderr and "cannot tell the format of" in stderr and "notes.csv" in stderr
+    (listed,) = map(json.loads, (out / "rejected" / "notes.csv.jsonl").read_text().splitlines())
+    assert listed["reason"] == "wrong_format" and listed["source"].endswith("notes.csv")
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["records"] == 50 and len(stats["shard_errors"]) == 1
+    assert pq.read_table(out / "second.parquet").num_rows == 30
 
 
 def test_watch_without_any_shard_is_an_incomplete_run(tmp_path, tokenizer_json):
