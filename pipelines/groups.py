@@ -82,16 +82,22 @@ class WriteGroupStats(beam.DoFn):
         self.field = field
 
     def process(self, value_and_summary):
-        from pipelines.files import join, write_text_atomic, writing
-        from schemas.stats import dump_stats, stats_json
-
         value, summary = value_and_summary
-        name = group_file_name(value)
-        url = join(self.output, GROUPS_FOLDER, name)
-        with writing(url):
-            write_text_atomic(url, dump_stats(stats_json(summary, self.tokenizer_facts,
-                                                         {"group": {"field": self.field, "value": value}})))
-        yield value, {"records": summary.records, "tokens": summary.tokens, "file": f"{GROUPS_FOLDER}/{name}"}
+        yield value, write_group_stats(self.output, value, summary, self.tokenizer_facts, self.field)
+
+
+def write_group_stats(output: str, value: str, summary: Summary, tokenizer_facts, field: str) -> dict:
+    """Write `OUTPUT/groups/<value>.stats.json` atomically; returns the group's entry in the
+    dataset's `groups` index (records, tokens, file)."""
+    from pipelines.files import join, write_text_atomic, writing
+    from schemas.stats import dump_stats, stats_json
+
+    name = group_file_name(value)
+    url = join(output, GROUPS_FOLDER, name)
+    with writing(url):
+        write_text_atomic(url, dump_stats(stats_json(summary, tokenizer_facts,
+                                                     {"group": {"field": field, "value": value}})))
+    return {"records": summary.records, "tokens": summary.tokens, "file": f"{GROUPS_FOLDER}/{name}"}
 
 
 class GroupStats(beam.PTransform):

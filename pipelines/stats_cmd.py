@@ -8,6 +8,12 @@ values (no Python object per token). When a file's footer carries the tokenize p
 record, its rejected and repaired counts and shard name are restored too. Every record is calibrated
 (record id and token ids go to `Summary.add_batch`), so the result is fit for `tokenbeam drift`:
 this is how a stats.json of an older version is brought up to date.
+
+`--group-field NAME` rebuilds the per-group statistics (`groups/<value>.stats.json` beside the
+output, and the `groups` index in it) from a kept column NAME (`tokenize --keep-field NAME`) or from
+the `group` column of files tokenized with `--group-field NAME`; `--window DURATION` rebuilds the
+per-window statistics (`windows/<UTC start>.stats.json`) from the `event_time` column of files
+tokenized with `--timestamp-field`. Both replace what those folders held.
 """
 from __future__ import annotations
 
@@ -25,8 +31,9 @@ import pyarrow.parquet as pq
 from schemas import tables
 from bpe_ops.stats import Summary
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
+from pipelines.command import Parser
 from pipelines.errors import UserError, say
-from pipelines.files import write_text_atomic
+from pipelines.files import join, remove_tree, write_text_atomic
 from pipelines.tokenizer_files import load_tokenizer
 
 COLUMNS = ("id", "token_ids", "n_tokens", "n_bytes", "n_chars", "n_words")
@@ -55,7 +62,83 @@ def expand_globs(globs: list[str]) -> list[str]:
     return sorted(set(urls))
 
 
-def add_batch(summary: Summary, batch: pa.RecordBatch, where: str) -> None:
+class Breakdowns:
+    """The per-group and per-window summaries rebuilt beside the dataset's (each absent unless asked)."""
+
+    def __init__(self, vocab_size: int, raw_byte_ids, group_field: str | None, window_seconds: float | None):
+        from pipelines.groups import GroupedSummaries
+        from pipelines.windows import WindowedSummaries
+
+        self.group_field = group_field
+        self.grouped = group_field is not None and GroupedSummaries(vocab_size, raw_byte_ids=raw_byte_ids)
+        self.windowed = window_seconds is not None and WindowedSummaries(vocab_size, window_seconds,
+                                                                        raw_byte_ids=raw_byte_ids)
+
+    def columns(self, pf: pq.ParquetFile, footer_entry: dict, url: str) -> list[str]:
+        """The columns this file must give the breakdowns; UserError when it lacks one."""
+        names = pf.schema_arrow.names
+        wanted = []
+        if self.windowed:
+            if tables.EVENT_TIME_COLUMN not in names:
+                raise UserError(f"{url} has no {tables.EVENT_TIME_COLUMN} column for --window: tokenize with "
+                                f"--timestamp-field to have one")
+            wanted.append(tables.EVENT_TIME_COLUMN)
+        if self.grouped:
+            wanted.append(self.group_column(names, footer_entry, url))
+        return wanted
+
+    def group_column(self, names: list[str], footer_entry: dict, url: str) -> str:
+        field = self.group_field
+        if field in names and field not in RESERVED_COLUMNS:
+            return field                             # a kept field: JSON text of the record's value
+        read_fields = footer_entry.get("fingerprint", {}).get("source_options", {}).get("extra_fields", ())
+        if tables.GROUP_COLUMN in names and field in read_fields:
+            return tables.GROUP_COLUMN               # tokenized with --group-field FIELD: the group's name
+        raise UserError(f"{url} holds no field {field!r} to group by: tokenize with --keep-field {field} "
+                        f"or --group-field {field}")
+
+    def add_batch(self, batch: pa.RecordBatch, columns: list, id_arrays: list) -> None:
+        from pipelines.groups import NO_GROUP
+
+        record_ids = batch.column("id").to_pylist()
+        if self.windowed:
+            micros = batch.column(tables.EVENT_TIME_COLUMN).cast(pa.int64()).to_pylist()
+            self.windowed.add_batch([None if m is None else m / 1e6 for m in micros], *columns, id_arrays,
+                                    record_ids=record_ids)
+        if self.grouped:
+            name = batch.schema.names[-1]
+            values = batch.column(name).to_pylist()
+            if name == tables.GROUP_COLUMN:
+                values = [None if v == NO_GROUP else v for v in values]
+            else:
+                values = [None if v is None else json.loads(v) for v in values]
+            self.grouped.add_batch(values, *columns, id_arrays, record_ids=record_ids)
+
+    def write(self, output_dir: str, facts, tokenizer_url: str) -> dict | None:
+        """Write the group and window files (replacing the folders); returns the `groups` index."""
+        from pipelines.groups import GROUPS_FOLDER, write_group_stats
+        from pipelines.windows import WINDOWS_FOLDER, write_window_stats
+
+        index = None
+        if self.grouped:
+            remove_tree(join(output_dir, GROUPS_FOLDER))
+            index = {value: write_group_stats(output_dir, value, summary, facts, self.group_field)
+                     for value, summary in self.grouped.elements()}
+        if self.windowed:
+            remove_tree(join(output_dir, WINDOWS_FOLDER))
+            for tv in self.windowed.elements():
+                start = tv.timestamp.micros
+                write_window_stats(output_dir, start, start + self.windowed.window_micros, tv.value, facts,
+                                   {"tokenizer": tokenizer_url})
+            say(f"{len(self.windowed.windows):,} window(s) -> {join(output_dir, WINDOWS_FOLDER)}/; "
+                f"{self.windowed.untimed.records:,} untimed record(s), in stats.json only")
+        return index
+
+
+RESERVED_COLUMNS = {"id", "token_ids", *tables.STAT_COLUMNS, tables.EVENT_TIME_COLUMN, tables.GROUP_COLUMN}
+
+
+def add_batch(summary: Summary, batch: pa.RecordBatch, where: str, breakdowns: Breakdowns | None = None) -> None:
     """Add one record batch: id frequencies and per-record figures, a column at a time; each record
     calibrated with its id and token ids (views into the flat id buffer, no copy per record)."""
     ids = batch.column("token_ids")
@@ -77,11 +160,13 @@ def add_batch(summary: Summary, batch: pa.RecordBatch, where: str) -> None:
         summary.add_batch(*columns)
         return
     bounds = np.cumsum(columns[0])[:-1]
-    summary.add_batch(*columns, record_ids=batch.column("id").to_pylist(),
-                      id_arrays=np.split(flat, bounds) if len(columns[0]) else [])
+    id_arrays = np.split(flat, bounds) if len(columns[0]) else []
+    summary.add_batch(*columns, record_ids=batch.column("id").to_pylist(), id_arrays=id_arrays)
+    if breakdowns is not None:
+        breakdowns.add_batch(batch, columns, id_arrays)
 
 
-def add_file(summary: Summary, url: str, sha256: str) -> int:
+def add_file(summary: Summary, url: str, sha256: str, breakdowns: Breakdowns | None = None) -> int:
     """Add one token Parquet file; returns its rows."""
     rows = 0
     try:
@@ -97,13 +182,14 @@ def add_file(summary: Summary, url: str, sha256: str) -> int:
             id_type = pf.schema_arrow.field("token_ids").type
             if not (pa.types.is_list(id_type) and pa.types.is_integer(id_type.value_type)):
                 raise StatsError(f"{url}: token_ids is {id_type}, expected a list of integers")
-            for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=list(COLUMNS)):
-                add_batch(summary, batch, url)
-                rows += batch.num_rows
             footer = pf.metadata.metadata or {}
+            shard = json.loads(footer[SHARD_KEY]) if SHARD_KEY in footer else {}
+            extra_columns = breakdowns.columns(pf, shard, url) if breakdowns is not None else []
+            for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=list(COLUMNS) + extra_columns):
+                add_batch(summary, batch, url, breakdowns)
+                rows += batch.num_rows
     except (pa.ArrowException, OSError) as exc:
         raise StatsError(f"cannot read {url}: {str(exc).splitlines()[0]}") from None
-    shard = json.loads(footer[SHARD_KEY]) if SHARD_KEY in footer else {}
     for reason, n in shard.get("rejected_by_reason", {}).items():
         summary.add_rejected(reason, n)
     summary.add_repaired(shard.get("repaired", 0))
@@ -114,30 +200,57 @@ def add_file(summary: Summary, url: str, sha256: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tokenbeam stats", description=__doc__.split("\n")[0])
+    parser = Parser(prog="tokenbeam stats", description=__doc__.split("\n")[0])
     parser.add_argument("inputs", nargs="+", metavar="GLOB", help="token Parquet files (paths, globs, fsspec URLs)")
     parser.add_argument("--tokenizer", required=True, help="the tokenizer.json they were made with (or its folder)")
     parser.add_argument("--output", default="stats.json", help="where to write stats.json (default: %(default)s)")
+    parser.add_argument("--group-field", metavar="NAME",
+                        help="also rebuild per-group statistics (groups/ beside --output) from a kept column NAME "
+                             "or the group column of files tokenized with --group-field NAME")
+    parser.add_argument("--window", metavar="DURATION",
+                        help="also rebuild per-window statistics (windows/ beside --output) from the event_time "
+                             "column (files tokenized with --timestamp-field): 15m, 1h, 1d, ...")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    """`tokenbeam stats`: 0 when written, 2 with one line `tokenbeam: error: ...` otherwise."""
+    from pipelines.errors import run_command
+
+    return run_command(lambda: rebuild(sys.argv[1:] if argv is None else argv))
+
+
+def rebuild(argv: list[str]) -> int:
+    from pipelines.windows import parse_duration
+
+    args = build_parser().parse_args(argv)
     started = time.time()
     try:
+        window_seconds = None if args.window is None else parse_duration(args.window)
+        if args.group_field == "":
+            raise StatsError("--group-field must not be empty")
         urls = expand_globs(args.inputs)    # before loading the tokenizer: a typo fails at once
         tok = load_tokenizer(args.tokenizer)
-        summary = Summary(tok.vocab_size, raw_byte_ids=TokenizerFacts.of(tok).raw_byte_ids)
+        facts = TokenizerFacts.of(tok)
+        summary = Summary(tok.vocab_size, raw_byte_ids=facts.raw_byte_ids)
+        breakdowns = None
+        if args.group_field is not None or window_seconds is not None:
+            breakdowns = Breakdowns(tok.vocab_size, facts.raw_byte_ids, args.group_field, window_seconds)
         for url in urls:
-            rows = add_file(summary, url, tok.sha256)
+            rows = add_file(summary, url, tok.sha256, breakdowns)
             say(f"read {url}: {rows:,} rows")
-        stats = stats_json(summary, tok, {"inputs": args.inputs, "tokenizer": args.tokenizer, "timing": {
-            "started_at": started, "elapsed_seconds": round(time.time() - started, 3)}})
+        output_dir = args.output.rsplit("/", 1)[0] if "/" in args.output else "."
+        groups = breakdowns.write(output_dir, facts, args.tokenizer) if breakdowns is not None else None
+        extra = {"inputs": args.inputs, "tokenizer": args.tokenizer, "timing": {
+            "started_at": started, "elapsed_seconds": round(time.time() - started, 3)}}
+        if groups is not None:
+            extra["groups"] = groups
+        stats = stats_json(summary, facts, extra)
         write_text_atomic(args.output, dump_stats(stats))
-    except (StatsError, UserError, OSError, ValueError) as exc:
-        print(f"tokenbeam stats: error: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return 2
-    say(f"{stats['records']:,} records, {stats['tokens']:,} tokens -> {args.output}")
+    except (StatsError, OSError, ValueError) as exc:
+        raise UserError(str(exc).splitlines()[0]) from None
+    say(f"{stats['records']:,} records, {stats['tokens']:,} tokens -> {args.output}"
+        + (f"; {len(groups):,} group(s)" if groups is not None else ""))
     return 0
 
 

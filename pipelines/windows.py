@@ -284,19 +284,26 @@ class WriteWindowStats(beam.DoFn):
         self.extra = dict(extra or {})
 
     def process(self, summary, win=beam.DoFn.WindowParam):
-        from pipelines.files import join, write_text_atomic, writing
-        from schemas.stats import dump_stats, stats_json
-
         if summary.records == 0:
             return
-        start, end = win.start.micros, win.end.micros
-        extra = {**self.extra, "window": {"start": format_utc(start), "end": format_utc(end),
-                                          "seconds": (end - start) / 1e6}}
-        url = join(self.output, WINDOWS_FOLDER, window_file_name(start))
-        text = dump_stats(stats_json(summary, self.tokenizer_facts, extra))
-        with writing(url):
-            write_text_atomic(url, text)
-        yield url
+        yield write_window_stats(self.output, win.start.micros, win.end.micros, summary, self.tokenizer_facts,
+                                 self.extra)
+
+
+def write_window_stats(output: str, start_micros: int, end_micros: int, summary: Summary, tokenizer_facts,
+                       extra: Mapping | None = None) -> str:
+    """Write the window [start, end) as `OUTPUT/windows/<UTC start>.stats.json`, atomically; returns
+    its URL."""
+    from pipelines.files import join, write_text_atomic, writing
+    from schemas.stats import dump_stats, stats_json
+
+    extra = {**(extra or {}), "window": {"start": format_utc(start_micros), "end": format_utc(end_micros),
+                                         "seconds": (end_micros - start_micros) / 1e6}}
+    url = join(output, WINDOWS_FOLDER, window_file_name(start_micros))
+    text = dump_stats(stats_json(summary, tokenizer_facts, extra))
+    with writing(url):
+        write_text_atomic(url, text)
+    return url
 
 
 class WindowStats(beam.PTransform):

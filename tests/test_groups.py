@@ -74,3 +74,70 @@ def test_drift_names_a_new_group_even_when_the_totals_barely_move(tmp_path, samp
     assert groups["prose"]["status"] == "compared" and not groups["prose"]["drift"]   # the same records
     # The same data on both sides: no group flagged.
     assert drift.main([str(tmp_path / "out-a"), str(tmp_path / "out-a")]) == 0
+
+
+def _without_run_details(stats: dict) -> dict:
+    return {k: v for k, v in stats.items() if k not in ("timing", "inputs", "tokenizer", "timestamp_field")}
+
+
+def test_stats_rebuilds_groups_and_windows_equal_to_tokenize(tmp_path, sample, tokenizer_json):
+    """`tokenbeam stats --group-field --window` rebuilds from the Parquet alone what tokenize wrote,
+    group by group and window by window; and groups by a kept field of files tokenized without
+    --group-field."""
+    from pipelines import stats_cmd
+
+    records = sample_records(sample)
+    stamped = [dict(r, ts=f"2026-11-{1 + i % 3:02d}T{i % 24:02d}:30:00Z") if i % 5 else r
+               for i, r in enumerate(records)]
+    write_grouped(tmp_path / "in", stamped, lambda i, r: "abc"[i % 3] if i % 4 else None)
+    source = ["--tokenizer", str(tokenizer_json), "--input", str(tmp_path / "in" / "*.jsonl")]
+    tokenized = tokenize.run(source + ["--output", str(tmp_path / "out"), "--group-field", "src",
+                                       "--timestamp-field", "ts", "--window", "1d"])
+    rebuilt_dir = tmp_path / "rebuilt"
+    rebuilt_dir.mkdir()
+    (rebuilt_dir / "groups").mkdir()
+    (rebuilt_dir / "groups" / "stale.stats.json").write_text("{}")      # replaced, not mixed in
+    assert stats_cmd.main([str(tmp_path / "out" / "*.parquet"), "--tokenizer", str(tokenizer_json),
+                           "--output", str(rebuilt_dir / "stats.json"), "--group-field", "src",
+                           "--window", "1d"]) == 0
+    rebuilt = json.loads((rebuilt_dir / "stats.json").read_text())
+    assert rebuilt["groups"] == tokenized["groups"] and sorted(rebuilt["groups"]) == ["(none)", "a", "b", "c"]
+    assert not (rebuilt_dir / "groups" / "stale.stats.json").exists()
+    for entry in tokenized["groups"].values():
+        a = json.loads((tmp_path / "out" / entry["file"]).read_text())
+        b = json.loads((rebuilt_dir / entry["file"]).read_text())
+        assert _without_run_details(a) == _without_run_details(b), entry["file"]
+    windows = sorted(p.name for p in (tmp_path / "out" / "windows").glob("*.stats.json"))
+    assert len(windows) == 3
+    assert sorted(p.name for p in (rebuilt_dir / "windows").glob("*.stats.json")) == windows
+    for name in windows:
+        a = json.loads((tmp_path / "out" / "windows" / name).read_text())
+        b = json.loads((rebuilt_dir / "windows" / name).read_text())
+        assert _without_run_details(a) == _without_run_details(b), name
+
+    # Files tokenized with --keep-field src only: the same groups, from the kept column.
+    tokenize.run(source + ["--output", str(tmp_path / "kept"), "--keep-field", "src"])
+    assert stats_cmd.main([str(tmp_path / "kept" / "*.parquet"), "--tokenizer", str(tokenizer_json),
+                           "--output", str(tmp_path / "kept-stats" / "stats.json"), "--group-field", "src"]) == 0
+    by_kept = json.loads((tmp_path / "kept-stats" / "stats.json").read_text())
+    assert {v: g["records"] for v, g in by_kept["groups"].items()} == \
+        {v: g["records"] for v, g in tokenized["groups"].items()}
+
+
+def test_stats_refuses_a_breakdown_the_files_cannot_give(tmp_path, sample, tokenizer_json, capsys):
+    from pipelines import stats_cmd
+
+    write_grouped(tmp_path / "in", sample_records(sample)[:20], lambda i, r: "a")
+    tokenize.run(["--tokenizer", str(tokenizer_json), "--input", str(tmp_path / "in" / "*.jsonl"),
+                  "--output", str(tmp_path / "out")])
+    capsys.readouterr()
+    base = [str(tmp_path / "out" / "*.parquet"), "--tokenizer", str(tokenizer_json),
+            "--output", str(tmp_path / "s" / "stats.json")]
+    for extra, message in ((["--group-field", "src"], "holds no field 'src' to group by"),
+                           (["--window", "1h"], "no event_time column for --window"),
+                           (["--window", "1"], "add a unit"),
+                           (["--group", "src"], "unrecognized arguments")):
+        assert stats_cmd.main(base + extra) == 2, extra
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("tokenbeam: error:") and message in err, err
+    assert not (tmp_path / "s" / "stats.json").exists()

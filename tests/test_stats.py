@@ -357,7 +357,7 @@ def test_stats_cmd_errors_are_one_line(tmp_path, tiny_records, gpt2, gpt2_dir, c
         code = stats_cmd.main([glob, "--tokenizer", str(gpt2_dir), "--output", str(tmp_path / "s.json")])
         err = capsys.readouterr().err
         assert code == 2, glob
-        assert err.count("\n") == 1 and err.startswith("tokenbeam stats: error:") and message in err, err
+        assert err.count("\n") == 1 and err.startswith("tokenbeam: error:") and message in err, err
     assert not (tmp_path / "s.json").exists()
 
 
