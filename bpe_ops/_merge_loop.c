@@ -75,6 +75,12 @@ typedef struct {
     int32_t *rank;
     Py_ssize_t caprank;
     enum tie_rule tie;
+    /* max_token_length (0: none): a pair is counted when both are base tokens (id < nbase) or
+       their symbol lengths (symlen, by id) add up to less than it */
+    int64_t max_length;
+    int32_t nbase;
+    int64_t *symlen;
+    Py_ssize_t capsymlen;
     /* pair records, with a free list */
     Pair *pairs;
     int32_t npairs, cappairs;
@@ -169,6 +175,7 @@ static int add_token(State *s, const uint8_t *a, Py_ssize_t na, const uint8_t *b
 {
     /* Token number ntokens := a + b (b may be empty); -1 when out of memory. */
     int32_t id = s->ntokens, *size, *rank;
+    int64_t *symlen;
     Py_ssize_t *start, cap;
     uint8_t *data;
     if (id == INT32_MAX)
@@ -189,6 +196,10 @@ static int add_token(State *s, const uint8_t *a, Py_ssize_t na, const uint8_t *b
         return -1;
     s->rank = rank;
     s->caprank = cap;
+    if ((symlen = grow(s->symlen, &s->capsymlen, (Py_ssize_t)id + 1, sizeof(int64_t))) == NULL)
+        return -1;
+    s->symlen = symlen;
+    s->symlen[id] = 1;              /* base tokens: set by the caller; merged ones: new_token */
     if (na + nb > INT32_MAX)
         return overflow(s, "a token of more than 2**31 - 1 bytes");
     tb_copy(data + s->tok_used, a, (size_t)na);
@@ -405,15 +416,22 @@ typedef struct {
     int32_t stamp;              /* the merge number */
 } Merge;
 
+static int counted(const State *s, int32_t left, int32_t right)
+{
+    /* Whether the loop counts the pair at all (max_token_length; trainer.py's `counted`). */
+    return s->max_length == 0 || (left < s->nbase && right < s->nbase) ||
+           s->symlen[left] + s->symlen[right] < s->max_length;
+}
+
 static int change(State *s, const Merge *m, int32_t left, int32_t right, int64_t delta,
                   int32_t word, int register_word)
 {
     /* Add delta to a pair's count, remembering its count before this merge; the merged pair
-       itself is skipped (it is dropped whole). */
+       itself is skipped (it is dropped whole), and so is a pair never counted. */
     int32_t rec;
     Pair *p;
     Py_ssize_t cap = s->captouched;
-    if (left == m->left && right == m->right)
+    if ((left == m->left && right == m->right) || !counted(s, left, right))
         return 0;
     rec = add_pair(s, left, right);
     if (rec < 0)
@@ -687,6 +705,7 @@ static void free_state(State *s)
     PyMem_RawFree(s->len);
     PyMem_RawFree(s->weight);
     PyMem_RawFree(s->rank);
+    PyMem_RawFree(s->symlen);
     PyMem_RawFree(s->tok_data);
     PyMem_RawFree(s->tok_start);
     PyMem_RawFree(s->tok_size);
@@ -720,6 +739,7 @@ static int new_token(State *s, Merge *m, int *duplicates, int32_t *new_tokens)
             PyMem_RawFree(merged);
             return -1;
         }
+        s->symlen[m->new] = s->symlen[m->left] + s->symlen[m->right];
         ++*new_tokens;
     }
     PyMem_RawFree(merged);
@@ -841,8 +861,8 @@ done:
 static PyObject *
 merge_loop(PyObject *module, PyObject *args)
 {
-    PyObject *words, *weights, *alphabet, *ranks, *progress;
-    Py_ssize_t num_merges, i, reported = 0;
+    PyObject *words, *weights, *alphabet, *ranks, *progress, *symbol_lengths = Py_None;
+    Py_ssize_t num_merges, i, reported = 0, max_length = 0;
     long long min_frequency;
     const char *tie_break, *stop_reason = "vocab_size";
     State st;
@@ -854,11 +874,22 @@ merge_loop(PyObject *module, PyObject *args)
     double last;
 
     (void)module;
-    if (!PyArg_ParseTuple(args, "O!O!O!nLsOO:merge_loop", &PyList_Type, &words, &PyList_Type,
+    if (!PyArg_ParseTuple(args, "O!O!O!nLsOO|nO:merge_loop", &PyList_Type, &words, &PyList_Type,
                           &weights, &PyList_Type, &alphabet, &num_merges, &min_frequency,
-                          &tie_break, &ranks, &progress))
+                          &tie_break, &ranks, &progress, &max_length, &symbol_lengths))
         return NULL;
     memset(s, 0, sizeof(State));
+    if (max_length < 0) {
+        PyErr_SetString(PyExc_ValueError, "max_token_length must not be negative");
+        return NULL;
+    }
+    if (symbol_lengths != Py_None &&
+        !(PyList_Check(symbol_lengths) && PyList_GET_SIZE(symbol_lengths) == PyList_GET_SIZE(alphabet))) {
+        PyErr_SetString(PyExc_ValueError, "symbol_lengths needs a length per alphabet symbol");
+        return NULL;
+    }
+    s->max_length = max_length;
+    s->nbase = (int32_t)PyList_GET_SIZE(alphabet);
     if (strcmp(tie_break, "largest") == 0) {
         s->tie = TIE_LARGEST;
     } else if (strcmp(tie_break, "smallest") == 0) {
@@ -890,6 +921,12 @@ merge_loop(PyObject *module, PyObject *args)
             PyList_Append(objects, token) < 0) {
             raise_state_error(s);
             goto done;
+        }
+        if (symbol_lengths != Py_None) {
+            long long n = PyLong_AsLongLong(PyList_GET_ITEM(symbol_lengths, i));
+            if (n == -1 && PyErr_Occurred())
+                goto done;
+            s->symlen[i] = n;
         }
         if (s->tie == TIE_HF) {
             long r = PyLong_AsLong(PyList_GET_ITEM(ranks, i));
@@ -970,7 +1007,7 @@ done:
 static PyMethodDef methods[] = {
     {"merge_loop", merge_loop, METH_VARARGS,
      "merge_loop(words, weights, alphabet, num_merges, min_frequency, tie_break, hf_ranks, "
-     "progress)\n--\n\n"
+     "progress, max_token_length=0, symbol_lengths=None)\n--\n\n"
      "The compiled twin of trainer._merge_loop_python: same arguments, same result tuple\n"
      "(merges, merge_counts, tokens_saved, tied_merges, duplicate_merges, stop_reason)."},
     {NULL, NULL, 0, NULL}

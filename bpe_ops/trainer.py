@@ -97,7 +97,7 @@ def vocab_from_merges(alphabet: list[bytes], merges: Iterable[tuple[bytes, bytes
 
 
 def learn_merges(counts: Mapping[bytes, int], num_merges: int, *, min_frequency: int = 2,
-                 tie_break: str = "largest", mode: str = "byte",
+                 tie_break: str = "largest", mode: str = "byte", max_token_length: int | None = None,
                  progress: ProgressFn | None = None, implementation: Implementation = DEFAULT) -> TrainResult:
     """Learn merges until `num_merges` new distinct tokens exist (or no pair is frequent enough).
 
@@ -105,6 +105,17 @@ def learn_merges(counts: Mapping[bytes, int], num_merges: int, *, min_frequency:
     already is a token (reached through another merge tree) is still made and recorded, but reuses
     that token's id and does not count (it is tallied in `duplicate_merges`).
     `progress(merges_done, pair, count)` is called after each merge.
+
+    `max_token_length` L is Hugging Face BpeTrainer's rule, kept exactly (tests hold the merges
+    equal): a pair that a merge creates is counted only when its two tokens together are shorter
+    than L symbols (bytes; classic mode: characters, `</w>` not counted), while the pairs of two base
+    symbols are always counted. No token is then longer than max(2, L - 1):
+
+    >>> [a + b for a, b in learn_merges({b"abcabcabc": 10}, 5).merges]
+    [b'bc', b'abc', b'abcabc', b'abcabcabc']
+    >>> [a + b for a, b in learn_merges({b"abcabcabc": 10}, 5, max_token_length=4).merges]
+    [b'bc', b'abc']
+
     The loop runs compiled when `bpe_ops._merge_loop` is built, unless `implementation.compiled` is
     False or the counts do not fit in 64 bits; both loops give the same result.
     """
@@ -116,7 +127,12 @@ def learn_merges(counts: Mapping[bytes, int], num_merges: int, *, min_frequency:
     if not 0 <= num_merges <= MAX_IDS - len(alphabet):
         raise ValueError(f"num_merges must be between 0 and {MAX_IDS - len(alphabet)}, "
                          f"not {num_merges}")
+    if max_token_length is not None and max_token_length < 1:
+        raise ValueError(f"max_token_length must be at least 1, not {max_token_length}")
     hf_ranks = _hf_ranks(alphabet, mode) if tie_break == "hf" else None
+    # Symbols per base token, for max_token_length (the end-of-word marker counts none, as in HF,
+    # whose end_of_word_suffix is glued to the last character).
+    symbol_lengths = [1] * len(alphabet) if mode == "byte" else [1] * (len(alphabet) - 1) + [0]
     if mode == "byte":
         # Both loops take byte-mode pre-tokens as they are (byte b is symbol b; they skip what
         # `_symbolize_bytes` would drop): the compiled one then builds no str per pre-token.
@@ -134,7 +150,8 @@ def learn_merges(counts: Mapping[bytes, int], num_merges: int, *, min_frequency:
     else:
         loop = _merge_loop_python
     merges, merge_counts, tokens_saved, tied, duplicates, stop_reason = loop(
-        words, weights, alphabet, num_merges, min_frequency, tie_break, hf_ranks, progress)
+        words, weights, alphabet, num_merges, min_frequency, tie_break, hf_ranks, progress,
+        max_token_length or 0, symbol_lengths)
     return TrainResult(merges=merges, merge_counts=merge_counts, tied_merges=tied,
                        duplicate_merges=duplicates, stop_reason=stop_reason,
                        initial_tokens=initial_tokens, tokens_saved=tokens_saved)
@@ -142,11 +159,15 @@ def learn_merges(counts: Mapping[bytes, int], num_merges: int, *, min_frequency:
 
 def _merge_loop_python(words: list[str], weights: list[int], alphabet: list[bytes],
                        num_merges: int, min_frequency: int, tie_break: str,
-                       hf_ranks: list[int] | None, progress: ProgressFn | None
+                       hf_ranks: list[int] | None, progress: ProgressFn | None,
+                       max_token_length: int = 0, symbol_lengths: list[int] | None = None
                        ) -> tuple[list[tuple[bytes, bytes]], list[int], list[int], int, int, str]:
     """The merge loop on symbolized words (rewritten in place): the specification of
     `_merge_loop.merge_loop`, which takes the same arguments and returns the same
-    `(merges, merge_counts, tokens_saved, tied_merges, duplicate_merges, stop_reason)`."""
+    `(merges, merge_counts, tokens_saved, tied_merges, duplicate_merges, stop_reason)`.
+
+    `max_token_length` > 0 (0: no limit): only pairs shorter than it, in `symbol_lengths` of the base
+    tokens, or of two base tokens, are counted (see `learn_merges`)."""
     if any(isinstance(word, bytes) for word in words):
         # Byte-mode pre-tokens as they are (what the compiled loop also takes): byte b is symbol b;
         # single bytes and zero counts hold no pair.
@@ -158,6 +179,13 @@ def _merge_loop_python(words: list[str], weights: list[int], alphabet: list[byte
     left_key, right_key = ties.left, ties.right       # grown in place by ties.add
     pair_counts, where = _count_pairs(words, weights)
     get_count = pair_counts.get
+    # Symbols per token, and whether a pair is counted (every pair, without a limit).
+    lengths = list(symbol_lengths) if symbol_lengths is not None else [1] * len(alphabet)
+    n_base = len(alphabet)
+
+    def counted(key: str) -> bool:
+        a, b = ord(key[0]), ord(key[1])
+        return (a < n_base and b < n_base) or lengths[a] + lengths[b] < max_token_length
 
     def fresh_heap() -> list:
         # Pairs below min_frequency can never win; they get an entry if their count rises.
@@ -205,6 +233,7 @@ def _merge_loop_python(words: list[str], weights: list[int], alphabet: list[byte
             tokens.append(merged)
             token_ids[merged] = new
             ties.add(new, merged)
+            lengths.append(lengths[left] + lengths[right])
             new_tokens += 1
         merges.append((tokens[left], tokens[right]))
         merge_counts.append(count)
@@ -213,6 +242,9 @@ def _merge_loop_python(words: list[str], weights: list[int], alphabet: list[byte
         tokens_saved.append(saved)
         del pair_counts[pair]
         for key, change in delta.items():
+            if max_token_length and not counted(key):
+                where.pop(key, None)     # never counted: it can never win
+                continue
             if change and key != pair:
                 n = get_count(key, 0) + change
                 if n:
@@ -397,13 +429,14 @@ def _merge_pair(words: list[str], weights: list[int], where: defaultdict[str, se
 def train_bpe(counts_or_texts: Mapping[bytes, int] | Iterable[str] | str, vocab_size: int,
               pattern: str = "gpt4", special_tokens: Iterable[str] = (), min_frequency: int = 2,
               tie_break: str = "largest", progress: ProgressFn | None = None, *,
-              implementation: Implementation = DEFAULT) -> Tokenizer:
+              max_token_length: int | None = None, implementation: Implementation = DEFAULT) -> Tokenizer:
     """Train a tokenizer of `vocab_size` ids (alphabet + new tokens + special tokens).
 
     `counts_or_texts` is a count table `{pretoken bytes: count}` (any Mapping) or texts to count
     with `pattern` (a single str is one text). Pattern `classic` trains the textbook way (characters
     and `</w>`). Special tokens take the ids after the last token, in the order given. The
-    returned Tokenizer carries the TrainResult as `tok.training`; `implementation` (counting, the
+    returned Tokenizer carries the TrainResult as `tok.training`. `max_token_length` is Hugging
+    Face's (see `learn_merges`). `implementation` (counting, the
     merge loop, the tokenizer) changes the speed, not the result.
     """
     specials = list(dict.fromkeys(special_tokens))
@@ -420,7 +453,8 @@ def train_bpe(counts_or_texts: Mapping[bytes, int] | Iterable[str] | str, vocab_
         raise ValueError(f"vocab_size {vocab_size} is smaller than the {len(alphabet)} base symbols "
                          f"plus {len(specials)} special tokens")
     result = learn_merges(counts, num_merges, min_frequency=min_frequency, tie_break=tie_break,
-                          mode=mode, progress=progress, implementation=implementation)
+                          mode=mode, max_token_length=max_token_length, progress=progress,
+                          implementation=implementation)
     # The Tokenizer gives the special tokens the ids after the last token, in order.
     vocab = vocab_from_merges(alphabet, result.merges)
     tok = Tokenizer(result.merges, pattern=pattern, special_tokens=specials, mode=mode, vocab=vocab,

@@ -52,11 +52,13 @@ TEXTBOOK = ("low low low low low lower lower newest newest newest newest newest 
 TEXTBOOK_2 = " ".join(["low"] * 5 + ["lower"] * 2 + ["newest"] * 6 + ["widest"] * 3)
 
 
-def reference_merges(counts, num_merges, min_frequency=2, tie_break="largest", mode="byte"):
+def reference_merges(counts, num_merges, min_frequency=2, tie_break="largest", mode="byte", max_token_length=None):
     """The textbook algorithm, as plainly as possible: recount every pair before each merge.
 
     Symbols are their bytes; a merge whose result already is a token is still made but adds no
-    token (Hugging Face's rule); `num_merges` counts new tokens.
+    token (Hugging Face's rule); `num_merges` counts new tokens. With `max_token_length` L, a pair
+    is counted only when both are base symbols or their lengths (in base symbols; `</w>` counts
+    none) add up to less than L (Hugging Face's rule too).
     """
     if mode == "byte":
         alphabet = [bytes([b]) for b in range(256)]
@@ -70,13 +72,19 @@ def reference_merges(counts, num_merges, min_frequency=2, tie_break="largest", m
         words = [([c.encode() for c in w.decode()] + [b"</w>"], n) for w, n in counts.items() if n > 0]
     initial_tokens = sum(len(symbols) * n for symbols, n in words)
     tokens = list(alphabet)
+    length = {t: int(t != b"</w>" or mode == "byte") for t in alphabet}
+
+    def counted(pair):
+        return (max_token_length is None or (pair[0] in alphabet and pair[1] in alphabet)
+                or length[pair[0]] + length[pair[1]] < max_token_length)
     merges, merge_counts, tokens_saved, tied, duplicates = [], [], [], 0, 0
     stop_reason = "vocab_size"
     while len(tokens) - len(alphabet) < num_merges:
         pairs = Counter()
         for symbols, n in words:
             for pair in zip(symbols, symbols[1:]):
-                pairs[pair] += n
+                if counted(pair):
+                    pairs[pair] += n
         if not pairs:
             stop_reason = "no_pairs"
             break
@@ -98,6 +106,7 @@ def reference_merges(counts, num_merges, min_frequency=2, tie_break="largest", m
             duplicates += 1
         else:
             tokens.append(merged)
+            length[merged] = length[pair[0]] + length[pair[1]]
         merges.append(pair)
         merge_counts.append(best)
         new_words = []
@@ -194,6 +203,31 @@ def test_classic_mode_equals_reference(impl, counts, num_merges, min_frequency, 
     result = learn_merges(counts, num_merges, min_frequency=min_frequency, tie_break=tie_break,
                           mode="classic", implementation=impl)
     assert summary(result) == reference_merges(counts, num_merges, min_frequency, tie_break, "classic")
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(counts=corpus(BYTE_PIECES), num_merges=st.integers(0, 40), max_token_length=st.integers(1, 7),
+       tie_break=st.sampled_from(["largest", "hf"]))
+def test_max_token_length_equals_reference(impl, counts, num_merges, max_token_length, tie_break):
+    result = learn_merges(counts, num_merges, tie_break=tie_break, max_token_length=max_token_length,
+                          implementation=impl)
+    assert summary(result) == reference_merges(counts, num_merges, 2, tie_break, max_token_length=max_token_length)
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(counts=corpus(CLASSIC_PIECES).map(lambda c: {w.encode(): n for w, n in c.items()}),
+       num_merges=st.integers(0, 40), max_token_length=st.integers(1, 7))
+def test_max_token_length_equals_reference_in_classic_mode(impl, counts, num_merges, max_token_length):
+    result = learn_merges(counts, num_merges, mode="classic", max_token_length=max_token_length,
+                          implementation=impl)
+    assert summary(result) == reference_merges(counts, num_merges, 2, "largest", "classic", max_token_length)
+
+
+def test_max_token_length_below_one_raises(impl):
+    with pytest.raises(ValueError, match="max_token_length must be at least 1"):
+        learn_merges({b"abab": 3}, 5, max_token_length=0, implementation=impl)
 
 
 def test_duplicate_merges_reuse_the_token(impl):
