@@ -639,14 +639,21 @@ class Tokenizer:
         return self._json
 
     def save(self, directory: str | os.PathLike) -> str:
-        """Write `tokenizer.json` and `tokenizer.tiktoken` into `directory`; return the json path."""
+        """Write `tokenizer.json` and `tokenizer.tiktoken` into `directory`; return the json path.
+
+        No rank file when tiktoken cannot split the same way (a pre-tokenizer chain; see
+        `formats.tiktoken_recipe`), and an older one there is removed: it would encode differently."""
         text = self._json_text()  # refuses classic mode before anything is written
         os.makedirs(directory, exist_ok=True)
         json_path = os.path.join(directory, "tokenizer.json")
         with open(json_path, "w", encoding="utf-8", newline="\n") as f:
             f.write(text)
-        with open(os.path.join(directory, "tokenizer.tiktoken"), "w", encoding="ascii", newline="\n") as f:
-            f.write(formats.tiktoken_text(self))
+        rank_path = os.path.join(directory, "tokenizer.tiktoken")
+        if formats.tiktoken_recipe(self)["written"]:
+            with open(rank_path, "w", encoding="ascii", newline="\n") as f:
+                f.write(formats.tiktoken_text(self))
+        elif os.path.exists(rank_path):
+            os.remove(rank_path)
         return json_path
 
     @classmethod

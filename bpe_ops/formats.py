@@ -106,6 +106,25 @@ def tiktoken_text(tok) -> str:
                    for i, t in sorted(tok.vocab.items()) if i not in specials)
 
 
+def tiktoken_recipe(tok) -> dict:
+    """How tiktoken encodes as `tok` does from its rank file, or why it cannot:
+    `{"written": bool, "pattern": str | None, "identical": bool, "note": str}`.
+
+    tiktoken splits with one regex and has no normalizer. A pre-tokenizer chain (a digit rule on a
+    custom regex) has no one-regex equivalent: no rank file is written. A normalizer is not a
+    pattern: the rank file is written, and gives the same ids on text normalized first."""
+    if tok.pre_tokenizer_spec is not None:
+        return {"written": False, "pattern": None, "identical": False,
+                "note": f"no tokenizer.tiktoken: tiktoken splits with one regex, and this tokenizer splits with "
+                        f"the chain {_describe(tok.pre_tokenizer_spec)}"}
+    if tok.normalizer_spec is not None:
+        return {"written": True, "pattern": tok.pattern, "identical": False,
+                "note": f"tiktoken has no normalizer: tokenizer.tiktoken gives the same ids only on text normalized "
+                        f"first as tokenizer.json says ({_describe(tok.normalizer_spec)})"}
+    return {"written": True, "pattern": tok.pattern, "identical": True,
+            "note": "tokenizer.tiktoken with this pattern gives the same ids"}
+
+
 def _require_byte_mode(tok, what: str) -> None:
     if tok.mode != "byte":
         raise ValueError(f"a {tok.mode}-mode tokenizer cannot be written as {what}: Hugging Face BPE has no "

@@ -488,7 +488,10 @@ def pretokenize(text: str, pattern: str = "gpt4", special_tokens: Sequence[str] 
 class PretokenCounter:
     """Counts of the pre-tokens of many texts, by their UTF-8 bytes (the trainer's input).
 
-    Special tokens split each text first and are not counted. With PCRE2, a compiled counter splits
+    Special tokens split each text first and are not counted. A Hugging Face `normalizer` and
+    `pre_tokenizer` (tokenizer.json components, see bpe_ops/text_rules.py and hf_components.py)
+    apply as the Tokenizer holding them applies them: each segment between special tokens is
+    normalized, then split by the pre-tokenizer chain instead of `pattern` (on `regex`). With PCRE2, a compiled counter splits
     and counts each text on its UTF-8 bytes; a text PCRE2 may not split (see `Pcre2Pattern`) is
     counted on strings with `regex`, as everything is without PCRE2, and converted to bytes once in
     `drain`. Lone surrogates cannot be encoded to UTF-8; they become U+FFFD, as the pipelines do on
@@ -496,10 +499,16 @@ class PretokenCounter:
     """
 
     def __init__(self, pattern: str = "gpt4", special_tokens: Sequence[str] = (), *,
+                 normalizer: dict | None = None, pre_tokenizer: dict | None = None,
                  implementation: Implementation = DEFAULT):
+        from . import hf_components        # (it imports this module)
         self._compiled = compile_pattern(pattern, implementation)
         self._special_tokens = tuple(special_tokens)
-        self._pcre2 = _pcre2_module() if isinstance(self._compiled, Pcre2Pattern) else None
+        self._components = json.dumps([normalizer, pre_tokenizer], sort_keys=True)
+        self._normalize = hf_components.normalizer(normalizer)
+        self._pre_tokenize = hf_components.pre_tokenizer(pre_tokenizer) if pre_tokenizer else None
+        self._pcre2 = (_pcre2_module() if isinstance(self._compiled, Pcre2Pattern) and self._pre_tokenize is None
+                       else None)
         self._fast = self._pcre2.PieceCounter(self._compiled.compiled) if self._pcre2 else None
         self._by_str: Counter = Counter()
 
@@ -512,6 +521,11 @@ class PretokenCounter:
                 self._add_segment(segment)
 
     def _add_segment(self, segment: str) -> None:
+        if self._normalize is not None:
+            segment = self._normalize(segment)
+        if self._pre_tokenize is not None:
+            self._by_str.update(self._pre_tokenize(segment))
+            return
         if self._fast is not None and self._compiled.pcre2_splits(segment):
             try:
                 self._fast.add(segment)
@@ -527,8 +541,9 @@ class PretokenCounter:
     def absorb(self, other: "PretokenCounter") -> None:
         """Add the counts of `other` (same pattern and special tokens) to this counter; `other` is
         left empty. Neither may be counting in another thread meanwhile."""
-        if (other._compiled, other._special_tokens) != (self._compiled, self._special_tokens):
-            raise ValueError("absorb() takes a counter of the same pattern and special tokens")
+        if ((other._compiled, other._special_tokens, other._components)
+                != (self._compiled, self._special_tokens, self._components)):
+            raise ValueError("absorb() takes a counter of the same pattern, special tokens and components")
         if self._fast is not None:           # the same compiled pattern: both have one, or neither
             self._fast.absorb(other._fast)
         self._by_str.update(other._by_str)
@@ -587,10 +602,12 @@ def add_counts(into: dict, counts: Mapping) -> None:
 
 def count_pretokens(texts: Iterable[str], pattern: str = "gpt4",
                     special_tokens: Sequence[str] = (), counter: Counter | None = None, *,
+                    normalizer: dict | None = None, pre_tokenizer: dict | None = None,
                     implementation: Implementation = DEFAULT) -> Counter:
     """Count the pre-tokens of `texts` as `{pretoken UTF-8 bytes: count}` (see `PretokenCounter`),
     added to `counter` when given."""
-    counting = PretokenCounter(pattern, special_tokens, implementation=implementation)
+    counting = PretokenCounter(pattern, special_tokens, normalizer=normalizer, pre_tokenizer=pre_tokenizer,
+                               implementation=implementation)
     for text in texts:
         counting.add(text)
     out = counter if counter is not None else Counter()

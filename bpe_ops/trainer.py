@@ -35,6 +35,7 @@ from operator import mul
 
 from . import pretokenize
 from .encoder import Tokenizer
+from .text_rules import text_rules
 from .implementation import DEFAULT, Implementation
 
 try:
@@ -429,7 +430,9 @@ def _merge_pair(words: list[str], weights: list[int], where: defaultdict[str, se
 def train_bpe(counts_or_texts: Mapping[bytes, int] | Iterable[str] | str, vocab_size: int,
               pattern: str = "gpt4", special_tokens: Iterable[str] = (), min_frequency: int = 2,
               tie_break: str = "largest", progress: ProgressFn | None = None, *,
-              max_token_length: int | None = None, implementation: Implementation = DEFAULT) -> Tokenizer:
+              max_token_length: int | None = None, normalize: str | None = None, lowercase: bool = False,
+              split_digits: bool = False, digit_group: int | None = None,
+              implementation: Implementation = DEFAULT) -> Tokenizer:
     """Train a tokenizer of `vocab_size` ids (alphabet + new tokens + special tokens).
 
     `counts_or_texts` is a count table `{pretoken bytes: count}` (any Mapping) or texts to count
@@ -438,14 +441,26 @@ def train_bpe(counts_or_texts: Mapping[bytes, int] | Iterable[str] | str, vocab_
     returned Tokenizer carries the TrainResult as `tok.training`. `max_token_length` is Hugging
     Face's (see `learn_merges`). `implementation` (counting, the
     merge loop, the tokenizer) changes the speed, not the result.
+
+    `normalize` ("NFC", "NFKC", "NFD", "NFKD"), `lowercase`, `split_digits` and `digit_group` K
+    change the text the way bpe_ops/text_rules.py describes, when counting and in the Tokenizer
+    (and so in its tokenizer.json); a count table given instead of texts must have been counted
+    under the same rules (`pretokenize.count_pretokens(..., normalizer=, pre_tokenizer=)`).
+
+    >>> tok = train_bpe(["2024-12-01 and 1999"] * 5, 256 + 20, split_digits=True)
+    >>> [tok.decode([i]) for i in tok.encode("12345")]
+    ['1', '2', '3', '4', '5']
     """
     specials = list(dict.fromkeys(special_tokens))
     if isinstance(counts_or_texts, str):
         counts_or_texts = [counts_or_texts]
+    rules = text_rules(pattern, normalize=normalize, lowercase=lowercase, split_digits=split_digits,
+                       digit_group=digit_group)
     if isinstance(counts_or_texts, Mapping):
         counts = counts_or_texts
     else:
-        counts = pretokenize.count_pretokens(counts_or_texts, pattern, specials, implementation=implementation)
+        counts = pretokenize.count_pretokens(counts_or_texts, rules.pattern, specials, normalizer=rules.normalizer,
+                                             pre_tokenizer=rules.pre_tokenizer, implementation=implementation)
     mode = "classic" if pattern.lower() == "classic" else "byte"
     alphabet = base_alphabet(counts, mode)
     num_merges = vocab_size - len(alphabet) - len(specials)
@@ -457,7 +472,7 @@ def train_bpe(counts_or_texts: Mapping[bytes, int] | Iterable[str] | str, vocab_
                           implementation=implementation)
     # The Tokenizer gives the special tokens the ids after the last token, in order.
     vocab = vocab_from_merges(alphabet, result.merges)
-    tok = Tokenizer(result.merges, pattern=pattern, special_tokens=specials, mode=mode, vocab=vocab,
-                    implementation=implementation)
+    tok = Tokenizer(result.merges, pattern=rules.pattern, special_tokens=specials, mode=mode, vocab=vocab,
+                    normalizer=rules.normalizer, pre_tokenizer=rules.pre_tokenizer, implementation=implementation)
     tok.training = result
     return tok
