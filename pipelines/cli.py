@@ -1,4 +1,4 @@
-"""The `tokenbeam` command: train, tokenize, drift, stats, encode.
+"""The `tokenbeam` command: train, tokenize, pack, evaluate, drift, stats, encode.
 
 One argparse parser with a subcommand each; each subcommand's flags are declared by its own module
 (`add_arguments`), and its body runs under `errors.run_command`, which turns every user error into
@@ -61,6 +61,11 @@ def build_parser() -> tuple[Parser, dict[str, argparse.ArgumentParser]]:
         "pack": commands.add_parser("pack", help="pack token Parquet into shuffled fixed-length sequences (Beam)",
                                     usage="tokenbeam pack --input TOKENS_DIR --output DIR --seq-len N [options] [INPUT ...]",
                                     epilog="Any other --flag must be one of Beam's (--runner, ...)."),
+        "evaluate": commands.add_parser("evaluate", help="tokenizers side by side on a dataset: compression, "
+                                                         "fertility, words kept whole, raw bytes (Beam)",
+                                        usage="tokenbeam evaluate --tokenizer A [--tokenizer B ...] --output DIR "
+                                              "--input GLOB [options] [INPUT ...]",
+                                        epilog="Any other --flag must be one of Beam's (--runner, ...)."),
         "drift": commands.add_parser("drift", help="compare stats.json files (two, or a baseline and windows over "
                                                    "time): did tokenization drift?",
                                      usage="tokenbeam drift BASELINE CURRENT [CURRENT ...] [options]"),
@@ -90,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         from pipelines import tokenize as module
     elif command == "pack":
         from pipelines import pack as module
+    elif command == "evaluate":
+        from pipelines import evaluate as module
     elif command == "drift":
         from pipelines import drift as module
     if module is not None:
@@ -99,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         args, rest = parser.parse_known_args(argv)
         if args.command == "train":
             return module.run_parsed(args, rest, subparsers["train"]) and None
-        if args.command in ("tokenize", "pack"):
+        if args.command in ("tokenize", "pack", "evaluate"):
             return module.run_parsed(args, rest, option_strings(subparsers[args.command])) and None
         if args.command == "drift":
             return module.run_parsed(args, rest)
