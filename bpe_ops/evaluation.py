@@ -89,7 +89,7 @@ def word_pieces(tok, words: Sequence[str], space_mask: np.ndarray | None = None)
     lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
     if not lengths.sum():
         return [0] * len(words)
-    flat = np.concatenate([record_ids_view(a) for a in arrays])
+    flat = np.frombuffer(b"".join(arrays), dtype=np.uint32)       # one buffer, no array per word
     owners = np.repeat(np.arange(len(arrays)), lengths)
     spaces = np.bincount(owners[space_mask[flat]], minlength=len(arrays))
     return (lengths - spaces).tolist()
@@ -172,6 +172,16 @@ class WordTally:
         if pieces == 1:
             self.whole_types += 1
             self.whole_occurrences += count
+
+    def add_many(self, pieces: np.ndarray, counts: np.ndarray) -> None:
+        """`add(pieces[i], counts[i])` for every i, as whole-array sums."""
+        whole = pieces == 1
+        self.types += len(pieces)
+        self.occurrences += int(counts.sum())
+        self.type_pieces += int(pieces.sum())
+        self.occurrence_pieces += int((pieces * counts).sum())
+        self.whole_types += int(whole.sum())
+        self.whole_occurrences += int(counts[whole].sum())
 
     def merge(self, other: "WordTally") -> "WordTally":
         for name, value in other.__dict__.items():

@@ -211,15 +211,26 @@ class ScoreWordTypes(beam.DoFn):
         self.space_masks = [_mask(whitespace_ids(tok.vocab), tok.vocab_size) for tok in self.toks]
 
     def process(self, batch):
+        import numpy as np
+
         words = [w for w, _ in batch]
+        # Which words of the batch each scope holds, with their counts there: the same for every tokenizer.
+        scopes = {WHOLE: (np.arange(len(batch)), np.array([sum(c.values()) for _, c in batch], dtype=np.int64))}
+        if self.grouped:
+            members: dict = {}
+            for i, (_, counts) in enumerate(batch):
+                for g, n in counts.items():
+                    members.setdefault(g, ([], []))
+                    members[g][0].append(i)
+                    members[g][1].append(n)
+            for g, (picked, counts) in members.items():
+                scopes[(1, g)] = (np.array(picked), np.array(counts, dtype=np.int64))
         for v, tok in enumerate(self.toks):
-            out: dict = {}
-            for (_, counts), pieces in zip(batch, word_pieces(tok, words, self.space_masks[v])):
-                out.setdefault((v, WHOLE), WordTally()).add(pieces, sum(counts.values()))
-                if self.grouped:
-                    for g, n in counts.items():
-                        out.setdefault((v, (1, g)), WordTally()).add(pieces, n)
-            yield from out.items()
+            pieces = np.array(word_pieces(tok, words, self.space_masks[v]), dtype=np.int64)
+            for scope, (picked, counts) in scopes.items():
+                tally = WordTally()
+                tally.add_many(pieces[picked], counts)
+                yield (v, scope), tally
 
 
 class MergeAccounts(beam.CombineFn):

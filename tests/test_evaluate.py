@@ -61,9 +61,12 @@ def test_known_answers_from_the_pipeline_and_the_specification(tmp_path):
     small_tokenizer().save(tok_dir)
     inputs = write_shards(tmp_path / "in", RECORDS)
     report = evaluate.run(["--tokenizer", str(tok_dir), "--name", "small", "--merges", "1",
+                           "--tokenizer", str(tok_dir / "tokenizer.tiktoken"), "--pattern", "gpt2",
                            "--input", inputs, "--output", str(tmp_path / "out"), "--group-field", "g"])
     validate_evaluate(report)
-    assert [t["name"] for t in report["tokenizers"]] == ["small@1", "small"]
+    assert [t["name"] for t in report["tokenizers"]] == ["small@1", "small", "tokenizer"]
+    for group in (None, "x", "y"):       # the rank file with its --pattern is the same tokenizer
+        assert {**row(report, "tokenizer", group), "tokenizer": "small"} == row(report, "small", group)
     assert_figures(row(report, "small"), WHOLE)
     assert_figures(row(report, "small", "x"), GROUP_X)
     assert_figures(row(report, "small", "y"), GROUP_Y)
@@ -73,6 +76,7 @@ def test_known_answers_from_the_pipeline_and_the_specification(tmp_path):
     tok = small_tokenizer()
     spec = evaluate_texts({"small": tok, "small@1": truncated(tok, 1)}, [r["text"] for r in RECORDS],
                           [r["g"] for r in RECORDS])
+    assert len(spec) == 6
     for (name, group), figures in spec.items():
         assert {k: row(report, name, group)[k] for k in figures} == figures
 
