@@ -38,7 +38,7 @@ import numpy as np
 from .stats import WORD_COUNT_CHUNK, _ratio, batch_stats, record_ids_view, single_byte_ids
 
 __all__ = ["TokenTally", "WordTally", "iter_words", "word_pieces", "whitespace_ids", "truncated",
-           "merge_count_for_vocab_size", "single_byte_ids"]
+           "merge_count_for_vocab_size", "single_byte_ids", "id_mask", "evaluate_texts"]
 
 
 def iter_words(text: str, chunk: int = WORD_COUNT_CHUNK) -> Iterator[str]:
@@ -73,7 +73,8 @@ def whitespace_ids(vocab: Mapping[int, bytes]) -> tuple[int, ...]:
     return tuple(sorted(i for i, b in vocab.items() if b and b.decode("utf-8", "replace").isspace()))
 
 
-def _mask(ids: Iterable[int], size: int) -> np.ndarray:
+def id_mask(ids: Iterable[int], size: int) -> np.ndarray:
+    """A bool per id below `size`, True for `ids`."""
     mask = np.zeros(size, dtype=bool)
     mask[[i for i in ids if i < size]] = True
     return mask
@@ -84,7 +85,7 @@ def word_pieces(tok, words: Sequence[str], space_mask: np.ndarray | None = None)
     the module docstring). `space_mask` (a bool per id, from `whitespace_ids`) saves recomputing it.
     """
     if space_mask is None:
-        space_mask = _mask(whitespace_ids(tok.vocab), tok.vocab_size)
+        space_mask = id_mask(whitespace_ids(tok.vocab), tok.vocab_size)
     arrays = tok.encode_arrays([" " + w for w in words])
     lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
     if not lengths.sum():
@@ -120,7 +121,7 @@ class TokenTally:
         if int(flat.max()) >= self.vocab_size:
             raise ValueError(f"token id {int(flat.max())} outside the vocabulary (size {self.vocab_size})")
         if self._raw is None:
-            self._raw = _mask(self.raw_byte_ids, self.vocab_size)
+            self._raw = id_mask(self.raw_byte_ids, self.vocab_size)
         self.raw_byte_tokens += int(self._raw[flat].sum())
         self.used[flat] = True
 

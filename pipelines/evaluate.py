@@ -3,7 +3,7 @@
     shards -> EvaluateShard (each shard read through pipelines.shards; every batch encoded with every
     tokenizer: a TokenTally per (tokenizer, group); each word type counted per group)
       tallies     -> CombinePerKey(MergeTallies)                                   \\
-      word counts -> CombinePerKey(SumCounts), keyed by word -> batches ->          -> rows -> report
+      word counts -> CombinePerKey(add_counts), keyed by word -> batches ->          -> rows -> report
                      ScoreWordTypes (a WordTally per (tokenizer, group)) -> CombinePerKey(MergeTallies)  /
     -> evaluate.json, evaluate.md, evaluate.png (plot extra), _SUCCESS (written last)
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pipelines.beam_options import (beam, check_worker_paths, local_cores_per_worker, one_local_worker,
                                     pipeline_options, split_beam_args)
 from bpe_ops.evaluation import (TokenTally, WordTally, iter_words, merge_count_for_vocab_size, single_byte_ids,
-                                truncated, whitespace_ids, word_pieces, _mask)
+                                truncated, whitespace_ids, word_pieces, id_mask)
 from bpe_ops.stats import batch_stats
 from schemas.evaluate import DEFINITIONS, EVALUATE_KIND, EVALUATE_SCHEMA_VERSION, validate_evaluate
 from pipelines.command import Parser, implementation_from_environment, option_strings
@@ -64,6 +64,15 @@ def build_tokenizers(bases: list, variants: list[Variant]) -> list:
     return [bases[v.base] if v.merges is None else truncated(bases[v.base], v.merges) for v in variants]
 
 
+def load_tokenizers(refs: list[TokenizerRef], variants: list[Variant]) -> list:
+    """Worker side: the tokenizer of each variant, from the files the launcher identified."""
+    try:
+        bases = [load_identified_tokenizer(ref) for ref in refs]
+    except UserError as exc:
+        raise ShardFailure(str(exc)) from exc
+    return build_tokenizers(bases, variants)
+
+
 def scope_name(scope: tuple[int, str]) -> str | None:
     return None if scope == WHOLE else scope[1]
 
@@ -86,11 +95,7 @@ class EvaluateShard(beam.DoFn):
         self.encode_threads = encode_threads
 
     def setup(self):
-        try:
-            bases = [load_identified_tokenizer(ref) for ref in self.refs]
-        except UserError as exc:
-            raise ShardFailure(str(exc)) from exc
-        self.toks = build_tokenizers(bases, self.variants)
+        self.toks = load_tokenizers(self.refs, self.variants)
         self.raw_byte_ids = [single_byte_ids(tok.vocab) for tok in self.toks]
 
     def process(self, shard):
@@ -143,33 +148,20 @@ class EvaluateShard(beam.DoFn):
         return tally
 
     def flush_words(self):
-        by_word: dict[str, dict] = {}
+        by_word: dict[str, Counter] = {}
         for (word, g), n in self.words.items():
-            by_word.setdefault(word, {})[g] = n
+            by_word.setdefault(word, Counter())[g] = n
         self.words = Counter()
         for item in by_word.items():
             yield beam.pvalue.TaggedOutput(self.WORDS, item)
 
 
-class SumCounts(beam.CombineFn):
-    """`{group: count}` dicts of one word type, summed."""
-
-    def create_accumulator(self):
-        return {}
-
-    def add_input(self, acc, counts):
-        for g, n in counts.items():
-            acc[g] = acc.get(g, 0) + n
-        return acc
-
-    def merge_accumulators(self, accs):
-        out = {}
-        for acc in accs:
-            self.add_input(out, acc)
-        return out
-
-    def extract_output(self, acc):
-        return acc
+def add_counts(counters) -> Counter:
+    """The `{group: count}` Counters of one word type, summed (a CombinePerKey function)."""
+    total = Counter()
+    for counts in counters:
+        total.update(counts)
+    return total
 
 
 class MergeTallies(beam.CombineFn):
@@ -203,12 +195,8 @@ class ScoreWordTypes(beam.DoFn):
         self.grouped = grouped
 
     def setup(self):
-        try:
-            bases = [load_identified_tokenizer(ref) for ref in self.refs]
-        except UserError as exc:
-            raise ShardFailure(str(exc)) from exc
-        self.toks = build_tokenizers(bases, self.variants)
-        self.space_masks = [_mask(whitespace_ids(tok.vocab), tok.vocab_size) for tok in self.toks]
+        self.toks = load_tokenizers(self.refs, self.variants)
+        self.space_masks = [id_mask(whitespace_ids(tok.vocab), tok.vocab_size) for tok in self.toks]
 
     def process(self, batch):
         import numpy as np
@@ -389,11 +377,15 @@ def plot_report(report: dict, f) -> None:
     fig.savefig(f, format="png", dpi=100)
 
 
+def plot_available() -> bool:
+    return importlib.util.find_spec("matplotlib") is not None       # the `plot` extra
+
+
 def write_report(_, rows: list[dict], account: dict, output: str, context: ReportContext) -> dict:
     """evaluate.json, evaluate.md, evaluate.png (with the plot extra) and, when complete, _SUCCESS."""
     report = report_json(rows, account, context)
     picture = None
-    if importlib.util.find_spec("matplotlib") is not None:       # the `plot` extra
+    if plot_available():
         buffer = io.BytesIO()
         plot_report(report, buffer)
         url = join(output, "evaluate.png")
@@ -424,7 +416,7 @@ def build_evaluate_pipeline(p, shards, refs: list[TokenizerRef], variants: list[
     ).with_outputs(EvaluateShard.WORDS, EvaluateShard.ACCOUNTS, main="tallies")
     token_tallies = results.tallies | "MergeTokenTallies" >> beam.CombinePerKey(MergeTallies())
     word_tallies = (results[EvaluateShard.WORDS]
-                    | "CountWordTypes" >> beam.CombinePerKey(SumCounts())
+                    | "CountWordTypes" >> beam.CombinePerKey(add_counts)
                     | "BatchWordTypes" >> beam.BatchElements(min_batch_size=WORD_BATCH, max_batch_size=WORD_BATCH)
                     | "ScoreWordTypes" >> beam.ParDo(ScoreWordTypes(refs, variants, context.group_field is not None))
                     | "MergeWordTallies" >> beam.CombinePerKey(MergeTallies()))

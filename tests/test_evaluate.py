@@ -81,6 +81,16 @@ def test_known_answers_from_the_pipeline_and_the_specification(tmp_path):
         assert {k: row(report, name, group)[k] for k in figures} == figures
 
 
+def test_without_matplotlib_the_report_is_written_and_the_picture_skipped(tmp_path, monkeypatch, capsys):
+    small_tokenizer().save(tmp_path / "small")
+    monkeypatch.setattr(evaluate, "plot_available", lambda: False)
+    report = evaluate.run(["--tokenizer", str(tmp_path / "small"), "--input", write_shards(tmp_path / "in", RECORDS),
+                           "--output", str(tmp_path / "out")])
+    assert row(report, "small")["tokens"] == 7
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["_SUCCESS", "evaluate.json", "evaluate.md"]
+    assert "evaluate.png skipped (install the plot extra" in capsys.readouterr().err
+
+
 def test_figures_equal_tokenize_stats_json_and_cut_sizes_fall(tmp_path, corpora, gpt2_files):
     """On tiny/ with GPT-2: every figure evaluate shares with stats.json (whole and per language) is
     stats.json's; GPT-2's merge list cut to 1..2000 merges gives pieces per word that fall with size."""
