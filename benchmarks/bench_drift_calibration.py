@@ -104,8 +104,10 @@ class Sampler:
         return stats_json(summary, self.facts)
 
 
-def disjoint_split(pool: Encoded, n: int, rng: random.Random) -> tuple[list, list]:
-    order = rng.sample(range(len(pool)), 2 * n)
+def disjoint_split(pool: Encoded, n: int, rng: random.Random, m: int | None = None) -> tuple[list, list]:
+    """Two disjoint random samples of the pool, of n and m (default n) documents."""
+    m = n if m is None else m
+    order = rng.sample(range(len(pool)), n + m)
     return [(pool, i) for i in order[:n]], [(pool, i) for i in order[n:]]
 
 
@@ -131,12 +133,13 @@ SHIFTS = ("python code", "multilingual", "30% code mixed in", "upper-cased Engli
 # ---- the runs ---------------------------------------------------------------------------------------
 
 def false_alarm_rate(sampler: Sampler, pool: Encoded, n: int, repeats: int, seed: int,
-                     thresholds: drift.Thresholds = drift.Thresholds()) -> tuple[float, Counter]:
-    """Share of same-distribution comparisons called drift, and which figures fired."""
+                     thresholds: drift.Thresholds = drift.Thresholds(), m: int | None = None) -> tuple[float, Counter]:
+    """Share of same-distribution comparisons (n baseline documents, m current ones) called drift,
+    and which figures fired."""
     rng = random.Random(seed)
     alarms, fired = 0, Counter()
     for _ in range(repeats):
-        a, b = disjoint_split(pool, n, rng)
+        a, b = disjoint_split(pool, n, rng, m)
         report = drift.compare(sampler.stats(a), sampler.stats(b), thresholds)
         alarms += report.drift
         fired.update(m.name for m in report.flagged)
@@ -189,7 +192,9 @@ def main(argv=None) -> int:
     parser.add_argument("--shift-repeats", type=int, default=20, help="comparisons per shift and size")
     parser.add_argument("--tokenizer", help="load this tokenizer instead of training one")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--only", choices=["false-alarms", "shifts"], help="run one of the two tables")
+    parser.add_argument("--only", choices=["false-alarms", "unequal", "shifts"], help="run one of the tables")
+    parser.add_argument("--unequal", nargs="+", default=["600:40", "40:600", "300:20"], metavar="N:M",
+                        help="baseline:current sizes of the unequal-size false-alarm table")
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
@@ -204,9 +209,11 @@ def main(argv=None) -> int:
           flush=True)
 
     pools = {"en (held out)": english, "code": others["python code"], "multi": others["multilingual"]}
-    if args.only != "shifts":
+    if args.only in (None, "false-alarms"):
         false_alarm_table(sampler, pools, args)
-    if args.only != "false-alarms":
+    if args.only in (None, "unequal"):
+        unequal_table(sampler, pools, args)
+    if args.only in (None, "shifts"):
         shift_table(sampler, english, others, args)
     return 0
 
@@ -226,6 +233,23 @@ def false_alarm_table(sampler: Sampler, pools: dict, args) -> None:
             fired_all += fired
         print(f"| {n} | " + " | ".join(cells) + f" | {_top(fired_all)} |", flush=True)
 
+
+
+def unequal_table(sampler: Sampler, pools: dict, args) -> None:
+    print("\nFalse alarms at unequal sizes (baseline:current documents, disjoint, one corpus)\n")
+    print("| baseline:current | " + " | ".join(pools) + " | figures that fired (all corpora) |")
+    print("|---|" + "---|" * len(pools) + "---|")
+    for pair in args.unequal:
+        n, m = map(int, pair.split(":"))
+        cells, fired_all = [], Counter()
+        for k, (name, pool) in enumerate(pools.items()):
+            if n + m > len(pool):
+                cells.append("-")
+                continue
+            rate, fired = false_alarm_rate(sampler, pool, n, args.repeats, args.seed * 3001 + n * 7 + m + k, m=m)
+            cells.append(f"{100 * rate:.0f}% ({round(rate * args.repeats)}/{args.repeats})")
+            fired_all += fired
+        print(f"| {n}:{m} | " + " | ".join(cells) + f" | {_top(fired_all)} |", flush=True)
 
 
 def shift_table(sampler: Sampler, english: Encoded, others: dict, args) -> None:

@@ -5,8 +5,10 @@ with the record as the sampling unit (stats.json version 2 holds what that needs
 `schemas/stats.py`):
 
 - ratio figures (bytes per token, tokens per word, raw-byte share, mean tokens per record):
-  delta-method standard errors from the per-record moments, a two-sided z test of the difference;
-- p90 tokens per record: the order-statistic (binomial) interval of each side's quantile;
+  delta-method standard errors from the per-record moments, a two-sided t test of the difference
+  whose variance is the larger of the two sides' own (Welch) and the pooled no-drift one;
+- p90 tokens per record: the order-statistic (binomial) interval of each side's quantile, the
+  no-drift spread read off the larger side's percentiles;
 - PSI of the two histograms and the Jensen-Shannon divergence of token ids: judged against their
   no-drift distribution for these sample sizes, drawn from the random groups (`null_draws`);
 - rejected-record rate: a two-proportion z test.
@@ -151,6 +153,43 @@ def ratio_estimate(moments: dict, numerator: str, denominator: str | None) -> Es
     xbar = Fraction(sx, n)
     n_eff = sx * sx / sxx
     return Estimate(value, float(residuals / (n * (n - 1) * xbar * xbar)), max(n_eff - 1, 1.0))
+
+
+def pooled_ratio_null(a: dict, b: dict, numerator: str, denominator: str | None) -> Estimate:
+    """The variance of R_a - R_b under "no drift", from both sides' records pooled: one ratio R
+    and one spread of the records around it, s^2 = sum (y_i - R x_i)^2 / ((n - 1) xbar^2) over all
+    n = n_a + n_b records, so Var(R_a - R_b) = s^2 (1/n_a + 1/n_b), on n_eff - 2 degrees of freedom.
+
+    This is the variance the test needs: under "no drift" both sides draw from one distribution,
+    and the pooled records see its heavy tail far better than a small side alone, which usually
+    misses the few long or odd records that carry most of the variance (then its own variance is
+    too small and a Welch test flags noise: 600 records against 40 did, 11-15% of the time).
+    `value` is the pooled ratio.
+
+    >>> m = {"variables": ["tokens", "bytes"], "records": 2, "sums": [3, 9], "products": [[5, 15], [15, 45]]}
+    >>> pooled_ratio_null(m, m, "bytes", "tokens").variance      # every record: 3 bytes a token
+    0.0
+    """
+    sides = [a, b]
+    names = a["variables"]
+    y = names.index(numerator)
+    n = sum(m["records"] for m in sides)
+    sy = sum(m["sums"][y] for m in sides)
+    syy = sum(m["products"][y][y] for m in sides)
+    if denominator is None:
+        sx, sxx, sxy = n, n, sy
+    else:
+        x = names.index(denominator)
+        sx = sum(m["sums"][x] for m in sides)
+        sxx = sum(m["products"][x][x] for m in sides)
+        sxy = sum(m["products"][x][y] for m in sides)
+    if sx == 0 or n < 3:
+        return Estimate(None, None)
+    residuals = Fraction(syy * sx * sx - 2 * sy * sx * sxy + sy * sy * sxx, sx * sx)
+    xbar = Fraction(sx, n)
+    spread = residuals / ((n - 1) * xbar * xbar)
+    sizes = Fraction(1, a["records"]) + Fraction(1, b["records"])
+    return Estimate(sy / sx, float(spread * sizes), max(sx * sx / sxx - 2, 1.0))
 
 
 def interpolated_percentile(percentiles: Sequence[int], p: float) -> float:
@@ -313,13 +352,16 @@ class NullDistribution:
         return float(np.quantile(self.draws, q))
 
 
-def js_null(a_groups: np.ndarray, b_groups: np.ndarray, draws: int = NULL_DRAWS, seed: int = NULL_SEED):
+def js_null(a_groups: np.ndarray, b_groups: np.ndarray, records_a: int, records_b: int,
+            draws: int = NULL_DRAWS, seed: int = NULL_SEED):
     """No-drift draws of the JS divergence of token-id classes (groups x classes counts per side),
-    scaled to the two sides' token totals (`size_factor`)."""
+    scaled to the two sides' record counts (`size_factor`). Records, not tokens: the record is the
+    sampling unit, and a small side that drew one very long document has many tokens but no more
+    information, so scaling by tokens would shrink its no-drift value just when it is most noisy."""
     x, y = group_swaps(a_groups.astype(float), b_groups.astype(float), draws, np.random.default_rng(seed))
     ok = (x.sum(1) > 0) & (y.sum(1) > 0)
     values = js_rows(_row_shares(x[ok]), _row_shares(y[ok]))
-    return NullDistribution(values * size_factor(a_groups.sum(), b_groups.sum()))
+    return NullDistribution(values * size_factor(records_a, records_b))
 
 
 def psi_null(a_groups: np.ndarray, b_groups: np.ndarray, draws: int = NULL_DRAWS, seed: int = NULL_SEED):
@@ -473,7 +515,13 @@ def _p_of_difference(diff: float, se: float, df: float | None = None) -> float:
     return 1.0 if diff == 0 else 0.0
 
 
-def _ratio_test(name, label, section, base: Estimate, cur: Estimate, threshold, kind="relative") -> _Test | Metric:
+def _ratio_test(name, label, section, base: Estimate, cur: Estimate, threshold, kind="relative",
+                null: Estimate | None = None) -> _Test | Metric:
+    """The change of a figure, its p-value and its interval. The interval (and the smallest
+    detectable change) rests on each side's own variance (Welch); the p-value on `null`, the
+    variance of the difference under "no drift" (`pooled_ratio_null`), when given: the larger of
+    the two, so neither a small side that missed the tail nor a pooled spread makes noise look
+    like drift."""
     if base.value is None or cur.value is None or base.variance is None or cur.variance is None \
             or (kind == "relative" and base.value == 0):
         return Metric(name, label, section, base.value, cur.value, None, kind, threshold, layout.NOT_AVAILABLE)
@@ -482,7 +530,10 @@ def _ratio_test(name, label, section, base: Estimate, cur: Estimate, threshold, 
     scale = base.value if kind == "relative" else 1.0
     metric = Metric(name, label, section, base.value, cur.value, diff / scale, kind, threshold, layout.OK)
     df = welch_df(base.variance, base.df, cur.variance, cur.df) if base.df and cur.df else None
-    return _Test(metric, _p_of_difference(diff, se, df), se=se / abs(scale), df=df)
+    p_value = _p_of_difference(diff, se, df)
+    if null is not None and null.variance is not None and null.variance > se * se:
+        p_value = _p_of_difference(diff, math.sqrt(null.variance), null.df)
+    return _Test(metric, p_value, se=se / abs(scale), df=df)
 
 
 def _rate_test(name, label, section, base: tuple[int, int], cur: tuple[int, int], threshold) -> _Test | Metric:
@@ -579,10 +630,17 @@ def compare(baseline: dict, current: dict, thresholds: Thresholds = Thresholds()
 
     def ratio(name, label, section, num, den, threshold, kind="relative"):
         return _ratio_test(name, label, section, ratio_estimate(bm, num, den), ratio_estimate(cm, num, den),
-                           threshold, kind)
+                           threshold, kind, pooled_ratio_null(bm, cm, num, den))
 
-    def p90(stats):
-        return quantile_estimate(stats["tokens_per_record"]["percentiles"], stats["records"], 0.9)
+    def p90(stats, table=None):
+        table = stats["tokens_per_record"]["percentiles"] if table is None else table
+        return quantile_estimate(table, stats["records"], 0.9)
+
+    # Under "no drift" the larger side's percentiles describe both sides' distribution best (the
+    # smaller one often misses the tail): the null spread of each side's p90 is read off them.
+    larger = max((baseline, current), key=lambda s: s["records"])["tokens_per_record"]["percentiles"]
+    p90_null = Estimate(0.0, p90(baseline, larger).variance + p90(current, larger).variance,
+                        max(min(baseline["records"], current["records"]) - 1, 1))
 
     rows: list[_Test | Metric] = [
         ratio("bytes_per_token", "bytes per token", TOKENIZATION, "bytes", "tokens", t.bytes_per_token),
@@ -594,7 +652,7 @@ def compare(baseline: dict, current: dict, thresholds: Thresholds = Thresholds()
         b_cls, c_cls = _groups(baseline, "token_classes"), _groups(current, "token_classes")
         observed = js_divergence(b_cls.sum(0), c_cls.sum(0))
         rows.append(_divergence_test("js_token_ids", "JS divergence of token ids", TOKENIZATION, observed,
-                                     js_null(b_cls, c_cls), t.js))
+                                     js_null(b_cls, c_cls, baseline["records"], current["records"]), t.js))
     else:
         rows.append(Metric("js_token_ids", "JS divergence of token ids", TOKENIZATION, None, None, None,
                            "divergence", t.js, layout.NOT_AVAILABLE))
@@ -610,7 +668,7 @@ def compare(baseline: dict, current: dict, thresholds: Thresholds = Thresholds()
     rows += [
         ratio("tokens_per_record_mean", "tokens per record (mean)", DATA, "tokens", None, t.tokens_per_record),
         _ratio_test("tokens_per_record_p90", "tokens per record (p90)", DATA, p90(baseline), p90(current),
-                    t.tokens_per_record),
+                    t.tokens_per_record, null=p90_null),
         _rate_test("rejected_rate", "rejected records rate", DATA,
                    (baseline["rejected"]["total"], baseline["records_read"]),
                    (current["rejected"]["total"], current["records_read"]), t.rejected_rate),

@@ -325,3 +325,49 @@ def test_drift_over_time_judges_every_window_in_order(stats_files, capsys, tmp_p
         assert (tmp_path / "report" / "drift.png").stat().st_size > 10_000
     code, _, err = run(capsys, stats_files["en_a"], tmp_path / "nothing" / "*.stats.json")
     assert code == 2 and "matched no files" in err
+
+
+def _moments(rows):
+    """stats.json-style moments of (tokens, bytes) records."""
+    return {"variables": ["tokens", "bytes"], "records": len(rows),
+            "sums": [sum(r[0] for r in rows), sum(r[1] for r in rows)],
+            "products": [[sum(r[i] * r[j] for r in rows) for j in range(2)] for i in range(2)]}
+
+
+def test_the_no_drift_variance_pools_both_sides_records():
+    """Var(R_a - R_b) under no drift = s^2 (1/n_a + 1/n_b), s^2 the spread of all records around
+    the pooled ratio: computed here by hand from the records themselves."""
+    a = [(10, 40), (12, 50), (1000, 3000), (9, 37), (11, 44), (10, 41)]
+    b = [(10, 42), (8, 33), (12, 47)]
+    pooled = a + b
+    r = sum(y for _, y in pooled) / sum(x for x, _ in pooled)
+    xbar = sum(x for x, _ in pooled) / len(pooled)
+    s2 = sum((y - r * x) ** 2 for x, y in pooled) / ((len(pooled) - 1) * xbar ** 2)
+    null = drift.pooled_ratio_null(_moments(a), _moments(b), "bytes", "tokens")
+    assert null.value == pytest.approx(r)
+    assert null.variance == pytest.approx(s2 * (1 / len(a) + 1 / len(b)))
+    # The mean per record (no denominator): the pooled sample variance of the lengths.
+    lengths = [x for x, _ in pooled]
+    mean = sum(lengths) / len(lengths)
+    var = sum((t - mean) ** 2 for t in lengths) / (len(lengths) - 1)
+    assert drift.pooled_ratio_null(_moments(a), _moments(b), "tokens", None).variance == \
+        pytest.approx(var * (1 / len(a) + 1 / len(b)))
+
+
+def test_a_small_side_that_missed_the_long_tail_is_not_drift():
+    """600 records with a few very long ones against 40 ordinary ones of the same distribution:
+    the small side's own variance is tiny, so a test on it alone calls the mean length drifted;
+    the pooled no-drift variance does not."""
+    import random
+    rng = random.Random(3)
+    def record():
+        t = 5000 if rng.random() < 0.02 else rng.randint(50, 150)
+        return t, 4 * t
+    big = [record() for _ in range(600)]
+    small = [(t, 4 * t) for t in (rng.randint(50, 150) for _ in range(40))]    # no long one drawn
+    base = drift.ratio_estimate(_moments(big), "tokens", None)
+    cur = drift.ratio_estimate(_moments(small), "tokens", None)
+    welch_only = drift._ratio_test("m", "m", drift.DATA, base, cur, 0.25)
+    pooled = drift._ratio_test("m", "m", drift.DATA, base, cur, 0.25,
+                               null=drift.pooled_ratio_null(_moments(big), _moments(small), "tokens", None))
+    assert welch_only.p_value < 0.01 < pooled.p_value
