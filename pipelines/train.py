@@ -25,7 +25,8 @@ import time
 from dataclasses import asdict
 from operator import mul
 
-from bpe_ops import pretokenize
+from bpe_ops import formats, pretokenize
+from bpe_ops.text_rules import NORMAL_FORMS, TextRules, text_rules
 from bpe_ops.trainer import MAX_IDS
 from schemas import reports
 from bpe_ops.implementation import DEFAULT, Implementation
@@ -232,6 +233,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="threads that count each shard in a worker (default: the cores each local worker "
                              "has, 1 on other runners)")
     parser.add_argument("--tie-break", default="largest", choices=["largest", "smallest", "hf"])
+    parser.add_argument("--max-token-length", type=int, default=None, metavar="L",
+                        help="Hugging Face's max_token_length: no merge makes a token of L bytes or more "
+                             "(two single bytes always merge)")
+    parser.add_argument("--split-digits", action="store_true",
+                        help="every digit a pre-token of its own: no token holds two digits")
+    parser.add_argument("--digit-group", type=int, default=None, metavar="K",
+                        help="runs of digits cut into pre-tokens of K digits, from the left")
+    parser.add_argument("--normalize", type=str.upper, default=None, choices=NORMAL_FORMS,
+                        help="Unicode normalization of the text when counting, recorded in tokenizer.json")
+    parser.add_argument("--lowercase", action="store_true",
+                        help="lowercase the text (after --normalize) when counting, recorded in tokenizer.json")
     parser.add_argument("--counts", default=None, metavar="DIR",
                         help="train from counts written earlier (a run folder or its counts/), skipping the corpus")
     add_source_arguments(parser)
@@ -261,6 +273,13 @@ def check_args(args: argparse.Namespace, rest: list[str], parser: argparse.Argum
         raise UserError("--min-count and --min-frequency must be at least 1")
     if args.count_threads is not None and args.count_threads < 1:
         raise UserError(f"--count-threads must be at least 1, got {args.count_threads}")
+    if args.max_token_length is not None and args.max_token_length < 1:
+        raise UserError(f"--max-token-length must be at least 1, got {args.max_token_length}")
+    if args.split_digits and args.digit_group is not None:
+        raise UserError("--split-digits and --digit-group exclude each other (--split-digits is --digit-group 1)")
+    if args.digit_group is not None and args.digit_group < 1:
+        raise UserError(f"--digit-group must be at least 1, got {args.digit_group}")
+    text_rules_of(args)
     memory = [url for url in [*(args.input or []), args.output, args.counts or ""] if url.startswith("memory://")]
     if memory:
         raise UserError(f"memory:// URLs live inside one process, and training counts in a process of its own: "
@@ -269,6 +288,28 @@ def check_args(args: argparse.Namespace, rest: list[str], parser: argparse.Argum
     if args.vocab_size < base + len(set(args.special_token)) + 1 and base == 256:
         raise UserError(f"--vocab-size {args.vocab_size} is too small: the byte alphabet alone is 256 ids, plus "
                         f"{len(set(args.special_token))} special tokens, plus at least one merge")
+
+
+def text_options_of(args: argparse.Namespace) -> dict:
+    """The counting options of the flags, as _totals.json and train_report.json record them."""
+    return reports.text_options(normalize=getattr(args, "normalize", None), lowercase=getattr(args, "lowercase", False),
+                                split_digits=getattr(args, "split_digits", False),
+                                digit_group=getattr(args, "digit_group", None))
+
+
+def text_rules_of(args: argparse.Namespace) -> TextRules:
+    """How the flags split and normalize text (bpe_ops/text_rules.py); contradictions are a UserError."""
+    try:
+        return text_rules(args.pattern, **text_options_of(args))
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def describe_text_options(options: dict) -> str:
+    """`--normalize NFKC --split-digits`-style, or `no text options`."""
+    flags = [f"--{key.replace('_', '-')}" + ("" if options[key] is True else f" {options[key]}")
+             for key in reports.text_options() if options.get(key) not in (None, False)]
+    return " ".join(flags) or "no text options"
 
 
 def check_pattern(pattern: str, implementation: Implementation = DEFAULT) -> None:
@@ -357,6 +398,10 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
         timing["count"] = time.perf_counter() - started
     t0 = time.perf_counter()
     totals = read_json(join(counts_dir, "_totals.json"))
+    made_with = totals.get("text_options", reports.text_options())     # older counts: made with none
+    if made_with != text_options_of(args):
+        raise UserError(f"the counts in {counts_dir} were made with {describe_text_options(made_with)}, not "
+                        f"{describe_text_options(text_options_of(args))}: train with their options, or count again")
     if totals["records"] != totals["records_counted"] + totals["records_rejected"]:
         raise RuntimeError(f"record accounting is broken: {totals['records']} read != "
                            f"{totals['records_counted']} counted + {totals['records_rejected']} rejected")
@@ -383,6 +428,7 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
     try:
         tok = train_bpe(counts, vocab_size=args.vocab_size, pattern=args.pattern, special_tokens=specials,
                         min_frequency=args.min_frequency, tie_break=args.tie_break, progress=bar,
+                        max_token_length=args.max_token_length, **text_options_of(args),
                         implementation=implementation)
     except ValueError as exc:
         raise UserError(str(exc)) from None
@@ -390,6 +436,9 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
     timing["merge_loop"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     tokenizer_url = upload_tokenizer(tok, args.output)
+    tiktoken = formats.tiktoken_recipe(tok)
+    if not tiktoken["identical"]:
+        warn(tiktoken["note"])
     result = tok.training
     total_bytes = sum(map(mul, map(len, counts), counts.values())) if args.pattern.lower() != "classic" \
         else totals["bytes"]
@@ -399,6 +448,8 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
         "version": reports.TRAIN_REPORT_VERSION, "complete": True, "tokenizer_sha256": tok.sha256,
         "vocab_size": tok.vocab_size, "pattern": args.pattern, "special_tokens": specials,
         "tie_break": args.tie_break, "min_frequency": args.min_frequency, "min_count": args.min_count,
+        "max_token_length": args.max_token_length, "text_options": text_options_of(args),
+        "normalizer": tok.normalizer_spec, "pre_tokenizer": tok.pre_tokenizer_spec, "tiktoken": tiktoken,
         **corpus_report(totals, inputs if inputs is not None else {"counts": args.counts}),
         "merges": len(result.merges), "tied_merges": result.tied_merges,
         "duplicate_merges": result.duplicate_merges, "stop_reason": result.stop_reason,
@@ -420,7 +471,8 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
         {"version": reports.TRAIN_REPORT_VERSION, "tokenizer_sha256": tok.sha256, "inputs": report["inputs"],
          "shards": report["shards"], "shards_failed": report["shards_failed"], "records": report["records"],
          "records_counted": report["records_counted"], "records_rejected": report["records_rejected"],
-         "files": [name for name in TOKENIZER_FILES[:-1] if name != "compression_curve.png" or plotted]},
+         "files": [name for name in TOKENIZER_FILES[:-1]
+                   if (name != "compression_curve.png" or plotted) and (name != "tokenizer.tiktoken" or tiktoken["written"])]},
         indent=1, sort_keys=True) + "\n")
     say(f"trained {tok.vocab_size:,} ids ({len(result.merges):,} merges, {result.tied_merges:,} tied, stop: "
         f"{result.stop_reason}) from {report['records_counted']:,} records ({report['records_rejected']:,} rejected, "

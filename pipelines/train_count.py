@@ -62,9 +62,12 @@ class CountShardPretokens(beam.DoFn):
     TOTALS = "totals"
 
     def __init__(self, source_options, pattern: str, special_tokens: tuple[str, ...], output: str,
-                 fail_fast: bool = False, threads: int = 1, implementation: Implementation = DEFAULT):
+                 fail_fast: bool = False, threads: int = 1, implementation: Implementation = DEFAULT,
+                 normalizer: dict | None = None, pre_tokenizer: dict | None = None):
         self.source_options = source_options
         self.pattern = pattern
+        self.normalizer = normalizer            # HF components, as the tokenizer will hold them
+        self.pre_tokenizer = pre_tokenizer
         self.special_tokens = special_tokens
         self.output = output
         self.fail_fast = fail_fast
@@ -82,7 +85,8 @@ class CountShardPretokens(beam.DoFn):
         if self.counter is not None:          # the last bundle failed, and teardown did not run
             self.counter.close()
         self.counter = CountingThreads(lambda: pretokenize.PretokenCounter(
-            self.pattern, self.special_tokens, implementation=self.implementation), self.threads)
+            self.pattern, self.special_tokens, normalizer=self.normalizer, pre_tokenizer=self.pre_tokenizer,
+            implementation=self.implementation), self.threads)
 
     def process(self, shard):
         started = time.perf_counter()
@@ -290,16 +294,19 @@ class WriteCountsBucket(beam.DoFn):
                    unique_pretokens_after_pruning=rows)
 
 
-def write_totals(totals, counts_dir):
-    totals = dict(totals, version=reports.TOTALS_VERSION)
+def write_totals(totals, counts_dir, text_options=None):
+    totals = dict(totals, version=reports.TOTALS_VERSION, text_options=text_options or reports.text_options())
     url = join(counts_dir, "_totals.json")
     with writing(url):
         write_text_atomic(url, json.dumps(totals, indent=1, sort_keys=True) + "\n")
 
 
 def build_count_pipeline(p, shards, source_options, pattern, special_tokens, output, min_count, hot_key_fanout=None,
-                         fail_fast=False, count_threads=1, spread=True, implementation: Implementation = DEFAULT):
-    """The Beam graph of the counting stage (steps 1-4); returns nothing, writes OUTPUT/counts/."""
+                         fail_fast=False, count_threads=1, spread=True, implementation: Implementation = DEFAULT,
+                         normalizer=None, pre_tokenizer=None, text_options=None):
+    """The Beam graph of the counting stage (steps 1-4); returns nothing, writes OUTPUT/counts/.
+    `normalizer` and `pre_tokenizer` are the tokenizer's HF components (bpe_ops/text_rules.py), and
+    `text_options` the flags they came from, recorded in _totals.json."""
     counts_dir = join(output, "counts")
     # One element per shard, spread over the workers unless they are this one process.
     shard_elements = p | "Shards" >> beam.Create(shards)
@@ -308,7 +315,7 @@ def build_count_pipeline(p, shards, source_options, pattern, special_tokens, out
     counted = (shard_elements
                | "CountShardPretokens" >> beam.ParDo(
                    CountShardPretokens(source_options, pattern, tuple(special_tokens), output, fail_fast,
-                                       count_threads, implementation)
+                                       count_threads, implementation, normalizer, pre_tokenizer)
                ).with_outputs(CountShardPretokens.TOTALS, main="counts"))
     # Every one of the 16 bucket keys is hot on a distributed runner, where the fan-out spreads each
     # key's sum over more workers; on the local runner it is one more stage
@@ -326,7 +333,7 @@ def build_count_pipeline(p, shards, source_options, pattern, special_tokens, out
     ((counted[CountShardPretokens.TOTALS], bucket_totals)
      | "AllTotals" >> beam.Flatten()
      | "MergeTotals" >> beam.CombineGlobally(MergeTotals()).without_defaults()
-     | "WriteTotals" >> beam.Map(write_totals, counts_dir))
+     | "WriteTotals" >> beam.Map(write_totals, counts_dir, text_options))
 
 
 def clear_counts(counts_dir: str) -> None:
@@ -344,11 +351,12 @@ def count_corpus(args: argparse.Namespace, rest: list[str], tool_options: list[s
     """Steps 1-4 of `tokenbeam train`: sort the leftover arguments into Beam's flags and more inputs,
     match the shards, run the counting pipeline, leave OUTPUT/counts/ (parts and _totals.json) behind;
     returns the inputs. Bad input is a UserError; outputs are only touched once all checks pass."""
-    from pipelines.train import check_pattern, clear_tokenizer_files
+    from pipelines.train import check_pattern, clear_tokenizer_files, text_options_of, text_rules_of
 
     beam_args, bare = split_beam_args(rest, tool_options)
     inputs = list(args.input) + bare
     check_pattern(args.pattern, implementation)
+    rules = text_rules_of(args)
     source_options = make_source_options(args)
     shards = expand(inputs, source_options)
     options, runner = pipeline_options(beam_args)
@@ -367,11 +375,13 @@ def count_corpus(args: argparse.Namespace, rest: list[str], tool_options: list[s
         say(f"removed the temporary files of an interrupted earlier run under {args.output}")
     say(f"train: {len(shards)} shard(s), {sum(s.size for s in shards) / 1e6:.1f} MB -> {args.output}")
     with pipeline_failures(args.output), quiet_worker_stderr(), beam.Pipeline(runner=runner, options=options) as p:
-        build_count_pipeline(p, shards, source_options, args.pattern, list(dict.fromkeys(args.special_token)),
+        build_count_pipeline(p, shards, source_options, rules.pattern, list(dict.fromkeys(args.special_token)),
                              args.output, args.min_count, fail_fast=args.fail_fast,
                              count_threads=args.count_threads or local_cores_per_worker(options, runner),
                              hot_key_fanout=None if runner is not None else HOT_KEY_FANOUT,
-                             spread=not one_local_worker(options, runner), implementation=implementation)
+                             spread=not one_local_worker(options, runner), implementation=implementation,
+                             normalizer=rules.normalizer, pre_tokenizer=rules.pre_tokenizer,
+                             text_options=text_options_of(args))
     return sorted(set(inputs))
 
 

@@ -11,8 +11,20 @@ TRAIN_REPORT_KEYS = (
     "rejected_by_reason", "records_repaired", "shard_errors", "bytes", "pretokens",
     "unique_pretokens_before_pruning", "unique_pretokens_after_pruning", "merges", "tied_merges",
     "duplicate_merges", "stop_reason", "compression_curve", "timing_seconds", "peak_rss_mb",
-    "peak_rss_mb_by_process",
+    "peak_rss_mb_by_process", "max_token_length", "text_options", "normalizer", "pre_tokenizer", "tiktoken",
 )
+# train_report.json "tiktoken": whether tokenizer.tiktoken was written, the pattern tiktoken needs, and
+# whether it then gives the same ids (bpe_ops.formats.tiktoken_recipe).
+TIKTOKEN_KEYS = ("written", "pattern", "identical", "note")
+
+
+def text_options(normalize: str | None = None, lowercase: bool = False, split_digits: bool = False,
+                 digit_group: int | None = None) -> dict:
+    """The counting options that change the counts, as `_totals.json` ("text_options", absent in
+    counts made before them: all off) and train_report.json record them; `train --counts` refuses
+    counts made with other ones."""
+    return {"normalize": normalize, "lowercase": bool(lowercase), "split_digits": bool(split_digits),
+            "digit_group": digit_group}
 
 
 def empty_totals() -> dict:

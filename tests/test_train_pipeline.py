@@ -225,3 +225,99 @@ def test_the_launcher_never_imports_beam_and_passes_the_counting_errors_on(tmp_p
     with pytest.raises(UserError, match="nope.*matched no files"):
         train.run(["--input", str(tmp_path / "nope" / "*.jsonl"), "--output", str(tmp_path / "out2"),
                    "--vocab-size", "300"])
+
+
+# ---- text options: --normalize, --lowercase, --split-digits, --digit-group, --max-token-length -------
+
+def tokenize_like_hf(tokenizer_json, corpora, out):
+    """Tokenize corpora/tiny with the pipeline; assert every record's ids are Hugging Face's; return
+    {record id: (raw text, decoded ids)}."""
+    from tokenizers import Tokenizer as HFTokenizer
+
+    from bpe_ops import Tokenizer
+    from pipelines import tokenize
+    tokenize.run(["--tokenizer", str(tokenizer_json), "--input", str(corpora / "tiny" / "*.jsonl"), "--output", str(out)])
+    texts = {}
+    for shard in sorted((corpora / "tiny").glob("*.jsonl")):
+        for line in shard.read_text(encoding="utf-8").splitlines():
+            rec = json.loads(line)
+            texts[rec["id"]] = rec["text"]
+    hf, ours, decoded = HFTokenizer.from_file(str(tokenizer_json)), Tokenizer.from_file(tokenizer_json), {}
+    for part in sorted(out.glob("*.parquet")):
+        table = pq.read_table(part)
+        ids, token_ids = table.column("id").to_pylist(), table.column("token_ids").to_pylist()
+        want = [e.ids for e in hf.encode_batch([texts[i] for i in ids], add_special_tokens=False)]
+        assert token_ids == want, part.name
+        decoded.update((i, (texts[i], ours.decode(t))) for i, t in zip(ids, token_ids))
+    assert len(decoded) == len(texts) == 40
+    return decoded
+
+
+def test_text_options_count_train_and_tokenize_as_hugging_face_does(tmp_path, sample, corpora):
+    from bpe_ops import Tokenizer, hf_components
+    out = tmp_path / "tok"
+    flags = ["--normalize", "nfkc", "--lowercase", "--split-digits", "--max-token-length", 10]
+    report = run_train("--input", sample / "*.jsonl", "--output", out, "--vocab-size", 800, *flags)
+    options = {"normalize": "NFKC", "lowercase": True, "split_digits": True, "digit_group": None}
+    assert report["text_options"] == options and report["max_token_length"] == 10
+    assert json.loads((out / "counts" / "_totals.json").read_text())["text_options"] == options
+    assert report["normalizer"] == {"type": "Sequence", "normalizers": [{"type": "NFKC"}, {"type": "Lowercase"}]}
+    assert report["tiktoken"]["written"] and not report["tiktoken"]["identical"]
+    tok = Tokenizer.from_file(out / "tokenizer.json")
+    direct = train_bpe(read_jsonl_texts(sample), vocab_size=800, max_token_length=10, **options)
+    assert tok.merges == direct.merges and tok.normalizer_spec == direct.normalizer_spec
+    assert max(len(a + b) for a, b in tok.merges) <= 9
+    decoded = tokenize_like_hf(out / "tokenizer.json", corpora, tmp_path / "tokens")
+    normalize = hf_components.normalizer(tok.normalizer_spec)
+    assert all(normalize(raw) == back for raw, back in decoded.values())
+    assert sum(raw != back for raw, back in decoded.values()) > 30        # lowercasing changed them
+    # The same options reuse the counts; other ones are refused in one line.
+    again = run_train("--counts", out, "--output", tmp_path / "again", "--vocab-size", 800, *flags)
+    assert again["tokenizer_sha256"] == report["tokenizer_sha256"]
+    result = cli("--counts", out, "--output", tmp_path / "other", "--vocab-size", 800, "--split-digits")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    [line] = [l for l in result.stderr.splitlines() if l.startswith("tokenbeam: error:")]
+    assert "made with --normalize NFKC --lowercase --split-digits, not --split-digits" in line
+
+
+def test_counts_made_before_text_options_are_counts_without_them(sample_runs, tmp_path):
+    counts = tmp_path / "old" / "counts"
+    counts.mkdir(parents=True)
+    for f in (sample_runs["in_memory"] / "counts").iterdir():
+        data = f.read_bytes()
+        if f.name == "_totals.json":
+            data = json.dumps({k: v for k, v in json.loads(data).items() if k != "text_options"}).encode()
+        (counts / f.name).write_bytes(data)
+    run_train("--counts", counts.parent, "--output", tmp_path / "a", "--vocab-size", 700)
+    with pytest.raises(UserError, match="made with no text options, not --normalize NFC"):
+        run_train("--counts", counts.parent, "--output", tmp_path / "b", "--vocab-size", 700, "--normalize", "NFC")
+
+
+def test_digit_rule_on_a_custom_pattern_writes_no_rank_file(tmp_path, sample, corpora, capfd):
+    out = tmp_path / "tok"
+    report = run_train("--input", sample / "*.jsonl", "--output", out, "--vocab-size", 600,
+                       "--pattern", r"\S+|\s+", "--digit-group", 2)
+    assert not report["tiktoken"]["written"] and not (out / "tokenizer.tiktoken").exists()
+    assert "tokenizer.tiktoken" not in json.loads((out / "_SUCCESS").read_text())["files"]
+    assert "warning: no tokenizer.tiktoken" in capfd.readouterr().err
+    assert [s["type"] for s in report["pre_tokenizer"]["pretokenizers"]] == ["Split", "Split", "ByteLevel"]
+    decoded = tokenize_like_hf(out / "tokenizer.json", corpora, tmp_path / "tokens")
+    assert all(raw == back for raw, back in decoded.values())
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--split-digits", "--digit-group", "2"], "--split-digits and --digit-group exclude each other"),
+    (["--digit-group", "0"], "--digit-group must be at least 1, got 0"),
+    (["--digit-group", "two"], "--digit-group: invalid int value"),
+    (["--max-token-length", "-3"], "--max-token-length must be at least 1, got -3"),
+    (["--normalize", "NFX"], "--normalize: invalid choice: 'NFX'"),
+    (["--pattern", "classic", "--lowercase"], "classic mode takes no normalization or digit rule"),
+])
+def test_bad_text_options_are_one_clear_line(tmp_path, flags, expected):
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps({"text": "hello world 2024"}) + "\n")
+    result = cli("--input", good, "--output", tmp_path / "out", "--vocab-size", 300, *flags)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    [line] = [l for l in result.stderr.splitlines() if l.startswith("tokenbeam: error:")]
+    assert expected in line
+    assert not (tmp_path / "out").exists()
