@@ -22,7 +22,9 @@ def text_options(normalize: str | None = None, lowercase: bool = False, split_di
                  digit_group: int | None = None) -> dict:
     """The counting options that change the counts, as `_totals.json` ("text_options", absent in
     counts made before them: all off) and train_report.json record them; `train --counts` refuses
-    counts made with other ones."""
+    counts made with other ones. `digit_group` 1 is the same rule as `split_digits`, and recorded as it."""
+    if digit_group == 1 and not split_digits:
+        split_digits, digit_group = True, None
     return {"normalize": normalize, "lowercase": bool(lowercase), "split_digits": bool(split_digits),
             "digit_group": digit_group}
 

@@ -274,6 +274,9 @@ def test_text_options_count_train_and_tokenize_as_hugging_face_does(tmp_path, sa
     # The same options reuse the counts; other ones are refused in one line.
     again = run_train("--counts", out, "--output", tmp_path / "again", "--vocab-size", 800, *flags)
     assert again["tokenizer_sha256"] == report["tokenizer_sha256"]
+    same_rule = [f if f != "--split-digits" else "--digit-group 1" for f in map(str, flags)]
+    again = run_train("--counts", out, "--output", tmp_path / "same", "--vocab-size", 800, *" ".join(same_rule).split())
+    assert again["tokenizer_sha256"] == report["tokenizer_sha256"]
     result = cli("--counts", out, "--output", tmp_path / "other", "--vocab-size", 800, "--split-digits")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     [line] = [l for l in result.stderr.splitlines() if l.startswith("tokenbeam: error:")]
