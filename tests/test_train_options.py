@@ -13,6 +13,7 @@ import unicodedata
 import pytest
 import regex
 import tiktoken
+from hypothesis import given, settings, strategies as st
 from tokenizers import Tokenizer as HFTokenizer
 
 from bpe_ops import Tokenizer, formats, hf_components, pretokenize, train_bpe
@@ -167,3 +168,16 @@ def test_digit_group_beyond_three_regroups_named_patterns(tmp_path):
 def test_bad_options_raise(options, message):
     with pytest.raises(ValueError, match=message):
         train_bpe(["a b"], vocab_size=300, **options)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(st.sampled_from(list("0123456789 \t\n\r aZé.,'s-/") + ["١", "²", "Ⅻ", "\u00a0", "’"]),
+                    max_size=40),
+       name_and_group=st.sampled_from([("gpt4", 1), ("gpt4", 3), ("o200k", 1), ("o200k", 3), ("gpt2", 1),
+                                       ("gpt2", 2), ("gpt2", 4)]))
+def test_folded_digit_rule_equals_the_chain_on_any_text(text, name_and_group):
+    name, group = name_and_group
+    folded = pretokenize.compile_pattern(text_rules(name, digit_group=group).pattern).findall
+    chain = hf_components.pre_tokenizer(text_rules(f"(?:{pretokenize.PATTERNS[name]})",
+                                                   digit_group=group).pre_tokenizer)
+    assert folded(text) == chain(text)
