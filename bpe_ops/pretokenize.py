@@ -491,11 +491,12 @@ class PretokenCounter:
     Special tokens split each text first and are not counted. A Hugging Face `normalizer` and
     `pre_tokenizer` (tokenizer.json components, see bpe_ops/text_rules.py and hf_components.py)
     apply as the Tokenizer holding them applies them: each segment between special tokens is
-    normalized, then split by the pre-tokenizer chain instead of `pattern` (on `regex`). With PCRE2, a compiled counter splits
-    and counts each text on its UTF-8 bytes; a text PCRE2 may not split (see `Pcre2Pattern`) is
-    counted on strings with `regex`, as everything is without PCRE2, and converted to bytes once in
-    `drain`. Lone surrogates cannot be encoded to UTF-8; they become U+FFFD, as the pipelines do on
-    decode.
+    normalized, then split by the pre-tokenizer chain instead of `pattern` (on `regex`).
+
+    With PCRE2, a compiled counter splits and counts each text on its UTF-8 bytes; a text PCRE2 may
+    not split (see `Pcre2Pattern`) is counted on strings with `regex`, as everything is without
+    PCRE2, and converted to bytes once in `drain`. Lone surrogates cannot be encoded to UTF-8; they
+    become U+FFFD, as the pipelines do on decode.
     """
 
     def __init__(self, pattern: str = "gpt4", special_tokens: Sequence[str] = (), *,

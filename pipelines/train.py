@@ -292,7 +292,8 @@ def check_args(args: argparse.Namespace, rest: list[str], parser: argparse.Argum
 
 def text_options_of(args: argparse.Namespace) -> dict:
     """The counting options of the flags, as _totals.json and train_report.json record them."""
-    return reports.text_options(normalize=getattr(args, "normalize", None), lowercase=getattr(args, "lowercase", False),
+    return reports.text_options(normalize=getattr(args, "normalize", None),
+                                lowercase=getattr(args, "lowercase", False),
                                 split_digits=getattr(args, "split_digits", False),
                                 digit_group=getattr(args, "digit_group", None))
 
@@ -303,6 +304,15 @@ def text_rules_of(args: argparse.Namespace) -> TextRules:
         return text_rules(args.pattern, **text_options_of(args))
     except ValueError as exc:
         raise UserError(str(exc)) from None
+
+
+def check_counts_options(counts_dir: str, args: argparse.Namespace) -> None:
+    """Counts made with other text options would train a tokenizer that encodes differently from
+    what it was trained on: a UserError."""
+    made_with = read_json(join(counts_dir, "_totals.json")).get("text_options", reports.text_options())
+    if made_with != text_options_of(args):     # (older counts have no record: made with none)
+        raise UserError(f"the counts in {counts_dir} were made with {describe_text_options(made_with)}, not "
+                        f"{describe_text_options(text_options_of(args))}: train with their options, or count again")
 
 
 def describe_text_options(options: dict) -> str:
@@ -378,6 +388,7 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
         check_pattern(args.pattern, implementation)
         if not exists(join(counts_dir, "_totals.json")):
             raise UserError(f"no counts found in {counts_dir} (expected _totals.json and part-*.parquet)")
+        check_counts_options(counts_dir, args)
         check_output_folder(args.output)
         clear_tokenizer_files(args.output)
         counting = None
@@ -398,10 +409,6 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
         timing["count"] = time.perf_counter() - started
     t0 = time.perf_counter()
     totals = read_json(join(counts_dir, "_totals.json"))
-    made_with = totals.get("text_options", reports.text_options())     # older counts: made with none
-    if made_with != text_options_of(args):
-        raise UserError(f"the counts in {counts_dir} were made with {describe_text_options(made_with)}, not "
-                        f"{describe_text_options(text_options_of(args))}: train with their options, or count again")
     if totals["records"] != totals["records_counted"] + totals["records_rejected"]:
         raise RuntimeError(f"record accounting is broken: {totals['records']} read != "
                            f"{totals['records_counted']} counted + {totals['records_rejected']} rejected")
@@ -471,8 +478,8 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
         {"version": reports.TRAIN_REPORT_VERSION, "tokenizer_sha256": tok.sha256, "inputs": report["inputs"],
          "shards": report["shards"], "shards_failed": report["shards_failed"], "records": report["records"],
          "records_counted": report["records_counted"], "records_rejected": report["records_rejected"],
-         "files": [name for name in TOKENIZER_FILES[:-1]
-                   if (name != "compression_curve.png" or plotted) and (name != "tokenizer.tiktoken" or tiktoken["written"])]},
+         "files": [name for name in TOKENIZER_FILES[:-1] if (name != "compression_curve.png" or plotted)
+                   and (name != "tokenizer.tiktoken" or tiktoken["written"])]},
         indent=1, sort_keys=True) + "\n")
     say(f"trained {tok.vocab_size:,} ids ({len(result.merges):,} merges, {result.tied_merges:,} tied, stop: "
         f"{result.stop_reason}) from {report['records_counted']:,} records ({report['records_rejected']:,} rejected, "

@@ -281,6 +281,7 @@ def test_text_options_count_train_and_tokenize_as_hugging_face_does(tmp_path, sa
     assert result.returncode == 2 and "Traceback" not in result.stderr
     [line] = [l for l in result.stderr.splitlines() if l.startswith("tokenbeam: error:")]
     assert "made with --normalize NFKC --lowercase --split-digits, not --split-digits" in line
+    assert not (tmp_path / "other").exists()                  # refused before anything was written
 
 
 def test_counts_made_before_text_options_are_counts_without_them(sample_runs, tmp_path):
