@@ -246,7 +246,7 @@ def _alphabet(tok) -> dict[int, bytes]:
 def truncated(tok, n_merges: int):
     """The tokenizer of `tok`'s first `n_merges` merges: the same split, normalizer and special
     tokens (numbered after the last merge, as `train_bpe` numbers them), ids renumbered (bytes 0..255
-    in byte mode). ValueError for a tokenizer that is not a merge list, or past its merges.
+    in byte mode): what `train_bpe` would have made with that many merges. ValueError for a tokenizer that is not a merge list, or past its merges.
 
     >>> from bpe_ops import Tokenizer
     >>> tok = Tokenizer([(b"a", b"b"), (b"ab", b"c")], pattern="gpt2")
@@ -254,6 +254,7 @@ def truncated(tok, n_merges: int):
     [256, 99]
     """
     from .encoder import Tokenizer
+    from .trainer import vocab_from_merges
 
     merges = getattr(tok, "merges", None)
     if merges is None or getattr(tok, "mode", None) not in ("byte", "classic"):
@@ -266,13 +267,8 @@ def truncated(tok, n_merges: int):
     specials = sorted(tok.special_tokens, key=tok.special_tokens.get)
     kept = merges[:n_merges]
     if tok.mode == "classic":
-        vocab = dict(enumerate(sorted(_alphabet(tok).values())))
-        made = set(vocab.values())
-        for a, b in kept:
-            if a + b not in made:
-                made.add(a + b)
-                vocab[len(vocab)] = a + b
-        return Tokenizer(kept, special_tokens=specials, vocab=vocab, mode="classic",
+        alphabet = [b for _, b in sorted(_alphabet(tok).items())]        # in their id order, as trained
+        return Tokenizer(kept, special_tokens=specials, vocab=vocab_from_merges(alphabet, kept), mode="classic",
                          implementation=tok.implementation)
     return Tokenizer(kept, pattern=tok.pattern, special_tokens=specials, ignore_merges=tok.ignore_merges,
                      normalizer=tok.normalizer_spec, pre_tokenizer=tok.pre_tokenizer_spec,

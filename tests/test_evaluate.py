@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from bpe_ops import Tokenizer
+from bpe_ops import Tokenizer, train_bpe
 from bpe_ops.evaluation import evaluate_texts, iter_words, truncated, word_pieces
 from bpe_ops.stats import count_words
 from pipelines import evaluate, tokenize
@@ -81,6 +81,21 @@ def test_known_answers_from_the_pipeline_and_the_specification(tmp_path):
         assert {k: row(report, name, group)[k] for k in figures} == figures
 
 
+def test_the_same_rows_on_two_worker_processes(tmp_path, sample):
+    """Worker processes (tokenizers loaded and cut in each, tallies pickled between them) give the
+    rows of the in-process run."""
+    tok_dir = tmp_path / "small"
+    small_tokenizer().save(tok_dir)
+    records = [dict(json.loads(line), g="ab"[i % 2]) for i, line in
+               enumerate((sample / "sample-000-of-002.jsonl").read_text().splitlines())]
+    args = ["--tokenizer", str(tok_dir), "--merges", "1", "--input", write_shards(tmp_path / "in", records, 4),
+            "--group-field", "g"]
+    one = evaluate.run(args + ["--output", str(tmp_path / "one")])
+    two = evaluate.run(args + ["--output", str(tmp_path / "two"), "--direct_running_mode", "multi_processing",
+                               "--direct_num_workers", "2"])
+    assert one["rows"] == two["rows"] and len(one["rows"]) == 6 and one["records"] == len(records)
+
+
 def test_without_matplotlib_the_report_is_written_and_the_picture_skipped(tmp_path, monkeypatch, capsys):
     small_tokenizer().save(tmp_path / "small")
     monkeypatch.setattr(evaluate, "plot_available", lambda: False)
@@ -136,6 +151,21 @@ def test_a_cut_merge_list_is_the_tokenizer_of_that_size(gpt2_files, corpora):
         truncated(object(), 3)
     with pytest.raises(ValueError, match="50,000"):
         truncated(gpt2, 50_001)
+
+
+@pytest.mark.parametrize("pattern", ["gpt4", "classic"])
+def test_a_cut_merge_list_is_a_shorter_training(sample, pattern):
+    """The merge loop is greedy, so the first k merges of a training are the training of k merges:
+    the cut tokenizer is the one train_bpe makes at that size (same ids, same special-token id)."""
+    texts = [json.loads(line)["text"] for line in (sample / "sample-000-of-002.jsonl").read_text().splitlines()]
+    big = train_bpe(texts, vocab_size=700, pattern=pattern, special_tokens=["<|e|>"])
+    small = train_bpe(texts, vocab_size=550, pattern=pattern, special_tokens=["<|e|>"])
+    cut = truncated(big, len(small.merges))
+    assert len(small.merges) == len(big.merges) - 150
+    assert (cut.merges, cut.vocab, cut.special_tokens) == (small.merges, small.vocab, small.special_tokens)
+    assert [cut.encode(t) for t in texts[:40]] == [small.encode(t) for t in texts[:40]]
+    if pattern != "classic":             # (a classic tokenizer has no file, so no sha256)
+        assert cut.sha256 == small.sha256
 
 
 def test_words_and_their_pieces():
