@@ -65,7 +65,8 @@ def build_tokenizers(bases: list, variants: list[Variant]) -> list:
 
 
 def load_tokenizers(refs: list[TokenizerRef], variants: list[Variant]) -> list:
-    """Worker side: the tokenizer of each variant, from the files the launcher identified."""
+    """Worker side: the tokenizer of each variant, from the files the launcher identified. Each DoFn
+    instance loads its own: a compiled encoder and its cache serve one thread at a time."""
     try:
         bases = [load_identified_tokenizer(ref) for ref in refs]
     except UserError as exc:
@@ -79,7 +80,7 @@ def scope_name(scope: tuple[int, str]) -> str | None:
 
 class EvaluateShard(beam.DoFn):
     """Read one shard and encode every batch with every tokenizer. Emits `((variant, scope), TokenTally)`
-    for the whole dataset and each group, `(word, {group: count})` (WORDS) for every word type, at most
+    for the whole dataset and each group, `(word, Counter({group: count}))` (WORDS) for every word type, at most
     WORD_FLUSH_ENTRIES counts held at a time, and the shard's account (ACCOUNTS)."""
     WORDS = "words"
     ACCOUNTS = "accounts"
