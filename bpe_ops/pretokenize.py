@@ -65,6 +65,8 @@ PATTERNS = {
     "o200k": O200K_PATTERN,
     "classic": CLASSIC_PATTERN,
 }
+# SuperBPE's phase two (see `superword_pattern`): at most this many pre-tokens per unit by default.
+SUPERWORD_MAX_WORDS = 4
 # tiktoken's encoding names for the same patterns (a rank file is used with its encoding's pattern).
 PATTERN_ALIASES = {"cl100k": "gpt4", "cl100k_base": "gpt4", "o200k_base": "o200k", "r50k_base": "gpt2",
                    "p50k_base": "gpt2", "p50k_edit": "gpt2"}
@@ -98,6 +100,28 @@ def pattern_name(regex_str: str) -> str | None:
         if pat == regex_str:
             return name
     return None
+
+
+def superword_pattern(pattern: str = "gpt4", max_words: int = SUPERWORD_MAX_WORDS) -> str:
+    r"""The split regex of SuperBPE's phase two (superword units) built on `pattern` (a name or a regex):
+    runs of up to `max_words` consecutive pre-tokens of `pattern`, joined only where a single space
+    stands between two non-space characters (the space starts the next pre-token). So a unit never
+    holds a newline or a run of spaces that its pre-tokens did not, and BPE merges inside a unit may
+    bridge words.
+
+    Each step is one pre-token exactly as `pattern` finds it (an atomic group: never another way of
+    matching it), so the units are unions of the pre-tokens, the same in every engine that reads the
+    syntax (`regex`, PCRE2, Hugging Face's Oniguruma, tiktoken's fancy-regex):
+
+    >>> regex.findall(superword_pattern("gpt4", 3), "Hello, world. The end of it.\n the  cat")
+    ['Hello', ', world', '. The end', ' of it', '.\n', ' the', ' ', ' cat']
+    """
+    if not isinstance(max_words, int) or max_words < 2:
+        raise ValueError(f"superword units join at least 2 pre-tokens, not {max_words!r}")
+    base = resolve_pattern(pattern)
+    if base == CLASSIC_PATTERN:
+        raise ValueError("classic mode drops whitespace, so it has no superword units")
+    return rf"(?>{base})(?:(?<=\S)(?= \S)(?>{base})(?<=\S)){{0,{max_words - 1}}}"
 
 
 def compile_pattern(pattern: str, implementation: Implementation = DEFAULT) -> "regex.Pattern[str] | Pcre2Pattern":
@@ -168,12 +192,14 @@ def _compile(regex_str: str, accelerate: bool, cache_dir: str | None) -> "regex.
 
 # Syntax that PCRE2 (UTF and UCP modes, LF newlines) and `regex` read alike. Left out on purpose:
 # `\w` `\d` `\b` (defined differently), `\Z` (PCRE2 allows a final newline), `{,n}` (a literal in
-# PCRE2 10.42), POSIX classes, `(?i)` outside a group of plain words, lookbehind, escapes like `\x41`.
+# PCRE2 10.42), POSIX classes, `(?i)` outside a group of plain words, escapes like `\x41`. Lookbehind
+# is in: both engines look at the subject's characters before the match, and one PCRE2 cannot compile
+# (a lookbehind of variable length) stays on `regex`.
 _PORTABLE_SYNTAX = regex.compile(r"""(?:
       \\[pP]\{\w+\} | \\[sS]                # Unicode classes: their tables are compared below
     | \(\?i:[A-Za-z'|\[\]]*\)                  # case-insensitive plain words: letters compared below
     | \\[rnt] | \\[^\w\s]                       # controls, escaped punctuation
-    | \((?![*?]) | \(\?[:=!] | [)|]             # groups, lookaheads, alternation
+    | \((?![*?]) | \(\?(?:[:=!>]|<[=!]) | [)|]  # groups (atomic too), lookaround, alternation
     | [*+?][+?]? | \{\d+(?:,\d*)?\}[+?]?        # quantifiers: greedy, lazy or possessive
     | \[\^?(?![:.=]) | \]                       # sets, without POSIX classes
     | [$^.-]                                   # anchors (LF newlines in both), any character, ranges

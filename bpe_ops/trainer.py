@@ -34,7 +34,7 @@ from itertools import compress, repeat
 from operator import mul
 
 from . import pretokenize
-from .encoder import Tokenizer
+from .encoder import Tokenizer, _collector_paused
 from .text_rules import text_rules
 from .implementation import DEFAULT, Implementation
 
@@ -71,6 +71,10 @@ class TrainResult:
     stop_reason: str                    # "vocab_size" | "min_frequency" | "no_pairs"
     initial_tokens: int                 # sum(count * symbols) before any merge
     tokens_saved: list[int]             # weighted occurrences each merge replaced
+    # SuperBPE (`learn_superword_merges`): merges[:phase_one_merges] were learned on pre-tokens, the
+    # rest on superword units, which held superword_initial_tokens tokens when phase two began.
+    phase_one_merges: int | None = None
+    superword_initial_tokens: int | None = None
 
 
 def base_alphabet(counts: Iterable[bytes], mode: str = "byte") -> list[bytes]:
@@ -156,6 +160,65 @@ def learn_merges(counts: Mapping[bytes, int], num_merges: int, *, min_frequency:
     return TrainResult(merges=merges, merge_counts=merge_counts, tied_merges=tied,
                        duplicate_merges=duplicates, stop_reason=stop_reason,
                        initial_tokens=initial_tokens, tokens_saved=tokens_saved)
+
+
+def learn_superword_merges(units: Mapping[bytes, int], merges: list[tuple[bytes, bytes]], num_merges: int, *,
+                           min_frequency: int = 2, tie_break: str = "largest",
+                           progress: ProgressFn | None = None,
+                           implementation: Implementation = DEFAULT) -> TrainResult:
+    """Phase two of SuperBPE: continue byte-mode training from `merges` (phase one's, learned on
+    pre-tokens) over the superword units `{unit bytes: count}` (`pretokenize.superword_pattern`),
+    until `num_merges` more new tokens exist. Returns phase two's merges only.
+
+    The loop starts from each unit as the final tokenizer will see it: one piece, phase one's merges
+    applied by rank over the whole of it (`Tokenizer._merge`), which may differ from its pre-tokens
+    merged apart (`a  b` can become `a|  |b` rather than `a| | b`). From there the loop goes on as
+    in phase one, with phase one's tokens as its alphabet; a merge it makes has a higher rank than
+    every phase-one merge, so the encoder replays phase one first, then phase two, as training did.
+
+    >>> units = {b"of the": 5, b" of the": 4, b"the": 1}
+    >>> [a + b for a, b in learn_superword_merges(units, [(b"t", b"h"), (b"th", b"e")], 3).merges]
+    [b'of', b'of ', b'of the']
+    """
+    if tie_break not in TIE_BREAKS:
+        raise ValueError(f"tie_break must be one of {TIE_BREAKS}, not {tie_break!r}")
+    alphabet = base_alphabet((), "byte")
+    vocab = vocab_from_merges(alphabet, merges)
+    tokens = [vocab[i] for i in range(len(vocab))]
+    if not 0 <= num_merges <= MAX_IDS - len(tokens):
+        raise ValueError(f"num_merges must be between 0 and {MAX_IDS - len(tokens)}, not {num_merges}")
+    words, weights, initial_tokens = superword_start(units, merges, implementation)
+    hf_ranks = _hf_ranks(alphabet, "byte") + list(range(len(alphabet), len(tokens))) if tie_break == "hf" else None
+    compiled = _merge_loop is not None and implementation.compiled and initial_tokens <= INT64_MAX
+    if compiled:
+        loop = _merge_loop.merge_loop
+        min_frequency = min(max(min_frequency, 0), INT64_MAX)
+    else:
+        loop = _merge_loop_python
+    new, merge_counts, tokens_saved, tied, duplicates, stop_reason = loop(
+        words, weights, tokens, num_merges, min_frequency, tie_break, hf_ranks, progress, 0, None)
+    return TrainResult(merges=new, merge_counts=merge_counts, tied_merges=tied, duplicate_merges=duplicates,
+                       stop_reason=stop_reason, initial_tokens=initial_tokens, tokens_saved=tokens_saved)
+
+
+def superword_start(units: Mapping[bytes, int], merges: list[tuple[bytes, bytes]],
+                    implementation: Implementation = DEFAULT) -> tuple[list[str], list[int], int]:
+    """Phase two's words: each unit with a pair left after phase one's merges (replayed by rank, as
+    the encoder does), as a str of token ids (`chr(id)`), with its count; and the weighted number of
+    tokens of all units."""
+    phase_one = Tokenizer(merges, implementation=implementation)
+    # A column at a time (C loops over 10^5-10^6 units): byte b is id b before any merge.
+    ns = list(units.values())
+    if ns and min(ns) < 0:
+        unit, n = next((u, n) for u, n in units.items() if n < 0)
+        raise ValueError(f"negative count {n} for superword unit {unit!r}")
+    with _collector_paused():          # a million lists, none of them garbage
+        merged = list(map(phase_one._merge, map(list, units)))
+        total = sum(map(mul, map(len, merged), ns))
+        keep = [len(ids) > 1 and n > 0 for ids, n in zip(merged, ns)]
+        words = list(map("".join, map(map, repeat(chr), compress(merged, keep))))
+    weights = list(compress(ns, keep))
+    return words, weights, total
 
 
 def _merge_loop_python(words: list[str], weights: list[int], alphabet: list[bytes],
@@ -432,6 +495,9 @@ def train_bpe(counts_or_texts: Mapping[bytes, int] | Iterable[str] | str, vocab_
               tie_break: str = "largest", progress: ProgressFn | None = None, *,
               max_token_length: int | None = None, normalize: str | None = None, lowercase: bool = False,
               split_digits: bool = False, digit_group: int | None = None,
+              superword_transition: int | None = None,
+              superword_max_words: int = pretokenize.SUPERWORD_MAX_WORDS,
+              superword_counts: Mapping[bytes, int] | None = None,
               implementation: Implementation = DEFAULT) -> Tokenizer:
     """Train a tokenizer of `vocab_size` ids (alphabet + new tokens + special tokens).
 
@@ -450,29 +516,84 @@ def train_bpe(counts_or_texts: Mapping[bytes, int] | Iterable[str] | str, vocab_
     >>> tok = train_bpe(["2024-12-01 and 1999"] * 5, 256 + 20, split_digits=True)
     >>> [tok.decode([i]) for i in tok.encode("12345")]
     ['1', '2', '3', '4', '5']
+
+    SuperBPE (Liu et al., 2025) with `superword_transition=T` (fewer than `vocab_size` ids, counted
+    the same way): phase one learns merges on pre-tokens until the vocabulary holds T ids, phase two
+    (`learn_superword_merges`) goes on over the units of `pretokenize.superword_pattern(pattern,
+    superword_max_words)`, whose merges may bridge words. The tokenizer then splits text into those
+    units (its `pattern`). From a count table, `superword_counts` is the table of those units. The
+    digit rules apply inside the units (a named pattern's digit alternative); a custom regex with a
+    digit rule (two split steps) and `max_token_length` (phase two's first pairs are whole phase-one
+    tokens, which HF's rule never limits) are refused with it.
     """
     specials = list(dict.fromkeys(special_tokens))
     if isinstance(counts_or_texts, str):
         counts_or_texts = [counts_or_texts]
     rules = text_rules(pattern, normalize=normalize, lowercase=lowercase, split_digits=split_digits,
                        digit_group=digit_group)
+    units_pattern = None
+    if superword_transition is not None:
+        if rules.pre_tokenizer is not None or max_token_length is not None:
+            raise ValueError("superword_transition takes neither max_token_length nor a digit rule on a custom "
+                             "regex (its units must be one split regex)")
+        units_pattern = pretokenize.superword_pattern(rules.pattern, superword_max_words)
     if isinstance(counts_or_texts, Mapping):
         counts = counts_or_texts
+        if units_pattern is not None and superword_counts is None:
+            raise ValueError("superword_transition from a count table needs superword_counts, the counts of "
+                             "pretokenize.superword_pattern(pattern, superword_max_words)")
     else:
-        counts = pretokenize.count_pretokens(counts_or_texts, rules.pattern, specials, normalizer=rules.normalizer,
+        texts = counts_or_texts if units_pattern is None else list(counts_or_texts)
+        counts = pretokenize.count_pretokens(texts, rules.pattern, specials, normalizer=rules.normalizer,
                                              pre_tokenizer=rules.pre_tokenizer, implementation=implementation)
+        if units_pattern is not None:
+            superword_counts = pretokenize.count_pretokens(texts, units_pattern, specials,
+                                                           normalizer=rules.normalizer, implementation=implementation)
     mode = "classic" if pattern.lower() == "classic" else "byte"
     alphabet = base_alphabet(counts, mode)
     num_merges = vocab_size - len(alphabet) - len(specials)
     if num_merges < 0:
         raise ValueError(f"vocab_size {vocab_size} is smaller than the {len(alphabet)} base symbols "
                          f"plus {len(specials)} special tokens")
-    result = learn_merges(counts, num_merges, min_frequency=min_frequency, tie_break=tie_break,
-                          mode=mode, max_token_length=max_token_length, progress=progress,
-                          implementation=implementation)
+    if units_pattern is None:
+        result = learn_merges(counts, num_merges, min_frequency=min_frequency, tie_break=tie_break,
+                              mode=mode, max_token_length=max_token_length, progress=progress,
+                              implementation=implementation)
+    else:
+        first = superword_transition - len(alphabet) - len(specials)
+        if not 0 <= first < num_merges:
+            raise ValueError(f"superword_transition must be at least the {len(alphabet)} base symbols plus "
+                             f"{len(specials)} special tokens and below vocab_size {vocab_size}, "
+                             f"not {superword_transition}")
+        result = learn_merges(counts, first, min_frequency=min_frequency, tie_break=tie_break, mode=mode,
+                              progress=progress, implementation=implementation)
+        result = _continued(result, learn_superword_merges(
+            superword_counts, result.merges, num_merges - (len(result.merges) - result.duplicate_merges),
+            min_frequency=min_frequency, tie_break=tie_break, implementation=implementation,
+            progress=_offset(progress, len(result.merges))))
     # The Tokenizer gives the special tokens the ids after the last token, in order.
     vocab = vocab_from_merges(alphabet, result.merges)
-    tok = Tokenizer(result.merges, pattern=rules.pattern, special_tokens=specials, mode=mode, vocab=vocab,
-                    normalizer=rules.normalizer, pre_tokenizer=rules.pre_tokenizer, implementation=implementation)
+    tok = Tokenizer(result.merges, pattern=units_pattern or rules.pattern, special_tokens=specials, mode=mode,
+                    vocab=vocab, normalizer=rules.normalizer, pre_tokenizer=rules.pre_tokenizer,
+                    implementation=implementation)
     tok.training = result
     return tok
+
+
+def _continued(phase_one: TrainResult, phase_two: TrainResult) -> TrainResult:
+    """Both phases of SuperBPE as one TrainResult (the stop reason is phase two's)."""
+    return TrainResult(merges=phase_one.merges + phase_two.merges,
+                       merge_counts=phase_one.merge_counts + phase_two.merge_counts,
+                       tied_merges=phase_one.tied_merges + phase_two.tied_merges,
+                       duplicate_merges=phase_one.duplicate_merges + phase_two.duplicate_merges,
+                       stop_reason=phase_two.stop_reason, initial_tokens=phase_one.initial_tokens,
+                       tokens_saved=phase_one.tokens_saved + phase_two.tokens_saved,
+                       phase_one_merges=len(phase_one.merges),
+                       superword_initial_tokens=phase_two.initial_tokens)
+
+
+def _offset(progress: ProgressFn | None, done: int) -> ProgressFn | None:
+    """`progress` counting the merges of phase two after phase one's `done`."""
+    if progress is None:
+        return None
+    return lambda merges, pair, count: progress(done + merges, pair, count)

@@ -246,6 +246,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="lowercase the text (after --normalize) when counting, recorded in tokenizer.json")
     parser.add_argument("--counts", default=None, metavar="DIR",
                         help="train from counts written earlier (a run folder or its counts/), skipping the corpus")
+    parser.add_argument("--superword-transition", type=int, default=None, metavar="T",
+                        help="SuperBPE: learn merges inside pre-tokens until the vocabulary holds T ids (counted "
+                             "like --vocab-size), then merges that may bridge words up to --vocab-size")
+    parser.add_argument("--superword-max-words", type=int, default=pretokenize.SUPERWORD_MAX_WORDS, metavar="W",
+                        help="SuperBPE: pre-tokens per superword unit at most (default "
+                             f"{pretokenize.SUPERWORD_MAX_WORDS})")
     add_source_arguments(parser)
 
 
@@ -288,6 +294,39 @@ def check_args(args: argparse.Namespace, rest: list[str], parser: argparse.Argum
     if args.vocab_size < base + len(set(args.special_token)) + 1 and base == 256:
         raise UserError(f"--vocab-size {args.vocab_size} is too small: the byte alphabet alone is 256 ids, plus "
                         f"{len(set(args.special_token))} special tokens, plus at least one merge")
+    check_superword_args(args)
+
+
+def check_superword_args(args: argparse.Namespace) -> None:
+    """--superword-transition and --superword-max-words, as a UserError when they cannot work."""
+    transition = args.superword_transition
+    if transition is None:
+        if args.superword_max_words != pretokenize.SUPERWORD_MAX_WORDS:
+            raise UserError("--superword-max-words only applies with --superword-transition")
+        return
+    if args.pattern.lower() == "classic":
+        raise UserError("--superword-transition needs a byte-level pattern: classic mode drops whitespace, "
+                        "so no merge could bridge words")
+    low = 256 + len(set(args.special_token))
+    if not low <= transition < args.vocab_size:
+        raise UserError(f"--superword-transition {transition} must be at least {low} (the 256 bytes plus "
+                        f"{len(set(args.special_token))} special tokens) and below --vocab-size {args.vocab_size}")
+    if args.superword_max_words < 2:
+        raise UserError(f"--superword-max-words must be at least 2, got {args.superword_max_words}")
+    if args.max_token_length is not None:
+        raise UserError("--superword-transition does not take --max-token-length (phase two starts from whole "
+                        "phase-one tokens, which Hugging Face's rule never limits)")
+    if text_rules_of(args).pre_tokenizer is not None:
+        raise UserError("--superword-transition takes a digit rule only with a named --pattern (gpt2, gpt4, "
+                        "o200k): the units must be one split regex")
+
+
+def units_pattern_of(args: argparse.Namespace) -> str | None:
+    """The superword units' split pattern of a `tokenbeam train` command line (on the pattern its text
+    rules make), None without --superword-transition."""
+    if args.superword_transition is None:
+        return None
+    return pretokenize.superword_pattern(text_rules_of(args).pattern, args.superword_max_words)
 
 
 def text_options_of(args: argparse.Namespace) -> dict:
@@ -389,6 +428,7 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
         if not exists(join(counts_dir, "_totals.json")):
             raise UserError(f"no counts found in {counts_dir} (expected _totals.json and part-*.parquet)")
         check_counts_options(counts_dir, args)
+        check_superword_counts(read_json(join(counts_dir, "_totals.json")), args, counts_dir)
         check_output_folder(args.output)
         clear_tokenizer_files(args.output)
         counting = None
@@ -422,11 +462,17 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
                                          indent=1, ensure_ascii=False) + "\n")
         raise failure
     counts = load_counts(counts_dir)
+    units = None
+    if args.superword_transition is not None:
+        from schemas.tables import SUPERWORD_DIR      # (pyarrow, imported while the counting ran)
+        units = load_counts(join(counts_dir, SUPERWORD_DIR))
     timing["load_counts"] = time.perf_counter() - t0
     if not counts:
         raise IncompleteRun(f"nothing to train on: {totals['records_counted']:,} records counted, but every "
                             f"pre-token was seen fewer than --min-count {args.min_count} times")
-    say(f"merge loop: {len(counts):,} unique pre-tokens, target {args.vocab_size:,} ids")
+    say(f"merge loop: {len(counts):,} unique pre-tokens, target {args.vocab_size:,} ids"
+        + (f"; superword units: {len(units):,} unique, from {args.superword_transition:,} ids"
+           if units is not None else ""))
     warming.append(import_plotting_in_background())
     from bpe_ops import train_bpe
 
@@ -436,6 +482,8 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
         tok = train_bpe(counts, vocab_size=args.vocab_size, pattern=args.pattern, special_tokens=specials,
                         min_frequency=args.min_frequency, tie_break=args.tie_break, progress=bar,
                         max_token_length=args.max_token_length, **text_options_of(args),
+                        superword_transition=args.superword_transition,
+                        superword_max_words=args.superword_max_words, superword_counts=units,
                         implementation=implementation)
     except ValueError as exc:
         raise UserError(str(exc)) from None
@@ -450,7 +498,10 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
     total_bytes = sum(map(mul, map(len, counts), counts.values())) if args.pattern.lower() != "classic" \
         else totals["bytes"]
     base_vocab = tok.vocab_size - len(specials) - (len(result.merges) - result.duplicate_merges)
-    curve = compression_curve(result.initial_tokens, total_bytes, result.tokens_saved, base_vocab)
+    if result.phase_one_merges is None:
+        curve = compression_curve(result.initial_tokens, total_bytes, result.tokens_saved, base_vocab)
+    else:
+        curve = superword_curve(result, total_bytes, sum(map(mul, map(len, units), units.values())), base_vocab)
     report = {
         "version": reports.TRAIN_REPORT_VERSION, "complete": True, "tokenizer_sha256": tok.sha256,
         "vocab_size": tok.vocab_size, "pattern": args.pattern, "special_tokens": specials,
@@ -460,7 +511,7 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
         **corpus_report(totals, inputs if inputs is not None else {"counts": args.counts}),
         "merges": len(result.merges), "tied_merges": result.tied_merges,
         "duplicate_merges": result.duplicate_merges, "stop_reason": result.stop_reason,
-        "compression_curve": curve,
+        "compression_curve": curve, "superword": superword_report(args, result, totals, tok),
     }
     plotted = plot_curve(curve, join(args.output, "compression_curve.png"))
     timing["write"] = time.perf_counter() - t0
@@ -486,6 +537,42 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
         f"{report['shards_failed']} of {report['shards']} shard(s) failed) in {timing['total']:.1f}s -> {tokenizer_url}"
         + ("" if plotted else " (install the plot extra for compression_curve.png)"))
     return report
+
+
+def superword_curve(result, pretoken_bytes: int, unit_bytes: int, base_vocab: int) -> list[dict]:
+    """The compression curve of a SuperBPE run: phase one on the pre-token counts, then phase two on
+    the superword units (tokens per byte of each phase's own table; the two can differ a little at
+    the transition, where the units start from phase one's merges replayed over whole units)."""
+    k = result.phase_one_merges
+    one = compression_curve(result.initial_tokens, pretoken_bytes, result.tokens_saved[:k], base_vocab)
+    two = compression_curve(result.superword_initial_tokens, unit_bytes, result.tokens_saved[k:], base_vocab + k)
+    return one + [dict(point, phase=2) for point in two]
+
+
+def superword_report(args: argparse.Namespace, result, totals: dict, tok) -> dict | None:
+    """The SuperBPE section of train_report.json (None without --superword-transition)."""
+    if args.superword_transition is None:
+        return None
+    return {"transition": args.superword_transition, "max_words": args.superword_max_words,
+            "units_pattern": tok.pattern, "phase_one_merges": result.phase_one_merges,
+            "phase_two_merges": len(result.merges) - result.phase_one_merges,
+            "units": totals.get("superword_units", 0),
+            "unique_units_before_pruning": totals.get("unique_superword_units_before_pruning", 0),
+            "unique_units_after_pruning": totals.get("unique_superword_units_after_pruning", 0)}
+
+
+def check_superword_counts(totals: dict, args: argparse.Namespace, counts_dir: str) -> None:
+    """With --counts and --superword-transition: the counts must hold the superword units of this
+    --pattern and --superword-max-words, else a UserError saying how to get them."""
+    if args.superword_transition is None:
+        return
+    wanted = units_pattern_of(args)
+    found = totals.get("superword_pattern")
+    if found != wanted:
+        had = ("no superword units (counted without --superword-transition)" if found is None
+               else "the superword units of another --pattern or --superword-max-words")
+        raise UserError(f"{counts_dir} holds {had}: count the corpus again with --superword-transition, "
+                        f"--pattern {args.pattern} and --superword-max-words {args.superword_max_words}")
 
 
 def corpus_report(totals: dict, inputs) -> dict:

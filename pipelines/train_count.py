@@ -4,6 +4,10 @@
     (CombinePerKey, hot-key fan-out on distributed runners) -> PruneAndWriteCounts (--min-count,
     counts/*.parquet by bucket) ; per-shard and per-bucket totals -> MergeTotals -> counts/_totals.json
 
+With `--superword-transition` the same pass also counts SuperBPE's phase-two units
+(`pretokenize.superword_pattern`) beside the pre-tokens, under bucket keys of their own, into
+counts/superword/*.parquet, pruned the same way.
+
 `tokenbeam train` runs this in a child process (`pipelines/count_process.py`) and runs the merge loop
 itself once it has exited: Beam and everything it imports stay out of the process that holds the
 counts and the merge loop's tables.
@@ -35,7 +39,7 @@ from bpe_ops.count_table import new_count_table
 from bpe_ops.implementation import DEFAULT, Implementation
 from bpe_ops.stats import utf8_length
 from schemas import reports
-from schemas.tables import COUNTS_SCHEMA
+from schemas.tables import COUNTS_SCHEMA, SUPERWORD_DIR
 from pipelines.errors import UserError, debugging, os_error_reason, pipeline_failures, quiet_worker_stderr, say
 from pipelines.files import (check_output_folder, filesystem, join, open_atomic, remove_stale_temporaries,
                              remove_tree, write_text_atomic, writing)
@@ -58,12 +62,15 @@ class CountShardPretokens(beam.DoFn):
     counts are drained and handed to Beam once, instead of the threads idling at every shard's end.
     Rejected records go to `rejected/<shard>.jsonl`; each shard's totals go to the `totals` output
     when it is read, and the bundle's pre-token total when its counts are emitted.
+    With `units_pattern` (SuperBPE's phase-two split) every text is counted by that pattern too, and
+    those counts go under the bucket keys N_COUNT_BUCKETS.. 2 * N_COUNT_BUCKETS - 1.
     """
     TOTALS = "totals"
 
     def __init__(self, source_options, pattern: str, special_tokens: tuple[str, ...], output: str,
                  fail_fast: bool = False, threads: int = 1, implementation: Implementation = DEFAULT,
-                 normalizer: dict | None = None, pre_tokenizer: dict | None = None):
+                 normalizer: dict | None = None, pre_tokenizer: dict | None = None,
+                 units_pattern: str | None = None):
         self.source_options = source_options
         self.pattern = pattern
         self.normalizer = normalizer            # HF components, as the tokenizer will hold them
@@ -73,9 +80,14 @@ class CountShardPretokens(beam.DoFn):
         self.fail_fast = fail_fast
         self.threads = threads
         self.implementation = implementation
+        self.units_pattern = units_pattern
+
+    def patterns(self) -> list[str]:
+        return [self.pattern] + ([self.units_pattern] if self.units_pattern else [])
 
     def setup(self):
-        pretokenize.compile_pattern(self.pattern, self.implementation)     # compiled (and its PCRE2 guard built) once per worker
+        for pattern in self.patterns():     # compiled (and its PCRE2 guard built) once per worker
+            pretokenize.compile_pattern(pattern, self.implementation)
         self.records = beam.metrics.Metrics.counter("tokenbeam", "records")
         self.bytes = beam.metrics.Metrics.counter("tokenbeam", "bytes")
         self.rejected = beam.metrics.Metrics.counter("tokenbeam", "rejected")
@@ -84,9 +96,11 @@ class CountShardPretokens(beam.DoFn):
     def start_bundle(self):
         if self.counter is not None:          # the last bundle failed, and teardown did not run
             self.counter.close()
-        self.counter = CountingThreads(lambda: pretokenize.PretokenCounter(
-            self.pattern, self.special_tokens, normalizer=self.normalizer, pre_tokenizer=self.pre_tokenizer,
-            implementation=self.implementation), self.threads)
+        # The units are one split regex of their own (no pre-tokenizer chain), normalized alike.
+        self.counter = CountingThreads(lambda: [pretokenize.PretokenCounter(
+            pattern, self.special_tokens, normalizer=self.normalizer,
+            pre_tokenizer=self.pre_tokenizer if pattern == self.pattern else None,
+            implementation=self.implementation) for pattern in self.patterns()], self.threads)
 
     def process(self, shard):
         started = time.perf_counter()
@@ -137,24 +151,29 @@ class CountShardPretokens(beam.DoFn):
                 value = WindowedValue(value, MIN_TIMESTAMP, [GlobalWindow()])
             return value if tag is None else beam.pvalue.TaggedOutput(tag, value)
 
-        pretokens, tables = counter.drain_packed(N_COUNT_BUCKETS)
+        (pretokens, tables), *units = counter.drain_packed(N_COUNT_BUCKETS)
         for bucket, table in enumerate(tables):
             if table:
                 yield out((bucket, table))
+        for bucket, table in enumerate(units[0][1] if units else ()):
+            if table:
+                yield out((N_COUNT_BUCKETS + bucket, table))
         if pretokens:
-            yield out(dict(reports.empty_totals(), pretokens=pretokens), self.TOTALS)
+            yield out(dict(reports.empty_totals(), pretokens=pretokens,
+                           superword_units=units[0][0] if units else 0), self.TOTALS)
 
 
 class CountingThreads:
     """Pre-token counting fed to `threads` worker threads in batches of records through one queue,
-    each thread with a counter of its own: the compiled counter drops the GIL while it splits and
-    counts, so the threads count on as many cores while the DoFn reads and decodes the next records,
-    and whichever thread is free takes the next batch. Their counts are summed when drained. Without
-    the compiled counter it still counts right, without overlap."""
+    each thread with counters of its own (`make_counters()`: one per split pattern, each text goes
+    to all): the compiled counter drops the GIL while it splits and counts, so the threads count on
+    as many cores while the DoFn reads and decodes the next records, and whichever thread is free
+    takes the next batch. Their counts are summed when drained. Without the compiled counter it
+    still counts right, without overlap."""
     BATCH = 32                    # records per hand-over
 
-    def __init__(self, make_counter, threads: int = 1):
-        self.counters = [make_counter() for _ in range(max(1, threads))]
+    def __init__(self, make_counters, threads: int = 1):
+        self.counters = [make_counters() for _ in range(max(1, threads))]
         self.queue: queue.Queue = queue.Queue(maxsize=2 * len(self.counters))
         self.batch: list[str] = []
         self.error: BaseException | None = None
@@ -164,12 +183,13 @@ class CountingThreads:
         for thread in self.threads:
             thread.start()
 
-    def _count(self, counter: pretokenize.PretokenCounter) -> None:
+    def _count(self, counters: list[pretokenize.PretokenCounter]) -> None:
         while (texts := self.queue.get()) is not None:
             try:
                 if not self.stopping and self.error is None:
-                    for text in texts:
-                        counter.add(text)
+                    for counter in counters:
+                        for text in texts:
+                            counter.add(text)
             except BaseException as exc:          # kept for the reading thread to raise
                 self.error = exc
             finally:
@@ -191,19 +211,22 @@ class CountingThreads:
     def full(self) -> bool:
         """Whether the counters hold LOCAL_COUNTER_FLUSH distinct pre-tokens between them (read while
         threads may be counting: a heuristic for when to emit, never a figure that is reported)."""
-        return sum(map(len, self.counters)) >= LOCAL_COUNTER_FLUSH
+        return sum(len(c) for counters in self.counters for c in counters) >= LOCAL_COUNTER_FLUSH
 
-    def drain_packed(self, n: int) -> tuple[int, list[bytes]]:
-        """Every record added so far counted, the counters summed and drained into n packed tables
-        (stable buckets); with the pre-tokens they hold, repeats included."""
+    def drain_packed(self, n: int) -> list[tuple[int, list[bytes]]]:
+        """Every record added so far counted, the threads' counters summed and drained into n packed
+        tables (stable buckets); per pattern, with the pieces they hold, repeats included."""
         self._hand_over()
         self.queue.join()                 # every batch handed over is counted
         if self.error is not None:
             raise self.error
-        for counter in self.counters[1:]:
-            self.counters[0].absorb(counter)
-        pieces = self.counters[0].pieces
-        return pieces, self.counters[0].drain_packed(n)
+        first, *others = self.counters
+        drained = []
+        for k, counter in enumerate(first):
+            for other in others:
+                counter.absorb(other[k])
+            drained.append((counter.pieces, counter.drain_packed(n)))
+        return drained
 
     def close(self) -> None:
         """Stop the threads (after their batch, dropping queued ones: only an error gets here early)."""
@@ -266,7 +289,8 @@ def count_bucket(pretoken: bytes) -> int:
 
 class WriteCountsBucket(beam.DoFn):
     """Prune one bucket below `--min-count` and write it to `counts/part-BBBBB-of-NNNNN.parquet`,
-    sorted by pre-token; emit a totals record of its distinct pre-tokens before and after pruning."""
+    sorted by pre-token; emit a totals record of its distinct pre-tokens before and after pruning.
+    The superword units' buckets (keys from N_COUNT_BUCKETS) go to counts/superword/ alike."""
 
     def __init__(self, counts_dir: str, min_count: int):
         self.counts_dir = counts_dir
@@ -287,15 +311,19 @@ class WriteCountsBucket(beam.DoFn):
                                                             [None, pa.py_buffer(offsets), pa.py_buffer(data)]),
                           "count": pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(values)])},
                          schema=schema)
-        url = join(self.counts_dir, f"part-{bucket:05d}-of-{N_COUNT_BUCKETS:05d}.parquet")
+        units = bucket >= N_COUNT_BUCKETS
+        folder = join(self.counts_dir, SUPERWORD_DIR) if units else self.counts_dir
+        url = join(folder, f"part-{bucket % N_COUNT_BUCKETS:05d}-of-{N_COUNT_BUCKETS:05d}.parquet")
         with writing(url), open_atomic(url) as f:
             pq.write_table(table, f, compression="zstd")
-        yield dict(reports.empty_totals(), unique_pretokens_before_pruning=len(counts),
-                   unique_pretokens_after_pruning=rows)
+        kind = "superword_units" if units else "pretokens"
+        yield dict(reports.empty_totals(), **{f"unique_{kind}_before_pruning": len(counts),
+                                              f"unique_{kind}_after_pruning": rows})
 
 
-def write_totals(totals, counts_dir, text_options=None):
-    totals = dict(totals, version=reports.TOTALS_VERSION, text_options=text_options or reports.text_options())
+def write_totals(totals, counts_dir, text_options=None, units_pattern=None):
+    totals = dict(totals, version=reports.TOTALS_VERSION, text_options=text_options or reports.text_options(),
+                  superword_pattern=units_pattern)
     url = join(counts_dir, "_totals.json")
     with writing(url):
         write_text_atomic(url, json.dumps(totals, indent=1, sort_keys=True) + "\n")
@@ -303,8 +331,9 @@ def write_totals(totals, counts_dir, text_options=None):
 
 def build_count_pipeline(p, shards, source_options, pattern, special_tokens, output, min_count, hot_key_fanout=None,
                          fail_fast=False, count_threads=1, spread=True, implementation: Implementation = DEFAULT,
-                         normalizer=None, pre_tokenizer=None, text_options=None):
-    """The Beam graph of the counting stage (steps 1-4); returns nothing, writes OUTPUT/counts/.
+                         normalizer=None, pre_tokenizer=None, text_options=None, units_pattern: str | None = None):
+    """The Beam graph of the counting stage (steps 1-4); returns nothing, writes OUTPUT/counts/ (and
+    counts/superword/ with `units_pattern`, SuperBPE's phase-two split).
     `normalizer` and `pre_tokenizer` are the tokenizer's HF components (bpe_ops/text_rules.py), and
     `text_options` the flags they came from, recorded in _totals.json."""
     counts_dir = join(output, "counts")
@@ -315,7 +344,7 @@ def build_count_pipeline(p, shards, source_options, pattern, special_tokens, out
     counted = (shard_elements
                | "CountShardPretokens" >> beam.ParDo(
                    CountShardPretokens(source_options, pattern, tuple(special_tokens), output, fail_fast,
-                                       count_threads, implementation, normalizer, pre_tokenizer)
+                                       count_threads, implementation, normalizer, pre_tokenizer, units_pattern)
                ).with_outputs(CountShardPretokens.TOTALS, main="counts"))
     # Every one of the 16 bucket keys is hot on a distributed runner, where the fan-out spreads each
     # key's sum over more workers; on the local runner it is one more stage
@@ -333,7 +362,7 @@ def build_count_pipeline(p, shards, source_options, pattern, special_tokens, out
     ((counted[CountShardPretokens.TOTALS], bucket_totals)
      | "AllTotals" >> beam.Flatten()
      | "MergeTotals" >> beam.CombineGlobally(MergeTotals()).without_defaults()
-     | "WriteTotals" >> beam.Map(write_totals, counts_dir, text_options))
+     | "WriteTotals" >> beam.Map(write_totals, counts_dir, text_options, units_pattern))
 
 
 def clear_counts(counts_dir: str) -> None:
@@ -341,7 +370,9 @@ def clear_counts(counts_dir: str) -> None:
     new corpus leaves empty would keep its old file, and the merge loop would train on both. The
     totals go first, so an interrupted cleanup never leaves totals that vouch for partial counts."""
     fs, path = filesystem(counts_dir)
-    stale = fs.glob(path.rstrip("/") + "/_totals.json") + sorted(fs.glob(path.rstrip("/") + "/part-*.parquet"))
+    path = path.rstrip("/")
+    stale = (fs.glob(path + "/_totals.json") + sorted(fs.glob(path + "/part-*.parquet"))
+             + sorted(fs.glob(f"{path}/{SUPERWORD_DIR}/part-*.parquet")))
     for f in stale:
         fs.rm(f)
 
@@ -351,7 +382,7 @@ def count_corpus(args: argparse.Namespace, rest: list[str], tool_options: list[s
     """Steps 1-4 of `tokenbeam train`: sort the leftover arguments into Beam's flags and more inputs,
     match the shards, run the counting pipeline, leave OUTPUT/counts/ (parts and _totals.json) behind;
     returns the inputs. Bad input is a UserError; outputs are only touched once all checks pass."""
-    from pipelines.train import check_pattern, clear_tokenizer_files, text_options_of, text_rules_of
+    from pipelines.train import check_pattern, clear_tokenizer_files, text_options_of, text_rules_of, units_pattern_of
 
     beam_args, bare = split_beam_args(rest, tool_options)
     inputs = list(args.input) + bare
@@ -381,7 +412,7 @@ def count_corpus(args: argparse.Namespace, rest: list[str], tool_options: list[s
                              hot_key_fanout=None if runner is not None else HOT_KEY_FANOUT,
                              spread=not one_local_worker(options, runner), implementation=implementation,
                              normalizer=rules.normalizer, pre_tokenizer=rules.pre_tokenizer,
-                             text_options=text_options_of(args))
+                             text_options=text_options_of(args), units_pattern=units_pattern_of(args))
     return sorted(set(inputs))
 
 

@@ -33,6 +33,7 @@ def empty_totals() -> dict:
     """The per-shard / whole-corpus totals of the counting stage (mergeable by `merge_totals`)."""
     return {"shards": 0, "records": 0, "records_counted": 0, "records_rejected": 0, "records_repaired": 0,
             "bytes": 0, "pretokens": 0, "unique_pretokens_before_pruning": 0, "unique_pretokens_after_pruning": 0,
+            "superword_units": 0, "unique_superword_units_before_pruning": 0, "unique_superword_units_after_pruning": 0,
             "rejected_by_reason": {}, "shard_errors": []}
 
 
@@ -40,8 +41,9 @@ def merge_totals(a: dict, b: dict) -> dict:
     """Exact, associative and commutative merge of two totals dicts (shard errors kept sorted)."""
     out = empty_totals()
     for key in ("shards", "records", "records_counted", "records_rejected", "records_repaired", "bytes", "pretokens",
-                "unique_pretokens_before_pruning", "unique_pretokens_after_pruning"):
-        out[key] = a[key] + b[key]
+                "unique_pretokens_before_pruning", "unique_pretokens_after_pruning", "superword_units",
+                "unique_superword_units_before_pruning", "unique_superword_units_after_pruning"):
+        out[key] = a.get(key, 0) + b.get(key, 0)
     reasons = dict(a["rejected_by_reason"])
     for reason, n in b["rejected_by_reason"].items():
         reasons[reason] = reasons.get(reason, 0) + n

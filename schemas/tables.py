@@ -15,6 +15,8 @@ COUNTS_SCHEMA = pa.schema(
     [pa.field("pretoken", pa.binary(), nullable=False), pa.field("count", pa.int64(), nullable=False)],
     metadata={b"tokenbeam.schema": b"counts", b"tokenbeam.schema_version": str(COUNTS_SCHEMA_VERSION).encode()},
 )
+# counts/superword/*.parquet: SuperBPE's phase-two units (train --superword-transition), same schema.
+SUPERWORD_DIR = "superword"
 
 # Key-value metadata of a token Parquet file: the tokenizer it was made with (schema metadata) and,
 # in the footer written last, the shard's accounting (records read, rows, rejected by reason, ...).
