@@ -229,3 +229,24 @@ def test_bad_superword_flags_are_one_line_and_exit_2(tmp_path, args, words):
                             timeout=120)
     lines = [l for l in result.stderr.splitlines() if l.startswith("tokenbeam: error:")]
     assert result.returncode == 2 and len(lines) == 1 and words in lines[0], result.stderr
+
+
+def test_text_rules_apply_inside_the_units(sample):
+    """Digit rules of a named pattern and normalization carry into phase two: no learned token holds
+    two digits with split_digits, and the files still encode identically in HF and tiktoken; what
+    cannot be one split regex (a digit rule on a custom regex) and max_token_length are refused."""
+    tokenizers = pytest.importorskip("tokenizers")
+    tiktoken = pytest.importorskip("tiktoken")
+    texts = read_jsonl_texts(sample) + ["In 2024 there were 12345 cases, in 1999 only 678."] * 20
+    tok = train_bpe(texts, 3000, superword_transition=2000, split_digits=True, lowercase=True)
+    assert not any(sum(c.isdigit() for c in (a + b).decode("utf-8", "replace")) > 1 for a, b in tok.merges)
+    assert any(b" " in (a + b).strip() for a, b in tok.merges[tok.training.phase_one_merges:])
+    hf = tokenizers.Tokenizer.from_str(tok._json_text())
+    tik = tiktoken.Encoding("s", pat_str=tok.pattern, mergeable_ranks={t: i for i, t in tok.vocab.items()},
+                            special_tokens={})
+    probe = texts[:40] + ["THE YEAR 2024 and 1999"]
+    assert [e.ids for e in hf.encode_batch(probe, add_special_tokens=False)] == tok.encode_batch(probe)
+    assert tik.encode_ordinary_batch([t.lower() for t in probe]) == tok.encode_batch(probe)
+    for refused in ({"max_token_length": 8}, {"pattern": r"\S+|\s+", "split_digits": True}):
+        with pytest.raises(ValueError, match="superword_transition takes neither"):
+            train_bpe(texts[:5], 600, superword_transition=500, **refused)
