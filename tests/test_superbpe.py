@@ -220,6 +220,8 @@ def test_pipeline_equals_train_bpe_and_reuses_both_phases_counts(sample, tmp_pat
     (["--vocab-size", 300, "--superword-transition", 280, "--pattern", "classic"], "classic"),
     (["--vocab-size", 300, "--superword-transition", 280, "--superword-max-words", 1], "at least 2"),
     (["--vocab-size", 300, "--superword-max-words", 3], "only applies"),
+    (["--vocab-size", 300, "--superword-transition", 280, "--max-token-length", 8], "--max-token-length"),
+    (["--vocab-size", 300, "--superword-transition", 280, "--pattern", r"\S+|\s+", "--split-digits"], "named"),
 ])
 def test_bad_superword_flags_are_one_line_and_exit_2(tmp_path, args, words):
     good = tmp_path / "good.jsonl"
