@@ -6,7 +6,7 @@
 One 8,192-id tokenizer is trained in-process on the texts of ../shared/corpora/en/en-000..003
 (or loaded with --tokenizer), every document of the held-out shards en-004..011, of code/ and of
 multi/ is encoded once, and each compared sample is built in-process as the pipeline builds it
-(`Summary.add_batch` with record ids and token ids, `stats_json`), no Beam. Then, at each size N
+(`Summary.add_batch` with record ids, token ids and digit runs, `stats_json`), no Beam. Then, at each size N
 (records per side):
 
 - false alarms: seeded disjoint splits of one corpus into two samples of N documents (held-out
@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bpe_ops import Tokenizer, train_bpe  # noqa: E402
-from bpe_ops.stats import Summary, batch_stats, single_byte_ids  # noqa: E402
+from bpe_ops.stats import Summary, batch_stats, digit_runs, single_byte_ids  # noqa: E402
 from pipelines import drift  # noqa: E402
 from schemas.stats import TokenizerFacts, stats_json, validate_stats  # noqa: E402
 
@@ -82,6 +82,7 @@ class Encoded:
         texts = [text for _, text in docs]
         self.arrays = tok.encode_arrays(texts, 2)
         self.stats = batch_stats(texts, self.arrays)
+        self.digit_runs = list(map(digit_runs, texts))
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -98,7 +99,8 @@ class Sampler:
         summary = Summary(self.facts.vocab_size, raw_byte_ids=self.raw)
         columns = [[enc.stats[c][i] for enc, i in picks] for c in range(4)]
         arrays = [enc.arrays[i] for enc, i in picks]
-        summary.add_batch(*columns, record_ids=[enc.ids[i] for enc, i in picks], id_arrays=arrays)
+        summary.add_batch(*columns, record_ids=[enc.ids[i] for enc, i in picks], id_arrays=arrays,
+                          digit_runs=[enc.digit_runs[i] for enc, i in picks])
         flat = np.frombuffer(b"".join(arrays), dtype=np.uint32)
         summary.add_dense_id_counts(np.bincount(flat, minlength=self.facts.vocab_size).tolist())
         return stats_json(summary, self.facts)

@@ -17,10 +17,15 @@ records whose token ids and record id are given (`add_batch(..., record_ids=, id
   its records, tokens, tokens-per-record and bytes-per-token tables and token counts per id class
   (`id_classes`: ids below `EXACT_ID_CLASSES` each their own class, higher ids folded). Each group
   is a replicate of the whole sample, from which the spread of PSI and Jensen-Shannon divergence
-  under "no drift" is estimated.
+  under "no drift" is estimated;
+- number formats: how many ASCII digit runs of each length (1, 2, 3, 4, 5 or more digits) each
+  group's records hold (`digit_runs`), given with the batch (`add_batch(..., digit_runs=)`): a
+  change in how numbers are written (thousands separators, digit grouping, zero padding) moves this
+  histogram a lot even where it barely moves any token figure.
 """
 from __future__ import annotations
 
+import re
 import zlib
 from array import array
 from bisect import bisect_right
@@ -40,6 +45,9 @@ MOMENT_PAIRS = tuple((i, j) for i in range(len(MOMENT_VARIABLES)) for j in range
 # draws from C(32, 16) halves per side), few enough that a small sample still puts a record or
 # more in most groups and that K copies of the per-group tables stay small.
 REPLICATE_GROUPS = 32
+DIGIT_RUN_LENGTHS = 5            # runs of 1, 2, 3, 4 and 5+ digits
+_DIGIT_RUN = re.compile(r"[0-9]+")
+_DIGIT_RUN_BYTES = re.compile(rb"[0-9]+")
 # Token-id classes kept per group. Dense per-id counts for each group would be groups x vocabulary
 # (6.4 M counts for a 200k vocabulary): too big for stats.json and for pickling every shard's
 # summary. A top-N set of the data's own most frequent ids cannot be used either: it differs from
@@ -49,6 +57,20 @@ REPLICATE_GROUPS = 32
 # of a shift into late merges visible where a single "other" bin would hide it.
 EXACT_ID_CLASSES = 2048
 FOLDED_ID_CLASSES = 2048
+
+
+def digit_runs(text: str | bytes) -> tuple[int, ...]:
+    """How many runs of ASCII digits of each length a text holds: (1, 2, 3, 4, 5+ digits). Bytes
+    are read the same way (a record rebuilt from its token ids).
+
+    >>> digit_runs("In 1865, 3 of 65536 cases"), digit_runs(b"65,536")
+    ((1, 0, 0, 1, 1), (0, 1, 1, 0, 0))
+    """
+    pattern = _DIGIT_RUN_BYTES if isinstance(text, bytes) else _DIGIT_RUN
+    counts = [0] * DIGIT_RUN_LENGTHS
+    for run in pattern.findall(text):
+        counts[min(len(run), DIGIT_RUN_LENGTHS) - 1] += 1
+    return tuple(counts)
 
 
 def record_group(record_id: str, groups: int = REPLICATE_GROUPS) -> int:
@@ -303,12 +325,15 @@ class Summary:
         self.group_lengths: list[dict[int, int]] = [{} for _ in range(REPLICATE_GROUPS)]   # length_key -> records
         self.group_quarters: list[dict[int, int]] = [{} for _ in range(REPLICATE_GROUPS)]  # quarters -> records
         self.group_classes = np.zeros((REPLICATE_GROUPS, id_class_count(vocab_size)), dtype=np.int64)
+        # Number formats, for the calibrated records given with their digit runs.
+        self.digit_run_records = 0
+        self.group_digit_runs = np.zeros((REPLICATE_GROUPS, DIGIT_RUN_LENGTHS), dtype=np.int64)
         self._raw_mask = None
 
     # ---- accumulate -------------------------------------------------------------------------
 
     def add(self, ids_or_n_tokens: Sequence[int] | int, n_bytes: int, n_chars: int, n_words: int,
-            *, record_id: str | None = None) -> None:
+            *, record_id: str | None = None, digit_runs: Sequence[int] | None = None) -> None:
         """Add one written record: its token ids (counted here) or just its token count (when the
         ids are counted in bulk with `add_id_counts`), and its UTF-8 bytes, characters and words.
         With `record_id` (and ids) the record is calibrated too."""
@@ -333,16 +358,20 @@ class Summary:
             bpt = self.quarter_bytes_per_token
             bpt[quarters] = bpt.get(quarters, 0) + 1
         if record_id is not None:
-            self._calibrate([n_tokens], [n_bytes], [n_chars], [n_words], [record_id], [ids_or_n_tokens])
+            self._calibrate([n_tokens], [n_bytes], [n_chars], [n_words], [record_id], [ids_or_n_tokens],
+                            None if digit_runs is None else [digit_runs])
+        elif digit_runs is not None:
+            raise ValueError("digit runs are kept for calibrated records: pass record_id too")
 
     def add_batch(self, n_tokens: Sequence[int], n_bytes: Sequence[int], n_chars: Sequence[int],
                   n_words: Sequence[int], *, record_ids: Sequence[str] | None = None,
-                  id_arrays: Sequence | None = None) -> None:
+                  id_arrays: Sequence | None = None, digit_runs: Sequence[Sequence[int]] | None = None) -> None:
         """`add(n_tokens[i], n_bytes[i], n_chars[i], n_words[i])` for every record of a batch given as
         columns (ids counted in bulk with `add_id_counts` or `add_dense_id_counts`): the same tables,
         tallied with Counter. `record_ids` and `id_arrays` (each record's id and token ids, EOS
         included, as `array('I')`, lists or numpy arrays) calibrate the batch; the ids are not
-        counted into the id frequencies here."""
+        counted into the id frequencies here. `digit_runs` (each record's `digit_runs(text)`) adds the
+        number formats of a calibrated batch."""
         self.records += len(n_tokens)
         self.tokens += sum(n_tokens)
         self.bytes += sum(n_bytes)
@@ -351,13 +380,17 @@ class Summary:
         _tally(self.tokens_per_record, n_tokens)
         _tally(self.quarter_bytes_per_token, [4 * b // t for t, b in zip(n_tokens, n_bytes) if t])
         if record_ids is None and id_arrays is None:
+            if digit_runs is not None:
+                raise ValueError("digit runs are kept for calibrated records: pass record_ids and id_arrays too")
             return
         if record_ids is None or id_arrays is None:
             raise ValueError("record_ids and id_arrays calibrate a batch together: pass both or neither")
         if not len(record_ids) == len(id_arrays) == len(n_tokens):
             raise ValueError(f"{len(n_tokens)} records but {len(record_ids)} record ids and "
                              f"{len(id_arrays)} id arrays")
-        self._calibrate(n_tokens, n_bytes, n_chars, n_words, record_ids, id_arrays)
+        if digit_runs is not None and len(digit_runs) != len(n_tokens):
+            raise ValueError(f"{len(n_tokens)} records but {len(digit_runs)} digit-run counts")
+        self._calibrate(n_tokens, n_bytes, n_chars, n_words, record_ids, id_arrays, digit_runs)
 
     def _raw_byte_mask(self) -> np.ndarray:
         if self.raw_byte_ids is None:
@@ -369,7 +402,8 @@ class Summary:
             self._raw_mask = mask
         return self._raw_mask
 
-    def _calibrate(self, n_tokens, n_bytes, n_chars, n_words, record_ids, id_arrays: Sequence) -> None:
+    def _calibrate(self, n_tokens, n_bytes, n_chars, n_words, record_ids, id_arrays: Sequence,
+                   digit_runs: Sequence[Sequence[int]] | None = None) -> None:
         """Moments and random groups of records already counted in the plain tables. Token ids are
         taken a record, and a bounded chunk of it, at a time (`CALIBRATION_CHUNK`), so a long
         record costs no per-token array of its own size."""
@@ -390,6 +424,10 @@ class Summary:
                                  minlength=cells.size).reshape(cells.shape)
         raw = raw.tolist()
         self.group_classes += cells
+        if digit_runs is not None:
+            runs = np.asarray(digit_runs, dtype=np.int64).reshape(n, DIGIT_RUN_LENGTHS)
+            np.add.at(self.group_digit_runs, group_of, runs)
+            self.digit_run_records += n
         columns = (list(n_tokens), list(n_bytes), list(n_chars), list(n_words), raw)
         for v, column in enumerate(columns):
             self.moment_sums[v] += sum(column)
@@ -447,9 +485,10 @@ class Summary:
 
     def add_text(self, text: str, ids: Sequence[int], *, record_id: str | None = None) -> None:
         """Add one record from its text and token ids (`record_stats` + `add`); calibrated with
-        `record_id`."""
+        `record_id` (number formats included)."""
         _, n_bytes, n_chars, n_words = record_stats(text, ids)
-        self.add(ids, n_bytes, n_chars, n_words, record_id=record_id)
+        self.add(ids, n_bytes, n_chars, n_words, record_id=record_id,
+                 digit_runs=None if record_id is None else digit_runs(text))
 
     def rejected_by_reason(self) -> dict[str, int]:
         """`{reason: records}` of the rejected records, sorted by reason."""
@@ -496,6 +535,8 @@ class Summary:
                 for key, n in theirs.items():
                     mine[key] = mine.get(key, 0) + n
         self.group_classes = self.group_classes + other.group_classes
+        self.digit_run_records += other.digit_run_records
+        self.group_digit_runs = self.group_digit_runs + other.group_digit_runs
 
     @classmethod
     def merged(cls, summaries: Iterable["Summary"], vocab_size: int) -> "Summary":

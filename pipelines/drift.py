@@ -364,12 +364,24 @@ def js_null(a_groups: np.ndarray, b_groups: np.ndarray, records_a: int, records_
     return NullDistribution(values * size_factor(records_a, records_b))
 
 
-def psi_null(a_groups: np.ndarray, b_groups: np.ndarray, draws: int = NULL_DRAWS, seed: int = NULL_SEED):
-    """No-drift draws of the PSI of a histogram (groups x bins record counts per side), scaled to
-    the two sides' records (`size_factor`)."""
+def psi_null(a_groups: np.ndarray, b_groups: np.ndarray, records_a: int | None = None,
+             records_b: int | None = None, draws: int = NULL_DRAWS, seed: int = NULL_SEED):
+    """No-drift draws of the PSI of a histogram (groups x bins counts per side), scaled to the two
+    sides' records (`size_factor`; by default the histograms' totals, which are records when
+    each record falls in one bin)."""
     x, y = group_swaps(a_groups.astype(float), b_groups.astype(float), draws, np.random.default_rng(seed + 1))
     ok = (x.sum(1) > 0) & (y.sum(1) > 0)
-    return NullDistribution(psi_rows(x[ok], y[ok]) * size_factor(a_groups.sum(), b_groups.sum()))
+    records_a = a_groups.sum() if records_a is None else records_a
+    records_b = b_groups.sum() if records_b is None else records_b
+    return NullDistribution(psi_rows(x[ok], y[ok]) * size_factor(records_a, records_b))
+
+
+def _digit_run_groups(stats: dict) -> np.ndarray | None:
+    """The number-format table of a stats.json, when it covers every record (else None)."""
+    runs = stats.get("digit_runs")
+    if runs is None or runs["records"] != stats["records"]:
+        return None
+    return np.asarray(stats["replicates"]["digit_run_counts"], dtype=float)
 
 
 # ---- the comparison ---------------------------------------------------------------------------
@@ -432,6 +444,7 @@ class Metric:
     p_value: float | None = None
     beyond_noise: bool | None = None
     null: dict | None = None
+    note: str | None = None          # why a figure could not be judged
 
 
 @dataclass
@@ -665,6 +678,7 @@ def compare(baseline: dict, current: dict, thresholds: Thresholds = Thresholds()
                                          psi_null(b_g, c_g), t.psi))
         else:
             rows.append(Metric(name, label, section, None, None, None, "divergence", t.psi, layout.NOT_AVAILABLE))
+    rows.append(_digit_run_test(baseline, current, t.psi))
     rows += [
         ratio("tokens_per_record_mean", "tokens per record (mean)", DATA, "tokens", None, t.tokens_per_record),
         _ratio_test("tokens_per_record_p90", "tokens per record (p90)", DATA, p90(baseline), p90(current),
@@ -686,6 +700,24 @@ def compare(baseline: dict, current: dict, thresholds: Thresholds = Thresholds()
         "bytes_per_token": {"edges": b_bpt["edges"], "baseline": b_bpt["counts"], "current": c_bpt["counts"]},
     }
     return DriftReport(thresholds, _side(baseline), _side(current), same_tokenizer, metrics, shifted, histograms)
+
+
+DIGIT_RUNS_LABEL = "PSI digit-run lengths (number formats)"
+DIGIT_RUNS_MISSING = ("a stats.json without digit-run counts on every record (written before they were "
+                      "counted); " + REBUILD_HINT)
+
+
+def _digit_run_test(baseline: dict, current: dict, threshold: float) -> _Test | Metric:
+    """How numbers are written: the PSI of the ASCII digit-run lengths (1, 2, 3, 4, 5+ digits)
+    against its no-drift value for these record counts. Not available (and said so) when a side's
+    stats.json predates these counts, or neither side holds a number."""
+    b_g, c_g = _digit_run_groups(baseline), _digit_run_groups(current)
+    if b_g is None or c_g is None or not b_g.sum() or not c_g.sum():
+        why = DIGIT_RUNS_MISSING if b_g is None or c_g is None else "no numbers on one side"
+        return Metric("psi_digit_runs", DIGIT_RUNS_LABEL, DATA, None, None, None, "divergence", threshold,
+                      layout.NOT_AVAILABLE, note=why)
+    return _divergence_test("psi_digit_runs", DIGIT_RUNS_LABEL, DATA, psi(b_g.sum(0), c_g.sum(0)),
+                            psi_null(b_g, c_g, baseline["records"], current["records"]), threshold)
 
 
 def _info(name, label, base, cur) -> Metric:
@@ -815,6 +847,7 @@ def render_terminal(report: DriftReport) -> str:
         lines.append(f"[{SECTION_TITLES[section]}]")
         lines += [line(r) for r in table_rows(report, section)]
     lines.append(_settings_line(report))
+    lines += [f"({m.label}: not judged: {m.note})" for m in report.metrics if m.note]
     if not report.same_tokenizer:
         lines.append("(different tokenizers: token-id figures are not comparable and were left out)")
     if report.top_shifted_tokens:

@@ -56,7 +56,8 @@ class GroupedSummaries:
         self.groups: dict[str, Summary] = {}
 
     def add_batch(self, values: Sequence, n_tokens: Sequence[int], n_bytes: Sequence[int], n_chars: Sequence[int],
-                  n_words: Sequence[int], id_arrays: Sequence, record_ids: Sequence[str]) -> None:
+                  n_words: Sequence[int], id_arrays: Sequence, record_ids: Sequence[str],
+                  digit_runs: Sequence | None = None) -> None:
         rows: dict[str, list[int]] = {}
         for i, value in enumerate(values):
             rows.setdefault(group_value(value), []).append(i)
@@ -66,7 +67,8 @@ class GroupedSummaries:
                 summary = self.groups[name] = Summary(self.vocab_size, raw_byte_ids=self.raw_byte_ids)
             columns = [[column[i] for i in picked] for column in (n_tokens, n_bytes, n_chars, n_words)]
             ids = [id_arrays[i] for i in picked]
-            summary.add_batch(*columns, record_ids=[record_ids[i] for i in picked], id_arrays=ids)
+            runs = None if digit_runs is None else [digit_runs[i] for i in picked]
+            summary.add_batch(*columns, record_ids=[record_ids[i] for i in picked], id_arrays=ids, digit_runs=runs)
             count_ids(summary, ids)
 
     def elements(self) -> Iterator[tuple[str, Summary]]:

@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from schemas import tables
-from bpe_ops.stats import Summary
+from bpe_ops.stats import Summary, digit_runs
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
 from pipelines.command import Parser
 from pipelines.errors import UserError, say
@@ -97,14 +97,14 @@ class Breakdowns:
         raise UserError(f"{url} holds no field {field!r} to group by: tokenize with --keep-field {field} "
                         f"or --group-field {field}")
 
-    def add_batch(self, batch: pa.RecordBatch, columns: list, id_arrays: list) -> None:
+    def add_batch(self, batch: pa.RecordBatch, columns: list, id_arrays: list, runs: list | None) -> None:
         from pipelines.groups import NO_GROUP
 
         record_ids = batch.column("id").to_pylist()
         if self.windowed:
             micros = batch.column(tables.EVENT_TIME_COLUMN).cast(pa.int64()).to_pylist()
             self.windowed.add_batch([None if m is None else m / 1e6 for m in micros], *columns, id_arrays,
-                                    record_ids=record_ids)
+                                    record_ids=record_ids, digit_runs=runs)
         if self.grouped:
             name = batch.schema.names[-1]
             values = batch.column(name).to_pylist()
@@ -112,7 +112,7 @@ class Breakdowns:
                 values = [None if v == NO_GROUP else v for v in values]
             else:
                 values = [None if v is None else json.loads(v) for v in values]
-            self.grouped.add_batch(values, *columns, id_arrays, record_ids=record_ids)
+            self.grouped.add_batch(values, *columns, id_arrays, record_ids=record_ids, digit_runs=runs)
 
     def write(self, output_dir: str, facts, tokenizer_url: str) -> dict | None:
         """Write the group and window files (replacing the folders); returns the `groups` index."""
@@ -138,9 +138,11 @@ class Breakdowns:
 RESERVED_COLUMNS = {"id", "token_ids", *tables.STAT_COLUMNS, tables.EVENT_TIME_COLUMN, tables.GROUP_COLUMN}
 
 
-def add_batch(summary: Summary, batch: pa.RecordBatch, where: str, breakdowns: Breakdowns | None = None) -> None:
+def add_batch(summary: Summary, batch: pa.RecordBatch, where: str, breakdowns: Breakdowns | None = None,
+              decode_bytes=None) -> None:
     """Add one record batch: id frequencies and per-record figures, a column at a time; each record
-    calibrated with its id and token ids (views into the flat id buffer, no copy per record)."""
+    calibrated with its id and token ids (views into the flat id buffer, no copy per record) and,
+    given the tokenizer's `decode_bytes`, with the number formats of its text decoded from them."""
     ids = batch.column("token_ids")
     n_tokens = batch.column("n_tokens")
     if not pc.all(pc.equal(pc.list_value_length(ids), n_tokens)).as_py():
@@ -161,13 +163,15 @@ def add_batch(summary: Summary, batch: pa.RecordBatch, where: str, breakdowns: B
         return
     bounds = np.cumsum(columns[0])[:-1]
     id_arrays = np.split(flat, bounds) if len(columns[0]) else []
-    summary.add_batch(*columns, record_ids=batch.column("id").to_pylist(), id_arrays=id_arrays)
+    runs = None if decode_bytes is None else [digit_runs(decode_bytes(a.tolist())) for a in id_arrays]
+    summary.add_batch(*columns, record_ids=batch.column("id").to_pylist(), id_arrays=id_arrays, digit_runs=runs)
     if breakdowns is not None:
-        breakdowns.add_batch(batch, columns, id_arrays)
+        breakdowns.add_batch(batch, columns, id_arrays, runs)
 
 
-def add_file(summary: Summary, url: str, sha256: str, breakdowns: Breakdowns | None = None) -> int:
-    """Add one token Parquet file; returns its rows."""
+def add_file(summary: Summary, url: str, sha256: str, breakdowns: Breakdowns | None = None,
+             decode_bytes=None) -> int:
+    """Add one token Parquet file; returns its rows (`decode_bytes`: see `add_batch`)."""
     rows = 0
     try:
         with fsspec.open(url, "rb") as f:
@@ -186,7 +190,7 @@ def add_file(summary: Summary, url: str, sha256: str, breakdowns: Breakdowns | N
             shard = json.loads(footer[SHARD_KEY]) if SHARD_KEY in footer else {}
             extra_columns = breakdowns.columns(pf, shard, url) if breakdowns is not None else []
             for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=list(COLUMNS) + extra_columns):
-                add_batch(summary, batch, url, breakdowns)
+                add_batch(summary, batch, url, breakdowns, decode_bytes)
                 rows += batch.num_rows
     except (pa.ArrowException, OSError) as exc:
         raise StatsError(f"cannot read {url}: {str(exc).splitlines()[0]}") from None
@@ -237,7 +241,7 @@ def rebuild(argv: list[str]) -> int:
         if args.group_field is not None or window_seconds is not None:
             breakdowns = Breakdowns(tok.vocab_size, facts.raw_byte_ids, args.group_field, window_seconds)
         for url in urls:
-            rows = add_file(summary, url, tok.sha256, breakdowns)
+            rows = add_file(summary, url, tok.sha256, breakdowns, tok.decode_bytes)
             say(f"read {url}: {rows:,} rows")
         output_dir = args.output.rsplit("/", 1)[0] if "/" in args.output else "."
         groups = breakdowns.write(output_dir, facts, args.tokenizer) if breakdowns is not None else None

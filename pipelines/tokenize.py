@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bpe_ops.stats import Summary, batch_stats, single_byte_ids
+from bpe_ops.stats import Summary, batch_stats, digit_runs, single_byte_ids
 from schemas import tables
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
 from pipelines.command import Parser, implementation_from_environment, option_strings
@@ -126,7 +126,7 @@ class TokenizeShard(beam.DoFn):
         partials = self.breakdowns.partials(self.tok.vocab_size, self.raw_byte_ids)
         if done is not None and done.get("fingerprint") == fingerprint and not done.get("shard_errors"):
             summary = self.summary_from_parquet(out_url)
-            partials.add_parquet(out_url)
+            partials.add_parquet(out_url, self.tok.decode_bytes)
             say(f"skipped {shard.relpath}: complete from an earlier run with the same inputs and options "
                 f"({done['rows']:,} rows)")
             entry = dict(done, reused=True)
@@ -209,17 +209,18 @@ class TokenizeShard(beam.DoFn):
                 ids.append(self.eos_id)
         stats = batch_stats(texts, id_arrays)
         record_ids = [r.id for r in batch]
-        summary.add_batch(*stats, record_ids=record_ids, id_arrays=id_arrays)
+        runs = list(map(digit_runs, texts))
+        summary.add_batch(*stats, record_ids=record_ids, id_arrays=id_arrays, digit_runs=runs)
         group.extend(batch, id_arrays, stats)
         if partials is not None:
-            partials.add_batch([r.keep for r in batch], stats, id_arrays, record_ids)
+            partials.add_batch([r.keep for r in batch], stats, id_arrays, record_ids, digit_runs=runs)
 
     def summary_from_parquet(self, url: str):
         """Rebuild a finished shard's Summary from its Parquet rows and footer (no re-encoding)."""
         from pipelines.stats_cmd import add_file
 
         summary = Summary(self.tok.vocab_size, raw_byte_ids=self.raw_byte_ids)
-        add_file(summary, url, self.sha256)
+        add_file(summary, url, self.sha256, decode_bytes=self.tok.decode_bytes)
         return summary
 
 
@@ -251,18 +252,21 @@ class ShardPartials:
         self.windowed = windowing and WindowedSummaries(vocab_size, windowing.seconds, raw_byte_ids=raw_byte_ids)
         self.grouped = breakdowns.group_field and GroupedSummaries(vocab_size, raw_byte_ids=raw_byte_ids)
 
-    def add_batch(self, fields: list[dict], stats, id_arrays, record_ids, timestamps=None, groups=None) -> None:
+    def add_batch(self, fields: list[dict], stats, id_arrays, record_ids, timestamps=None, groups=None,
+                  digit_runs=None) -> None:
         """A batch of records: their read fields (or, from Parquet, their `timestamps` / `groups`)."""
         if self.windowed:
             field = self.breakdowns.windowing.field
             timestamps = timestamps if timestamps is not None else [f.get(field) for f in fields]
-            self.windowed.add_batch(timestamps, *stats, id_arrays, record_ids=record_ids)
+            self.windowed.add_batch(timestamps, *stats, id_arrays, record_ids=record_ids, digit_runs=digit_runs)
         if self.grouped:
             field = self.breakdowns.group_field
             groups = groups if groups is not None else [f.get(field) for f in fields]
-            self.grouped.add_batch(groups, *stats, id_arrays, record_ids=record_ids)
+            self.grouped.add_batch(groups, *stats, id_arrays, record_ids=record_ids, digit_runs=digit_runs)
 
-    def add_parquet(self, url: str) -> None:
+    def add_parquet(self, url: str, decode_bytes) -> None:
+        """Rebuild the shard's partials from its Parquet; `decode_bytes` (the tokenizer's) gives each
+        record's text back for its number formats."""
         if not (self.windowed or self.grouped):
             return
         fs, path = filesystem(url)
@@ -283,7 +287,8 @@ class ShardPartials:
                 if self.grouped:
                     # The column holds the group's name; a record without one is the no-group group.
                     groups = [None if g == NO_GROUP else g for g in batch.column(tables.GROUP_COLUMN).to_pylist()]
-                self.add_batch([], stats, id_arrays, batch.column("id").to_pylist(), timestamps, groups)
+                runs = [digit_runs(decode_bytes(a.tolist())) for a in id_arrays]
+                self.add_batch([], stats, id_arrays, batch.column("id").to_pylist(), timestamps, groups, runs)
 
 
 def shard_fingerprint(shard, source_options, tokenizer_sha256: str, eos_token: str | None) -> dict:

@@ -190,11 +190,12 @@ class WindowedSummaries:
 
     def add_batch(self, timestamps: Sequence, n_tokens: Sequence[int], n_bytes: Sequence[int],
                   n_chars: Sequence[int], n_words: Sequence[int], id_arrays: Sequence[Sequence[int]],
-                  record_ids: Sequence[str] | None = None) -> None:
+                  record_ids: Sequence[str] | None = None, digit_runs: Sequence | None = None) -> None:
         """Add a batch of written records given as columns. `timestamps` holds each record's raw field
         value (anything `parse_timestamp` reads; None when the record has no such field) or its epoch
         seconds; `id_arrays` each record's token ids (uint32 `array`s, numpy arrays or lists), EOS
-        included; `record_ids` each record's id, to calibrate the windows' summaries."""
+        included; `record_ids` each record's id, to calibrate the windows' summaries (and
+        `digit_runs`, each record's `bpe_ops.stats.digit_runs`, their number formats)."""
         n = len(n_tokens)
         if not (len(timestamps) == len(n_bytes) == len(n_chars) == len(n_words) == len(id_arrays) == n) or (
                 record_ids is not None and len(record_ids) != n):
@@ -213,15 +214,16 @@ class WindowedSummaries:
                     summary = self.windows[key] = self._summary()
             if len(rows) == n:        # the usual case: the whole batch falls in one window
                 columns = (n_tokens, n_bytes, n_chars, n_words)
-                ids, rids = id_arrays, record_ids
+                ids, rids, runs = id_arrays, record_ids, digit_runs
             else:
                 columns = tuple([column[i] for i in rows] for column in (n_tokens, n_bytes, n_chars, n_words))
                 ids = [id_arrays[i] for i in rows]
                 rids = None if record_ids is None else [record_ids[i] for i in rows]
+                runs = None if digit_runs is None else [digit_runs[i] for i in rows]
             if rids is None:
                 summary.add_batch(*columns)
             else:
-                summary.add_batch(*columns, record_ids=rids, id_arrays=ids)
+                summary.add_batch(*columns, record_ids=rids, id_arrays=ids, digit_runs=runs)
             count_ids(summary, ids)
 
     def elements(self) -> Iterator[beam.window.TimestampedValue]:

@@ -29,7 +29,10 @@ Layout (version 2; `...` = a JSON number, `null` where the figure is undefined f
                  tokens_per_record_counts: [[K x tokens_per_record bins]],
                  bytes_per_token_counts: [[K x bytes_per_token bins]],
                  token_classes: {exact_ids: 2048, folded_classes: 2048, classes: C,
-                                 counts: [[K x C]]}}
+                                 counts: [[K x C]]},
+                 digit_run_counts: [[K x 5]]}            (optional, with digit_runs)
+    digit_runs: {lengths: ["1", "2", "3", "4", "5+"], records, counts: [5]}   optional: ASCII digit
+                runs by length in the `records` the writer counted them for (number formats)
     shards: {count, names}
     shard_errors: [{source, rows_read, reason, detail}]   files that could not be read (completely):
                   the first rows_read rows of source were read, the rest is lost; sorted
@@ -51,6 +54,8 @@ Why version 2 (what calibrated drift verdicts rest on; the record is the samplin
   tables of a 200k vocabulary would be 6.4 M counts; a data-chosen top-N set would not merge
   exactly. (bpe_ops.stats explains the choice.)
 - `tokens_per_record.percentiles` give the order-statistic interval of p90.
+- `digit_runs` (added within version 2: older files lack it, and drift says that figure cannot be
+  judged): how numbers are written, per group, for a PSI against its no-drift value.
 Version 1 files lack `moments`, `replicates` and `percentiles`: they are refused with a message
 saying so and how to rebuild (`tokenbeam stats` from the token Parquet).
 """
@@ -60,7 +65,7 @@ import json
 from dataclasses import dataclass
 from typing import Mapping
 
-from bpe_ops.stats import (EXACT_ID_CLASSES, FOLDED_ID_CLASSES, MOMENT_PAIRS, MOMENT_VARIABLES,
+from bpe_ops.stats import (DIGIT_RUN_LENGTHS, EXACT_ID_CLASSES, FOLDED_ID_CLASSES, MOMENT_PAIRS, MOMENT_VARIABLES,
                            REPLICATE_GROUPS, _ratio, bin_counts, id_class_count, nearest_rank,
                            single_byte_ids, token_label)
 
@@ -270,9 +275,30 @@ def _check_calibration(d: dict) -> None:
         raise ValueError("replicates.tokens_per_record_counts do not add up to replicates.records")
     if n == d["records"] and moments["sums"][:4] != [d["tokens"], d["bytes"], d["chars"], d["words"]]:
         raise ValueError("moments.sums disagree with tokens, bytes, chars, words")
+    _check_digit_runs(d)
     pct = d["tokens_per_record"]["percentiles"]
     if len(pct) != (101 if d["records"] else 0) or any(not isinstance(v, int) or isinstance(v, bool) for v in pct):
         raise ValueError("tokens_per_record.percentiles must hold 101 integers (none without records)")
+
+
+def _check_digit_runs(d: dict) -> None:
+    """Optional (stats.json written before number formats were counted lacks it; drift then says
+    that figure cannot be judged): shapes and totals."""
+    runs, table = d.get("digit_runs"), d["replicates"].get("digit_run_counts")
+    if runs is None and table is None:
+        return
+    if not isinstance(runs, dict) or table is None or runs.get("lengths") != DIGIT_RUN_LABELS:
+        raise ValueError(f"digit_runs must hold lengths {DIGIT_RUN_LABELS}, records and counts, with "
+                         f"replicates.digit_run_counts beside it")
+    if not isinstance(runs.get("counts"), list):
+        raise ValueError("digit_runs.counts must be a list")
+    _check_counts("digit_runs.counts", runs["counts"], DIGIT_RUN_LENGTHS)
+    _check_table("replicates.digit_run_counts", table, (REPLICATE_GROUPS, DIGIT_RUN_LENGTHS))
+    if [sum(col) for col in zip(*table)] != runs["counts"]:
+        raise ValueError("replicates.digit_run_counts do not add up to digit_runs.counts")
+    n = runs.get("records")
+    if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= d["moments"]["records"]:
+        raise ValueError("digit_runs.records must be a count of calibrated records")
 
 
 def load_stats(path) -> dict:
@@ -356,7 +382,18 @@ def replicates_json(summary) -> dict:
         "token_classes": {"exact_ids": EXACT_ID_CLASSES, "folded_classes": FOLDED_ID_CLASSES,
                           "classes": int(summary.group_classes.shape[1]),
                           "counts": summary.group_classes.tolist()},
+        "digit_run_counts": summary.group_digit_runs.tolist(),
     }
+
+
+DIGIT_RUN_LABELS = [str(n) for n in range(1, DIGIT_RUN_LENGTHS)] + [f"{DIGIT_RUN_LENGTHS}+"]
+
+
+def digit_runs_json(summary) -> dict:
+    """Number formats: ASCII digit runs by length over the `records` given with their digit runs
+    (all calibrated records when the writer gave them; per random group in `replicates`)."""
+    return {"lengths": DIGIT_RUN_LABELS, "records": summary.digit_run_records,
+            "counts": summary.group_digit_runs.sum(axis=0).tolist()}
 
 
 def percentiles(table: Mapping[int, int]) -> list[int]:
@@ -441,6 +478,7 @@ def stats_json(summary, tokenizer, extra: Mapping | None = None) -> dict:
         "moments": {"variables": list(MOMENT_VARIABLES), "records": summary.calibrated,
                     "sums": list(summary.moment_sums), "products": _symmetric(summary.moment_products)},
         "replicates": replicates_json(summary),
+        "digit_runs": digit_runs_json(summary),
         "shards": {"count": len(summary.shards), "names": sorted(summary.shards)},
         "shard_errors": [dict(e) for e in summary.shard_errors],
     }

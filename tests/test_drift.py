@@ -240,7 +240,8 @@ def test_report_writes_json_markdown_and_png(stats_files, capsys, tmp_path):
     assert {n for n, s in sections.items() if s == "tokenization"} == {
         "bytes_per_token", "tokens_per_word", "raw_byte_share", "js_token_ids", "psi_bytes_per_token"}
     assert {n for n, s in sections.items() if s == "data"} == {
-        "tokens_per_record_mean", "tokens_per_record_p90", "psi_tokens_per_record", "rejected_rate"}
+        "tokens_per_record_mean", "tokens_per_record_p90", "psi_tokens_per_record", "psi_digit_runs",
+        "rejected_rate"}
     assert report["sections"]["tokenization"]["drift"] is True
     hist = report["histograms"]["tokens_per_record"]
     assert sum(hist["baseline"]) == load(stats_files["en_a"])["records"]
@@ -371,3 +372,36 @@ def test_a_small_side_that_missed_the_long_tail_is_not_drift():
     pooled = drift._ratio_test("m", "m", drift.DATA, base, cur, 0.25,
                                null=drift.pooled_ratio_null(_moments(big), _moments(small), "tokens", None))
     assert welch_only.p_value < 0.01 < pooled.p_value
+
+
+def test_a_change_of_number_format_is_flagged_and_an_old_file_says_it_cannot_be_judged(
+        gpt2, corpora, tmp_path, capsys):
+    """Thousands separators written into English (65536 -> 65,536) barely move any token figure, but
+    the digit-run lengths move a lot: flagged in the data section. Two disjoint samples of the same
+    text are not. A stats.json without the digit-run counts leaves that row 'not available' with
+    the reason on the console."""
+    import re
+    with open(sorted((corpora / "en").glob("*.jsonl"))[6], encoding="utf-8") as f:
+        docs = [json.loads(line) for line in f][:120]
+
+    def stats_of(picked, transform=lambda t: t, suffix=""):
+        summary = Summary(gpt2.vocab_size, raw_byte_ids=single_byte_ids(gpt2.vocab))
+        for d in picked:
+            text = transform(d["text"])
+            summary.add_text(text, gpt2.encode(text), record_id=d["id"] + suffix)
+        return stats_json(summary, gpt2)
+
+    separated = stats_of(docs[60:], lambda t: re.sub(r"\d{4,}", lambda m: f"{int(m.group()):,}", t), "#s")
+    report = compare(stats_of(docs[:60]), separated)
+    metric = report.metric("psi_digit_runs")
+    assert metric.section == "data" and metric.verdict == layout.SIGNIFICANT, metric
+    assert compare(stats_of(docs[:60]), stats_of(docs[60:])).metric("psi_digit_runs").verdict == layout.OK
+
+    old = stats_of(docs[:60])
+    del old["digit_runs"], old["replicates"]["digit_run_counts"]
+    (tmp_path / "old.json").write_text(dump_stats(old))
+    (tmp_path / "new.json").write_text(dump_stats(separated))
+    drift.main([str(tmp_path / "old.json"), str(tmp_path / "new.json")])
+    out = capsys.readouterr().out
+    assert "PSI digit-run lengths (number formats): not judged: a stats.json without digit-run counts" in out
+    assert compare(old, separated).metric("psi_digit_runs").verdict == layout.NOT_AVAILABLE

@@ -24,7 +24,7 @@ import numpy as np
 
 from bpe_ops.stats import (EXACT_ID_CLASSES, FOLDED_ID_CLASSES, REPLICATE_GROUPS, Summary, batch_stats,
                            count_words, id_class_count, id_classes, length_key, nearest_rank, record_group,
-                           record_stats, single_byte_ids)
+                           digit_runs, record_stats, single_byte_ids)
 from pipelines import stats_cmd
 from schemas.stats import (BYTES_PER_TOKEN_EDGES, STATS_SCHEMA_VERSION, TOKENS_PER_RECORD_EDGES,
                            bin_counts, dump_stats, load_stats, stats_json, validate_stats)
@@ -257,7 +257,9 @@ def test_dump_is_sorted_stable_and_round_trips(tiny_stats):
     assert json.loads(text) == tiny_stats
     top_keys = [line.split('"')[1] for line in text.splitlines() if line.startswith('  "')]
     assert top_keys == sorted(top_keys)
-    assert len(text.splitlines()) < 1200       # lists of numbers stay on one line each
+    # Lists of numbers stay on one line each: the 32-row replicate tables are a line per row.
+    assert len(text.splitlines()) < 1300
+    assert all(len(line) < 200_000 for line in text.splitlines())
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -392,6 +394,30 @@ def test_moments_and_groups_against_plain_computation(tiny_records, gpt2):
         lengths[max(1, math.ceil(Fraction(p, 100) * len(lengths))) - 1] for p in range(101)]
 
 
+def test_digit_runs_count_ascii_digit_runs_by_length():
+    assert digit_runs("") == (0, 0, 0, 0, 0)
+    assert digit_runs("1 22 333 4444 55555 666666") == (1, 1, 1, 1, 2)
+    assert digit_runs("1,234,567.89") == (1, 1, 2, 0, 0)            # separators split a number's runs
+    assert digit_runs("٣٤٥ and x9y") == (1, 0, 0, 0, 0)              # ASCII digits only
+    assert digit_runs("65536".encode()) == digit_runs("65536")
+
+
+def test_digit_runs_are_kept_per_group_and_merge_exactly(tiny_records, gpt2):
+    whole = summary_of(tiny_records, gpt2)
+    halves = summary_of(tiny_records[:20], gpt2).merge(summary_of(tiny_records[20:], gpt2, first=20))
+    assert dump_stats(stats_json(halves, gpt2)) == dump_stats(stats_json(whole, gpt2))
+    runs = stats_json(whole, gpt2)["digit_runs"]
+    expected = [sum(col) for col in zip(*(digit_runs(t) for t, _ in tiny_records))]
+    assert runs["counts"] == expected and runs["records"] == len(tiny_records) and sum(expected) > 0
+    # Without texts the counts are absent for those records, and drift is told so.
+    plain = Summary(gpt2.vocab_size, raw_byte_ids=single_byte_ids(gpt2.vocab))
+    text, ids = tiny_records[0]
+    plain.add(ids, *record_stats(text, ids)[1:], record_id="r0")
+    assert stats_json(plain, gpt2)["digit_runs"]["records"] == 0
+    with pytest.raises(ValueError, match="calibrated records"):
+        plain.add(ids, *record_stats(text, ids)[1:], digit_runs=(1, 0, 0, 0, 0))
+
+
 def test_add_batch_with_record_ids_equals_add_per_record(tiny_records, gpt2):
     texts, id_lists = [t for t, _ in tiny_records], [ids for _, ids in tiny_records]
     batched = Summary(gpt2.vocab_size, raw_byte_ids=single_byte_ids(gpt2.vocab))
@@ -399,7 +425,7 @@ def test_add_batch_with_record_ids_equals_add_per_record(tiny_records, gpt2):
     for start in range(0, len(texts), 7):
         chunk, ids = texts[start:start + 7], id_lists[start:start + 7]
         batched.add_batch(*batch_stats(chunk, ids), record_ids=[f"r{start + k}" for k in range(len(chunk))],
-                          id_arrays=[array("I", x) for x in ids])
+                          id_arrays=[array("I", x) for x in ids], digit_runs=[digit_runs(t) for t in chunk])
         batched.add_id_counts(Counter(i for x in ids for i in x))
     assert dump_stats(stats_json(batched, gpt2)) == dump_stats(stats_json(summary_of(tiny_records, gpt2), gpt2))
 
