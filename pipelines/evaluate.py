@@ -33,10 +33,10 @@ from schemas.evaluate import DEFINITIONS, EVALUATE_KIND, EVALUATE_SCHEMA_VERSION
 from pipelines.command import Parser, implementation_from_environment, option_strings
 from pipelines.errors import IncompleteRun, ShardFailure, UserError, pipeline_failures, quiet_worker_stderr, \
     run_command, say, warn
-from pipelines.files import check_output_folder, exists, join, open_atomic, read_json, remove, write_text_atomic, \
-    writing
+from pipelines.files import (check_output_folder, exists, join, open_atomic, read_json, remove, remove_stale_temporaries,
+                             remove_tree, write_text_atomic, writing)
 from pipelines.groups import group_value
-from pipelines.shards import ShardReader, add_source_arguments, describe_shard_error, expand, \
+from pipelines.shards import REJECTED_DIR, ShardReader, add_source_arguments, describe_shard_error, expand, \
     source_options as make_source_options
 from pipelines.tokenizer_files import TokenizerRef, identify_tokenizer, load_identified_tokenizer, parse_special_token
 
@@ -574,6 +574,29 @@ def default_name(path: str) -> str:
     return base.rsplit(".", 1)[0]
 
 
+OTHER_COMMANDS_FILES = ("stats.json", "train_report.json", "pack.json")
+
+
+def clear_output(output: str) -> None:
+    """Make `output` this run's alone: remove an earlier evaluate's report, `_SUCCESS` and `rejected/`
+    (every run rewrites them whole). A folder holding another command's output is refused rather
+    than cleared: its `_SUCCESS` and `rejected/` are not ours to remove."""
+    success = join(output, SUCCESS)
+    foreign = [name for name in OTHER_COMMANDS_FILES if exists(join(output, name))]
+    if not foreign and exists(success):
+        try:
+            foreign = [] if "evaluate" in read_json(success) else [SUCCESS]
+        except ValueError:
+            foreign = [SUCCESS]
+    if foreign:
+        raise UserError(f"--output {output} holds another command's output ({foreign[0]}); give an empty folder "
+                        f"or an earlier evaluate's")
+    for name in (SUCCESS, *OUTPUTS):
+        remove(join(output, name))
+    remove_tree(join(output, REJECTED_DIR))
+    remove_stale_temporaries(output)
+
+
 def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str]) -> dict:
     started_at = time.time()
     beam_args, bare = split_beam_args(rest, tool_options)
@@ -589,8 +612,7 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
     options, runner = pipeline_options(beam_args)
     check_worker_paths(options, [*inputs, args.output, *(s.path for s in specs)])
     check_output_folder(args.output)
-    for name in (SUCCESS, *OUTPUTS):
-        remove(join(args.output, name))
+    clear_output(args.output)
     say(f"evaluate: {len(shards)} shard(s), {sum(s.size for s in shards) / 1e6:.1f} MB, "
         f"{len(variants)} tokenizer(s) ({', '.join(v.name for v in variants)}) -> {args.output}")
     context = ReportContext(sorted(set(inputs)), args.group_field, entries, started_at, args.allow_shard_errors)

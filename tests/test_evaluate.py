@@ -198,6 +198,19 @@ def test_unreadable_shard_is_exit_3_unless_allowed(tmp_path, sample):
     result = run_cli(*args, "--allow-shard-errors")
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "out" / "_SUCCESS").exists()
+    # A rerun without the bad inputs leaves no rejected file of the last run behind.
+    result = run_cli("--tokenizer", tok_dir, "--input", str(tmp_path / "in" / "s1.jsonl"), "--output", tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    assert not (tmp_path / "out" / "rejected").exists()
+
+
+def test_another_commands_output_folder_is_refused(tmp_path):
+    small_tokenizer().save(tmp_path / "small")
+    inputs = write_shards(tmp_path / "in", RECORDS)
+    tokenize.run(["--tokenizer", str(tmp_path / "small"), "--input", inputs, "--output", str(tmp_path / "tokens")])
+    result = run_cli("--tokenizer", tmp_path / "small", "--input", inputs, "--output", tmp_path / "tokens")
+    assert result.returncode == 2 and "holds another command's output (stats.json)" in error_line(result)
+    assert "rows" in json.loads((tmp_path / "tokens" / "_SUCCESS").read_text())    # tokenize's, untouched
 
 
 def run_cli(*argv):
