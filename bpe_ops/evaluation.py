@@ -18,7 +18,7 @@ Two tallies, both integer counts that merge exactly (any order, any runner):
 
     >>> from bpe_ops import Tokenizer
     >>> tok = Tokenizer([(b"a", b"b")], pattern="gpt2")           # one merge: 'ab' (id 256)
-    >>> tally = TokenTally(tok.vocab_size, single_byte_ids(tok.vocab))
+    >>> tally = TokenTally(tok.vocab_size, raw_byte_ids(tok))
     >>> tally.add_texts(["ab ab", "abc"], [tok.encode_array("ab ab"), tok.encode_array("abc")])
     >>> f = tally.figures()                  # 'ab' ' ' 'ab' | 'ab' 'c': 5 tokens, 8 bytes, 3 words
     >>> f["bytes_per_token"], f["raw_byte_share"], f["used_ids"]
@@ -38,7 +38,7 @@ import numpy as np
 from .stats import WORD_COUNT_CHUNK, _ratio, batch_stats, record_ids_view, single_byte_ids
 
 __all__ = ["TokenTally", "WordTally", "iter_words", "word_pieces", "whitespace_ids", "truncated",
-           "merge_count_for_vocab_size", "single_byte_ids", "id_mask", "evaluate_texts"]
+           "merge_count_for_vocab_size", "raw_byte_ids", "id_mask", "evaluate_texts"]
 
 
 def iter_words(text: str, chunk: int = WORD_COUNT_CHUNK) -> Iterator[str]:
@@ -71,6 +71,14 @@ def iter_words(text: str, chunk: int = WORD_COUNT_CHUNK) -> Iterator[str]:
 def whitespace_ids(vocab: Mapping[int, bytes]) -> tuple[int, ...]:
     """The ids of tokens made only of whitespace (`' '`, `'\\n\\n'`, `'  '`), sorted."""
     return tuple(sorted(i for i, b in vocab.items() if b and b.decode("utf-8", "replace").isspace()))
+
+
+def raw_byte_ids(tok) -> tuple[int, ...]:
+    """The ids standing for one raw byte, as stats.json counts them: the tokenizer's own
+    `raw_byte_ids` where it defines them (a byte-fallback vocabulary's `<0xNN>` pieces), else its
+    single-byte tokens."""
+    own = getattr(tok, "raw_byte_ids", None)
+    return tuple(sorted(own)) if own is not None else single_byte_ids(tok.vocab)
 
 
 def id_mask(ids: Iterable[int], size: int) -> np.ndarray:
@@ -215,7 +223,7 @@ def evaluate_texts(tokenizers: Mapping[str, object], texts: Iterable[str],
         arrays = tok.encode_arrays(texts)
         for scope in scopes:
             picked = [i for i, g in enumerate(groups) if scope is None or g == scope]
-            tally = TokenTally(tok.vocab_size, single_byte_ids(tok.vocab))
+            tally = TokenTally(tok.vocab_size, raw_byte_ids(tok))
             tally.add_texts([texts[i] for i in picked], [arrays[i] for i in picked])
             word_tally = WordTally()
             types = sorted(words[scope])
@@ -257,8 +265,10 @@ def truncated(tok, n_merges: int):
     from .trainer import vocab_from_merges
 
     merges = getattr(tok, "merges", None)
-    if merges is None or getattr(tok, "mode", None) not in ("byte", "classic"):
+    if merges is None:
         raise ValueError("only a BPE merge list can be cut to a size; this tokenizer has none")
+    if tok.mode not in ("byte", "classic"):
+        raise ValueError(f"cutting is supported for byte-level and classic BPE, not for {tok.mode}-mode tokenizers")
     if not 0 <= n_merges <= len(merges):
         raise ValueError(f"{n_merges:,} merges asked for, the tokenizer has {len(merges):,}")
     if any(not entry.get("special", True) for entry in tok.added_tokens_spec or ()):

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from pipelines.beam_options import (beam, check_worker_paths, local_cores_per_worker, one_local_worker,
                                     pipeline_options, split_beam_args)
-from bpe_ops.evaluation import (TokenTally, WordTally, iter_words, merge_count_for_vocab_size, single_byte_ids,
+from bpe_ops.evaluation import (TokenTally, WordTally, iter_words, merge_count_for_vocab_size, raw_byte_ids,
                                 truncated, whitespace_ids, word_pieces, id_mask)
 from bpe_ops.stats import batch_stats
 from schemas.evaluate import DEFINITIONS, EVALUATE_KIND, EVALUATE_SCHEMA_VERSION, validate_evaluate
@@ -97,7 +97,7 @@ class EvaluateShard(beam.DoFn):
 
     def setup(self):
         self.toks = load_tokenizers(self.refs, self.variants)
-        self.raw_byte_ids = [single_byte_ids(tok.vocab) for tok in self.toks]
+        self.raw_byte_ids = [raw_byte_ids(tok) for tok in self.toks]
 
     def process(self, shard):
         self.tallies: dict = {}
@@ -484,7 +484,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", action=_NewTokenizer, dest="tokenizers", metavar="T",
                         help="a tokenizer to evaluate (tokenizer.json, a folder holding one, or a tiktoken rank "
                              "file; repeatable); the flags after it up to the next --tokenizer are its own")
-    parser.add_argument("--name", action=_OfTokenizer, dest="of_name", help="the preceding tokenizer's name in the report")
+    parser.add_argument("--name", action=_OfTokenizer, dest="of_name", metavar="NAME", help="the preceding tokenizer's name in the report")
     parser.add_argument("--pattern", action=_OfTokenizer, dest="of_pattern", metavar="NAME_OR_REGEX",
                         help="the preceding tokenizer's split pattern, for a tiktoken rank file")
     parser.add_argument("--special-token", action=_OfTokenizer, dest="of_special_tokens", metavar="TOKEN=ID",

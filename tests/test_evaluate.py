@@ -247,3 +247,12 @@ def test_bad_inputs_are_one_line_exit_2(tmp_path, argv, message):
     result = run_cli(*argv, "--input", inputs)
     assert result.returncode == 2, result.stderr
     assert message in error_line(result)
+
+
+def test_the_worked_examples_in_the_docstrings_hold():
+    import doctest
+
+    import bpe_ops.evaluation
+
+    failed, attempted = doctest.testmod(bpe_ops.evaluation)
+    assert failed == 0 and attempted >= 10
