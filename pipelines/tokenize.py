@@ -18,6 +18,7 @@ import posixpath
 import sys
 import time
 from dataclasses import asdict, dataclass
+from functools import partial
 
 from pipelines.beam_options import (beam, check_worker_paths, local_cores_per_worker, one_local_worker,
                                     pipeline_options, split_beam_args)
@@ -36,7 +37,7 @@ from pipelines.files import (check_output_folder, exists, filesystem, is_local, 
 from pipelines.shards import REJECTED_DIR, ShardReader, add_source_arguments, describe_shard_error, expand, \
     rejected_url, source_options as make_source_options
 from pipelines.tokenizer_files import (TokenizerRef, identify_tokenizer, load_identified_tokenizer,
-                                      parse_special_token, settle_heap)
+                                      parse_special_token, settle_heap, token_bytes_of)
 from pipelines.groups import GROUPS_FOLDER, NO_GROUP, GroupedSummaries, GroupStats, group_value
 from pipelines.watch import StopSignal, WatchShards, WholeRun, install_stop_handlers
 from pipelines.windows import (WINDOWS_FOLDER, MergeSummaries, WindowedSummaries, WindowStats, format_utc,
@@ -764,7 +765,8 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
     restore = install_stop_handlers(stop) if watching else (lambda: None)
     try:
         with pipeline_failures(args.output), quiet_worker_stderr(), beam.Pipeline(runner=runner, options=options) as p:
-            build_tokenize_pipeline(p, shards, tokenizer, TokenizerFacts.of(tok), source_options,
+            build_tokenize_pipeline(p, shards, tokenizer,
+                                    TokenizerFacts.of(tok, reload=partial(token_bytes_of, tokenizer)), source_options,
                                     args.output, args.eos_token, inputs, started_at, args.fail_fast,
                                     args.encode_threads or local_cores_per_worker(options, runner),
                                     spread=not one_local_worker(options, runner) and not watching,

@@ -54,6 +54,12 @@ def load_identified_tokenizer(ref: TokenizerRef):
     return tok
 
 
+def token_bytes_of(ref: TokenizerRef) -> dict[int, bytes]:
+    """The token bytes by id of the tokenizer `ref` names: what `TokenizerFacts` reloads on a worker
+    instead of carrying the vocabulary through Beam's pickler (use it as `partial(token_bytes_of, ref)`)."""
+    return dict(load_identified_tokenizer(ref).vocab)
+
+
 def _tokenizer_path(fs, path: str) -> str:
     return path.rstrip("/") + "/tokenizer.json" if fs.isdir(path) else path
 

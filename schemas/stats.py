@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Mapping
 
 from bpe_ops.stats import (DIGIT_RUN_LENGTHS, EXACT_ID_CLASSES, FOLDED_ID_CLASSES, MOMENT_PAIRS, MOMENT_VARIABLES,
                            REPLICATE_GROUPS, _ratio, bin_counts, id_class_count, nearest_rank,
@@ -342,24 +342,55 @@ def dump_stats(d: dict) -> str:
     return _dump(d, "") + "\n"
 
 
-@dataclass(frozen=True)
 class TokenizerFacts:
-    """What `stats_json` needs of a tokenizer, without the tokenizer: its id range, sha256 and token
-    bytes. A process that has the tokenizer loaded (the tokenize launcher) hands this to the Beam
-    step that writes stats.json, so that step does not load the tokenizer again (0.4-1.4 s at 32k
-    ids; this pickles in milliseconds)."""
-    vocab_size: int
-    sha256: str
-    vocab: Mapping[int, bytes]
+    """What `stats_json` needs of a tokenizer, without the tokenizer: its id range, sha256, single-byte
+    ids and token bytes. A process that has the tokenizer loaded (the tokenize launcher) hands this
+    to the Beam steps that write stats.json, so they do not load the tokenizer to learn its ids.
+
+    The token bytes (only needed to label the most frequent tokens) do not travel with it when
+    `reload` is given: Beam bz2-compresses every pickled transform, about a second per MB here, so
+    a 131k vocabulary held by four transforms cost seconds of every run's start. After unpickling,
+    `vocab` is read once per process through `reload()` (a picklable callable returning the token
+    bytes by id, e.g. a load from the tokenizer's table cache), when a stats.json is written."""
+
+    def __init__(self, vocab_size: int, sha256: str, vocab: Mapping[int, bytes] | None,
+                 reload: Callable[[], Mapping[int, bytes]] | None = None,
+                 raw_byte_ids: tuple[int, ...] | None = None):
+        if vocab is None and reload is None:
+            raise ValueError("TokenizerFacts needs the vocabulary or a way to reload it")
+        self.vocab_size = vocab_size
+        self.sha256 = sha256
+        self._vocab = vocab
+        self.reload = reload
+        self._raw_byte_ids = raw_byte_ids
 
     @classmethod
-    def of(cls, tokenizer) -> "TokenizerFacts":
-        return cls(tokenizer.vocab_size, tokenizer.sha256, dict(tokenizer.vocab))
+    def of(cls, tokenizer, reload: Callable[[], Mapping[int, bytes]] | None = None) -> "TokenizerFacts":
+        return cls(tokenizer.vocab_size, tokenizer.sha256, dict(tokenizer.vocab), reload)
+
+    @property
+    def vocab(self) -> Mapping[int, bytes]:
+        if self._vocab is None:
+            self._vocab = self.reload()
+        return self._vocab
 
     @property
     def raw_byte_ids(self) -> tuple[int, ...]:
         """The single-byte token ids, for `Summary(vocab_size, raw_byte_ids=...)`."""
-        return single_byte_ids(self.vocab)
+        if self._raw_byte_ids is None:
+            self._raw_byte_ids = tuple(single_byte_ids(self.vocab))
+        return self._raw_byte_ids
+
+    def __reduce__(self):
+        if self.reload is None:
+            return TokenizerFacts, (self.vocab_size, self.sha256, self.vocab)
+        return TokenizerFacts, (self.vocab_size, self.sha256, None, self.reload, self.raw_byte_ids)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, TokenizerFacts) and (self.vocab_size, self.sha256) == (other.vocab_size, other.sha256)
+
+    def __hash__(self) -> int:
+        return hash((self.vocab_size, self.sha256))
 
 
 def _symmetric(products: list[int]) -> list[list[int]]:
