@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bpe_ops import Tokenizer, train_bpe  # noqa: E402
-from bpe_ops.stats import Summary, batch_stats, digit_runs, single_byte_ids  # noqa: E402
+from bpe_ops.stats import Summary, batch_stats, digit_runs_batch, single_byte_ids  # noqa: E402
 from pipelines import drift  # noqa: E402
 from schemas.stats import TokenizerFacts, stats_json, validate_stats  # noqa: E402
 
@@ -82,7 +82,7 @@ class Encoded:
         texts = [text for _, text in docs]
         self.arrays = tok.encode_arrays(texts, 2)
         self.stats = batch_stats(texts, self.arrays)
-        self.digit_runs = list(map(digit_runs, texts))
+        self.digit_runs = digit_runs_batch(texts)
 
     def __len__(self) -> int:
         return len(self.ids)

@@ -48,6 +48,7 @@ REPLICATE_GROUPS = 32
 DIGIT_RUN_LENGTHS = 5            # runs of 1, 2, 3, 4 and 5+ digits
 _DIGIT_RUN = re.compile(r"[0-9]+")
 _DIGIT_RUN_BYTES = re.compile(rb"[0-9]+")
+_DIGIT_FLAGS = bytes(48 <= b <= 57 for b in range(256))
 # Token-id classes kept per group. Dense per-id counts for each group would be groups x vocabulary
 # (6.4 M counts for a 200k vocabulary): too big for stats.json and for pickling every shard's
 # summary. A top-N set of the data's own most frequent ids cannot be used either: it differs from
@@ -71,6 +72,34 @@ def digit_runs(text: str | bytes) -> tuple[int, ...]:
     for run in pattern.findall(text):
         counts[min(len(run), DIGIT_RUN_LENGTHS) - 1] += 1
     return tuple(counts)
+
+
+def digit_runs_batch(texts: Sequence[str | bytes]) -> np.ndarray:
+    """`digit_runs` of every text of a batch as an (n, 5) array, in one numpy pass over the joined
+    batch instead of a regex scan per record (several times faster on long records).
+
+    >>> digit_runs_batch(["In 1865, 3 of 65536", b"65,536", ""]).tolist()
+    [[1, 0, 0, 1, 1], [0, 1, 1, 0, 0], [0, 0, 0, 0, 0]]
+    """
+    out = np.zeros((len(texts), DIGIT_RUN_LENGTHS), dtype=np.int64)
+    if not len(texts):
+        return out
+    blobs = [t.encode("utf-8", "surrogatepass") if isinstance(t, str) else bytes(t) for t in texts]
+    # One flag byte per text byte (1 for an ASCII digit), a 0 between texts ending any run: two
+    # copies of the batch's bytes at most, whatever the record sizes.
+    flags = np.frombuffer(b"\x00".join(blobs).translate(_DIGIT_FLAGS), dtype=np.bool_)
+    if not flags.any():
+        return out
+    changes = np.flatnonzero(flags[1:] != flags[:-1]) + 1
+    starts, ends = changes[flags[changes]], changes[~flags[changes]]
+    if flags[0]:
+        starts = np.concatenate(([0], starts))
+    if flags[-1]:
+        ends = np.concatenate((ends, [len(flags)]))
+    text_ends = np.cumsum([len(b) + 1 for b in blobs])
+    owners = np.searchsorted(text_ends, starts, side="right")
+    np.add.at(out, (owners, np.minimum(ends - starts, DIGIT_RUN_LENGTHS) - 1), 1)
+    return out
 
 
 def record_group(record_id: str, groups: int = REPLICATE_GROUPS) -> int:

@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from schemas import tables
-from bpe_ops.stats import Summary, digit_runs
+from bpe_ops.stats import Summary, digit_runs_batch
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
 from pipelines.command import Parser
 from pipelines.errors import UserError, say
@@ -163,7 +163,7 @@ def add_batch(summary: Summary, batch: pa.RecordBatch, where: str, breakdowns: B
         return
     bounds = np.cumsum(columns[0])[:-1]
     id_arrays = np.split(flat, bounds) if len(columns[0]) else []
-    runs = None if decode_bytes is None else [digit_runs(decode_bytes(a.tolist())) for a in id_arrays]
+    runs = None if decode_bytes is None else digit_runs_batch([decode_bytes(a.tolist()) for a in id_arrays])
     summary.add_batch(*columns, record_ids=batch.column("id").to_pylist(), id_arrays=id_arrays, digit_runs=runs)
     if breakdowns is not None:
         breakdowns.add_batch(batch, columns, id_arrays, runs)

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bpe_ops.stats import Summary, batch_stats, digit_runs, single_byte_ids
+from bpe_ops.stats import Summary, batch_stats, digit_runs_batch, single_byte_ids
 from schemas import tables
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
 from pipelines.command import Parser, implementation_from_environment, option_strings
@@ -210,7 +210,7 @@ class TokenizeShard(beam.DoFn):
                 ids.append(self.eos_id)
         stats = batch_stats(texts, id_arrays)
         record_ids = [r.id for r in batch]
-        runs = list(map(digit_runs, texts))
+        runs = digit_runs_batch(texts)
         summary.add_batch(*stats, record_ids=record_ids, id_arrays=id_arrays, digit_runs=runs)
         group.extend(batch, id_arrays, stats)
         if partials is not None:
@@ -288,7 +288,7 @@ class ShardPartials:
                 if self.grouped:
                     # The column holds the group's name; a record without one is the no-group group.
                     groups = [None if g == NO_GROUP else g for g in batch.column(tables.GROUP_COLUMN).to_pylist()]
-                runs = [digit_runs(decode_bytes(a.tolist())) for a in id_arrays]
+                runs = digit_runs_batch([decode_bytes(a.tolist()) for a in id_arrays])
                 self.add_batch([], stats, id_arrays, batch.column("id").to_pylist(), timestamps, groups, runs)
 
 

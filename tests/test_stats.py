@@ -24,7 +24,7 @@ import numpy as np
 
 from bpe_ops.stats import (EXACT_ID_CLASSES, FOLDED_ID_CLASSES, REPLICATE_GROUPS, Summary, batch_stats,
                            count_words, id_class_count, id_classes, length_key, nearest_rank, record_group,
-                           digit_runs, record_stats, single_byte_ids)
+                           digit_runs, digit_runs_batch, record_stats, single_byte_ids)
 from pipelines import stats_cmd
 from schemas.stats import (BYTES_PER_TOKEN_EDGES, STATS_SCHEMA_VERSION, TOKENS_PER_RECORD_EDGES,
                            bin_counts, dump_stats, load_stats, stats_json, validate_stats)
@@ -400,6 +400,13 @@ def test_digit_runs_count_ascii_digit_runs_by_length():
     assert digit_runs("1,234,567.89") == (1, 1, 2, 0, 0)            # separators split a number's runs
     assert digit_runs("٣٤٥ and x9y") == (1, 0, 0, 0, 0)              # ASCII digits only
     assert digit_runs("65536".encode()) == digit_runs("65536")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet="0123456789a ,٣\n\u00e9", max_size=14), min_size=1, max_size=5))
+def test_the_batch_digit_runs_equal_the_regex_specification(texts):
+    assert digit_runs_batch(texts).tolist() == [list(digit_runs(t)) for t in texts]
+    assert digit_runs_batch([t.encode() for t in texts]).tolist() == [list(digit_runs(t)) for t in texts]
 
 
 def test_digit_runs_are_kept_per_group_and_merge_exactly(tiny_records, gpt2):
