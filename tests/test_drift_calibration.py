@@ -25,7 +25,9 @@ def setup(corpora):
     english_docs = calib.read_docs(corpora / "en", slice(4, 6))[:320]
     english = calib.Encoded(tok, english_docs)
     others = {"python code": calib.Encoded(tok, calib.read_docs(corpora / "code", slice(0, 1))[:120]),
-              "upper-cased English": calib.Encoded(tok, [(i, t.upper()) for i, t in english_docs], "#shifted")}
+              "upper-cased English": calib.Encoded(tok, [(i, t.upper()) for i, t in english_docs], "#shifted"),
+              "thousands separators": calib.Encoded(
+                  tok, [(i, calib.thousands_separators(t)) for i, t in english_docs], "#shifted")}
     return calib.Sampler(tok), english, others
 
 
@@ -38,12 +40,28 @@ def test_false_alarm_rate_on_same_distribution_splits(setup, n, repeats):
     assert rate <= 0.1, (rate, fired)
 
 
+@pytest.mark.parametrize("n, m", [(240, 30), (30, 240)])
+def test_unequal_sizes_do_not_pass_noise_for_drift(setup, n, m):
+    """A small side rarely holds the few long or odd records of a large one: its own variance alone
+    would make noise look like drift (the pooled no-drift variance is what prevents it)."""
+    sampler, english, _ = setup
+    rate, fired = calib.false_alarm_rate(sampler, english, n, 30, seed=n + m, m=m)
+    assert rate <= 0.1, (rate, fired)
+
+
 @pytest.mark.parametrize("shift", ["python code", "upper-cased English"])
 def test_constructed_shifts_are_flagged(setup, shift):
     sampler, english, others = setup
     rate, fired, reports = calib.detection_rate(sampler, shift, 60, 4, 7, english, others)
     assert rate == 1.0, fired
     assert all(r.section_flagged(drift.TOKENIZATION) for r in reports)      # the tokenizer's fit moved
+
+
+def test_thousands_separators_are_a_data_change_flagged_by_number_formats(setup):
+    sampler, english, others = setup
+    rate, fired, reports = calib.detection_rate(sampler, "thousands separators", 60, 4, 7, english, others)
+    assert rate == 1.0, fired
+    assert all(r.metric("psi_digit_runs").verdict == "significant" for r in reports)
 
 
 def test_samples_are_valid_stats_json(setup):
