@@ -31,6 +31,7 @@ Two tallies, both integer counts that merge exactly (any order, any runner):
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -88,6 +89,14 @@ def id_mask(ids: Iterable[int], size: int) -> np.ndarray:
     return mask
 
 
+@lru_cache(maxsize=64)
+def _shared_mask(ids: tuple[int, ...], size: int) -> np.ndarray:
+    """`id_mask`, one read-only copy per tokenizer for all its tallies (a group's among them)."""
+    mask = id_mask(ids, size)
+    mask.flags.writeable = False
+    return mask
+
+
 def word_pieces(tok, words: Sequence[str], space_mask: np.ndarray | None = None) -> list[int]:
     """The pieces of each word type: the tokens of `" " + word` that are not whitespace only (see
     the module docstring). `space_mask` (a bool per id, from `whitespace_ids`) saves recomputing it.
@@ -111,8 +120,8 @@ class TokenTally:
         self.vocab_size = vocab_size
         self.raw_byte_ids = tuple(sorted(set(raw_byte_ids)))
         self.records = self.tokens = self.bytes = self.chars = self.words = self.raw_byte_tokens = 0
-        self.used = np.zeros(vocab_size, dtype=bool)      # ids seen at least once
-        self._raw = None
+        # The ids seen, sorted: a group of a few records holds a few ids, not a flag per id of the vocabulary.
+        self.used = np.zeros(0, dtype=np.uint32)
 
     def add_batch(self, n_tokens: Sequence[int], n_bytes: Sequence[int], n_chars: Sequence[int],
                   n_words: Sequence[int], id_arrays: Sequence) -> None:
@@ -128,10 +137,8 @@ class TokenTally:
         flat = np.concatenate(arrays)
         if int(flat.max()) >= self.vocab_size:
             raise ValueError(f"token id {int(flat.max())} outside the vocabulary (size {self.vocab_size})")
-        if self._raw is None:
-            self._raw = id_mask(self.raw_byte_ids, self.vocab_size)
-        self.raw_byte_tokens += int(self._raw[flat].sum())
-        self.used[flat] = True
+        self.raw_byte_tokens += int(_shared_mask(self.raw_byte_ids, self.vocab_size)[flat].sum())
+        self.used = np.union1d(self.used, flat).astype(np.uint32)
 
     def add_texts(self, texts: Sequence[str], id_arrays: Sequence) -> None:
         """A batch of records from their texts and token ids."""
@@ -142,26 +149,18 @@ class TokenTally:
             raise ValueError("cannot merge the tallies of different tokenizers")
         for name in ("records", "tokens", "bytes", "chars", "words", "raw_byte_tokens"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
-        self.used |= other.used
+        self.used = np.union1d(self.used, other.used).astype(np.uint32)
         return self
 
     def figures(self) -> dict:
         """The counts and the ratios of stats.json's definitions (None where a count is zero)."""
-        used = int(self.used.sum())
+        used = len(self.used)
         return {"records": self.records, "tokens": self.tokens, "bytes": self.bytes, "chars": self.chars,
                 "words": self.words, "bytes_per_token": _ratio(self.bytes, self.tokens),
                 "tokens_per_char": _ratio(self.tokens, self.chars),
                 "tokens_per_word": _ratio(self.tokens, self.words),
                 "raw_byte_tokens": self.raw_byte_tokens, "raw_byte_share": _ratio(self.raw_byte_tokens, self.tokens),
                 "used_ids": used, "vocab_size": self.vocab_size, "vocab_utilisation": used / self.vocab_size}
-
-    def __getstate__(self) -> dict:
-        # The used-id set as bits: 6 KB for a 50k vocabulary instead of 50 KB.
-        return {**self.__dict__, "used": np.packbits(self.used), "_raw": None}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self.used = np.unpackbits(state["used"], count=self.vocab_size).astype(bool)
 
 
 class WordTally:

@@ -43,6 +43,7 @@ from pipelines.tokenizer_files import TokenizerRef, identify_tokenizer, load_ide
 ENCODE_BATCH_RECORDS = 256        # records encoded per encode_arrays call
 WORD_FLUSH_ENTRIES = 200_000      # (word, group) counts a shard holds before it hands them on
 WORD_BATCH = 2_048                # word types scored per call
+MAX_GROUPS = 1_000                # --group-field values in one shard: a category (language, source), not an id
 OUTPUTS = ("evaluate.json", "evaluate.md", "evaluate.png")
 SUCCESS = "_SUCCESS"
 WHOLE = (0, "")                   # the scope of the whole dataset; a group is (1, its value)
@@ -100,6 +101,8 @@ class EvaluateShard(beam.DoFn):
         self.raw_byte_ids = [raw_byte_ids(tok) for tok in self.toks]
 
     def process(self, shard):
+        self.shard = shard
+        self.group_names: set = set()
         self.tallies: dict = {}
         self.words: Counter = Counter()
         reader = ShardReader(shard, self.source_options, self.output, self.fail_fast)
@@ -127,6 +130,10 @@ class EvaluateShard(beam.DoFn):
         rows: dict[str, list[int]] = {}
         for i, g in enumerate(groups or ()):
             rows.setdefault(g, []).append(i)
+        self.group_names.update(rows)
+        if len(self.group_names) > MAX_GROUPS:
+            raise ShardFailure(f"--group-field {self.group_field}: more than {MAX_GROUPS:,} values in "
+                               f"{self.shard.relpath}; a group field names a few categories (a language, a source)")
         columns = None
         for v, tok in enumerate(self.toks):
             arrays = tok.encode_arrays(texts, self.encode_threads)

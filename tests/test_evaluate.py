@@ -12,6 +12,7 @@ from bpe_ops import Tokenizer, train_bpe
 from bpe_ops.evaluation import evaluate_texts, iter_words, truncated, word_pieces
 from bpe_ops.stats import count_words
 from pipelines import evaluate, tokenize
+from pipelines.errors import IncompleteRun
 from schemas.evaluate import validate_evaluate
 from tests.conftest import ROOT
 
@@ -202,6 +203,15 @@ def test_unreadable_shard_is_exit_3_unless_allowed(tmp_path, sample):
     result = run_cli("--tokenizer", tok_dir, "--input", str(tmp_path / "in" / "s1.jsonl"), "--output", tmp_path / "out")
     assert result.returncode == 0, result.stderr
     assert not (tmp_path / "out" / "rejected").exists()
+
+
+def test_a_group_field_of_ids_is_refused_in_one_line(tmp_path, monkeypatch):
+    small_tokenizer().save(tmp_path / "small")
+    monkeypatch.setattr(evaluate, "MAX_GROUPS", 1)
+    with pytest.raises(IncompleteRun, match="--group-field id: more than 1 values in s0.jsonl; a group field names"):
+        evaluate.run(["--tokenizer", str(tmp_path / "small"), "--input", write_shards(tmp_path / "in", RECORDS * 2, 1),
+                      "--output", str(tmp_path / "out"), "--group-field", "id"])
+    assert not (tmp_path / "out" / "_SUCCESS").exists()
 
 
 def test_another_commands_output_folder_is_refused(tmp_path):
