@@ -146,17 +146,9 @@ def learn_merges(counts: Mapping[bytes, int], num_merges: int, *, min_frequency:
         words = list(counts)
     else:
         words, weights, initial_tokens = _symbolize(counts, mode, alphabet)
-    # Every count the loop computes is at most initial_tokens: if that fits, int64 is exact.
-    compiled = _merge_loop is not None and implementation.compiled and initial_tokens <= INT64_MAX
-    if compiled:
-        # Pair counts are >= 1 and < 2**63, so clamping min_frequency changes no comparison.
-        loop = _merge_loop.merge_loop
-        min_frequency = min(max(min_frequency, 0), INT64_MAX)
-    else:
-        loop = _merge_loop_python
-    merges, merge_counts, tokens_saved, tied, duplicates, stop_reason = loop(
-        words, weights, alphabet, num_merges, min_frequency, tie_break, hf_ranks, progress,
-        max_token_length or 0, symbol_lengths)
+    merges, merge_counts, tokens_saved, tied, duplicates, stop_reason = _run_loop(
+        implementation, initial_tokens, words, weights, alphabet, num_merges, min_frequency, tie_break, hf_ranks,
+        progress, max_token_length or 0, symbol_lengths)
     return TrainResult(merges=merges, merge_counts=merge_counts, tied_merges=tied,
                        duplicate_merges=duplicates, stop_reason=stop_reason,
                        initial_tokens=initial_tokens, tokens_saved=tokens_saved)
@@ -172,7 +164,8 @@ def learn_superword_merges(units: Mapping[bytes, int], merges: list[tuple[bytes,
 
     The loop starts from each unit as the final tokenizer will see it: one piece, phase one's merges
     applied by rank over the whole of it (`Tokenizer._merge`), which may differ from its pre-tokens
-    merged apart (`a  b` can become `a|  |b` rather than `a| | b`). From there the loop goes on as
+    merged apart (where `x y` is a pre-token elsewhere, the unit `ax y` can become `a|x y` rather
+    than `ax| y`). From there the loop goes on as
     in phase one, with phase one's tokens as its alphabet; a merge it makes has a higher rank than
     every phase-one merge, so the encoder replays phase one first, then phase two, as training did.
 
@@ -189,14 +182,9 @@ def learn_superword_merges(units: Mapping[bytes, int], merges: list[tuple[bytes,
         raise ValueError(f"num_merges must be between 0 and {MAX_IDS - len(tokens)}, not {num_merges}")
     words, weights, initial_tokens = superword_start(units, merges, implementation)
     hf_ranks = _hf_ranks(alphabet, "byte") + list(range(len(alphabet), len(tokens))) if tie_break == "hf" else None
-    compiled = _merge_loop is not None and implementation.compiled and initial_tokens <= INT64_MAX
-    if compiled:
-        loop = _merge_loop.merge_loop
-        min_frequency = min(max(min_frequency, 0), INT64_MAX)
-    else:
-        loop = _merge_loop_python
-    new, merge_counts, tokens_saved, tied, duplicates, stop_reason = loop(
-        words, weights, tokens, num_merges, min_frequency, tie_break, hf_ranks, progress, 0, None)
+    new, merge_counts, tokens_saved, tied, duplicates, stop_reason = _run_loop(
+        implementation, initial_tokens, words, weights, tokens, num_merges, min_frequency, tie_break, hf_ranks,
+        progress, 0, None)
     return TrainResult(merges=new, merge_counts=merge_counts, tied_merges=tied, duplicate_merges=duplicates,
                        stop_reason=stop_reason, initial_tokens=initial_tokens, tokens_saved=tokens_saved)
 
@@ -219,6 +207,18 @@ def superword_start(units: Mapping[bytes, int], merges: list[tuple[bytes, bytes]
         words = list(map("".join, map(map, repeat(chr), compress(merged, keep))))
     weights = list(compress(ns, keep))
     return words, weights, total
+
+
+def _run_loop(implementation: Implementation, initial_tokens: int, words, weights, alphabet, num_merges: int,
+              min_frequency: int, *rest):
+    """The merge loop on these words: compiled when `bpe_ops._merge_loop` is built, unless
+    `implementation.compiled` is False or the counts do not fit in 64 bits."""
+    # Every count the loop computes is at most initial_tokens: if that fits, int64 is exact.
+    if _merge_loop is not None and implementation.compiled and initial_tokens <= INT64_MAX:
+        # Pair counts are >= 1 and < 2**63, so clamping min_frequency changes no comparison.
+        return _merge_loop.merge_loop(words, weights, alphabet, num_merges, min(max(min_frequency, 0), INT64_MAX),
+                                      *rest)
+    return _merge_loop_python(words, weights, alphabet, num_merges, min_frequency, *rest)
 
 
 def _merge_loop_python(words: list[str], weights: list[int], alphabet: list[bytes],
