@@ -553,12 +553,10 @@ def superword_report(args: argparse.Namespace, result, totals: dict, tok) -> dic
     """The SuperBPE section of train_report.json (None without --superword-transition)."""
     if args.superword_transition is None:
         return None
-    return {"transition": args.superword_transition, "max_words": args.superword_max_words,
-            "units_pattern": tok.pattern, "phase_one_merges": result.phase_one_merges,
-            "phase_two_merges": len(result.merges) - result.phase_one_merges,
-            "units": totals.get("superword_units", 0),
-            "unique_units_before_pruning": totals.get("unique_superword_units_before_pruning", 0),
-            "unique_units_after_pruning": totals.get("unique_superword_units_after_pruning", 0)}
+    return dict(zip(reports.SUPERWORD_KEYS, (
+        args.superword_transition, args.superword_max_words, tok.pattern, result.phase_one_merges,
+        len(result.merges) - result.phase_one_merges, totals.get("superword_units", 0),
+        totals.get("unique_superword_units_before_pruning", 0), totals.get("unique_superword_units_after_pruning", 0))))
 
 
 def check_superword_counts(totals: dict, args: argparse.Namespace, counts_dir: str) -> None:

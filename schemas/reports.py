@@ -12,7 +12,13 @@ TRAIN_REPORT_KEYS = (
     "unique_pretokens_before_pruning", "unique_pretokens_after_pruning", "merges", "tied_merges",
     "duplicate_merges", "stop_reason", "compression_curve", "timing_seconds", "peak_rss_mb",
     "peak_rss_mb_by_process", "max_token_length", "text_options", "normalizer", "pre_tokenizer", "tiktoken",
+    "superword",
 )
+# train_report.json "superword" (null without --superword-transition): SuperBPE's transition T and
+# unit bound W, the units' split regex (the tokenizer's), the merges of each phase, and the units
+# counted (repeats included) and unique before / after --min-count.
+SUPERWORD_KEYS = ("transition", "max_words", "units_pattern", "phase_one_merges", "phase_two_merges", "units",
+                  "unique_units_before_pruning", "unique_units_after_pruning")
 # train_report.json "tiktoken": whether tokenizer.tiktoken was written, the pattern tiktoken needs, and
 # whether it then gives the same ids (bpe_ops.formats.tiktoken_recipe).
 TIKTOKEN_KEYS = ("written", "pattern", "identical", "note")

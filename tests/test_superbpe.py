@@ -18,6 +18,7 @@ from bpe_ops import Tokenizer, pretokenize, train_bpe, trainer
 from bpe_ops.implementation import Implementation
 from pipelines import train
 from pipelines.errors import UserError
+from schemas.reports import SUPERWORD_KEYS
 from tests.conftest import ROOT, read_jsonl_texts
 from tests.test_trainer import IMPLEMENTATIONS, implementation
 
@@ -191,6 +192,8 @@ def test_pipeline_equals_train_bpe_and_reuses_both_phases_counts(sample, tmp_pat
     expected = train_bpe(read_jsonl_texts(sample), 2048, superword_transition=1600)
     assert report["tokenizer_sha256"] == expected.sha256
     section = report["superword"]
+    assert tuple(section) == SUPERWORD_KEYS and section["transition"] == 1600 and section["max_words"] == 4
+    assert report["tiktoken"]["identical"] is True
     assert section["phase_one_merges"] == expected.training.phase_one_merges
     assert section["units"] == sum(pretokenize.count_pretokens(read_jsonl_texts(sample), expected.pattern).values())
     assert section["unique_units_after_pruning"] == len(train.load_counts(str(first / "counts" / "superword")))
