@@ -28,12 +28,14 @@ from array import array
 from bisect import bisect_left, bisect_right
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from heapq import heappop, heappush
+from functools import partial
+from heapq import heapify, heappop, heappush
 from itertools import chain, islice, repeat
 from operator import lt
 from typing import Iterable, Mapping, Sequence
 
 from . import formats, hf_components, table_cache
+from .dropout import DropoutStream, check_dropout
 from .implementation import DEFAULT, Implementation
 from .pretokenize import (END_OF_WORD, Pcre2Pattern, compile_pattern, pattern_name, resolve_pattern,
                           split_on_special, to_utf8)
@@ -337,9 +339,35 @@ class Tokenizer:
 
     # ---- encoding -----------------------------------------------------------------------------
 
-    def encode(self, text: str, allowed_special: Iterable[str] | str = ()) -> list[int]:
+    def encode(self, text: str, allowed_special: Iterable[str] | str = (), *, dropout: float | None = None,
+               seed: int | None = None, record_id: str | int = "") -> list[int]:
         """Token ids of `text`. Special-token strings are plain text unless listed in `allowed_special`
-        (`"all"` allows every special token), so data can never inject a control token."""
+        (`"all"` allows every special token), so data can never inject a control token.
+
+        `dropout=p` is BPE-dropout (for training data): each merge is skipped with probability p
+        (see `_merge_dropout`), drawn from the stream of (`seed`, `record_id`) (bpe_ops/dropout.py),
+        so the same seed and record id give the same ids; `seed=None` draws fresh randomness.
+        p = 0 is the deterministic encoding, p = 1 gives the bytes; decode gives `text` back.
+
+        >>> tok = Tokenizer([(b"a", b"b"), (b"ab", b"c")])
+        >>> tok.encode("abc"), tok.encode("abc", dropout=1.0, seed=0), tok.encode("abc", dropout=0.0, seed=0)
+        ([257], [97, 98, 99], [257])
+        """
+        if dropout is not None or seed is not None:
+            stream = self._dropout_stream(dropout, seed, record_id)
+            if stream is not None:
+                return self._encode_with(text, allowed_special, partial(self._encode_dropout, stream=stream))
+        return self._encode_with(text, allowed_special, self._encode_normalized)
+
+    def _dropout_stream(self, dropout: float | None, seed: int | None, record_id: str | int):
+        """The record's `DropoutStream`, or None for p = 0 (the deterministic encoding)."""
+        if dropout is None:
+            raise ValueError("seed is the seed of BPE-dropout: pass dropout=p with it")
+        p = check_dropout(dropout)
+        return DropoutStream(p, seed, record_id) if p else None
+
+    def _encode_with(self, text: str, allowed_special, encode_normalized) -> list[int]:
+        """`encode`, each stretch of normalized text between special tokens encoded by `encode_normalized`."""
         if self._added is not None:
             allowed = frozenset(self._allowed(allowed_special)) if allowed_special else frozenset()
             if self._added.active(allowed):
@@ -348,17 +376,18 @@ class Tokenizer:
                     if token is not None:
                         out.append(token)
                     else:
-                        out.extend(self._encode_normalized(segment))
+                        out.extend(encode_normalized(segment))
                 return out
+        normalize = self._normalize or str
         if not allowed_special:
-            return self._encode_ordinary(text)
+            return encode_normalized(normalize(text))
         allowed = self._allowed(allowed_special)
         out: list[int] = []
         for segment, is_special in split_on_special(text, allowed):
             if is_special:
                 out.append(self.special_tokens[segment])
             else:
-                out.extend(self._encode_ordinary(segment))
+                out.extend(encode_normalized(normalize(segment)))
         return out
 
     def encode_batch(self, texts: Iterable[str], allowed_special: Iterable[str] | str = ()) -> list[list[int]]:
@@ -458,6 +487,21 @@ class Tokenizer:
             pieces.append(text[pos:])
         return pieces
 
+    def _encode_dropout(self, text: str, stream: DropoutStream) -> list[int]:
+        """`_encode_normalized` with BPE-dropout: every piece merged by `_merge_dropout`, in text
+        order (the order the stream's draws are taken in). No cache (a piece's ids vary), and no
+        whole-piece lookup under `ignore_merges` (as Hugging Face's BPE with dropout)."""
+        pieces = self._pre_tokenize(text) if self._pre_tokenize is not None else self._split(text)
+        out: list[int] = []
+        for piece in pieces:
+            if self.mode == "byte":
+                data = to_utf8(piece)
+                symbols = list(data) if self._identity_bytes else list(map(self._byte_ids.__getitem__, data))
+            else:
+                symbols = self._classic_symbols(piece)
+            out += self._merge_dropout(symbols, stream)
+        return out
+
     def _encode_piece(self, piece: str) -> tuple[int, ...]:
         """Ids of one pre-token (a cache miss); the result is cached when the piece is short."""
         if self.mode == "byte":
@@ -527,6 +571,51 @@ class Tokenizer:
             if i:
                 ranks[i - 1] = get((ids[i - 1], new_id), none)
         return ids
+
+    def _merge_dropout(self, ids: list[int], stream: DropoutStream) -> list[int]:
+        """`_merge_python` with BPE-dropout, as Hugging Face's `Word::merge_all` with a dropout:
+        candidate merges wait in a heap by (rank, position); each one popped draws from `stream`,
+        and a skipped one is set aside until the next draw that is not a skip puts them all back
+        (a popped candidate that is no longer valid still draws). The merge stops when the heap is
+        empty, so a skipped merge may never be applied.
+
+        With a stream that never skips this is `_merge_python` (lowest rank first, leftmost on
+        ties); with one that always skips, the symbols come back unmerged.
+        """
+        get, merged = self._ranks.get, self._merged
+        n = len(ids)
+        heap = [(r, i) for i, r in enumerate(map(get, zip(ids, ids[1:]))) if r is not None]
+        heapify(heap)
+        skipped: list[tuple[int, int]] = []
+        nxt = list(range(1, n + 1))     # n: past the end
+        prv = list(range(-1, n - 1))    # -1: before the start
+        skip = stream.skip
+        while heap:
+            top = heappop(heap)
+            if skip():
+                skipped.append(top)
+                continue
+            for entry in skipped:
+                heappush(heap, entry)
+            skipped.clear()
+            rank, i = top
+            j = nxt[i]
+            if ids[i] == DEAD or j == n or get((ids[i], ids[j])) != rank:
+                continue                # merged away, at the end, or its pair changed
+            new_id = ids[i] = merged[rank]
+            ids[j] = DEAD
+            k = nxt[i] = nxt[j]
+            if k < n:
+                prv[k] = i
+                r = get((new_id, ids[k]))
+                if r is not None:
+                    heappush(heap, (r, i))
+            p = prv[i]
+            if p >= 0:
+                r = get((ids[p], new_id))
+                if r is not None:
+                    heappush(heap, (r, p))
+        return list(filter(DEAD.__ne__, ids))
 
     def _merge_long(self, ids: list[int]) -> list[int]:
         """The same replay for long pieces, near-linear: one bucket of positions per merge rank.
