@@ -616,6 +616,20 @@ def check_calibrated(stats: dict, side: str) -> None:
                          f"did not give record ids and token ids to Summary.add_batch); " + REBUILD_HINT)
 
 
+def describe_dropout(dropout: dict | None) -> str:
+    return f"with BPE-dropout p={dropout['p']} (seed {dropout['seed']})" if dropout else "without BPE-dropout"
+
+
+def check_same_dropout(baseline: dict | None, current: dict | None) -> None:
+    """ValueError unless both sides were encoded with the same BPE-dropout probability (stats.json's
+    `dropout`, None without): dropout changes tokens per byte and every figure after it by design,
+    so a difference is no tokenization drift. The seed may differ: it draws from the same distribution."""
+    if (baseline and baseline["p"]) != (current and current["p"]):
+        raise ValueError(f"the baseline was tokenized {describe_dropout(baseline)} and the current "
+                         f"{describe_dropout(current)}: dropout changes every figure by design, so comparing them is "
+                         f"not a drift question; compare datasets tokenized with the same --dropout")
+
+
 def _groups(stats: dict, key: str) -> np.ndarray:
     rep = stats["replicates"]
     table = rep["token_classes"]["counts"] if key == "token_classes" else rep[key]
@@ -633,6 +647,7 @@ def compare(baseline: dict, current: dict, thresholds: Thresholds = Thresholds()
             raise ValueError(f"the {side} stats have {stats['records']} records: at least 2 are needed "
                              f"to tell drift from noise")
         check_calibrated(stats, side)
+    check_same_dropout(baseline.get("dropout"), current.get("dropout"))
     same_tokenizer = baseline["tokenizer_sha256"] == current["tokenizer_sha256"]
     if not same_tokenizer and not allow_different_tokenizers:
         raise ValueError(f"the stats were made with different tokenizers (sha256 "

@@ -21,6 +21,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 
 import fsspec
 import numpy as np
@@ -29,6 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from schemas import tables
+from bpe_ops.dropout import Dropout
 from bpe_ops.stats import Summary, digit_runs_batch
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
 from pipelines.command import Parser
@@ -170,8 +172,9 @@ def add_batch(summary: Summary, batch: pa.RecordBatch, where: str, breakdowns: B
 
 
 def add_file(summary: Summary, url: str, sha256: str, breakdowns: Breakdowns | None = None,
-             decode_bytes=None) -> int:
-    """Add one token Parquet file; returns its rows (`decode_bytes`: see `add_batch`)."""
+             decode_bytes=None, dropouts: dict | None = None) -> int:
+    """Add one token Parquet file; returns its rows (`decode_bytes`: see `add_batch`). `dropouts`
+    collects `{url: the BPE-dropout {p, seed} its footer says the file was encoded with, or None}`."""
     rows = 0
     try:
         with fsspec.open(url, "rb") as f:
@@ -194,6 +197,8 @@ def add_file(summary: Summary, url: str, sha256: str, breakdowns: Breakdowns | N
                 rows += batch.num_rows
     except (pa.ArrowException, OSError) as exc:
         raise StatsError(f"cannot read {url}: {str(exc).splitlines()[0]}") from None
+    if dropouts is not None:
+        dropouts[url] = shard.get("fingerprint", {}).get("dropout")
     for reason, n in shard.get("rejected_by_reason", {}).items():
         summary.add_rejected(reason, n)
     summary.add_repaired(shard.get("repaired", 0))
@@ -201,6 +206,18 @@ def add_file(summary: Summary, url: str, sha256: str, breakdowns: Breakdowns | N
         summary.add_shard_error(error["source"], error["rows_read"], error["reason"], error["detail"])
     summary.add_shard(shard.get("relpath", url.rsplit("/", 1)[-1]))
     return rows
+
+
+def one_dropout(dropouts: dict) -> Dropout | None:
+    """The one BPE-dropout setting of all the files (`add_file`'s `dropouts`); StatsError when they differ:
+    one stats.json cannot describe data encoded two ways."""
+    settings = {json.dumps(d, sort_keys=True): url for url, d in dropouts.items()}
+    if len(settings) > 1:
+        (a, url_a), (b, url_b) = list(settings.items())[:2]
+        raise StatsError(f"the files were encoded with different BPE-dropout settings: {url_a} "
+                         f"({a.replace('null', 'no dropout')}), {url_b} ({b.replace('null', 'no dropout')})")
+    setting = next(iter(dropouts.values()), None)
+    return Dropout(**setting) if setting else None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -240,9 +257,11 @@ def rebuild(argv: list[str]) -> int:
         breakdowns = None
         if args.group_field is not None or window_seconds is not None:
             breakdowns = Breakdowns(tok.vocab_size, facts.raw_byte_ids, args.group_field, window_seconds)
+        dropouts: dict = {}
         for url in urls:
-            rows = add_file(summary, url, tok.sha256, breakdowns, tok.decode_bytes)
+            rows = add_file(summary, url, tok.sha256, breakdowns, tok.decode_bytes, dropouts)
             say(f"read {url}: {rows:,} rows")
+        facts = replace(facts, dropout=one_dropout(dropouts))
         output_dir = args.output.rsplit("/", 1)[0] if "/" in args.output else "."
         groups = breakdowns.write(output_dir, facts, args.tokenizer) if breakdowns is not None else None
         extra = {"inputs": args.inputs, "tokenizer": args.tokenizer, "timing": {

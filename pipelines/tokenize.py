@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bpe_ops.dropout import Dropout, check_dropout, check_seed
 from bpe_ops.stats import Summary, batch_stats, digit_runs_batch, single_byte_ids
 from schemas import tables
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
@@ -91,8 +92,9 @@ class TokenizeShard(beam.DoFn):
 
     def __init__(self, tokenizer: TokenizerRef, source_options, output: str, eos_token: str | None,
                  fail_fast: bool = False, encode_threads: int = 1, breakdowns: "Breakdowns | None" = None,
-                 judged: bool = False):
+                 judged: bool = False, dropout: Dropout | None = None):
         self.tokenizer = tokenizer
+        self.dropout = dropout
         self.breakdowns = breakdowns or Breakdowns()
         self.judged = judged
         self.source_options = source_options
@@ -122,7 +124,7 @@ class TokenizeShard(beam.DoFn):
         from pipelines.sources import output_name
 
         out_url = join(self.output, output_name(shard.relpath))
-        fingerprint = shard_fingerprint(shard, self.source_options, self.sha256, self.eos_token)
+        fingerprint = shard_fingerprint(shard, self.source_options, self.sha256, self.eos_token, self.dropout)
         done = read_shard_metadata(out_url)
         partials = self.breakdowns.partials(self.tok.vocab_size, self.raw_byte_ids)
         if done is not None and done.get("fingerprint") == fingerprint and not done.get("shard_errors"):
@@ -202,9 +204,15 @@ class TokenizeShard(beam.DoFn):
         if not batch:
             return
         texts = [r.text for r in batch]
-        # uint32 arrays straight from the compiled encoder's buffer (no Python int per id), encoded
-        # by `encode_threads` threads: the compiled encoder drops the GIL.
-        id_arrays = self.tok.encode_arrays(texts, self.encode_threads)
+        if self.dropout is None:
+            # uint32 arrays straight from the compiled encoder's buffer (no Python int per id), encoded
+            # by `encode_threads` threads: the compiled encoder drops the GIL.
+            id_arrays = self.tok.encode_arrays(texts, self.encode_threads)
+        else:
+            # Each record's randomness is its own (seed, record id): the same ids whatever the order.
+            p, seed = self.dropout.p, self.dropout.seed
+            id_arrays = [array.array("I", self.tok.encode(r.text, dropout=p, seed=seed, record_id=r.id))
+                         for r in batch]
         if self.eos_id is not None:
             for ids in id_arrays:
                 ids.append(self.eos_id)
@@ -292,9 +300,11 @@ class ShardPartials:
                 self.add_batch([], stats, id_arrays, batch.column("id").to_pylist(), timestamps, groups, runs)
 
 
-def shard_fingerprint(shard, source_options, tokenizer_sha256: str, eos_token: str | None) -> dict:
+def shard_fingerprint(shard, source_options, tokenizer_sha256: str, eos_token: str | None,
+                      dropout: Dropout | None = None) -> dict:
     """Everything that shapes a shard's output: a rerun reuses the output only when all of it matches
-    (the input file and its version, how it is read, the tokenizer, the EOS token, the layout)."""
+    (the input file and its version, how it is read, the tokenizer, the EOS token, BPE-dropout, the
+    layout). Without dropout the key is absent, so outputs made before it existed are still reused."""
     from pipelines.sources import InputError, shard_format
 
     options = json.loads(json.dumps(asdict(source_options)))     # tuples as lists, as the footer holds them
@@ -302,10 +312,13 @@ def shard_fingerprint(shard, source_options, tokenizer_sha256: str, eos_token: s
         fmt = shard_format(shard, source_options)
     except InputError:            # read_shard lists the shard as unreadable; its output is never reused
         fmt = None
-    return {"layout": {"tokens_schema": tables.TOKENS_SCHEMA_VERSION, "manifest": MANIFEST_VERSION},
-            "input": {"url": shard.url, "size": shard.size, "version": shard.version},
-            "format": fmt, "source_options": options,
-            "tokenizer_sha256": tokenizer_sha256, "eos_token": eos_token}
+    fingerprint = {"layout": {"tokens_schema": tables.TOKENS_SCHEMA_VERSION, "manifest": MANIFEST_VERSION},
+                   "input": {"url": shard.url, "size": shard.size, "version": shard.version},
+                   "format": fmt, "source_options": options,
+                   "tokenizer_sha256": tokenizer_sha256, "eos_token": eos_token}
+    if dropout is not None:
+        fingerprint["dropout"] = dropout.to_json()
+    return fingerprint
 
 
 def add_account(summary: Summary, account) -> None:
@@ -529,7 +542,7 @@ def build_tokenize_pipeline(p, shards, tokenizer: TokenizerRef, facts: Tokenizer
                             output: str, eos_token: str | None, inputs: list[str], started_at: float,
                             fail_fast: bool = False, encode_threads: int = 1, spread: bool = True,
                             allow_shard_errors: bool = False, breakdowns: Breakdowns = Breakdowns(),
-                            watching: Watching | None = None):
+                            watching: Watching | None = None, dropout: Dropout | None = None):
     """The tokenize pipeline for a tokenizer the launcher loaded: `tokenizer` names it (and carries its
     sha256), `facts` is what stats.json needs of it, so no worker computes either again. The shards
     are `shards` (batch), or what `watching.source` finds as they land (watch mode): the same
@@ -544,7 +557,8 @@ def build_tokenize_pipeline(p, shards, tokenizer: TokenizerRef, facts: Tokenizer
     results = (shard_elements
                | "TokenizeShard" >> beam.ParDo(TokenizeShard(tokenizer, source_options, output, eos_token,
                                                              fail_fast, encode_threads, breakdowns,
-                                                             judged=bool(watching and watching.baseline))
+                                                             judged=bool(watching and watching.baseline),
+                                                             dropout=dropout)
                                                ).with_outputs(TokenizeShard.MANIFEST, TokenizeShard.WINDOWS,
                                                               TokenizeShard.GROUPS, TokenizeShard.JUDGED,
                                                               main="summaries"))
@@ -641,6 +655,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-field", action="append", default=[], metavar="NAME",
                         help="copy this input field into the Parquet (JSON-encoded string column; repeatable)")
     parser.add_argument("--eos-token", default=None, metavar="TOKEN", help="end every record with this special token")
+    parser.add_argument("--dropout", default=None, metavar="P",
+                        help="BPE-dropout for training data: skip each merge with probability P (0 to 1; 1 gives "
+                             "bytes only); each record's randomness comes from (--seed, its id), so reruns match")
+    parser.add_argument("--seed", default=None, metavar="S", help="--dropout: the seed (a non-negative integer; "
+                                                                   "default 0)")
     parser.add_argument("--encode-threads", type=int, default=None, metavar="N",
                         help="threads that encode each batch in a worker (default: the cores each local worker "
                              "has, 1 on other runners)")
@@ -691,8 +710,9 @@ def duration(flag: str, text: str | None) -> float | None:
         raise UserError(f"{flag}: {exc}") from None
 
 
-def check_baseline(url: str) -> None:
-    """A baseline to judge against must be a calibrated stats.json: refused at launch, not per shard."""
+def check_baseline(url: str, dropout: Dropout | None = None) -> None:
+    """A baseline to judge against must be a calibrated stats.json, of data encoded with the same
+    BPE-dropout: refused at launch, not per shard."""
     from pipelines import drift
     from schemas.stats import validate_stats
 
@@ -702,16 +722,38 @@ def check_baseline(url: str) -> None:
         stats = read_json(url)
         validate_stats(stats)
         drift.check_calibrated(stats, "baseline")
+        drift.check_same_dropout(stats.get("dropout"), dropout and dropout.to_json())
     except (ValueError, OSError) as exc:
         raise UserError(f"--baseline {url}: {exc}") from None
+
+
+def parse_dropout(p: str | None, seed: str | None) -> Dropout | None:
+    """`--dropout P --seed S` as a Dropout, None for the deterministic encoding (no --dropout, or P = 0);
+    UserError when P is no probability, S no non-negative integer, or --seed comes without --dropout."""
+    if p is None:
+        if seed is not None:
+            raise UserError("--seed is the seed of BPE-dropout: it needs --dropout P")
+        return None
+    try:
+        value = check_dropout(float(p))
+    except ValueError:
+        raise UserError(f"--dropout must be a probability between 0 and 1, got {p!r}") from None
+    try:
+        seed_value = check_seed(int(seed)) if seed is not None else 0
+    except ValueError:
+        raise UserError(f"--seed must be a non-negative integer, got {seed!r}") from None
+    return Dropout(value, seed_value) if value else None
 
 
 def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str]) -> dict:
     started_at = time.time()
     beam_args, bare = split_beam_args(rest, tool_options)
     inputs = list(args.input) + bare
+    dropout = parse_dropout(args.dropout, args.seed)
+    if args.dropout is not None and dropout is None:
+        say("--dropout 0 is the deterministic encoding: tokenizing without dropout")
     if args.baseline:
-        check_baseline(args.baseline)
+        check_baseline(args.baseline, dropout)
     if (args.timestamp_field is None) != (args.window is None):
         raise UserError("--timestamp-field and --window go together: the field that dates each record, and "
                         "the window length (15m, 1h, 1d, ...)")
@@ -754,7 +796,8 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
     check_worker_paths(options, [*inputs, args.output, args.tokenizer])
     check_output_folder(args.output)
     say(f"tokenize: {len(shards)} shard(s){' so far, watching for more' if args.watch else ''}, "
-        f"{sum(s.size for s in shards) / 1e6:.1f} MB, vocabulary {tok.vocab_size:,} -> {args.output}")
+        f"{sum(s.size for s in shards) / 1e6:.1f} MB, vocabulary {tok.vocab_size:,}"
+        f"{f', BPE-dropout p={dropout.p} seed {dropout.seed}' if dropout else ''} -> {args.output}")
     stale = clear_stale_outputs(args.output, shards)
     if stale:
         say(f"removed the outputs of {stale} input(s) of an earlier run that this run does not have")
@@ -766,13 +809,14 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
     try:
         with pipeline_failures(args.output), quiet_worker_stderr(), beam.Pipeline(runner=runner, options=options) as p:
             build_tokenize_pipeline(p, shards, tokenizer,
-                                    TokenizerFacts.of(tok, reload=partial(token_bytes_of, tokenizer)), source_options,
+                                    TokenizerFacts.of(tok, reload=partial(token_bytes_of, tokenizer), dropout=dropout),
+                                    source_options,
                                     args.output, args.eos_token, inputs, started_at, args.fail_fast,
                                     args.encode_threads or local_cores_per_worker(options, runner),
                                     spread=not one_local_worker(options, runner) and not watching,
                                     allow_shard_errors=args.allow_shard_errors,
                                     breakdowns=Breakdowns(windowing, args.group_field),
-                                    watching=watching)
+                                    watching=watching, dropout=dropout)
     finally:
         restore()
         if watching:

@@ -36,6 +36,9 @@ Layout (version 2; `...` = a JSON number, `null` where the figure is undefined f
     shards: {count, names}
     shard_errors: [{source, rows_read, reason, detail}]   files that could not be read (completely):
                   the first rows_read rows of source were read, the rest is lost; sorted
+    dropout: {p, seed}   only when the records were encoded with BPE-dropout (`tokenize --dropout P
+                  --seed S`); absent for the deterministic encoding. Drift refuses to compare two
+                  files that differ in p: dropout changes every figure by design.
     timing: {elapsed_seconds, created_at, ...}   optional; the only part that differs between runs
     + free keys added by the writer (input globs, output path, ...)
 
@@ -65,6 +68,7 @@ import json
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
+from bpe_ops.dropout import Dropout
 from bpe_ops.stats import (DIGIT_RUN_LENGTHS, EXACT_ID_CLASSES, FOLDED_ID_CLASSES, MOMENT_PAIRS, MOMENT_VARIABLES,
                            REPLICATE_GROUPS, _ratio, bin_counts, id_class_count, nearest_rank,
                            single_byte_ids, token_label)
@@ -229,6 +233,12 @@ def validate_stats(d) -> None:
     if d["records"] + d["rejected"]["total"] != d["records_read"]:
         raise ValueError("records + rejected.total != records_read")
     _check_calibration(d)
+    dropout = d.get("dropout")
+    if dropout is not None and not (
+            isinstance(dropout, dict) and set(dropout) == {"p", "seed"}
+            and isinstance(dropout["p"], (int, float)) and not isinstance(dropout["p"], bool) and 0 < dropout["p"] <= 1
+            and isinstance(dropout["seed"], int) and not isinstance(dropout["seed"], bool) and dropout["seed"] >= 0):
+        raise ValueError("key 'dropout' must be {p: a probability in (0, 1], seed: a non-negative integer}")
     # Optional: files written before shard errors were recorded here lack the key.
     errors = d.get("shard_errors", [])
     if not isinstance(errors, list) or not all(
@@ -344,7 +354,8 @@ def dump_stats(d: dict) -> str:
 
 class TokenizerFacts:
     """What `stats_json` needs of a tokenizer, without the tokenizer: its id range, sha256, single-byte
-    ids and token bytes. A process that has the tokenizer loaded (the tokenize launcher) hands this
+    ids and token bytes, and the BPE-dropout the records were encoded with (None without). A process
+    that has the tokenizer loaded (the tokenize launcher) hands this
     to the Beam steps that write stats.json, so they do not load the tokenizer to learn its ids.
 
     The token bytes (only needed to label the most frequent tokens) do not travel with it when
@@ -355,7 +366,7 @@ class TokenizerFacts:
 
     def __init__(self, vocab_size: int, sha256: str, vocab: Mapping[int, bytes] | None,
                  reload: Callable[[], Mapping[int, bytes]] | None = None,
-                 raw_byte_ids: tuple[int, ...] | None = None):
+                 raw_byte_ids: tuple[int, ...] | None = None, dropout: Dropout | None = None):
         if vocab is None and reload is None:
             raise ValueError("TokenizerFacts needs the vocabulary or a way to reload it")
         self.vocab_size = vocab_size
@@ -363,10 +374,12 @@ class TokenizerFacts:
         self._vocab = vocab
         self.reload = reload
         self._raw_byte_ids = raw_byte_ids
+        self.dropout = dropout
 
     @classmethod
-    def of(cls, tokenizer, reload: Callable[[], Mapping[int, bytes]] | None = None) -> "TokenizerFacts":
-        return cls(tokenizer.vocab_size, tokenizer.sha256, dict(tokenizer.vocab), reload)
+    def of(cls, tokenizer, reload: Callable[[], Mapping[int, bytes]] | None = None, *,
+           dropout: Dropout | None = None) -> "TokenizerFacts":
+        return cls(tokenizer.vocab_size, tokenizer.sha256, dict(tokenizer.vocab), reload, dropout=dropout)
 
     @property
     def vocab(self) -> Mapping[int, bytes]:
@@ -383,14 +396,15 @@ class TokenizerFacts:
 
     def __reduce__(self):
         if self.reload is None:
-            return TokenizerFacts, (self.vocab_size, self.sha256, self.vocab)
-        return TokenizerFacts, (self.vocab_size, self.sha256, None, self.reload, self.raw_byte_ids)
+            return TokenizerFacts, (self.vocab_size, self.sha256, self.vocab, None, None, self.dropout)
+        return TokenizerFacts, (self.vocab_size, self.sha256, None, self.reload, self.raw_byte_ids, self.dropout)
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, TokenizerFacts) and (self.vocab_size, self.sha256) == (other.vocab_size, other.sha256)
+        return isinstance(other, TokenizerFacts) and ((self.vocab_size, self.sha256, self.dropout)
+                                                      == (other.vocab_size, other.sha256, other.dropout))
 
     def __hash__(self) -> int:
-        return hash((self.vocab_size, self.sha256))
+        return hash((self.vocab_size, self.sha256, self.dropout))
 
 
 def _symmetric(products: list[int]) -> list[list[int]]:
@@ -450,8 +464,9 @@ def percentiles(table: Mapping[int, int]) -> list[int]:
 
 def stats_json(summary, tokenizer, extra: Mapping | None = None) -> dict:
     """The stats.json object of a `bpe_ops.stats.Summary`, for a tokenizer (or `TokenizerFacts`)
-    with `vocab: dict[int, bytes]`, `vocab_size` and `sha256`. `extra` adds top-level keys (input
-    globs, a `timing` object, ...); it may not replace a computed figure."""
+    with `vocab: dict[int, bytes]`, `vocab_size` and `sha256` (and the `dropout` of the facts).
+    `extra` adds top-level keys (input globs, a `timing` object, ...); it may not replace a computed
+    figure."""
     if tokenizer.vocab_size != summary.vocab_size:
         raise ValueError(f"summary counts {summary.vocab_size} ids, tokenizer has {tokenizer.vocab_size}")
     id_total = sum(summary.id_counts)
@@ -513,6 +528,9 @@ def stats_json(summary, tokenizer, extra: Mapping | None = None) -> dict:
         "shards": {"count": len(summary.shards), "names": sorted(summary.shards)},
         "shard_errors": [dict(e) for e in summary.shard_errors],
     }
+    dropout = getattr(tokenizer, "dropout", None)
+    if dropout is not None:
+        out["dropout"] = dropout.to_json()
     for key, value in (extra or {}).items():
         if key in out:
             raise ValueError(f"extra key {key!r} would replace a computed stats.json figure")
