@@ -171,14 +171,12 @@ static inline int key_less(void *ctx, const uint64_t *a, const uint64_t *b)
 /* A min-heap of rank << 32 | position keys: the least key is the lowest rank, leftmost. */
 TB_HEAP(rank_heap, uint64_t, void *, key_less)
 
-static Py_ssize_t merge_long(const MergeTable *m, int32_t *sym, Py_ssize_t n, uint32_t *nxt,
-                             uint32_t *prv, int32_t *cur, uint64_t *keys)
+static size_t merge_heap_start(const MergeTable *m, const int32_t *sym, Py_ssize_t n, uint32_t *nxt,
+                               uint32_t *prv, int32_t *cur, uint64_t *keys)
 {
-    /* Merge sym[0..n) (n >= 2, n < 2**32) in place; the new length. `keys` has room for 3n keys:
-     * n - 1 initial pairs and two new pairs per merge, at most n - 1 merges. */
+    /* Link sym[0..n) and file a key per mergeable pair, in heap order; the number of keys. */
     size_t nkeys = 0;
-    Py_ssize_t i, out;
-    uint32_t p, q, after;
+    Py_ssize_t i;
     for (i = 0; i < n; i++) {
         nxt[i] = i + 1 < n ? (uint32_t)(i + 1) : NONE;
         prv[i] = i > 0 ? (uint32_t)(i - 1) : NONE;
@@ -188,38 +186,60 @@ static Py_ssize_t merge_long(const MergeTable *m, int32_t *sym, Py_ssize_t n, ui
     }
     /* Filed in position order, a key per pair: heapify bottom-up. */
     rank_heap_heapify(NULL, keys, nkeys);
+    return nkeys;
+}
+
+static inline void merge_heap_apply(const MergeTable *m, int32_t *sym, uint32_t *nxt, uint32_t *prv, int32_t *cur,
+                                    uint64_t *keys, size_t *nkeys, uint32_t p, int32_t rank)
+{
+    /* Apply merge `rank` to the live pair at p and push the keys of the two pairs it creates. */
+    uint32_t q = nxt[p], after = nxt[q];
+    sym[p] = m->merged[rank];
+    nxt[p] = after;
+    if (after != NONE)
+        prv[after] = p;
+    cur[q] = NO_RANK;               /* q is merged away */
+    cur[p] = after != NONE ? rank_of(m, sym[p], sym[after]) : NO_RANK;
+    if (cur[p] != NO_RANK) {
+        keys[*nkeys] = (uint64_t)cur[p] << 32 | p;
+        rank_heap_sift_up(NULL, keys, (*nkeys)++);
+    }
+    if (prv[p] != NONE) {
+        uint32_t before = prv[p];
+        cur[before] = rank_of(m, sym[before], sym[p]);
+        if (cur[before] != NO_RANK) {
+            keys[*nkeys] = (uint64_t)cur[before] << 32 | before;
+            rank_heap_sift_up(NULL, keys, (*nkeys)++);
+        }
+    }
+}
+
+static Py_ssize_t merge_heap_finish(int32_t *sym, Py_ssize_t n, const uint32_t *nxt)
+{
+    /* Compact the live symbols, in text order, to the front; the new length. Position 0 is never
+     * merged away. */
+    Py_ssize_t out = 0;
+    uint32_t p;
+    for (p = 0; n > 0 && p != NONE; p = nxt[p])
+        sym[out++] = sym[p];
+    return out;
+}
+
+static Py_ssize_t merge_long(const MergeTable *m, int32_t *sym, Py_ssize_t n, uint32_t *nxt,
+                             uint32_t *prv, int32_t *cur, uint64_t *keys)
+{
+    /* Merge sym[0..n) (n >= 2, n < 2**32) in place; the new length. `keys` has room for 3n keys:
+     * n - 1 initial pairs and two new pairs per merge, at most n - 1 merges. */
+    size_t nkeys = merge_heap_start(m, sym, n, nxt, prv, cur, keys);
     while (nkeys > 0) {
         uint64_t key = rank_heap_pop(NULL, keys, &nkeys);
         int32_t rank = (int32_t)(key >> 32);
-        p = (uint32_t)key;
+        uint32_t p = (uint32_t)key;
         if (cur[p] != rank)
             continue;                   /* stale: the pair at p changed since */
-        q = nxt[p];                     /* live pair, so q != NONE */
-        sym[p] = m->merged[rank];
-        after = nxt[q];
-        nxt[p] = after;
-        if (after != NONE)
-            prv[after] = p;
-        cur[q] = NO_RANK;               /* q is merged away */
-        cur[p] = after != NONE ? rank_of(m, sym[p], sym[after]) : NO_RANK;
-        if (cur[p] != NO_RANK) {
-            keys[nkeys] = (uint64_t)cur[p] << 32 | p;
-            rank_heap_sift_up(NULL, keys, nkeys++);
-        }
-        if (prv[p] != NONE) {
-            uint32_t before = prv[p];
-            cur[before] = rank_of(m, sym[before], sym[p]);
-            if (cur[before] != NO_RANK) {
-                keys[nkeys] = (uint64_t)cur[before] << 32 | before;
-                rank_heap_sift_up(NULL, keys, nkeys++);
-            }
-        }
+        merge_heap_apply(m, sym, nxt, prv, cur, keys, &nkeys, p, rank);
     }
-    /* Compact the live symbols, in text order, to the front. Position 0 is never merged away. */
-    out = 0;
-    for (p = 0; p != NONE; p = nxt[p])
-        sym[out++] = sym[p];
-    return out;
+    return merge_heap_finish(sym, n, nxt);
 }
 
 static inline Py_ssize_t merge_symbols(const MergeTable *m, int32_t *sym, Py_ssize_t n)

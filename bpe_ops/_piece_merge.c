@@ -6,6 +6,11 @@
  * piece's symbol ids and returns the new list. The table and the replay live in `_merge_table.h`
  * (shared with `_pcre2.c`, which encodes whole texts); this file is their Python face. Errors (a
  * non-int id, an id out of range, no memory) raise Python exceptions; nothing is kept between calls.
+ *
+ * `merge_dropout(ids, state, limit, always)` is BPE-dropout's replay (Tokenizer._merge_dropout_python
+ * is its specification): the same heap, each popped key drawing splitmix64 from `state`
+ * (bpe_ops/dropout.py) and skipped when the draw is below `limit`, or `always` (p = 1: a limit of
+ * 2**64); it returns (ids, the new state).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -108,14 +113,51 @@ done:
 
 /* ---- the replay, from Python --------------------------------------------------------------- */
 
+static PyObject *id_list(const int32_t *values, Py_ssize_t n);   /* below, with pickling */
+
+typedef struct {
+    int32_t *sym, *cur;
+    uint32_t *links;                    /* next, then previous */
+    uint64_t *keys;
+} Scratch;
+
+static int scratch_alloc(Scratch *s, Py_ssize_t n, size_t keys_per_symbol)
+{
+    /* Room for a heap replay of n >= 1 symbols; -1 with MemoryError set. `scratch_free` after. */
+    s->sym = PyMem_Malloc((size_t)n * sizeof(int32_t));
+    s->links = PyMem_Malloc((size_t)n * 2 * sizeof(uint32_t));
+    s->cur = PyMem_Malloc((size_t)n * sizeof(int32_t));
+    s->keys = PyMem_Malloc((size_t)n * keys_per_symbol * sizeof(uint64_t));
+    if (s->sym == NULL || s->links == NULL || s->cur == NULL || s->keys == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static void scratch_free(Scratch *s)
+{
+    PyMem_Free(s->sym);
+    PyMem_Free(s->links);
+    PyMem_Free(s->cur);
+    PyMem_Free(s->keys);
+}
+
+static int read_ids(PyObject *seq, int32_t *sym, Py_ssize_t n)
+{
+    Py_ssize_t i;
+    for (i = 0; i < n; i++)
+        if (read_id(PySequence_Fast_GET_ITEM(seq, i), &sym[i]) < 0)
+            return -1;
+    return 0;
+}
+
 static PyObject *merger_merge(PieceMerger *self, PyObject *ids)
 {
     PyObject *seq, *result = NULL;
     int32_t small[SHORT_PIECE], *sym = small;
-    uint32_t *links = NULL;
-    int32_t *cur = NULL;
-    uint64_t *keys = NULL;
-    Py_ssize_t n, i;
+    Scratch scratch = {NULL, NULL, NULL, NULL};
+    Py_ssize_t n;
 
     if (self->table.slots == NULL) {
         PyErr_SetString(PyExc_TypeError, "PieceMerger is not initialised");
@@ -130,43 +172,101 @@ static PyObject *merger_merge(PieceMerger *self, PyObject *ids)
             PyErr_SetString(PyExc_OverflowError, "merge(): a piece of 2**32 or more symbols");
             goto done;
         }
-        sym = PyMem_Malloc((size_t)n * sizeof(int32_t));
-        links = PyMem_Malloc((size_t)n * 2 * sizeof(uint32_t));
-        cur = PyMem_Malloc((size_t)n * sizeof(int32_t));
-        keys = PyMem_Malloc((size_t)n * 3 * sizeof(uint64_t));
-        if (sym == NULL || links == NULL || cur == NULL || keys == NULL) {
-            PyErr_NoMemory();
+        if (scratch_alloc(&scratch, n, 3) < 0)
             goto done;
-        }
+        sym = scratch.sym;
     }
-    for (i = 0; i < n; i++)
-        if (read_id(PySequence_Fast_GET_ITEM(seq, i), &sym[i]) < 0)
-            goto done;
+    if (read_ids(seq, sym, n) < 0)
+        goto done;
     if (n <= SHORT_PIECE) {
         n = merge_short(&self->table, sym, n);
     } else {
         /* No Python object is touched while merging: let other threads run. */
         Py_BEGIN_ALLOW_THREADS
-        n = merge_long(&self->table, sym, n, links, links + n, cur, keys);
+        n = merge_long(&self->table, sym, n, scratch.links, scratch.links + n, scratch.cur, scratch.keys);
         Py_END_ALLOW_THREADS
     }
-    result = PyList_New(n);
-    if (result == NULL)
-        goto done;
-    for (i = 0; i < n; i++) {
-        PyObject *v = PyLong_FromLong(sym[i]);
-        if (v == NULL) {
-            Py_CLEAR(result);
-            goto done;
-        }
-        PyList_SET_ITEM(result, i, v);
-    }
+    result = id_list(sym, n);
 done:
-    if (sym != small)
-        PyMem_Free(sym);
-    PyMem_Free(links);
-    PyMem_Free(cur);
-    PyMem_Free(keys);
+    scratch_free(&scratch);
+    Py_DECREF(seq);
+    return result;
+}
+
+/* ---- BPE-dropout -------------------------------------------------------------------------------- */
+
+static inline uint64_t splitmix64_next(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static Py_ssize_t merge_dropout(const MergeTable *m, int32_t *sym, Py_ssize_t n, uint32_t *nxt, uint32_t *prv,
+                                int32_t *cur, uint64_t *keys, uint64_t *skipped, uint64_t *state, uint64_t limit,
+                                int always)
+{
+    /* merge_long's heap with a draw per popped key: a skipped key waits in `skipped` until the next
+     * key that is not skipped (stale or not) puts them all back. `keys` and `skipped` have room for
+     * 3n keys each (every key ever pushed). */
+    size_t nkeys = merge_heap_start(m, sym, n, nxt, prv, cur, keys), nskipped = 0;
+    while (nkeys > 0) {
+        uint64_t key = rank_heap_pop(NULL, keys, &nkeys);
+        int32_t rank = (int32_t)(key >> 32);
+        uint32_t p = (uint32_t)key;
+        if (splitmix64_next(state) < limit || always) {
+            skipped[nskipped++] = key;
+            continue;
+        }
+        while (nskipped > 0) {
+            keys[nkeys] = skipped[--nskipped];
+            rank_heap_sift_up(NULL, keys, nkeys++);
+        }
+        if (cur[p] != rank)
+            continue;                   /* stale: the pair at p changed since */
+        merge_heap_apply(m, sym, nxt, prv, cur, keys, &nkeys, p, rank);
+    }
+    return merge_heap_finish(sym, n, nxt);
+}
+
+static PyObject *merger_merge_dropout(PieceMerger *self, PyObject *args)
+{
+    PyObject *ids, *seq, *list = NULL, *result = NULL;
+    unsigned long long state, limit;
+    int always;
+    Scratch scratch = {NULL, NULL, NULL, NULL};
+    uint64_t st;
+    Py_ssize_t n;
+
+    if (self->table.slots == NULL) {
+        PyErr_SetString(PyExc_TypeError, "PieceMerger is not initialised");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "OKKp:merge_dropout", &ids, &state, &limit, &always))
+        return NULL;
+    seq = PySequence_Fast(ids, "merge_dropout() takes a sequence of ids");
+    if (seq == NULL)
+        return NULL;
+    n = PySequence_Fast_GET_SIZE(seq);
+    if ((uint64_t)n >= NONE / 3) {
+        PyErr_SetString(PyExc_OverflowError, "merge_dropout(): a piece of 2**32 / 3 or more symbols");
+        goto done;
+    }
+    /* Six keys per symbol: the heap's three, and as many set aside as skipped. */
+    if (scratch_alloc(&scratch, n ? n : 1, 6) < 0 || read_ids(seq, scratch.sym, n) < 0)
+        goto done;
+    st = state;
+    Py_BEGIN_ALLOW_THREADS
+    n = merge_dropout(&self->table, scratch.sym, n, scratch.links, scratch.links + n, scratch.cur, scratch.keys,
+                      scratch.keys + 3 * n, &st, limit, always);
+    Py_END_ALLOW_THREADS
+    list = id_list(scratch.sym, n);
+    if (list != NULL)
+        result = Py_BuildValue("(OK)", list, (unsigned long long)st);
+done:
+    Py_XDECREF(list);
+    scratch_free(&scratch);
     Py_DECREF(seq);
     return result;
 }
@@ -214,6 +314,10 @@ static PyMethodDef merger_methods[] = {
      "merge(ids)\n--\n\n"
      "The ids after replaying the merges on one pre-token's symbol ids: lowest rank first,\n"
      "leftmost on ties, until no adjacent pair is a merge. A new list; `ids` is not changed."},
+    {"merge_dropout", (PyCFunction)merger_merge_dropout, METH_VARARGS,
+     "merge_dropout(ids, state, limit, always)\n--\n\n"
+     "BPE-dropout's replay of one pre-token: each popped candidate draws splitmix64 from `state`\n"
+     "and is skipped when the draw is below `limit` or `always`. Returns (ids, new state)."},
     {"__reduce__", (PyCFunction)merger_reduce, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL}
 };

@@ -35,7 +35,7 @@ from operator import lt
 from typing import Iterable, Mapping, Sequence
 
 from . import formats, hf_components, table_cache
-from .dropout import DropoutStream, check_dropout
+from .dropout import MASK, DropoutStream, check_dropout
 from .implementation import DEFAULT, Implementation
 from .pretokenize import (END_OF_WORD, Pcre2Pattern, compile_pattern, pattern_name, resolve_pattern,
                           split_on_special, to_utf8)
@@ -502,6 +502,15 @@ class Tokenizer:
             out += self._merge_dropout(symbols, stream)
         return out
 
+    def _merge_dropout(self, ids: list[int], stream: DropoutStream) -> list[int]:
+        """BPE-dropout's replay of one pre-token (see `_merge_dropout_python`, its specification),
+        compiled where `_merge` is; the stream goes on from where the compiled replay left it."""
+        if self._merger is not None:
+            ids, stream.state = self._merger.merge_dropout(ids, stream.state, min(stream.limit, MASK),
+                                                           stream.limit > MASK)
+            return ids
+        return self._merge_dropout_python(ids, stream)
+
     def _encode_piece(self, piece: str) -> tuple[int, ...]:
         """Ids of one pre-token (a cache miss); the result is cached when the piece is short."""
         if self.mode == "byte":
@@ -572,7 +581,7 @@ class Tokenizer:
                 ranks[i - 1] = get((ids[i - 1], new_id), none)
         return ids
 
-    def _merge_dropout(self, ids: list[int], stream: DropoutStream) -> list[int]:
+    def _merge_dropout_python(self, ids: list[int], stream: DropoutStream) -> list[int]:
         """`_merge_python` with BPE-dropout, as Hugging Face's `Word::merge_all` with a dropout:
         candidate merges wait in a heap by (rank, position); each one popped draws from `stream`,
         and a skipped one is set aside until the next draw that is not a skip puts them all back

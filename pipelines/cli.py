@@ -11,7 +11,7 @@ import argparse
 import gc
 import sys
 
-from pipelines.command import Parser, option_strings, refuse_leftovers
+from pipelines.command import Parser, add_dropout_arguments, option_strings, refuse_leftovers
 from pipelines.errors import EXIT_USAGE, UserError, run_command
 
 DESCRIPTION = "Train BPE tokenizers and tokenize sharded corpora into Parquet, on Apache Beam."
@@ -27,18 +27,21 @@ def add_encode_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with a tiktoken rank file as --tokenizer: its split pattern")
     parser.add_argument("--special-token", action="append", default=[], metavar="TOKEN=ID",
                         help="with a tiktoken rank file: a special token and its id (repeatable)")
+    add_dropout_arguments(parser)
     parser.add_argument("text", nargs="+")
 
 
 def encode(args: argparse.Namespace) -> None:
     """`tokenbeam encode --tokenizer T TEXT`: the ids and the pieces, one per line."""
-    from pipelines.command import implementation_from_environment
+    from pipelines.command import implementation_from_environment, parse_dropout
     from pipelines.tokenizer_files import load_tokenizer, parse_special_token
 
+    dropout = parse_dropout(args.dropout, args.seed)
     specials = dict(parse_special_token(spec) for spec in args.special_token) if args.special_token else None
     tok = load_tokenizer(args.tokenizer, implementation_from_environment(), args.pattern, specials)
     text = " ".join(args.text)
-    ids = tok.encode(text, allowed_special="all" if args.allow_special else ())
+    ids = tok.encode(text, allowed_special="all" if args.allow_special else (),
+                     **({"dropout": dropout.p, "seed": dropout.seed} if dropout else {}))
     print(f"{len(ids)} tokens, {len(text.encode('utf-8', 'replace'))} bytes")
     for i in ids:
         print(f"{i}\t{tok.decode_bytes([i])!r}")

@@ -67,3 +67,32 @@ def refuse_leftovers(rest: list[str], parser: argparse.ArgumentParser, why: str)
             raise unknown_option_error(arg.partition("=")[0], option_strings(parser), what=why)
     if rest:
         raise UserError(f"unexpected argument {rest[0]!r} ({why})")
+
+
+def parse_dropout(p: str | None, seed: str | None):
+    """`--dropout P --seed S` as a `bpe_ops.dropout.Dropout`, None for the deterministic encoding (no
+    --dropout, or P = 0); UserError when P is no probability, S no non-negative integer, or --seed
+    comes without --dropout."""
+    from bpe_ops.dropout import Dropout, check_dropout, check_seed
+
+    if p is None:
+        if seed is not None:
+            raise UserError("--seed is the seed of BPE-dropout: it needs --dropout P")
+        return None
+    try:
+        value = check_dropout(float(p))
+    except ValueError:
+        raise UserError(f"--dropout must be a probability between 0 and 1, got {p!r}") from None
+    try:
+        seed_value = check_seed(int(seed)) if seed is not None else 0
+    except ValueError:
+        raise UserError(f"--seed must be a non-negative integer, got {seed!r}") from None
+    return Dropout(value, seed_value) if value else None
+
+
+def add_dropout_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dropout", default=None, metavar="P",
+                        help="BPE-dropout for training data: skip each merge with probability P (0 to 1; 1 gives "
+                             "bytes only); each record's randomness comes from (--seed, its id), so reruns match")
+    parser.add_argument("--seed", default=None, metavar="S",
+                        help="--dropout: the seed (a non-negative integer; default 0)")

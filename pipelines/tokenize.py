@@ -26,11 +26,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bpe_ops.dropout import Dropout
 from bpe_ops.dropout import Dropout, check_dropout, check_seed
 from bpe_ops.stats import Summary, batch_stats, digit_runs_batch, single_byte_ids
 from schemas import tables
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
-from pipelines.command import Parser, implementation_from_environment, option_strings
+from pipelines.command import (Parser, add_dropout_arguments, implementation_from_environment, option_strings,
+                               parse_dropout)
 from pipelines.errors import (EXIT_DRIFT, EXIT_OK, IncompleteRun, ShardFailure, UserError, pipeline_failures,
                               quiet_worker_stderr, run_command, say, warn)
 from pipelines.files import (check_output_folder, exists, filesystem, is_local, join, open_atomic, read_json,
@@ -655,11 +657,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-field", action="append", default=[], metavar="NAME",
                         help="copy this input field into the Parquet (JSON-encoded string column; repeatable)")
     parser.add_argument("--eos-token", default=None, metavar="TOKEN", help="end every record with this special token")
-    parser.add_argument("--dropout", default=None, metavar="P",
-                        help="BPE-dropout for training data: skip each merge with probability P (0 to 1; 1 gives "
-                             "bytes only); each record's randomness comes from (--seed, its id), so reruns match")
-    parser.add_argument("--seed", default=None, metavar="S", help="--dropout: the seed (a non-negative integer; "
-                                                                   "default 0)")
+    add_dropout_arguments(parser)
     parser.add_argument("--encode-threads", type=int, default=None, metavar="N",
                         help="threads that encode each batch in a worker (default: the cores each local worker "
                              "has, 1 on other runners)")
@@ -725,24 +723,6 @@ def check_baseline(url: str, dropout: Dropout | None = None) -> None:
         drift.check_same_dropout(stats.get("dropout"), dropout and dropout.to_json())
     except (ValueError, OSError) as exc:
         raise UserError(f"--baseline {url}: {exc}") from None
-
-
-def parse_dropout(p: str | None, seed: str | None) -> Dropout | None:
-    """`--dropout P --seed S` as a Dropout, None for the deterministic encoding (no --dropout, or P = 0);
-    UserError when P is no probability, S no non-negative integer, or --seed comes without --dropout."""
-    if p is None:
-        if seed is not None:
-            raise UserError("--seed is the seed of BPE-dropout: it needs --dropout P")
-        return None
-    try:
-        value = check_dropout(float(p))
-    except ValueError:
-        raise UserError(f"--dropout must be a probability between 0 and 1, got {p!r}") from None
-    try:
-        seed_value = check_seed(int(seed)) if seed is not None else 0
-    except ValueError:
-        raise UserError(f"--seed must be a non-negative integer, got {seed!r}") from None
-    return Dropout(value, seed_value) if value else None
 
 
 def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str]) -> dict:

@@ -7,6 +7,8 @@ from collections import Counter
 import pytest
 
 from bpe_ops import Tokenizer
+from bpe_ops.encoder import _piece_merge
+from bpe_ops.implementation import Implementation
 from bpe_ops.dropout import GOLDEN, DropoutStream, splitmix64, stream_key, threshold
 from tests.conftest import read_jsonl_texts
 from tests.test_encoder import HAND_MERGES
@@ -64,14 +66,31 @@ def test_merge_dropout_that_never_skips_is_merge_python(gpt2, english):
     assert len(pieces) > 5_000
     for piece in pieces:
         symbols = [gpt2._byte_ids[b] for b in piece.encode("utf-8")]
-        assert gpt2._merge_dropout(list(symbols), Never()) == gpt2._merge_python(list(symbols)), piece
+        assert gpt2._merge_dropout_python(list(symbols), Never()) == gpt2._merge_python(list(symbols)), piece
 
 
 def test_merge_dropout_that_never_skips_follows_lowest_rank_first_on_a_hand_merge_list():
     tok = Tokenizer(HAND_MERGES, pattern=r"\S+|\s+")
     for word in ["aaaaaaaaa", "abcabc", "ababcbc", "aé中aabc", "cacacab", "aaaabaaaa"]:
         symbols = list(word.encode("utf-8"))
-        assert tok._merge_dropout(list(symbols), Never()) == tok._merge_python(list(symbols)), word
+        assert tok._merge_dropout_python(list(symbols), Never()) == tok._merge_python(list(symbols)), word
+
+
+@pytest.mark.skipif(_piece_merge is None, reason="bpe_ops._piece_merge is not built")
+def test_compiled_dropout_replay_equals_the_python_one(gpt2, gpt2_files, english):
+    """The C twin draws the same stream and makes the same ids, piece after piece (the stream goes
+    on across pieces), on every piece of the tiny corpus and long pieces, at several p."""
+    pieces = [piece for text in english[:60] for piece in gpt2._split(text)] + ["a" * 300, "ab" * 200 + "c", "x"]
+    for p in (0.05, 0.1, 0.3, 0.5, 0.9, 1.0):
+        compiled, python = DropoutStream(p, 1, "c"), DropoutStream(p, 1, "c")
+        for piece in pieces:
+            symbols = [gpt2._byte_ids[b] for b in piece.encode("utf-8")]
+            assert gpt2._merge_dropout(list(symbols), compiled) == gpt2._merge_dropout_python(list(symbols), python)
+            assert compiled.state == python.state, (p, piece)
+    pure = Tokenizer.from_gpt2_files(*gpt2_files, implementation=Implementation(compiled=False))
+    assert pure._merger is None
+    text = " ".join(english[:5])
+    assert pure.encode(text, dropout=0.2, seed=9, record_id="t") == gpt2.encode(text, dropout=0.2, seed=9, record_id="t")
 
 
 def test_p0_is_the_deterministic_encoding_and_p1_gives_the_bytes(gpt2, english):
@@ -142,7 +161,7 @@ LEVEL = 0.001          # the family-wise level: Bonferroni over words and probab
 
 
 def hf_with_dropout(tok: Tokenizer, p: float):
-    tokenizers = pytest.importorskip("tokenizers")
+    import tokenizers
     data = json.loads(tok._json_text())
     data["model"]["dropout"] = p
     return tokenizers.Tokenizer.from_str(json.dumps(data))
@@ -153,7 +172,7 @@ def test_segmentations_are_distributed_as_hugging_faces(gpt2, p):
     """For each word, DRAWS segmentations from ours (one record id each) and from HF's unseeded
     dropout: a chi-square test of homogeneity on the segmentations (those seen fewer than 20 times
     in all pooled into one class) must not reject at LEVEL / (words x probabilities)."""
-    scipy_stats = pytest.importorskip("scipy.stats")
+    from scipy import stats as scipy_stats
     hf = hf_with_dropout(gpt2, p)
     level = LEVEL / (len(WORDS) * 2)
     for word in WORDS:

@@ -128,6 +128,8 @@ def test_usage_errors_are_one_line(tmp_path, runs, trained):  # noqa: F811
         (["tokenize", "--input", src, "--dropout", "0.1", "--seed", "-2"], "--seed must be a non-negative integer"),
         (["tokenize", "--input", src, "--dropout", "0.1", "--baseline", plain], "not a drift question"),
         (["drift", plain, runs["in_memory"][0] / "stats.json"], "not a drift question"),
+        (["cli", "encode", "--tokenizer", trained, "--seed", "1", "x"], "--seed is the seed of BPE-dropout"),
+        (["cli", "encode", "--tokenizer", trained, "--dropout", "2", "x"], "--dropout must be a probability"),
     ]
     for args, message in cases:
         module, *rest = args
@@ -138,3 +140,16 @@ def test_usage_errors_are_one_line(tmp_path, runs, trained):  # noqa: F811
         errors = [line for line in result.stderr.splitlines() if line.startswith("tokenbeam: error:")]
         assert result.returncode == 2 and len(errors) == 1 and message in errors[0], (args, result.stderr)
         assert "Traceback" not in result.stderr
+
+
+def test_encode_command_shows_a_dropout_segmentation(trained):  # noqa: F811
+    def pieces(*flags):
+        result = subprocess.run([sys.executable, "-m", "pipelines.cli", "encode", "--tokenizer", str(trained), *flags,
+                                 "Unbelievable tokenization"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines()
+    assert pieces("--dropout", "1")[0] == "25 tokens, 25 bytes"
+    assert pieces("--dropout", "0.5", "--seed", "4") == pieces("--dropout", "0.5", "--seed", "4")
+    tok = Tokenizer.from_file(str(trained))
+    ids = tok.encode("Unbelievable tokenization", dropout=0.5, seed=4)
+    assert pieces("--dropout", "0.5", "--seed", "4")[1:] == [f"{i}\t{tok.decode_bytes([i])!r}" for i in ids]
