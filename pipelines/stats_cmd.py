@@ -21,7 +21,6 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import replace
 
 import fsspec
 import numpy as np
@@ -261,7 +260,7 @@ def rebuild(argv: list[str]) -> int:
         for url in urls:
             rows = add_file(summary, url, tok.sha256, breakdowns, tok.decode_bytes, dropouts)
             say(f"read {url}: {rows:,} rows")
-        facts = replace(facts, dropout=one_dropout(dropouts))
+        facts = TokenizerFacts.of(tok, dropout=one_dropout(dropouts))
         output_dir = args.output.rsplit("/", 1)[0] if "/" in args.output else "."
         groups = breakdowns.write(output_dir, facts, args.tokenizer) if breakdowns is not None else None
         extra = {"inputs": args.inputs, "tokenizer": args.tokenizer, "timing": {
