@@ -28,6 +28,8 @@ import secrets
 from dataclasses import dataclass
 
 MASK = (1 << 64) - 1
+# The tokenizer modes whose merge replay has a dropout twin (Tokenizer._merge_dropout).
+DROPOUT_MODES = ("byte", "classic")
 GOLDEN = 0x9E3779B97F4A7C15           # splitmix64's increment: 2**64 / golden ratio, odd
 
 

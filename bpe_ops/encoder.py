@@ -35,7 +35,7 @@ from operator import lt
 from typing import Iterable, Mapping, Sequence
 
 from . import formats, hf_components, table_cache
-from .dropout import MASK, DropoutStream, check_dropout
+from .dropout import DROPOUT_MODES, MASK, DropoutStream, check_dropout
 from .implementation import DEFAULT, Implementation
 from .pretokenize import (END_OF_WORD, Pcre2Pattern, compile_pattern, pattern_name, resolve_pattern,
                           split_on_special, to_utf8)
@@ -363,6 +363,8 @@ class Tokenizer:
         """The record's `DropoutStream`, or None for p = 0 (the deterministic encoding)."""
         if dropout is None:
             raise ValueError("seed is the seed of BPE-dropout: pass dropout=p with it")
+        if self.mode not in DROPOUT_MODES:
+            raise ValueError(f"BPE-dropout supports byte-level and classic BPE, not {self.mode} mode")
         p = check_dropout(dropout)
         return DropoutStream(p, seed, record_id) if p else None
 

@@ -26,8 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bpe_ops.dropout import Dropout
-from bpe_ops.dropout import Dropout, check_dropout, check_seed
+from bpe_ops.dropout import DROPOUT_MODES, Dropout
 from bpe_ops.stats import Summary, batch_stats, digit_runs_batch, single_byte_ids
 from schemas import tables
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
@@ -745,6 +744,9 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
     specials = dict(parse_special_token(spec) for spec in args.special_token) if args.special_token else None
     tok, tokenizer = identify_tokenizer(args.tokenizer, implementation_from_environment(), args.pattern, specials)
     check_id_range(tok, args.tokenizer)
+    if dropout is not None and tok.mode not in DROPOUT_MODES:
+        raise UserError(f"--dropout: {args.tokenizer} is {tok.mode}-mode BPE; BPE-dropout supports byte-level "
+                        f"and classic BPE")
     if args.eos_token is not None and args.eos_token not in tok.special_tokens:
         known = ", ".join(sorted(tok.special_tokens)) or "none"
         raise UserError(f"--eos-token {args.eos_token!r} is not a special token of {args.tokenizer} (it has: {known})")

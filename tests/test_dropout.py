@@ -143,6 +143,13 @@ def test_dropout_outside_0_1_is_refused(bad):
         tok.encode("abc", dropout=bad, seed=0) if bad is not None else tok.encode("abc", dropout="x")
 
 
+def test_a_mode_without_a_dropout_replay_is_refused():
+    tok = Tokenizer(HAND_MERGES)
+    tok.mode = "piece"          # SentencePiece-style BPE has no dropout replay here
+    with pytest.raises(ValueError, match="BPE-dropout supports byte-level and classic BPE, not piece mode"):
+        tok.encode("abc", dropout=0.1, seed=0)
+
+
 def test_seed_without_dropout_and_bad_seeds_are_refused():
     tok = Tokenizer(HAND_MERGES)
     with pytest.raises(ValueError, match="pass dropout=p with it"):
