@@ -9,7 +9,7 @@ record i of the held-out text) and of HF (the same tokenizer.json with `model.dr
 ratio, and the CPU seconds of each (this process, all threads; HF's encode_batch uses several).
 Every one of our records is checked to decode back to its text; p = 0 equals HF's ids exactly.
 The last line is the speed cost of dropout at p = 0.1: our deterministic encoder (compiled, cached)
-against our dropout encoder (no cache; its per-piece replay compiled, and all in Python).
+against our dropout encoder (no cache; compiled, and all in Python).
 """
 from __future__ import annotations
 

@@ -10,7 +10,8 @@
  * `merge_dropout(ids, state, limit, always)` is BPE-dropout's replay (Tokenizer._merge_dropout_python
  * is its specification): the same heap, each popped key drawing splitmix64 from `state`
  * (bpe_ops/dropout.py) and skipped when the draw is below `limit`, or `always` (p = 1: a limit of
- * 2**64); it returns (ids, the new state).
+ * 2**64); it returns (ids, the new state). `merge_dropout_pieces` does it for every piece of a text
+ * in one call, the stream going on from piece to piece.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -230,9 +231,16 @@ static Py_ssize_t merge_dropout(const MergeTable *m, int32_t *sym, Py_ssize_t n,
     return merge_heap_finish(sym, n, nxt);
 }
 
+static PyObject *ids_and_state(const int32_t *ids, Py_ssize_t n, uint64_t state)
+{
+    /* (the ids as a list, the stream's state): what the dropout replays return. */
+    PyObject *list = id_list(ids, n);
+    return list == NULL ? NULL : Py_BuildValue("(NK)", list, (unsigned long long)state);
+}
+
 static PyObject *merger_merge_dropout(PieceMerger *self, PyObject *args)
 {
-    PyObject *ids, *seq, *list = NULL, *result = NULL;
+    PyObject *ids, *seq, *result = NULL;
     unsigned long long state, limit;
     int always;
     Scratch scratch = {NULL, NULL, NULL, NULL};
@@ -261,13 +269,83 @@ static PyObject *merger_merge_dropout(PieceMerger *self, PyObject *args)
     n = merge_dropout(&self->table, scratch.sym, n, scratch.links, scratch.links + n, scratch.cur, scratch.keys,
                       scratch.keys + 3 * n, &st, limit, always);
     Py_END_ALLOW_THREADS
-    list = id_list(scratch.sym, n);
-    if (list != NULL)
-        result = Py_BuildValue("(OK)", list, (unsigned long long)st);
+    result = ids_and_state(scratch.sym, n, st);
 done:
-    Py_XDECREF(list);
     scratch_free(&scratch);
     Py_DECREF(seq);
+    return result;
+}
+
+static PyObject *merger_merge_dropout_pieces(PieceMerger *self, PyObject *args)
+{
+    /* merge_dropout over the pieces of one text (each a bytes object, its symbols byte_ids[byte]),
+     * one stream going on from piece to piece; their ids one after the other. */
+    PyObject *pieces, *byte_ids_arg, *seq = NULL, *ids_seq = NULL, *result = NULL;
+    unsigned long long state, limit;
+    int always;
+    int32_t byte_ids[256], *out = NULL;
+    size_t nout = 0, out_cap = 0, scratch_n = 0;
+    Scratch scratch = {NULL, NULL, NULL, NULL};
+    uint64_t st;
+    Py_ssize_t k, i, npieces;
+
+    if (self->table.slots == NULL) {
+        PyErr_SetString(PyExc_TypeError, "PieceMerger is not initialised");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "OOKKp:merge_dropout_pieces", &pieces, &byte_ids_arg, &state, &limit, &always))
+        return NULL;
+    ids_seq = PySequence_Fast(byte_ids_arg, "merge_dropout_pieces(): byte_ids must be a sequence");
+    if (ids_seq == NULL)
+        return NULL;
+    if (PySequence_Fast_GET_SIZE(ids_seq) != 256) {
+        PyErr_SetString(PyExc_ValueError, "merge_dropout_pieces(): byte_ids must hold 256 ids");
+        goto done;
+    }
+    if (read_ids(ids_seq, byte_ids, 256) < 0)
+        goto done;
+    seq = PySequence_Fast(pieces, "merge_dropout_pieces() takes a sequence of bytes");
+    if (seq == NULL)
+        goto done;
+    npieces = PySequence_Fast_GET_SIZE(seq);
+    st = state;
+    for (k = 0; k < npieces; k++) {
+        PyObject *piece = PySequence_Fast_GET_ITEM(seq, k);
+        const unsigned char *data;
+        Py_ssize_t n;
+        if (!PyBytes_Check(piece)) {
+            PyErr_SetString(PyExc_TypeError, "merge_dropout_pieces(): every piece must be bytes");
+            goto done;
+        }
+        data = (const unsigned char *)PyBytes_AS_STRING(piece);
+        n = PyBytes_GET_SIZE(piece);
+        if ((uint64_t)n >= NONE / 3) {
+            PyErr_SetString(PyExc_OverflowError, "merge_dropout_pieces(): a piece of 2**32 / 3 or more bytes");
+            goto done;
+        }
+        if ((size_t)n > scratch_n) {
+            scratch_free(&scratch);
+            scratch_n = (size_t)n > 2 * scratch_n ? (size_t)n : 2 * scratch_n;
+            if (scratch_alloc(&scratch, (Py_ssize_t)scratch_n, 6) < 0)
+                goto done;
+        }
+        for (i = 0; i < n; i++)
+            scratch.sym[i] = byte_ids[data[i]];
+        n = merge_dropout(&self->table, scratch.sym, n, scratch.links, scratch.links + n, scratch.cur, scratch.keys,
+                          scratch.keys + 3 * n, &st, limit, always);
+        if (tb_reserve((void **)&out, &out_cap, nout + (size_t)n, sizeof(int32_t), 256) < 0) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        tb_copy(out + nout, scratch.sym, (size_t)n * sizeof(int32_t));
+        nout += (size_t)n;
+    }
+    result = ids_and_state(out, (Py_ssize_t)nout, st);
+done:
+    scratch_free(&scratch);
+    free(out);
+    Py_XDECREF(seq);
+    Py_DECREF(ids_seq);
     return result;
 }
 
@@ -318,6 +396,10 @@ static PyMethodDef merger_methods[] = {
      "merge_dropout(ids, state, limit, always)\n--\n\n"
      "BPE-dropout's replay of one pre-token: each popped candidate draws splitmix64 from `state`\n"
      "and is skipped when the draw is below `limit` or `always`. Returns (ids, new state)."},
+    {"merge_dropout_pieces", (PyCFunction)merger_merge_dropout_pieces, METH_VARARGS,
+     "merge_dropout_pieces(pieces, byte_ids, state, limit, always)\n--\n\n"
+     "merge_dropout over each piece (bytes; its symbols byte_ids[b]) in turn, one stream for all.\n"
+     "Returns (the ids of every piece, one after the other; new state)."},
     {"__reduce__", (PyCFunction)merger_reduce, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL}
 };

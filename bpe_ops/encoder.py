@@ -494,6 +494,10 @@ class Tokenizer:
         order (the order the stream's draws are taken in). No cache (a piece's ids vary), and no
         whole-piece lookup under `ignore_merges` (as Hugging Face's BPE with dropout)."""
         pieces = self._pre_tokenize(text) if self._pre_tokenize is not None else self._split(text)
+        if self.mode == "byte" and self._merger is not None:      # every piece in one compiled call
+            out, stream.state = self._merger.merge_dropout_pieces(
+                list(map(to_utf8, pieces)), self._byte_ids, stream.state, min(stream.limit, MASK), stream.limit > MASK)
+            return out
         out: list[int] = []
         for piece in pieces:
             if self.mode == "byte":

@@ -77,7 +77,7 @@ def test_merge_dropout_that_never_skips_follows_lowest_rank_first_on_a_hand_merg
 
 
 @pytest.mark.skipif(_piece_merge is None, reason="bpe_ops._piece_merge is not built")
-def test_compiled_dropout_replay_equals_the_python_one(gpt2, gpt2_files, english):
+def test_compiled_dropout_replay_equals_the_python_one(gpt2, gpt2_files, english, corpora):
     """The C twin draws the same stream and makes the same ids, piece after piece (the stream goes
     on across pieces), on every piece of the tiny corpus and long pieces, at several p."""
     pieces = [piece for text in english[:60] for piece in gpt2._split(text)] + ["a" * 300, "ab" * 200 + "c", "x"]
@@ -87,10 +87,16 @@ def test_compiled_dropout_replay_equals_the_python_one(gpt2, gpt2_files, english
             symbols = [gpt2._byte_ids[b] for b in piece.encode("utf-8")]
             assert gpt2._merge_dropout(list(symbols), compiled) == gpt2._merge_dropout_python(list(symbols), python)
             assert compiled.state == python.state, (p, piece)
+
+    # Whole texts (the compiled path takes all of a text's pieces in one call; GPT-2's byte ids are
+    # not the bytes): the same ids as the pure-Python tokenizer.
     pure = Tokenizer.from_gpt2_files(*gpt2_files, implementation=Implementation(compiled=False))
-    assert pure._merger is None
-    text = " ".join(english[:5])
-    assert pure.encode(text, dropout=0.2, seed=9, record_id="t") == gpt2.encode(text, dropout=0.2, seed=9, record_id="t")
+    assert pure._merger is None and not gpt2._identity_bytes
+    texts = english[:20] + read_jsonl_texts(corpora / "multi")[:10] + read_jsonl_texts(corpora / "code")[:10] + [
+        "", "\ud800 lone", "a" * 500]
+    for p in (0.1, 0.5, 1.0):
+        for i, text in enumerate(texts):
+            assert gpt2.encode(text, dropout=p, seed=9, record_id=i) == pure.encode(text, dropout=p, seed=9, record_id=i)
 
 
 def test_p0_is_the_deterministic_encoding_and_p1_gives_the_bytes(gpt2, english):
