@@ -145,8 +145,11 @@ def length_key(n_tokens: int) -> int:
 
 
 def single_byte_ids(vocab: Mapping[int, bytes]) -> tuple[int, ...]:
-    """The ids of a vocabulary's single-byte tokens (the raw-byte tokens of byte-level BPE), sorted."""
-    return tuple(sorted(i for i, b in vocab.items() if len(b) == 1))
+    """The ids of a vocabulary's single-byte tokens (the raw-byte tokens of byte-level BPE), sorted.
+    The lengths of all tokens are taken in one pass at C speed (a 131k vocabulary in milliseconds)."""
+    ids = np.fromiter(vocab.keys(), dtype=np.int64, count=len(vocab))
+    lengths = np.fromiter(map(len, vocab.values()), dtype=np.int64, count=len(vocab))
+    return tuple(np.sort(ids[lengths == 1]).tolist())
 
 
 CALIBRATION_CHUNK = 1 << 20     # token ids of one record calibrated at a time
@@ -575,11 +578,15 @@ class Summary:
             total.merge(s)
         return total
 
-    # ---- pickling: compress the dense id counts and group classes (mostly zeros for a small shard) --
+    # ---- pickling: the dense id counts and group classes as their non-zero cells, compressed --
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state["id_counts"] = zlib.compress(array("Q", self.id_counts).tobytes(), 1)
+        # The used ids and their counts, not the dense list: a shard touches a fraction of a large
+        # vocabulary (Beam pickles each summary several times on its way through the pipeline).
+        counts = np.asarray(self.id_counts, dtype=np.uint64)
+        used = np.flatnonzero(counts)
+        state["id_counts"] = (len(counts), zlib.compress(used.astype(np.uint32).tobytes() + counts[used].tobytes(), 1))
         # Group classes as (cell, count) pairs of the non-zero cells: a shard of a few hundred records
         # fills a small part of the groups x classes table.
         cells = np.flatnonzero(self.group_classes)
@@ -589,13 +596,16 @@ class Summary:
         return state
 
     def __setstate__(self, state: dict) -> None:
-        counts = array("Q")
-        counts.frombytes(zlib.decompress(state["id_counts"]))
+        size, packed = state["id_counts"]
+        packed = zlib.decompress(packed)
+        used = len(packed) // 12
+        dense = np.zeros(size, dtype=np.uint64)
+        dense[np.frombuffer(packed[:4 * used], dtype=np.uint32)] = np.frombuffer(packed[4 * used:], dtype=np.uint64)
         shape, blob = state["group_classes"]
         raw = zlib.decompress(blob)
         n = len(raw) // 12
         classes = np.zeros(shape[0] * shape[1], dtype=np.int64)
         classes[np.frombuffer(raw[:4 * n], dtype=np.uint32)] = np.frombuffer(raw[4 * n:], dtype=np.uint64)
         self.__dict__.update(state)
-        self.id_counts = counts.tolist()
+        self.id_counts = dense.tolist()
         self.group_classes = classes.reshape(shape)

@@ -37,9 +37,10 @@ from pipelines.errors import (EXIT_DRIFT, EXIT_OK, IncompleteRun, ShardFailure, 
 from pipelines.files import (check_output_folder, exists, filesystem, is_local, join, open_atomic, read_json,
                              remove, remove_stale_temporaries, remove_tree, write_text_atomic, writing)
 from pipelines.shards import REJECTED_DIR, ShardReader, add_source_arguments, describe_shard_error, expand, \
-    rejected_url, source_options as make_source_options
+    source_options as make_source_options
 from pipelines.tokenizer_files import (TokenizerRef, identify_tokenizer, load_identified_tokenizer,
-                                      parse_special_token, settle_heap, token_bytes_of)
+                                      parse_special_token, remember_token_bytes, settle_heap,
+                                      token_bytes_of)
 from pipelines.groups import GROUPS_FOLDER, NO_GROUP, GroupedSummaries, GroupStats, group_value
 from pipelines.watch import StopSignal, WatchShards, WholeRun, install_stop_handlers
 from pipelines.windows import (WINDOWS_FOLDER, MergeSummaries, WindowedSummaries, WindowStats, format_utc,
@@ -152,8 +153,6 @@ class TokenizeShard(beam.DoFn):
         yield beam.pvalue.TaggedOutput(self.MANIFEST, entry)
 
     def tokenize(self, shard, out_url: str, fingerprint: dict, partials: "ShardPartials"):
-        from pipelines.sources import output_name
-
         started = time.perf_counter()
         summary = Summary(self.tok.vocab_size, raw_byte_ids=self.raw_byte_ids)
         summary.add_shard(shard.relpath)
@@ -789,6 +788,7 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
     inputs = sorted(set(inputs))
     restore = install_stop_handlers(stop) if watching else (lambda: None)
     try:
+        remember_token_bytes(tokenizer, tok)
         with pipeline_failures(args.output), quiet_worker_stderr(), beam.Pipeline(runner=runner, options=options) as p:
             build_tokenize_pipeline(p, shards, tokenizer,
                                     TokenizerFacts.of(tok, reload=partial(token_bytes_of, tokenizer), dropout=dropout),

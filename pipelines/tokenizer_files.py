@@ -54,10 +54,21 @@ def load_identified_tokenizer(ref: TokenizerRef):
     return tok
 
 
+_TOKEN_BYTES: dict[TokenizerRef, dict[int, bytes]] = {}
+
+
 def token_bytes_of(ref: TokenizerRef) -> dict[int, bytes]:
     """The token bytes by id of the tokenizer `ref` names: what `TokenizerFacts` reloads on a worker
-    instead of carrying the vocabulary through Beam's pickler (use it as `partial(token_bytes_of, ref)`)."""
-    return dict(load_identified_tokenizer(ref).vocab)
+    instead of carrying the vocabulary through Beam's pickler (use it as `partial(token_bytes_of, ref)`).
+    Loaded once per process, and not at all in the launcher's process, which remembers its own
+    (`remember_token_bytes`): the local runner's writers run there."""
+    if ref not in _TOKEN_BYTES:
+        _TOKEN_BYTES[ref] = dict(load_identified_tokenizer(ref).vocab)
+    return _TOKEN_BYTES[ref]
+
+
+def remember_token_bytes(ref: TokenizerRef, tokenizer) -> None:
+    _TOKEN_BYTES[ref] = dict(tokenizer.vocab)
 
 
 def _tokenizer_path(fs, path: str) -> str:
