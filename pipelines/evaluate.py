@@ -321,8 +321,8 @@ def _table(columns, rows: list[dict], first: tuple[str, str]) -> list[str]:
     head = [first[0]] + [c[0] for c in columns]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" + "---:|" * len(columns)]
     for row in rows:
-        lines.append("| " + " | ".join([str(row[first[1]])] + [_cell(row.get(key), kind) for _, key, kind in columns])
-                     + " |")
+        name = " ".join(str(row[first[1]]).split()).replace("|", "\\|")    # a group value is any text
+        lines.append("| " + " | ".join([name] + [_cell(row.get(key), kind) for _, key, kind in columns]) + " |")
     return lines
 
 

@@ -214,6 +214,11 @@ def test_a_group_field_of_ids_is_refused_in_one_line(tmp_path, monkeypatch):
     assert not (tmp_path / "out" / "_SUCCESS").exists()
 
 
+def test_group_values_stay_in_their_markdown_cell():
+    lines = evaluate._table((("records", "records", "int"),), [{"key": "a|b\nc", "records": 3}], ("group", "key"))
+    assert lines[-1] == "| a\\|b c | 3 |"
+
+
 def test_another_commands_output_folder_is_refused(tmp_path):
     small_tokenizer().save(tmp_path / "small")
     inputs = write_shards(tmp_path / "in", RECORDS)
