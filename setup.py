@@ -21,6 +21,7 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=7", "setuptools", "wheel", "hypothesis>=6", "tokenizers>=0.20", "tiktoken>=0.7", "rustbpe",
+                 "sentencepiece>=0.2",
                  "duckdb", "datasets", "moto[server]>=5", "s3fs", "matplotlib", "scipy"],
         "bench": ["tokenizers>=0.20", "tiktoken>=0.7", "rustbpe", "psutil"],
         "plot": ["matplotlib>=3.5"],

@@ -34,8 +34,9 @@ from itertools import chain, islice, repeat
 from operator import lt
 from typing import Iterable, Mapping, Sequence
 
-from . import formats, hf_components, table_cache
+from . import formats, hf_components, hf_decoders, table_cache
 from .dropout import DROPOUT_MODES, MASK, DropoutStream, check_dropout
+from .sentencepiece_bpe import UNCUT_CHARS, PieceModel, byte_of_piece
 from .implementation import DEFAULT, Implementation
 from .pretokenize import (END_OF_WORD, Pcre2Pattern, compile_pattern, pattern_name, resolve_pattern,
                           split_on_special, to_utf8)
@@ -49,7 +50,7 @@ try:
 except ImportError:
     _Fallback = _TextEncoder = None
 
-MODES = ("byte", "classic")
+MODES = ("byte", "classic", "piece")
 # Pieces up to this many symbols use the simple scan, longer ones the rank buckets: measured on
 # English and base64 pieces with GPT-2's merges, the scan is faster below about 100 symbols.
 SHORT_PIECE = 100
@@ -75,6 +76,11 @@ class Tokenizer:
     separate end-of-word symbol `</w>` after each word; it needs `vocab` (its alphabet is not implied
     by the merges), and an unknown character is an error.
 
+    Piece mode is SentencePiece-style BPE (bpe_ops/sentencepiece_bpe.py): `vocab` holds pieces (their
+    UTF-8), characters are the first symbols, with `byte_fallback` to `<0xNN>` pieces and/or
+    `unk_token` (`fuse_unk`); the file's pre-tokenizer (Metaspace...) splits and its `decoder`
+    decodes. Ids are Hugging Face `tokenizers`' ids for the file.
+
     `implementation` chooses the compiled twins or the Python code, and the regex engine (see
     bpe_ops/implementation.py); the ids are the same whichever it is.
     """
@@ -84,7 +90,9 @@ class Tokenizer:
                  vocab: dict[int, bytes] | None = None, mode: str = "byte",
                  ignore_merges: bool = False, cache_size: int = 100_000,
                  normalizer: dict | None = None, pre_tokenizer: dict | None = None,
-                 added_tokens: list[dict] | None = None, implementation: Implementation = DEFAULT):
+                 added_tokens: list[dict] | None = None, implementation: Implementation = DEFAULT,
+                 decoder: dict | None = None, byte_fallback: bool = False, unk_token: str | None = None,
+                 fuse_unk: bool = False):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if mode == "classic" and resolve_pattern(pattern) not in (resolve_pattern("classic"),
@@ -94,18 +102,32 @@ class Tokenizer:
             raise ValueError("classic mode needs a vocab: its alphabet is not implied by the merges")
         if mode == "classic" and (normalizer or pre_tokenizer or added_tokens):
             raise ValueError("classic mode takes no Hugging Face normalizer, pre-tokenizer or added tokens")
-        self._set_options(mode, pattern, ignore_merges, cache_size, implementation, normalizer, pre_tokenizer,
-                          added_tokens)
+        if mode == "piece" and vocab is None:
+            raise ValueError("piece mode needs a vocab of pieces")
+        if mode != "piece" and (decoder or byte_fallback or unk_token or fuse_unk):
+            raise ValueError("decoder, byte_fallback, unk_token and fuse_unk are piece-mode options")
         self._merges = _byte_pairs(merges)
         tokens = dict(vocab) if vocab is not None else {b: bytes([b]) for b in range(256)}
         self._token_ids = _invert(tokens)
         self._tokens = tokens
+        self.decoder_spec = _sorted_keys(decoder) if decoder else None
+        self.unk_token = unk_token
+        self._piece_model = None
+        if mode == "piece":
+            pieces = {t.decode("utf-8", "surrogatepass"): i for i, t in tokens.items()}
+            if unk_token is not None and unk_token not in pieces:
+                raise ValueError(f"unk_token {unk_token!r} is not in the vocab")
+            self._piece_model = PieceModel(pieces, [(a.decode("utf-8", "surrogatepass"), b.decode("utf-8", "surrogatepass"))
+                                                    for a, b in self._merges],
+                                           byte_fallback=byte_fallback, unk_id=pieces.get(unk_token), fuse_unk=fuse_unk)
+        self._set_options(mode, pattern, ignore_merges, cache_size, implementation, normalizer, pre_tokenizer,
+                          added_tokens)
         ranks, self._left, self._right, self._merged = self._build_merge_table(self._merges, extend=vocab is None)
         self._ranks_table = ranks
         self._ranks_ascend = _ranks_ascend(ranks, self._left, self._right, self._merged)
         if mode == "byte":
             self._checked_byte_ids()
-        elif END_OF_WORD.encode() not in self._token_ids:
+        elif mode == "classic" and END_OF_WORD.encode() not in self._token_ids:
             raise ValueError(f"a classic vocab must hold the end-of-word symbol {END_OF_WORD!r}")
         made = set(self._merged)
         self.special_tokens = self._assign_special_ids(special_tokens, made)
@@ -124,15 +146,14 @@ class Tokenizer:
         # bpe_ops/hf_components.py. Kept with sorted keys: they are part of the canonical file.
         self.normalizer_spec = _sorted_keys(normalizer) if normalizer else None
         self.pre_tokenizer_spec = _sorted_keys(pre_tokenizer) if pre_tokenizer else None
-        self._normalize = hf_components.normalizer(self.normalizer_spec)
-        self._pre_tokenize = hf_components.pre_tokenizer(self.pre_tokenizer_spec) if pre_tokenizer else None
+        self.mode = mode
+        self._build_components()
         # HF's added tokens where their flags matter (a token that is not special, lstrip, rstrip,
         # single_word, normalized): found as HF finds them; their ids are in `special_tokens` too.
         self.added_tokens_spec = (sorted(map(_sorted_keys, added_tokens), key=lambda e: e["id"])
                                   if added_tokens else None)
         self._added = (hf_components.AddedVocabulary(self.added_tokens_spec, self._normalize)
                        if added_tokens else None)
-        self.mode = mode
         self.implementation = implementation
         self.pattern = resolve_pattern("classic" if mode == "classic" else pattern)
         self.pattern_name = pattern_name(self.pattern)
@@ -143,10 +164,23 @@ class Tokenizer:
         self.cache_size = cache_size
         self.training = None
         self._cache: dict[str, tuple[int, ...]] = {}
+        self._segment_cache: dict[str, tuple[int, ...]] = {}   # piece mode: cut pre-tokens (see _encode_piece)
         self._sha256: str | None = None
         self._json: str | None = None
         self._tables: table_cache.Tables | None = None   # what it was loaded from, if a file
         self.source_sha256: str | None = None
+
+    def _build_components(self) -> None:
+        """The functions of the JSON components (closures: rebuilt after unpickling)."""
+        self._normalize = hf_components.normalizer(self.normalizer_spec)
+        self._start_kept = hf_components.start_kept(self.normalizer_spec)
+        if self.pre_tokenizer_spec:
+            self._pre_tokenize = hf_components.pre_tokenizer(self.pre_tokenizer_spec)
+        elif self.mode == "piece":      # no pre-tokenizer: the whole text is one word
+            self._pre_tokenize = lambda text, at_start=True: [text] if text else []
+        else:
+            self._pre_tokenize = None
+        self._decode_pieces = hf_decoders.decoder(self.decoder_spec) if self.mode == "piece" else None
 
     def _finish(self) -> None:
         """The state that follows from the tables: byte ids, the whole vocab, the compiled twins."""
@@ -154,7 +188,7 @@ class Tokenizer:
         if self.mode == "byte":
             self._byte_ids = self._checked_byte_ids()
             self._identity_bytes = self._byte_ids == list(range(256))
-        else:
+        elif self.mode == "classic":
             self._eow_id = self._token_ids[END_OF_WORD.encode()]
         self.vocab = {**tokens, **{i: s.encode("utf-8") for s, i in self.special_tokens.items()}}
         self.vocab_size = max(self.vocab) + 1
@@ -182,6 +216,7 @@ class Tokenizer:
         were made from a checked Tokenizer. The merge list as byte pairs and the pair -> rank dict
         are built on first use: the compiled encoder needs neither."""
         self = cls.__new__(cls)
+        self.decoder_spec = self.unk_token = self._piece_model = None
         self._set_options("byte", tables.pattern, tables.ignore_merges, cache_size, implementation,
                           tables.normalizer, tables.pre_tokenizer, tables.added_tokens)
         ids, tokens = tables.token_ids.tolist(), tables.tokens()
@@ -244,14 +279,15 @@ class Tokenizer:
         # without them, rebuilt on load.
         # The components are closures: rebuilt from their specs.
         return {**self.__dict__, "_text_encoder": None, "_pool": None, "_pool_threads": 0, "_thread_encoders": None,
-                "_normalize": None, "_pre_tokenize": None, "_added": None}
+                "_normalize": None, "_pre_tokenize": None, "_added": None, "_decode_pieces": None,
+                "_start_kept": None}
 
     def __setstate__(self, state):
         # Pickles made before they had an implementation or components.
         self.__dict__.update({"implementation": DEFAULT, "normalizer_spec": None, "pre_tokenizer_spec": None,
-                              "added_tokens_spec": None, **state})
-        self._normalize = hf_components.normalizer(self.normalizer_spec)
-        self._pre_tokenize = hf_components.pre_tokenizer(self.pre_tokenizer_spec) if self.pre_tokenizer_spec else None
+                              "added_tokens_spec": None, "decoder_spec": None, "unk_token": None, "_piece_model": None,
+                              "_segment_cache": {}, **state})
+        self._build_components()
         self._added = (hf_components.AddedVocabulary(self.added_tokens_spec, self._normalize)
                        if self.added_tokens_spec else None)
         self._text_encoder = self._compiled_text_encoder()
@@ -302,9 +338,13 @@ class Tokenizer:
         return ranks, left, right, merged
 
     def _is_base(self, token: bytes) -> bool:
-        """A symbol of the alphabet: a single byte, or in classic mode a character or `</w>`."""
+        """A symbol of the alphabet: a single byte, in classic mode a character or `</w>`, in piece
+        mode a character or a byte piece."""
         if self.mode == "byte":
             return len(token) == 1
+        if self.mode == "piece":
+            piece = token.decode("utf-8", "surrogatepass")
+            return len(piece) == 1 or byte_of_piece(piece) is not None
         return token == END_OF_WORD.encode() or len(token.decode("utf-8", "replace")) == 1
 
     def _assign_special_ids(self, special_tokens: Sequence[str] | Mapping[str, int],
@@ -369,27 +409,29 @@ class Tokenizer:
         return DropoutStream(p, seed, record_id) if p else None
 
     def _encode_with(self, text: str, allowed_special, encode_normalized) -> list[int]:
-        """`encode`, each stretch of normalized text between special tokens encoded by `encode_normalized`."""
+        """`encode`, each stretch of normalized text between special tokens encoded by
+        `encode_normalized(text, at_start)` (`at_start`: the stretch begins the record, see
+        `hf_components.pre_tokenizer`)."""
         if self._added is not None:
             allowed = frozenset(self._allowed(allowed_special)) if allowed_special else frozenset()
             if self._added.active(allowed):
                 out: list[int] = []
-                for segment, token in self._added.split(text, allowed):
+                for k, (segment, token) in enumerate(self._added.split(text, allowed)):
                     if token is not None:
                         out.append(token)
                     else:
-                        out.extend(encode_normalized(segment))
+                        out.extend(encode_normalized(segment, k == 0 and self._kept_start(text)))
                 return out
         normalize = self._normalize or str
         if not allowed_special:
-            return encode_normalized(normalize(text))
+            return encode_normalized(normalize(text), self._kept_start(text))
         allowed = self._allowed(allowed_special)
         out: list[int] = []
-        for segment, is_special in split_on_special(text, allowed):
+        for k, (segment, is_special) in enumerate(split_on_special(text, allowed)):
             if is_special:
                 out.append(self.special_tokens[segment])
             else:
-                out.extend(encode_normalized(normalize(segment)))
+                out.extend(encode_normalized(normalize(segment), k == 0 and self._kept_start(segment)))
         return out
 
     def encode_batch(self, texts: Iterable[str], allowed_special: Iterable[str] | str = ()) -> list[list[int]]:
@@ -450,9 +492,16 @@ class Tokenizer:
     def _encode_ordinary(self, text: str) -> list[int]:
         """Ids of text with no special tokens: normalize (if the file says so), split, look every
         piece up in the cache, merge misses."""
-        return self._encode_normalized(self._normalize(text) if self._normalize is not None else text)
+        if self._normalize is None:
+            return self._encode_normalized(text)
+        return self._encode_normalized(self._normalize(text), self._kept_start(text))
 
-    def _encode_normalized(self, text: str) -> list[int]:
+    def _kept_start(self, text: str) -> bool:
+        """Whether `text` still starts at its first character once normalized (see
+        `hf_components.start_kept`)."""
+        return self._start_kept is None or self._start_kept(text)
+
+    def _encode_normalized(self, text: str, at_start: bool = True) -> list[int]:
         """`_encode_ordinary` of normalized text. The compiled encoder takes every text PCRE2 may
         split. Otherwise every step over all pieces runs in C (map, set, chain); Python code runs
         once per distinct missing piece only."""
@@ -461,7 +510,7 @@ class Tokenizer:
                 return self._text_encoder.encode(text)
             except _Fallback:           # a text only `regex` may split: below
                 pass
-        pieces = self._pre_tokenize(text) if self._pre_tokenize is not None else self._split(text)
+        pieces = self._pre_tokenize(text, at_start) if self._pre_tokenize is not None else self._split(text)
         cache = self._cache
         hits = list(map(cache.get, pieces))
         if None in hits:
@@ -489,11 +538,11 @@ class Tokenizer:
             pieces.append(text[pos:])
         return pieces
 
-    def _encode_dropout(self, text: str, stream: DropoutStream) -> list[int]:
+    def _encode_dropout(self, text: str, at_start: bool = True, *, stream: DropoutStream) -> list[int]:
         """`_encode_normalized` with BPE-dropout: every piece merged by `_merge_dropout`, in text
         order (the order the stream's draws are taken in). No cache (a piece's ids vary), and no
         whole-piece lookup under `ignore_merges` (as Hugging Face's BPE with dropout)."""
-        pieces = self._pre_tokenize(text) if self._pre_tokenize is not None else self._split(text)
+        pieces = self._pre_tokenize(text, at_start) if self._pre_tokenize is not None else self._split(text)
         if self.mode == "byte" and self._merger is not None:      # every piece in one compiled call
             out, stream.state = self._merger.merge_dropout_pieces(
                 list(map(to_utf8, pieces)), self._byte_ids, stream.state, min(stream.limit, MASK), stream.limit > MASK)
@@ -519,7 +568,9 @@ class Tokenizer:
 
     def _encode_piece(self, piece: str) -> tuple[int, ...]:
         """Ids of one pre-token (a cache miss); the result is cached when the piece is short."""
-        if self.mode == "byte":
+        if self.mode == "piece":
+            ids = self._encode_word(piece)
+        elif self.mode == "byte":
             data = to_utf8(piece)
             whole = self._token_ids.get(data) if self.ignore_merges else None
             if whole is not None:
@@ -534,6 +585,29 @@ class Tokenizer:
                 self._evict()
             self._cache[piece] = ids
         return ids
+
+    def _encode_word(self, word: str) -> tuple[int, ...]:
+        """Piece mode: a whole word that is a piece, with `ignore_merges`; else its segments
+        (`PieceModel.segments`: cut where no merge joins), each merged from its first symbols and
+        cached apart (a segment is not a whole word for `ignore_merges`)."""
+        model = self._piece_model
+        if self.ignore_merges:
+            whole = model.piece_ids.get(word)
+            if whole is not None:
+                return (whole,)
+        if len(word) <= UNCUT_CHARS:
+            return tuple(self._merge(model.symbols(word)))
+        cache, out = self._segment_cache, []
+        for segment in model.segments(word):
+            ids = cache.get(segment)
+            if ids is None:
+                ids = tuple(self._merge(model.symbols(segment)))
+                if self.cache_size > 0 and len(segment) <= MAX_CACHED_CHARS:
+                    if len(cache) >= self.cache_size:
+                        cache.clear()
+                    cache[segment] = ids
+            out.extend(ids)
+        return tuple(out)
 
     def _evict(self) -> None:
         """Drop the older half of the cache (dicts keep insertion order): amortised O(1) per insert."""
@@ -708,6 +782,12 @@ class Tokenizer:
 
         Classic mode turns each end-of-word marker into a space and drops the final one."""
         ids = list(ids)
+        if self.mode == "piece":
+            vocab = self.vocab
+            try:
+                return self._decode_pieces([vocab[i].decode("utf-8", "surrogatepass") for i in ids])
+            except KeyError as exc:
+                raise ValueError(f"unknown token id {exc.args[0]!r} (vocab size {self.vocab_size})") from None
         text = self.decode_bytes(ids).decode("utf-8", errors="replace")
         if self.mode == "byte":
             return text
@@ -715,6 +795,15 @@ class Tokenizer:
         if ids and self.vocab[ids[-1]].endswith(END_OF_WORD.encode()):
             text = text[:-1]
         return text
+
+    @property
+    def raw_byte_ids(self) -> tuple[int, ...]:
+        """The ids of the tokens that stand for one raw byte, sorted: the 256 single bytes of a
+        byte-level vocabulary, the `<0xNN>` fallback pieces of a piece-mode one."""
+        if self.mode == "piece":
+            return tuple(sorted(i for p, i in self._piece_model.piece_ids.items() if byte_of_piece(p) is not None))
+        from .stats import single_byte_ids     # numpy: only where statistics are wanted
+        return single_byte_ids(self.vocab)
 
     def token_bytes(self, token_id: int) -> bytes:
         """The bytes of one token."""
@@ -739,7 +828,8 @@ class Tokenizer:
         """The canonical tokenizer.json text, built once (about 1 s for a 50k vocabulary): `sha256`
         and `save` both need it, and the train pipeline asks for both."""
         if self._json is None:
-            self._json = formats.tokenizer_json_text(self)  # refuses classic mode
+            self._json = (formats.piece_tokenizer_json_text(self) if self.mode == "piece"
+                          else formats.tokenizer_json_text(self))  # refuses classic mode
         return self._json
 
     def save(self, directory: str | os.PathLike) -> str:
@@ -780,6 +870,9 @@ class Tokenizer:
         else:
             with _collector_paused():
                 tok = _named(path, cls, {**formats.read_tokenizer_data(data, path), "implementation": implementation})
+            if tok.mode == "piece":            # its tables are not cached (see README)
+                tok.source_sha256 = key
+                return tok
             if implementation.cache_dir:
                 tok.sha256                     # the next loader (a pipeline's worker) will want it
             tables = tok._tables = tok._as_tables()

@@ -24,13 +24,15 @@ from typing import Any
 
 import regex
 
-from . import hf_components
+from . import hf_components, hf_decoders
 from .pretokenize import token_to_unicode, tokens_to_unicode, unicode_to_token, unicode_to_tokens
 
-SUPPORTED = ("supported: byte-level BPE (model BPE without byte_fallback, dropout or subword affixes; "
+SUPPORTED = ("supported: byte-level BPE (model BPE without dropout or subword affixes; "
              "normalizers NFC/NFD/NFKC/NFKD, Lowercase, Strip, StripAccents, Replace, Prepend, Sequence; "
              "pre-tokenizer ByteLevel, or a Sequence of Split (any behavior, invert) and Digits steps "
-             "ending with one ByteLevel)")
+             "ending with one ByteLevel) and SentencePiece-style BPE (byte_fallback and/or unk_token, fuse_unk; "
+             "the same normalizers; pre-tokenizers Metaspace, Split, Digits; decoders Replace, ByteFallback, "
+             "Fuse, Strip, Metaspace)")
 
 
 # ---- writing ------------------------------------------------------------------------------------
@@ -112,7 +114,12 @@ def tiktoken_recipe(tok) -> dict:
 
     tiktoken splits with one regex and has no normalizer. A pre-tokenizer chain (a digit rule on a
     custom regex) has no one-regex equivalent: no rank file is written. A normalizer is not a
-    pattern: the rank file is written, and gives the same ids on text normalized first."""
+    pattern: the rank file is written, and gives the same ids on text normalized first. A
+    SentencePiece-style tokenizer merges characters, which tiktoken's byte ranks cannot say."""
+    if tok.mode == "piece":
+        return {"written": False, "pattern": None, "identical": False,
+                "note": "no tokenizer.tiktoken: tiktoken merges bytes, this tokenizer characters (with byte "
+                        "fallback or an unknown token)"}
     if tok.pre_tokenizer_spec is not None:
         return {"written": False, "pattern": None, "identical": False,
                 "note": f"no tokenizer.tiktoken: tiktoken splits with one regex, and this tokenizer splits with "
@@ -189,8 +196,10 @@ def _read_tokenizer_doc(doc: dict, path) -> dict:
     model_type = model.get("type", "BPE" if "merges" in model else None)
     if model_type != "BPE":
         raise unsupported(f"model {model_type}")
+    if is_piece_file(doc):
+        return _read_piece_doc(doc, unsupported)
     if model.get("byte_fallback"):
-        raise unsupported("BPE with byte_fallback")
+        raise unsupported("BPE with byte_fallback in a byte-level file (ByteLevel pre-tokenizer or decoder)")
     if model.get("dropout") not in (None, 0, 0.0):
         raise unsupported(f"BPE dropout {model['dropout']}")
     for affix in ("continuing_subword_prefix", "end_of_word_suffix"):
@@ -235,6 +244,116 @@ def _read_tokenizer_doc(doc: dict, path) -> dict:
         raise unsupported(f"malformed merges ({exc})") from None
     return {"merges": merges, "pattern": pattern, "special_tokens": specials, "vocab": vocab,
             "ignore_merges": bool(model.get("ignore_merges", False)), **components}
+
+
+# ---- reading SentencePiece-style tokenizer.json ----------------------------------------------------
+
+def is_piece_file(doc: dict) -> bool:
+    """Whether a BPE tokenizer.json merges characters rather than bytes (SentencePiece-style):
+    nothing in it is byte-level (no ByteLevel pre-tokenizer or decoder)."""
+    return "ByteLevel" not in json.dumps([doc.get("pre_tokenizer"), doc.get("decoder")])
+
+
+def _read_piece_doc(doc: dict, unsupported) -> dict:
+    """`Tokenizer(mode="piece", ...)` keyword arguments of a SentencePiece-style BPE file (see
+    bpe_ops/sentencepiece_bpe.py); the components are checked here, so a file is refused in one line."""
+    model = doc["model"]
+    if model.get("dropout") not in (None, 0, 0.0):
+        raise unsupported(f"BPE dropout {model['dropout']}")
+    for affix in ("continuing_subword_prefix", "end_of_word_suffix"):
+        if model.get(affix):
+            raise unsupported(f"BPE {affix} {model[affix]!r}")
+    vocab = model.get("vocab")
+    if not isinstance(vocab, dict):
+        raise unsupported("BPE vocab is not an object")
+    unk, byte_fallback = model.get("unk_token"), bool(model.get("byte_fallback"))
+    if unk is not None and unk not in vocab:
+        raise unsupported(f"unk_token {unk!r} is not in the vocab")
+    if unk is None and not (byte_fallback and all(f"<0x{b:02X}>" in vocab for b in range(256))):
+        raise unsupported("character BPE without unk_token or a full byte_fallback (<0x00>..<0xFF>): "
+                          "Hugging Face drops the characters outside its vocabulary, tokenbeam never drops text")
+    components = {}
+    normalizer = doc.get("normalizer")
+    if normalizer is not None and normalizer != {"type": "Sequence", "normalizers": []}:
+        try:
+            hf_components.normalizer(normalizer)
+        except hf_components.Unsupported as exc:
+            raise unsupported(str(exc)) from None
+        components["normalizer"] = normalizer
+    pre_tokenizer = doc.get("pre_tokenizer")
+    if pre_tokenizer is not None:
+        kinds = _step_kinds(pre_tokenizer)
+        unknown = [k for k in kinds if k not in hf_components.PRE_TOKENIZERS or k == "ByteLevel"]
+        if unknown:
+            raise unsupported(f"pre-tokenizer {unknown[0]} in {_describe(pre_tokenizer)} (a SentencePiece-style BPE "
+                              f"takes Metaspace, Split, Digits)")
+        try:
+            hf_components.pre_tokenizer(pre_tokenizer)
+        except hf_components.Unsupported as exc:
+            raise unsupported(str(exc)) from None
+        components["pre_tokenizer"] = pre_tokenizer
+    decoder = doc.get("decoder")
+    if decoder is not None:
+        try:
+            hf_decoders.decoder(decoder)
+        except hf_components.Unsupported as exc:
+            raise unsupported(f"{exc} (supported decoders: {', '.join(hf_decoders.DECODERS)})") from None
+        components["decoder"] = decoder
+    added = doc.get("added_tokens") or []
+    specials = {t["content"]: t["id"] for t in added}
+    if hf_components.needs_added_vocabulary(added):
+        components["added_tokens"] = [{k: t[k] for k in ("id", "content", *hf_components.ADDED_TOKEN_FLAGS) if k in t}
+                                      for t in added]
+    problem = _id_problem(vocab, specials)
+    if problem:
+        raise unsupported(problem)
+    merges = model.get("merges") or []
+    parts = [m.split(" ") if isinstance(m, str) else m for m in merges]
+    bad = next((m for m, p in zip(merges, parts) if not (isinstance(p, list) and len(p) == 2
+                                                         and all(isinstance(h, str) for h in p))), None)
+    if bad is not None:
+        raise unsupported(f"malformed merges (merge {bad!r} is not two tokens)")
+    encode = str.encode
+    return {"mode": "piece", "pattern": "gpt2", "special_tokens": specials,
+            "vocab": {i: encode(s, "utf-8", "surrogatepass") for s, i in vocab.items()},
+            "merges": [(encode(a, "utf-8", "surrogatepass"), encode(b, "utf-8", "surrogatepass")) for a, b in parts],
+            "ignore_merges": bool(model.get("ignore_merges", False)), "byte_fallback": byte_fallback,
+            "unk_token": unk, "fuse_unk": bool(model.get("fuse_unk", False)), **components}
+
+
+def _step_kinds(pre_tokenizer) -> list:
+    if not isinstance(pre_tokenizer, dict):
+        return [None]
+    if pre_tokenizer.get("type") == "Sequence":
+        return [k for child in pre_tokenizer.get("pretokenizers") or [] for k in _step_kinds(child)]
+    return [pre_tokenizer.get("type")]
+
+
+def piece_tokenizer_json_text(tok) -> str:
+    """The canonical tokenizer.json text of a SentencePiece-style tokenizer: its model and components
+    as it was read (HF loads it and encodes the same)."""
+    specials = sorted(tok.special_tokens.items(), key=lambda kv: kv[1])
+    model = tok._piece_model
+    doc = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": tok.added_tokens_spec or [
+            {"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+             "normalized": False, "special": True} for s, i in specials],
+        "normalizer": tok.normalizer_spec,
+        "pre_tokenizer": tok.pre_tokenizer_spec,
+        "post_processor": None,
+        "decoder": tok.decoder_spec,
+        "model": {
+            "type": "BPE", "dropout": None, "unk_token": tok.unk_token, "continuing_subword_prefix": None,
+            "end_of_word_suffix": None, "fuse_unk": model.fuse_unk, "byte_fallback": model.byte_fallback,
+            "ignore_merges": bool(tok.ignore_merges),
+            "vocab": dict(sorted(model.piece_ids.items(), key=lambda kv: kv[1])),
+            "merges": [[a.decode("utf-8", "surrogatepass"), b.decode("utf-8", "surrogatepass")] for a, b in tok.merges],
+        },
+    }
+    return _dumps(doc) + "\n"
 
 
 def _chain_pattern(pre_tokenizer, unsupported) -> str:

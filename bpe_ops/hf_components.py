@@ -23,11 +23,11 @@ import regex
 from .pretokenize import GPT2_PATTERN
 
 Normalizer = Callable[[str], str]
-Step = Callable[[str], list]
+Step = Callable[[str, bool], list]   # (piece, at_start) -> [(sub-piece, begins the piece)]
 
 NORMALIZERS = ("NFC", "NFD", "NFKC", "NFKD", "Lowercase", "Strip", "StripAccents", "Replace", "Prepend",
                "Sequence")
-PRE_TOKENIZERS = ("Split", "Digits", "ByteLevel", "Sequence")
+PRE_TOKENIZERS = ("Split", "Digits", "ByteLevel", "Metaspace", "Sequence")
 BEHAVIORS = ("Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous")
 
 # Rust's `char::is_whitespace` (the Unicode White_Space property), which HF's Strip uses; Python's
@@ -82,7 +82,49 @@ def normalizer(spec: dict | None) -> Normalizer | None:
     if kind == "Prepend":
         prefix = spec.get("prepend", "")
         return lambda text: prefix + text if text else text
+    if kind == "Precompiled":
+        raise Unsupported("normalizer Precompiled (a SentencePiece precompiled_charsmap, e.g. nmt_nfkc, compiled "
+                          "into a trie; not implemented)")
     raise Unsupported(f"normalizer {kind}")
+
+
+def start_kept(spec: dict | None) -> Callable[[str], bool] | None:
+    """Whether a text's first character survives the normalizer (HF then still counts the text as
+    starting at offset 0, which Metaspace's `prepend_scheme="first"` asks): a function of the text, or
+    None when no step can delete a leading character (only Strip, StripAccents and a Replace with
+    empty content can)."""
+    steps = _flat_normalizers(spec)
+    deleting = [k for k, step in enumerate(steps)
+                if step.get("type") in ("Strip", "StripAccents") or (step.get("type") == "Replace"
+                                                                     and step.get("content", "") == "")]
+    if not deleting:
+        return None
+    functions = [normalizer(step) for step in steps]
+
+    def kept(text: str) -> bool:
+        for step, function in zip(steps, functions):
+            if not text:
+                return True
+            kind = step["type"]
+            if kind == "Strip" and step.get("strip_left", True) and text[0] in _WHITE_SPACE:
+                return False
+            if kind == "StripAccents" and unicodedata.category(text[0])[0] == "M":
+                return False
+            if kind == "Replace" and step.get("content", "") == "":
+                first = next(_pattern(step.get("pattern"), "Replace").finditer(text), None)
+                if first is not None and first.start() == 0 and first.end() > 0:
+                    return False
+            text = function(text)
+        return True
+    return kept
+
+
+def _flat_normalizers(spec: dict | None) -> list:
+    if spec is None:
+        return []
+    if spec.get("type") == "Sequence":
+        return [s for child in spec.get("normalizers") or [] for s in _flat_normalizers(child)]
+    return [spec]
 
 
 def lowercase(text: str) -> str:
@@ -103,18 +145,21 @@ def strip_accents(text: str) -> str:
 
 # ---- pre-tokenizers -----------------------------------------------------------------------------
 
-def pre_tokenizer(spec: dict) -> Callable[[str], list]:
-    """The function `text -> pieces` of a tokenizer.json `pre_tokenizer` (Sequence or one step)."""
+def pre_tokenizer(spec: dict) -> Callable[..., list]:
+    """The function `(text, at_start=True) -> pieces` of a tokenizer.json `pre_tokenizer` (Sequence
+    or one step). `at_start` says whether the text begins the original text (HF's
+    `offsets_original().0 == 0`): Metaspace's `prepend_scheme="first"` prepends only there, so a
+    segment after an added token gets no prefix. A piece keeps it when it begins its parent."""
     steps = _steps(spec)
 
-    def run(text: str) -> list:
-        pieces = [text] if text else []
+    def run(text: str, at_start: bool = True) -> list:
+        pieces = [(text, at_start)] if text else []
         for step in steps:
             out: list = []
-            for piece in pieces:
-                out.extend(step(piece))
+            for piece, first in pieces:
+                out.extend([(sub, first and begins) for sub, begins in step(piece, first)])
             pieces = out
-        return pieces
+        return [piece for piece, _ in pieces]
     return run
 
 
@@ -130,15 +175,49 @@ def _steps(spec: dict) -> list:
         return [_regex_split(pattern, behavior, bool(spec.get("invert", False)))]
     if kind == "Digits":
         behavior = "Isolated" if spec.get("individual_digits", False) else "Contiguous"
-        return [lambda piece: _split(piece, _numeric_spans(piece), behavior)]
+        return [lambda piece, at_start: _split(piece, _numeric_spans(piece), behavior)]
     if kind == "ByteLevel":
         steps = []
         if spec.get("add_prefix_space", True):
-            steps.append(lambda piece: [piece if piece.startswith(" ") else " " + piece])
+            steps.append(lambda piece, at_start: [(piece if piece.startswith(" ") else " " + piece, True)])
         if spec.get("use_regex", True):
             steps.append(_regex_split(regex.compile(GPT2_PATTERN), "Isolated", False))
         return steps
+    if kind == "Metaspace":
+        return [_metaspace(spec)]
     raise Unsupported(f"pre-tokenizer {kind}")
+
+
+PREPEND_SCHEMES = ("always", "first", "never")
+
+
+def metaspace_options(spec: dict) -> tuple[str, str, bool]:
+    """(replacement, prepend_scheme, split) of a Metaspace component, with HF's defaults: files
+    written before `prepend_scheme` existed say `add_prefix_space` (true: always, false: never)."""
+    replacement = spec.get("replacement", "\u2581")
+    if not isinstance(replacement, str) or len(replacement) != 1:
+        raise Unsupported(f"Metaspace replacement {replacement!r} (one character)")
+    scheme = spec.get("prepend_scheme")
+    if scheme is None:
+        scheme = "always" if spec.get("add_prefix_space", True) else "never"
+    if scheme not in PREPEND_SCHEMES:
+        raise Unsupported(f"Metaspace prepend_scheme {scheme!r}")
+    return replacement, scheme, bool(spec.get("split", True))
+
+
+def _metaspace(spec: dict) -> Step:
+    """HF's Metaspace: every space becomes the replacement, which is prepended (always; or only at
+    the start of the original text: first) unless the piece starts with it; with `split`, the
+    piece is cut before each replacement (`MergedWithNext`)."""
+    replacement, scheme, split = metaspace_options(spec)
+    at_replacement = _regex_split(regex.compile(regex.escape(replacement)), "MergedWithNext", False)
+
+    def step(piece: str, at_start: bool) -> list:
+        piece = piece.replace(" ", replacement)
+        if not piece.startswith(replacement) and (scheme == "always" or (scheme == "first" and at_start)):
+            piece = replacement + piece
+        return at_replacement(piece, at_start) if split else [(piece, True)]
+    return step
 
 
 def _pattern(spec, owner: str) -> "regex.Pattern[str]":
@@ -154,7 +233,7 @@ def _pattern(spec, owner: str) -> "regex.Pattern[str]":
 
 
 def _regex_split(pattern: "regex.Pattern[str]", behavior: str, invert: bool) -> Step:
-    def step(piece: str) -> list:
+    def step(piece: str, at_start: bool = True) -> list:
         spans, at = [], 0
         for m in pattern.finditer(piece):
             start, end = m.span()
@@ -187,7 +266,8 @@ def _numeric_spans(piece: str) -> list:
 
 
 def _split(piece: str, spans: list, behavior: str) -> list:
-    """`NormalizedString::split`: spans (start, end, is_match) covering the piece -> its pieces."""
+    """`NormalizedString::split`: spans (start, end, is_match) covering the piece -> its pieces, each
+    as (text, whether it begins the piece)."""
     if behavior == "Isolated":
         kept = [(s, e) for s, e, _ in spans]
     elif behavior == "Removed":
@@ -219,7 +299,7 @@ def _split(piece: str, spans: list, behavior: str) -> list:
             previous = is_match
     else:
         raise Unsupported(f"Split behavior {behavior!r}")
-    return [piece[s:e] for s, e in kept if e > s]
+    return [(piece[s:e], s == 0) for s, e in kept if e > s]
 
 
 # ---- added tokens -------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bpe_ops.dropout import DROPOUT_MODES, Dropout
-from bpe_ops.stats import Summary, batch_stats, digit_runs_batch, single_byte_ids
+from bpe_ops.stats import Summary, batch_stats, digit_runs_batch
 from schemas import tables
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
 from pipelines.command import (Parser, add_dropout_arguments, implementation_from_environment, option_strings,
@@ -114,7 +114,7 @@ class TokenizeShard(beam.DoFn):
         self.sha256 = self.tokenizer.sha256
         if os.getpid() != self.launcher_pid:    # a worker process of its own, not the caller's process
             settle_heap()
-        self.raw_byte_ids = single_byte_ids(self.tok.vocab)
+        self.raw_byte_ids = self.tok.raw_byte_ids
         self.eos_id = self.tok.special_tokens[self.eos_token] if self.eos_token else None
         self.schema = tables.tokens_schema(self.tok.vocab_size, self.source_options.keep_fields, {
             tables.TOKENIZER_SHA256_KEY: self.sha256, tables.VOCAB_SIZE_KEY: str(self.tok.vocab_size)},
@@ -645,7 +645,7 @@ def outcome_error(stats: dict, allow_shard_errors: bool) -> IncompleteRun | None
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", required=True,
-                        help="tokenizer.json (ours or any byte-level BPE one), or a folder holding one")
+                        help="tokenizer.json (ours, a byte-level BPE or a SentencePiece-style BPE one), or a folder holding one")
     parser.add_argument("--output", required=True, help="output folder (local or fsspec URL)")
     parser.add_argument("--pattern", default=None, metavar="NAME_OR_REGEX",
                         help="with a tiktoken rank file as --tokenizer: its split pattern (gpt2, gpt4, o200k, "

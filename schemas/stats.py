@@ -14,8 +14,11 @@ Layout (version 2; `...` = a JSON number, `null` where the figure is undefined f
     tokens_per_record: {mean, min, max, p50, p90, p99, quantile_rule, histogram: {edges, counts},
                         percentiles: [p0, p1, ..., p100] (nearest rank; [] without records)}
     bytes_per_token: {overall, records_without_tokens, histogram: {edges, counts}}
+                     (bytes: the UTF-8 bytes of the records' text, never of the tokens' pieces: a
+                     SentencePiece-style `▁word` stands for " word", and its prefix space may not be in the text)
     tokens_per_word
-    raw_byte_tokens: {count, share}
+    raw_byte_tokens: {count, share} (tokens standing for one raw byte: the single-byte tokens of
+                     byte-level BPE, the `<0xNN>` byte-fallback pieces of SentencePiece-style BPE)
     vocabulary: {used_ids, utilisation (= used_ids / vocab_size)}
     token_frequency: {counts: [count of id 0, id 1, ...] (dense, length vocab_size),
                       top: [{id, count, token}] (most frequent first, `token` a repr of its bytes)}
@@ -393,7 +396,9 @@ class TokenizerFacts:
 
     @property
     def raw_byte_ids(self) -> tuple[int, ...]:
-        """The single-byte token ids, for `Summary(vocab_size, raw_byte_ids=...)`."""
+        """The ids that stand for one raw byte, for `Summary(vocab_size, raw_byte_ids=...)`: the
+        tokenizer's own (`Tokenizer.raw_byte_ids`: single bytes, or a SentencePiece-style file's
+        `<0xNN>` pieces), else the single-byte tokens."""
         if self._raw_byte_ids is None:
             self._raw_byte_ids = tuple(single_byte_ids(self.vocab))
         return self._raw_byte_ids
@@ -477,9 +482,10 @@ def stats_json(summary, tokenizer, extra: Mapping | None = None) -> dict:
     if id_total != summary.tokens:
         raise ValueError(f"token id counts add up to {id_total}, records to {summary.tokens} tokens")
 
-    byte_ids = getattr(tokenizer, "raw_byte_ids", None) or single_byte_ids(tokenizer.vocab)
+    byte_ids = getattr(tokenizer, "raw_byte_ids", None)     # a tokenizer-like without it: single bytes
+    byte_ids = tuple(byte_ids) if byte_ids is not None else single_byte_ids(tokenizer.vocab)
     if summary.raw_byte_ids is not None and summary.raw_byte_ids != byte_ids:
-        raise ValueError("the summary's raw-byte ids are not the tokenizer's single-byte tokens")
+        raise ValueError("the summary's raw-byte ids are not the tokenizer's raw-byte (single-byte or <0xNN>) tokens")
     tpr = summary.tokens_per_record
     quantiles = {f"p{p}": nearest_rank(tpr, p) for p in QUANTILES}
     used = sum(1 for c in summary.id_counts if c)

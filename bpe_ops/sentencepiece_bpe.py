@@ -1,0 +1,175 @@
+"""SentencePiece-style BPE: merges over characters, then byte fallback or an unknown token.
+
+This is the model of the tokenizer.json files that `transformers` converts from SentencePiece BPE
+models (Llama 2, Mistral 7B, Gemma) and that `tokenizers` builds with `models.BPE(byte_fallback=True)`.
+It differs from byte-level BPE only in its first symbols; the merge replay is the same
+(`Tokenizer._merge`: lowest merge rank first, leftmost on ties), so the encoder runs it, compiled
+where built. Written from `tokenizers`' `BPE::merge_word` and `Word::merge_all` (models/bpe/):
+
+  - each character of a pre-token is its piece when the vocabulary holds it;
+  - otherwise, with `byte_fallback`, its UTF-8 bytes as the pieces `<0xNN>` (if all of them are in the
+    vocabulary); otherwise the unknown token, consecutive unknown characters fused into one when
+    `fuse_unk` (a fused run is emitted when the next known character or byte run arrives; a byte
+    run does not flush it, as in `tokenizers`);
+  - then the merges, pair by pair, by rank.
+
+A pre-token may be a whole sentence (Metaspace with `split=false`, SentencePiece's own layout), so
+`segments` cuts it where no merge can ever join the two characters: a merge joins tokens A and B
+only if some merge `(a, b)` has `a` ending with A's last character and `b` starting with B's first.
+Cut there, the pieces merge independently (no pair spans the cut, and within a piece the order of
+merges is the same), so each is a short, cacheable word and the cost is linear in the length.
+
+    >>> model = PieceModel({"▁": 0, "a": 1, "b": 2, "▁a": 3, "<0xC3>": 4, "<0xA9>": 5, "<unk>": 6},
+    ...                    [("▁", "a")], byte_fallback=True, unk_id=6)
+    >>> model.symbols("▁aé")
+    [0, 1, 4, 5]
+    >>> model.segments("▁ab" * 30)[:3]      # longer than UNCUT_CHARS: cut
+    ['▁a', 'b', '▁a']
+    >>> merge_heap([0, 1, 2], {(0, 1): (0, 3)})
+    [3, 2]
+"""
+from __future__ import annotations
+
+import re
+from heapq import heapify, heappop, heappush
+from typing import Iterable, Mapping
+
+# Pre-tokens up to this many characters are cached whole: cutting them costs more than it saves.
+UNCUT_CHARS = 64
+
+
+def byte_piece(byte: int) -> str:
+    """The piece of one byte in a byte-fallback vocabulary, as `tokenizers` spells it: `<0x0A>`."""
+    return f"<0x{byte:02X}>"
+
+
+def byte_of_piece(piece: str) -> int | None:
+    """The byte a `<0xNN>` piece stands for (hex digits of either case, as the ByteFallback decoder
+    reads them), else None."""
+    if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">") and piece.isascii():
+        digits = piece[3:5]
+        if all(c in "0123456789abcdefABCDEF" for c in digits):
+            return int(digits, 16)
+    return None
+
+
+class PieceModel:
+    """The first symbols of a pre-token, and where it may be cut (see the module docstring).
+
+    `piece_ids` is the model's whole vocabulary {piece: id}; `merges` its merges as piece pairs;
+    `unk_id` the unknown token's id (None: none)."""
+
+    def __init__(self, piece_ids: Mapping[str, int], merges: Iterable[tuple[str, str]], *,
+                 byte_fallback: bool, unk_id: int | None, fuse_unk: bool = False):
+        self.piece_ids = dict(piece_ids)
+        self.byte_fallback = byte_fallback
+        self.unk_id = unk_id
+        self.fuse_unk = fuse_unk
+        get = self.piece_ids.get
+        self.byte_ids = [get(byte_piece(b)) for b in range(256)]
+        known = frozenset(p for p in self.piece_ids if len(p) == 1)
+        self._known = known
+        self._joiners, self._candidates = _cut_candidates(known, [(a[-1], b[0]) for a, b in merges if a and b])
+
+    def symbols(self, word: str) -> list[int]:
+        """`BPE::merge_word` before the merges: the ids of the pieces the characters are."""
+        get, out, unk = self.piece_ids.get, [], None
+        for ch in word:
+            i = get(ch)
+            if i is not None:
+                if unk is not None:
+                    out.append(unk)
+                    unk = None
+                out.append(i)
+                continue
+            if self.byte_fallback:
+                ids = [self.byte_ids[b] for b in ch.encode("utf-8", "surrogatepass")]
+                if None not in ids:
+                    out.extend(ids)
+                    continue
+            if self.unk_id is not None:
+                if unk is not None and not self.fuse_unk:
+                    out.append(unk)
+                unk = self.unk_id
+        if unk is not None:
+            out.append(unk)
+        return out
+
+    def segments(self, word: str) -> list[str]:
+        """`word` cut before characters that no merge joins to the character before them (both
+        characters of the vocabulary); the pieces' merged ids, concatenated, are the word's."""
+        if len(word) <= UNCUT_CHARS or self._candidates is None:
+            return [word]
+        known, joiners = self._known, self._joiners
+        at = [0]
+        for m in self._candidates.finditer(word, 1):
+            i = m.start()
+            before = word[i - 1]
+            if before in known and before not in joiners.get(word[i], ()):
+                at.append(i)
+        at.append(len(word))
+        return [word[s:e] for s, e in zip(at, at[1:])]
+
+
+# A character is a cut candidate when at most this many characters join it from the left (a
+# space mark, punctuation, most ideographs): cutting at some of the safe places only is exact, and
+# checking every character would cost more than the merges it saves.
+MAX_JOINERS = 8
+
+
+def _cut_candidates(known: frozenset, joined: list) -> tuple[dict, "re.Pattern | None"]:
+    """{v: the characters u that some merge joins to v (the last character of its left half, the
+    first of its right)} for the candidates v, and a pattern matching the candidates (None: none).
+    Next to a character outside the vocabulary nothing is cut: its symbols are bytes or the
+    unknown token, which merges or fusion may join."""
+    joiners: dict[str, set] = {}
+    for u, v in joined:
+        joiners.setdefault(v, set()).add(u)
+    candidates = sorted(v for v in known if len(joiners.get(v, ())) <= MAX_JOINERS)
+    if not candidates:
+        return {}, None
+    return ({v: frozenset(joiners[v]) for v in candidates if v in joiners},
+            re.compile(f"[{''.join(map(re.escape, candidates))}]"))
+
+
+def merge_heap(symbols: list[int], merges: Mapping[tuple[int, int], tuple[int, int]]) -> list[int]:
+    """`Word::merge_all` of `tokenizers`: the specification the encoder's merge replay is held to.
+
+    `merges` maps a pair of ids to (rank, new id). A min-heap of (rank, position) holds every
+    mergeable adjacent pair; the lowest is applied unless stale (its left symbol was merged away,
+    or the pair there no longer makes the same token), and the pairs it creates are pushed. The
+    symbols are a linked list over their first positions, so each merge is O(log n)."""
+    n = len(symbols)
+    ids = list(symbols)
+    nxt = list(range(1, n + 1))
+    prv = list(range(-1, n - 1))
+    alive = [True] * n
+    heap = []
+    for i in range(n - 1):
+        found = merges.get((ids[i], ids[i + 1]))
+        if found is not None:
+            heap.append((found[0], i, found[1]))
+    heapify(heap)
+    while heap:
+        rank, i, new_id = heappop(heap)
+        if not alive[i] or nxt[i] >= n:
+            continue
+        j = nxt[i]
+        found = merges.get((ids[i], ids[j]))
+        if found is None or found[1] != new_id:
+            continue
+        ids[i] = new_id
+        alive[j] = False
+        k = nxt[i] = nxt[j]
+        if k < n:
+            prv[k] = i
+        p = prv[i]
+        if p >= 0:
+            found = merges.get((ids[p], new_id))
+            if found is not None:
+                heappush(heap, (found[0], p, found[1]))
+        if k < n:
+            found = merges.get((new_id, ids[k]))
+            if found is not None:
+                heappush(heap, (found[0], i, found[1]))
+    return [s for s, keep in zip(ids, alive) if keep]
