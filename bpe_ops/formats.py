@@ -65,15 +65,7 @@ def tokenizer_json_text(tok) -> str:
                    if merges else "[]")
 
     doc = {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": tok.added_tokens_spec or [
-            {"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
-             "normalized": False, "special": True}
-            for s, i in specials
-        ],
-        "normalizer": tok.normalizer_spec,
+        **_file_head(tok),
         "pre_tokenizer": tok.pre_tokenizer_spec or {
             "type": "Sequence",
             "pretokenizers": [
@@ -97,6 +89,23 @@ def tokenizer_json_text(tok) -> str:
         },
     }
     return _dumps(doc) + "\n"
+
+
+def _file_head(tok) -> dict:
+    """The first keys of a canonical tokenizer.json, to the normalizer: special tokens as added tokens
+    (or the file's own added tokens, with their flags)."""
+    specials = sorted(tok.special_tokens.items(), key=lambda kv: kv[1])
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": tok.added_tokens_spec or [
+            {"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+             "normalized": False, "special": True}
+            for s, i in specials
+        ],
+        "normalizer": tok.normalizer_spec,
+    }
 
 
 def tiktoken_text(tok) -> str:
@@ -200,19 +209,7 @@ def _read_tokenizer_doc(doc: dict, path) -> dict:
         return _read_piece_doc(doc, unsupported)
     if model.get("byte_fallback"):
         raise unsupported("BPE with byte_fallback in a byte-level file (ByteLevel pre-tokenizer or decoder)")
-    if model.get("dropout") not in (None, 0, 0.0):
-        raise unsupported(f"BPE dropout {model['dropout']}")
-    for affix in ("continuing_subword_prefix", "end_of_word_suffix"):
-        if model.get(affix):
-            raise unsupported(f"BPE {affix} {model[affix]!r}")
-    components = {}
-    normalizer = doc.get("normalizer")
-    if normalizer is not None and normalizer != {"type": "Sequence", "normalizers": []}:
-        try:
-            hf_components.normalizer(normalizer)
-        except hf_components.Unsupported as exc:
-            raise unsupported(str(exc)) from None
-        components["normalizer"] = normalizer
+    components = _common_components(doc, unsupported)
     pre_tokenizer = doc.get("pre_tokenizer")
     try:
         pattern = _pattern_of(pre_tokenizer, unsupported)
@@ -224,11 +221,7 @@ def _read_tokenizer_doc(doc: dict, path) -> dict:
     if decoder is not None and decoder.get("type") != "ByteLevel":
         raise unsupported(f"decoder {_describe(decoder)}")
 
-    added = doc.get("added_tokens") or []
-    specials = {t["content"]: t["id"] for t in added}
-    if hf_components.needs_added_vocabulary(added):
-        components["added_tokens"] = [{k: t[k] for k in ("id", "content", *hf_components.ADDED_TOKEN_FLAGS) if k in t}
-                                      for t in added]
+    specials = _special_tokens(doc, components)
     special_ids = set(specials.values())
     problem = _id_problem(model["vocab"], specials)
     if problem:
@@ -258,11 +251,7 @@ def _read_piece_doc(doc: dict, unsupported) -> dict:
     """`Tokenizer(mode="piece", ...)` keyword arguments of a SentencePiece-style BPE file (see
     bpe_ops/sentencepiece_bpe.py); the components are checked here, so a file is refused in one line."""
     model = doc["model"]
-    if model.get("dropout") not in (None, 0, 0.0):
-        raise unsupported(f"BPE dropout {model['dropout']}")
-    for affix in ("continuing_subword_prefix", "end_of_word_suffix"):
-        if model.get(affix):
-            raise unsupported(f"BPE {affix} {model[affix]!r}")
+    components = _common_components(doc, unsupported)
     vocab = model.get("vocab")
     if not isinstance(vocab, dict):
         raise unsupported("BPE vocab is not an object")
@@ -272,14 +261,6 @@ def _read_piece_doc(doc: dict, unsupported) -> dict:
     if unk is None and not (byte_fallback and all(f"<0x{b:02X}>" in vocab for b in range(256))):
         raise unsupported("character BPE without unk_token or a full byte_fallback (<0x00>..<0xFF>): "
                           "Hugging Face drops the characters outside its vocabulary, tokenbeam never drops text")
-    components = {}
-    normalizer = doc.get("normalizer")
-    if normalizer is not None and normalizer != {"type": "Sequence", "normalizers": []}:
-        try:
-            hf_components.normalizer(normalizer)
-        except hf_components.Unsupported as exc:
-            raise unsupported(str(exc)) from None
-        components["normalizer"] = normalizer
     pre_tokenizer = doc.get("pre_tokenizer")
     if pre_tokenizer is not None:
         kinds = _step_kinds(pre_tokenizer)
@@ -299,11 +280,7 @@ def _read_piece_doc(doc: dict, unsupported) -> dict:
         except hf_components.Unsupported as exc:
             raise unsupported(f"{exc} (supported decoders: {', '.join(hf_decoders.DECODERS)})") from None
         components["decoder"] = decoder
-    added = doc.get("added_tokens") or []
-    specials = {t["content"]: t["id"] for t in added}
-    if hf_components.needs_added_vocabulary(added):
-        components["added_tokens"] = [{k: t[k] for k in ("id", "content", *hf_components.ADDED_TOKEN_FLAGS) if k in t}
-                                      for t in added]
+    specials = _special_tokens(doc, components)
     problem = _id_problem(vocab, specials)
     if problem:
         raise unsupported(problem)
@@ -321,6 +298,33 @@ def _read_piece_doc(doc: dict, unsupported) -> dict:
             "unk_token": unk, "fuse_unk": bool(model.get("fuse_unk", False)), **components}
 
 
+def _common_components(doc: dict, unsupported) -> dict:
+    """The model options no reader takes (refused), and the checked normalizer as `components`."""
+    model = doc["model"]
+    if model.get("dropout") not in (None, 0, 0.0):
+        raise unsupported(f"BPE dropout {model['dropout']}")
+    for affix in ("continuing_subword_prefix", "end_of_word_suffix"):
+        if model.get(affix):
+            raise unsupported(f"BPE {affix} {model[affix]!r}")
+    normalizer = doc.get("normalizer")
+    if normalizer is None or normalizer == {"type": "Sequence", "normalizers": []}:
+        return {}
+    try:
+        hf_components.normalizer(normalizer)
+    except hf_components.Unsupported as exc:
+        raise unsupported(str(exc)) from None
+    return {"normalizer": normalizer}
+
+
+def _special_tokens(doc: dict, components: dict) -> dict:
+    """{content: id} of the added tokens; their HF flags go to `components` where they matter."""
+    added = doc.get("added_tokens") or []
+    if hf_components.needs_added_vocabulary(added):
+        components["added_tokens"] = [{k: t[k] for k in ("id", "content", *hf_components.ADDED_TOKEN_FLAGS) if k in t}
+                                      for t in added]
+    return {t["content"]: t["id"] for t in added}
+
+
 def _step_kinds(pre_tokenizer) -> list:
     if not isinstance(pre_tokenizer, dict):
         return [None]
@@ -332,16 +336,9 @@ def _step_kinds(pre_tokenizer) -> list:
 def piece_tokenizer_json_text(tok) -> str:
     """The canonical tokenizer.json text of a SentencePiece-style tokenizer: its model and components
     as it was read (HF loads it and encodes the same)."""
-    specials = sorted(tok.special_tokens.items(), key=lambda kv: kv[1])
     model = tok._piece_model
     doc = {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": tok.added_tokens_spec or [
-            {"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
-             "normalized": False, "special": True} for s, i in specials],
-        "normalizer": tok.normalizer_spec,
+        **_file_head(tok),
         "pre_tokenizer": tok.pre_tokenizer_spec,
         "post_processor": None,
         "decoder": tok.decoder_spec,
