@@ -386,7 +386,9 @@ class TokenizerFacts:
     @classmethod
     def of(cls, tokenizer, reload: Callable[[], Mapping[int, bytes]] | None = None, *,
            dropout: Dropout | None = None) -> "TokenizerFacts":
-        return cls(tokenizer.vocab_size, tokenizer.sha256, dict(tokenizer.vocab), reload, dropout=dropout)
+        own = getattr(tokenizer, "raw_byte_ids", None)
+        return cls(tokenizer.vocab_size, tokenizer.sha256, dict(tokenizer.vocab), reload,
+                   tuple(own) if own is not None else None, dropout=dropout)
 
     @property
     def vocab(self) -> Mapping[int, bytes]:
@@ -405,7 +407,7 @@ class TokenizerFacts:
 
     def __reduce__(self):
         if self.reload is None:
-            return TokenizerFacts, (self.vocab_size, self.sha256, self.vocab, None, None, self.dropout)
+            return TokenizerFacts, (self.vocab_size, self.sha256, self.vocab, None, self._raw_byte_ids, self.dropout)
         return TokenizerFacts, (self.vocab_size, self.sha256, None, self.reload, self.raw_byte_ids, self.dropout)
 
     def __eq__(self, other) -> bool:
@@ -473,9 +475,9 @@ def percentiles(table: Mapping[int, int]) -> list[int]:
 
 def stats_json(summary, tokenizer, extra: Mapping | None = None) -> dict:
     """The stats.json object of a `bpe_ops.stats.Summary`, for a tokenizer (or `TokenizerFacts`)
-    with `vocab: dict[int, bytes]`, `vocab_size` and `sha256` (and the `dropout` of the facts).
-    `extra` adds top-level keys (input globs, a `timing` object, ...); it may not replace a computed
-    figure."""
+    with `vocab: dict[int, bytes]`, `vocab_size`, `sha256` and `raw_byte_ids` (and the `dropout` of
+    the facts). `extra` adds top-level keys (input globs, a `timing` object, ...); it may not replace
+    a computed figure."""
     if tokenizer.vocab_size != summary.vocab_size:
         raise ValueError(f"summary counts {summary.vocab_size} ids, tokenizer has {tokenizer.vocab_size}")
     id_total = sum(summary.id_counts)
