@@ -164,7 +164,7 @@ class Tokenizer:
         self.cache_size = cache_size
         self.training = None
         self._cache: dict[str, tuple[int, ...]] = {}
-        self._segment_cache: dict[str, tuple[int, ...]] = {}   # piece mode: cut pre-tokens (see _encode_piece)
+        self._segment_cache: dict[str, tuple[int, ...]] = {}   # piece mode: cut pre-tokens (see _encode_word)
         self._sha256: str | None = None
         self._json: str | None = None
         self._tables: table_cache.Tables | None = None   # what it was loaded from, if a file
