@@ -211,14 +211,17 @@ class Tokenizer:
     @classmethod
     def _from_tables(cls, tables: "table_cache.Tables", implementation: Implementation = DEFAULT,
                      cache_size: int = 100_000) -> "Tokenizer":
-        """The byte-level tokenizer `tables` describe, as `Tokenizer(...)` of the file they were read
-        from builds it (the tests hold every table equal), without redoing its checks: the tables
-        were made from a checked Tokenizer. The merge list as byte pairs and the pair -> rank dict
-        are built on first use: the compiled encoder needs neither."""
+        """The byte-level or piece-mode tokenizer `tables` describe, as `Tokenizer(...)` of the file
+        they were read from builds it (the tests hold every table equal), without redoing its
+        checks: the tables were made from a checked Tokenizer. The merge list as byte pairs and the
+        pair -> rank dict are built on first use: the compiled encoder needs neither."""
         self = cls.__new__(cls)
         self.decoder_spec = self.unk_token = self._piece_model = None
-        self._set_options("byte", tables.pattern, tables.ignore_merges, cache_size, implementation,
-                          tables.normalizer, tables.pre_tokenizer, tables.added_tokens)
+        piece = tables.piece
+        if piece is not None:
+            self.decoder_spec, self.unk_token = piece["decoder"], piece["unk_token"]
+        self._set_options("byte" if piece is None else "piece", tables.pattern, tables.ignore_merges, cache_size,
+                          implementation, tables.normalizer, tables.pre_tokenizer, tables.added_tokens)
         ids, tokens = tables.token_ids.tolist(), tables.tokens()
         self._tokens = dict(zip(ids, tokens))
         self._token_ids = dict(zip(tokens, ids))
@@ -226,6 +229,15 @@ class Tokenizer:
             raise ValueError("the tables repeat a token or an id")
         self._merges = self._ranks_table = None
         self._left, self._right, self._merged = tables.left.tolist(), tables.right.tolist(), tables.merged.tolist()
+        if piece is not None:
+            text = [t.decode("utf-8", "surrogatepass") for t in tokens]
+            pieces = dict(zip(text, ids))
+            pieces.update((p, i) for p, i in piece["vocab_specials"])
+            of_id = dict(zip(ids, text))
+            of_id.update((i, p) for p, i in piece["vocab_specials"])
+            self._piece_model = PieceModel(pieces, [(of_id[a], of_id[b]) for a, b in zip(self._left, self._right)],
+                                           byte_fallback=piece["byte_fallback"], unk_id=pieces.get(self.unk_token),
+                                           fuse_unk=piece["fuse_unk"])
         self._ranks_ascend = tables.ranks_ascend
         self.special_tokens = dict(tables.special_tokens)
         self._sha256 = tables.sha256
@@ -234,10 +246,16 @@ class Tokenizer:
         return self
 
     def _as_tables(self) -> "table_cache.Tables":
-        """This byte-level tokenizer's tables (see `_from_tables`)."""
+        """This byte-level or piece-mode tokenizer's tables (see `_from_tables`)."""
         ids = array("q", self._tokens)
         tokens = list(self._tokens.values())
-        return table_cache.Tables(
+        piece = None
+        if self.mode == "piece":
+            model = self._piece_model
+            piece = {"decoder": self.decoder_spec, "unk_token": self.unk_token, "byte_fallback": model.byte_fallback,
+                     "fuse_unk": model.fuse_unk,
+                     "vocab_specials": sorted([p, i] for p, i in model.piece_ids.items() if i not in self._tokens)}
+        return table_cache.Tables(piece=piece,
             pattern=self.pattern, ignore_merges=self.ignore_merges, special_tokens=dict(self.special_tokens),
             token_ids=ids, token_lengths=array("q", map(len, tokens)), token_blob=b"".join(tokens),
             left=array("q", self._left), right=array("q", self._right), merged=array("q", self._merged),
@@ -870,9 +888,6 @@ class Tokenizer:
         else:
             with _collector_paused():
                 tok = _named(path, cls, {**formats.read_tokenizer_data(data, path), "implementation": implementation})
-            if tok.mode == "piece":            # its tables are not cached (see README)
-                tok.source_sha256 = key
-                return tok
             if implementation.cache_dir:
                 tok.sha256                     # the next loader (a pipeline's worker) will want it
             tables = tok._tables = tok._as_tables()

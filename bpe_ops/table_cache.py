@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 
 # Raise when the tables, their layout or what a reader puts in them change: older files are ignored.
-FORMAT = 3
+FORMAT = 4
 MAGIC = b"tokenbeam-tables\n"
 SUBFOLDER = "tokenizers"
 _DIGEST = 32
@@ -38,12 +38,15 @@ _HEADER_LENGTH = struct.Struct("<Q")
 
 @dataclass
 class Tables:
-    """What a byte-level Tokenizer is made of once its file is read and checked.
+    """What a byte-level or SentencePiece-style (piece mode) Tokenizer is made of once its file is
+    read and checked.
 
     `token_ids[k]` is the id of the ordinary token `token_blob[offset_k : offset_k + token_lengths[k]]`
     (special tokens are in `special_tokens`); merge rank r joins `left[r]` and `right[r]` into
     `merged[r]`. `ranks_ascend` is `encoder._ranks_ascend` of the merges; `sha256` the canonical
-    tokenizer.json text's (None until someone asked for it)."""
+    tokenizer.json text's (None until someone asked for it). `piece` holds a piece-mode file's
+    model options (decoder, byte_fallback, unk_token, fuse_unk, and `vocab_specials`: the special
+    tokens its vocab lists, [piece, id] pairs); None for byte level."""
     pattern: str
     ignore_merges: bool
     special_tokens: dict
@@ -58,6 +61,7 @@ class Tables:
     normalizer: dict | None = None
     pre_tokenizer: dict | None = None
     added_tokens: list | None = None
+    piece: dict | None = None
     _tokens: list | None = field(default=None, repr=False, compare=False)
 
     def tokens(self) -> list[bytes]:
@@ -84,7 +88,7 @@ def dumps(tables: Tables, key: str) -> bytes:
         "special_tokens": sorted(tables.special_tokens.items(), key=lambda kv: kv[1]),
         "ranks_ascend": tables.ranks_ascend, "sha256": tables.sha256,
         "normalizer": tables.normalizer, "pre_tokenizer": tables.pre_tokenizer,
-        "added_tokens": tables.added_tokens,
+        "added_tokens": tables.added_tokens, "piece": tables.piece,
         "tokens": len(tables.token_ids), "blob": len(tables.token_blob), "merges": len(tables.left),
     }, ensure_ascii=True).encode("ascii")
     parts = [MAGIC, _HEADER_LENGTH.pack(len(header)), header]
@@ -123,7 +127,7 @@ def loads(data: bytes, key: str) -> Tables | None:
                       special_tokens={s: int(i) for s, i in header["special_tokens"]},
                       ranks_ascend=bool(header["ranks_ascend"]), sha256=header["sha256"],
                       normalizer=header["normalizer"], pre_tokenizer=header["pre_tokenizer"],
-                      added_tokens=header["added_tokens"], **sections)
+                      added_tokens=header["added_tokens"], piece=header["piece"], **sections)
     except (ValueError, KeyError, TypeError, struct.error, UnicodeDecodeError):
         return None
 

@@ -5,6 +5,7 @@ unwritable never changes what loads."""
 import hashlib
 import os
 import stat
+from pathlib import Path
 
 import pytest
 from tokenizers import Regex, decoders, models, pre_tokenizers, trainers
@@ -172,3 +173,28 @@ def test_a_bad_file_is_refused_the_same_way_with_a_cache(tmp_path):
     with pytest.raises(ValueError, match="unsupported tokenizer.json: model Unigram"):
         Tokenizer.from_file(bad, implementation=Implementation(cache_dir=str(tmp_path / "cache")))
     assert not (tmp_path / "cache").exists()
+
+
+SENTENCEPIECE_FILES = sorted((Path(__file__).parent / "data" / "sentencepiece").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", SENTENCEPIECE_FILES, ids=lambda p: p.stem)
+def test_sentencepiece_style_files_round_trip_through_the_cache(path, texts, tmp_path):
+    """Piece-mode tables (Llama / Gemma-style files: byte fallback, unk, Metaspace) come back from
+    the cache as the file's own tokenizer: the same piece model, vocabulary, decoder and ids."""
+    impl = Implementation(cache_dir=str(tmp_path / "cache"))
+    Tokenizer.from_file(path, implementation=impl)
+    encoder._TABLES.clear()
+    cached = Tokenizer.from_file(path, implementation=impl)
+    reference = spec(path)
+    assert cached._tables is not None and cached.mode == reference.mode == "piece"
+    a, b = cached._piece_model, reference._piece_model
+    assert (a.piece_ids, a.byte_ids, a.unk_id, a.fuse_unk, a.byte_fallback, a._joiners, a._candidates) == \
+        (b.piece_ids, b.byte_ids, b.unk_id, b.fuse_unk, b.byte_fallback, b._joiners, b._candidates)
+    assert (cached.merges, cached.vocab, cached.special_tokens, cached.decoder_spec, cached.unk_token) == \
+        (reference.merges, reference.vocab, reference.special_tokens, reference.decoder_spec, reference.unk_token)
+    hostile = ["", " ", "  two leading", "emoji 😀🤖 and 𝔘𝔫𝔦", "e\u0301", "<s> x </s>", "\t\n\n"]
+    assert cached.encode_batch(texts + hostile) == reference.encode_batch(texts + hostile)
+    ids = reference.encode(texts[0])
+    assert cached.decode(ids) == reference.decode(ids)
+    assert cached.sha256 == reference.sha256 and cached.raw_byte_ids == reference.raw_byte_ids
