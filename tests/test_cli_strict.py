@@ -352,3 +352,22 @@ def test_a_tiktoken_rank_file_tokenizes_like_its_tokenizer_json(tmp_path, sample
     line = one_error_line(cli("tokenize", "--tokenizer", rank_file, "--pattern", "gpt4", "--special-token", "x",
                               "--output", tmp_path / "o", *args), EXIT_USAGE)
     assert "TOKEN=ID" in line
+
+
+def test_beam_asks_for_ipython_only_once_it_is_loaded(monkeypatch):
+    """The patched check answers no without importing IPython, and defers to Beam's own check when
+    IPython is loaded (a notebook or IPython shell)."""
+    import types
+
+    import pipelines.beam_options  # noqa: F401  (applies the patch)
+    from apache_beam import pipeline as beam_pipeline
+    from apache_beam.utils import interactive_utils
+
+    check = interactive_utils.is_in_ipython
+    assert check is beam_pipeline.is_in_ipython and check.asks_only_when_loaded
+    monkeypatch.delitem(sys.modules, "IPython", raising=False)
+    assert check() is False and "IPython" not in sys.modules
+    fake = types.ModuleType("IPython")
+    fake.get_ipython = lambda: object()          # as inside an IPython session
+    monkeypatch.setitem(sys.modules, "IPython", fake)
+    assert check() is True
