@@ -582,30 +582,47 @@ class Summary:
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        # The used ids and their counts, not the dense list: a shard touches a fraction of a large
-        # vocabulary (Beam pickles each summary several times on its way through the pipeline).
-        counts = np.asarray(self.id_counts, dtype=np.uint64)
-        used = np.flatnonzero(counts)
-        state["id_counts"] = (len(counts), zlib.compress(used.astype(np.uint32).tobytes() + counts[used].tobytes(), 1))
-        # Group classes as (cell, count) pairs of the non-zero cells: a shard of a few hundred records
-        # fills a small part of the groups x classes table.
-        cells = np.flatnonzero(self.group_classes)
-        state["group_classes"] = (self.group_classes.shape, zlib.compress(
-            cells.astype(np.uint32).tobytes() + self.group_classes.reshape(-1)[cells].astype(np.uint64).tobytes(), 1))
+        # Only the non-zero cells of the dense id counts and group classes, in the narrowest integer
+        # types that hold them: Beam pickles each summary several times on its way through the
+        # pipeline, and zlib over the wide arrays of a 131k vocabulary cost ~11 ms a pickle (0.7 s
+        # of a 52 MB run).
+        counts = np.fromiter(self.id_counts, dtype=np.uint64, count=len(self.id_counts))
+        state["id_counts"] = (len(self.id_counts), _pack_sparse(counts))
+        state["group_classes"] = (self.group_classes.shape, _pack_sparse(self.group_classes.reshape(-1)))
         state["_raw_mask"] = None
         return state
 
     def __setstate__(self, state: dict) -> None:
         size, packed = state["id_counts"]
-        packed = zlib.decompress(packed)
-        used = len(packed) // 12
-        dense = np.zeros(size, dtype=np.uint64)
-        dense[np.frombuffer(packed[:4 * used], dtype=np.uint32)] = np.frombuffer(packed[4 * used:], dtype=np.uint64)
-        shape, blob = state["group_classes"]
-        raw = zlib.decompress(blob)
-        n = len(raw) // 12
-        classes = np.zeros(shape[0] * shape[1], dtype=np.int64)
-        classes[np.frombuffer(raw[:4 * n], dtype=np.uint32)] = np.frombuffer(raw[4 * n:], dtype=np.uint64)
+        shape, cells = state["group_classes"]
         self.__dict__.update(state)
-        self.id_counts = dense.tolist()
-        self.group_classes = classes.reshape(shape)
+        self.id_counts = _unpack_sparse(packed, size).tolist()
+        self.group_classes = _unpack_sparse(cells, shape[0] * shape[1]).astype(np.int64).reshape(shape)
+
+
+def _narrow(values: np.ndarray) -> np.ndarray:
+    """The values as uint8/16/32/64, whichever is the narrowest that holds the largest."""
+    top = int(values.max()) if len(values) else 0
+    for kind in (np.uint8, np.uint16, np.uint32):
+        if top <= np.iinfo(kind).max:
+            return values.astype(kind)
+    return values.astype(np.uint64)
+
+
+def _pack_sparse(dense: np.ndarray) -> tuple:
+    """A mostly-zero non-negative vector as (gaps between its non-zero positions, their values),
+    each in its narrowest integer type.
+
+    >>> _unpack_sparse(_pack_sparse(np.array([0, 3, 0, 0, 70000])), 5).tolist()
+    [0, 3, 0, 0, 70000]
+    """
+    at = np.flatnonzero(dense)
+    gaps = np.diff(at, prepend=0) if len(at) else at
+    return _narrow(gaps), _narrow(dense[at])
+
+
+def _unpack_sparse(packed: tuple, size: int) -> np.ndarray:
+    gaps, values = packed
+    dense = np.zeros(size, dtype=np.uint64)
+    dense[np.cumsum(gaps.astype(np.int64))] = values
+    return dense

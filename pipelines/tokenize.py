@@ -17,6 +17,7 @@ import os
 import posixpath
 import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import partial
 
@@ -47,6 +48,9 @@ from pipelines.windows import (WINDOWS_FOLDER, MergeSummaries, WindowedSummaries
                                parse_duration, parse_timestamp)
 
 ENCODE_BATCH_RECORDS = 256        # records encoded per encode_batch call
+# Two batches overlap (one encoding, one being counted) only while their texts stay below this,
+# so a batch of very long records does not double tokenize's peak memory.
+OVERLAP_TEXT_BYTES = 64 << 20
 ROW_GROUP_ROWS = 8_192            # bounded row groups: memory stays bounded by this, not by the shard
 ROW_GROUP_TOKENS = 4_000_000      # ... or by this many token ids, whichever comes first
 SUCCESS = "_SUCCESS"
@@ -107,6 +111,7 @@ class TokenizeShard(beam.DoFn):
         self.launcher_pid = os.getpid()
 
     def setup(self):
+        self.encoding = None          # the background encoding thread, made on first use
         try:
             self.tok = load_identified_tokenizer(self.tokenizer)
         except UserError as exc:      # the launcher could read it, this worker cannot: say so in one line
@@ -166,14 +171,20 @@ class TokenizeShard(beam.DoFn):
         with open_atomic(out_url) as f, \
                 pq.ParquetWriter(f, self.schema, compression="zstd", use_dictionary=False,
                                  write_statistics=False) as writer:
+            # One batch encodes in the background while the one before it is counted and written
+            # and the next is read (the compiled encoder drops the GIL); batches are taken in
+            # order, so the file is the same as encoding them one after the other.
+            in_flight = None
             for record in reader:
                 batch.append(record)
                 if len(batch) >= ENCODE_BATCH_RECORDS:
-                    self.encode_into(batch, group, summary, partials)
-                    batch = []
-                    if group.full():
-                        writer.write_table(group.to_table(self.schema, summary))
-                        group = self.new_row_group()
+                    if in_flight is not None and _text_size(in_flight[0]) + _text_size(batch) > OVERLAP_TEXT_BYTES:
+                        group = self.settle(in_flight, group, summary, partials, writer)
+                        in_flight = None
+                    started_batch = (batch, self.start_encoding(batch))
+                    group = self.settle(in_flight, group, summary, partials, writer)
+                    in_flight, batch = started_batch, []
+            group = self.settle(in_flight, group, summary, partials, writer)
             self.encode_into(batch, group, summary, partials)
             if group.rows or summary.records == 0:
                 writer.write_table(group.to_table(self.schema, summary))
@@ -198,11 +209,35 @@ class TokenizeShard(beam.DoFn):
         windowing = self.breakdowns.windowing
         return RowGroup(self.source_options.keep_fields, windowing and windowing.field, self.breakdowns.group_field)
 
+    def start_encoding(self, batch) -> Future:
+        """The token ids of a batch, encoded in this worker's background encoding thread."""
+        if self.encoding is None:
+            self.encoding = ThreadPoolExecutor(1, thread_name_prefix="tokenbeam-batch")
+        return self.encoding.submit(self.encode_batch, batch)
+
+    def settle(self, in_flight, group: "RowGroup", summary, partials, writer) -> "RowGroup":
+        """Add a batch whose encoding was started (`(batch, future)`, or None) to `group`, and write
+        the group once it is full; returns the group to go on with."""
+        if in_flight is None:
+            return group
+        batch, ids = in_flight
+        self.add_encoded(batch, ids.result(), group, summary, partials)
+        if group.full():
+            writer.write_table(group.to_table(self.schema, summary))
+            return self.new_row_group()
+        return group
+
+    def teardown(self):
+        if getattr(self, "encoding", None) is not None:
+            self.encoding.shutdown()
+
     def encode_into(self, batch, group: "RowGroup", summary, partials: "ShardPartials | None" = None) -> None:
-        """Encode a batch of records into `group`; the per-record figures are computed a column at a
-        time for the whole batch (token ids are counted later, per row group)."""
-        if not batch:
-            return
+        """Encode a batch of records into `group` (in this thread)."""
+        if batch:
+            self.add_encoded(batch, self.encode_batch(batch), group, summary, partials)
+
+    def encode_batch(self, batch) -> list:
+        """The token ids of each record of the batch, as uint32 arrays, EOS appended."""
         texts = [r.text for r in batch]
         if self.dropout is None:
             # uint32 arrays straight from the compiled encoder's buffer (no Python int per id), encoded
@@ -216,6 +251,13 @@ class TokenizeShard(beam.DoFn):
         if self.eos_id is not None:
             for ids in id_arrays:
                 ids.append(self.eos_id)
+        return id_arrays
+
+    def add_encoded(self, batch, id_arrays: list, group: "RowGroup", summary, partials) -> None:
+        """Add an encoded batch to `group`, the shard's summary and its partials; the per-record
+        figures are computed a column at a time for the whole batch (token ids are counted later,
+        per row group)."""
+        texts = [r.text for r in batch]
         stats = batch_stats(texts, id_arrays)
         record_ids = [r.id for r in batch]
         runs = digit_runs_batch(texts)
@@ -298,6 +340,10 @@ class ShardPartials:
                     groups = [None if g == NO_GROUP else g for g in batch.column(tables.GROUP_COLUMN).to_pylist()]
                 runs = digit_runs_batch([decode_bytes(a.tolist()) for a in id_arrays])
                 self.add_batch([], stats, id_arrays, batch.column("id").to_pylist(), timestamps, groups, runs)
+
+
+def _text_size(batch) -> int:
+    return sum(len(r.text) for r in batch)
 
 
 def shard_fingerprint(shard, source_options, tokenizer_sha256: str, eos_token: str | None,

@@ -213,7 +213,9 @@ def test_pickle_round_trip_is_exact_and_compact(tiny_records, gpt2):
     back = pickle.loads(blob)
     assert dump_stats(stats_json(back, gpt2)) == dump_stats(stats_json(s, gpt2))
     dense = len(pickle.dumps(s.id_counts))
-    assert len(blob) < dense / 2, (len(blob), dense)   # the mostly-zero id counts are compressed
+    # The whole summary (id counts and group classes as their non-zero cells in narrow types)
+    # pickles smaller than its dense id counts alone.
+    assert len(blob) < 0.75 * dense, (len(blob), dense)
     assert back.merge(s).tokens == 2 * s.tokens        # still a working accumulator
 
 
