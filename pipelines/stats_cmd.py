@@ -64,16 +64,23 @@ def expand_globs(globs: list[str]) -> list[str]:
 
 
 class Breakdowns:
-    """The per-group and per-window summaries rebuilt beside the dataset's (each absent unless asked)."""
+    """Per-group and per-window summaries fed from token Parquet (each None unless asked): those
+    `tokenbeam stats` rebuilds beside the dataset's, or a reused shard's partials in tokenize."""
 
-    def __init__(self, vocab_size: int, raw_byte_ids, group_field: str | None, window_seconds: float | None):
+    def __init__(self, group_field: str | None, grouped=None, windowed=None):
+        self.group_field = group_field
+        self.grouped = grouped
+        self.windowed = windowed
+
+    @classmethod
+    def new(cls, vocab_size: int, raw_byte_ids, group_field: str | None, window_seconds: float | None):
         from pipelines.groups import GroupedSummaries
         from pipelines.windows import WindowedSummaries
 
-        self.group_field = group_field
-        self.grouped = group_field is not None and GroupedSummaries(vocab_size, raw_byte_ids=raw_byte_ids)
-        self.windowed = window_seconds is not None and WindowedSummaries(vocab_size, window_seconds,
-                                                                        raw_byte_ids=raw_byte_ids)
+        return cls(group_field,
+                   None if group_field is None else GroupedSummaries(vocab_size, raw_byte_ids=raw_byte_ids),
+                   None if window_seconds is None else WindowedSummaries(vocab_size, window_seconds,
+                                                                         raw_byte_ids=raw_byte_ids))
 
     def columns(self, pf: pq.ParquetFile, footer_entry: dict, url: str) -> list[str]:
         """The columns this file must give the breakdowns; UserError when it lacks one."""
@@ -255,7 +262,7 @@ def rebuild(argv: list[str]) -> int:
         summary = Summary(tok.vocab_size, raw_byte_ids=facts.raw_byte_ids)
         breakdowns = None
         if args.group_field is not None or window_seconds is not None:
-            breakdowns = Breakdowns(tok.vocab_size, facts.raw_byte_ids, args.group_field, window_seconds)
+            breakdowns = Breakdowns.new(tok.vocab_size, facts.raw_byte_ids, args.group_field, window_seconds)
         dropouts: dict = {}
         for url in urls:
             rows = add_file(summary, url, tok.sha256, breakdowns, tok.decode_bytes, dropouts)

@@ -42,7 +42,7 @@ from pipelines.shards import REJECTED_DIR, ShardReader, add_source_arguments, de
 from pipelines.tokenizer_files import (TokenizerRef, identify_tokenizer, load_identified_tokenizer,
                                       parse_special_token, remember_token_bytes, settle_heap,
                                       token_bytes_of)
-from pipelines.groups import GROUPS_FOLDER, NO_GROUP, GroupedSummaries, GroupStats, group_value
+from pipelines.groups import GROUPS_FOLDER, GroupedSummaries, GroupStats, group_value
 from pipelines.watch import StopSignal, WatchShards, WholeRun, install_stop_handlers
 from pipelines.windows import (WINDOWS_FOLDER, MergeSummaries, WindowedSummaries, WindowStats, format_utc,
                                parse_duration, parse_timestamp)
@@ -135,8 +135,7 @@ class TokenizeShard(beam.DoFn):
         done = read_shard_metadata(out_url)
         partials = self.breakdowns.partials(self.tok.vocab_size, self.raw_byte_ids)
         if done is not None and done.get("fingerprint") == fingerprint and not done.get("shard_errors"):
-            summary = self.summary_from_parquet(out_url)
-            partials.add_parquet(out_url, self.tok.decode_bytes)
+            summary = self.summary_from_parquet(out_url, partials)
             say(f"skipped {shard.relpath}: complete from an earlier run with the same inputs and options "
                 f"({done['rows']:,} rows)")
             entry = dict(done, reused=True)
@@ -266,12 +265,16 @@ class TokenizeShard(beam.DoFn):
         if partials is not None:
             partials.add_batch([r.keep for r in batch], stats, id_arrays, record_ids, digit_runs=runs)
 
-    def summary_from_parquet(self, url: str):
-        """Rebuild a finished shard's Summary from its Parquet rows and footer (no re-encoding)."""
-        from pipelines.stats_cmd import add_file
+    def summary_from_parquet(self, url: str, partials: "ShardPartials"):
+        """Rebuild a finished shard's Summary, and its window and group partials, from its Parquet
+        rows and footer in one read (no re-encoding; the texts' number formats from the ids)."""
+        from pipelines.stats_cmd import Breakdowns, add_file
 
         summary = Summary(self.tok.vocab_size, raw_byte_ids=self.raw_byte_ids)
-        add_file(summary, url, self.sha256, decode_bytes=self.tok.decode_bytes)
+        breakdowns = None
+        if partials.windowed or partials.grouped:
+            breakdowns = Breakdowns(self.breakdowns.group_field, partials.grouped or None, partials.windowed or None)
+        add_file(summary, url, self.sha256, breakdowns, decode_bytes=self.tok.decode_bytes)
         return summary
 
 
@@ -295,7 +298,8 @@ class Breakdowns:
 
 class ShardPartials:
     """One shard's partial summaries per window and per group, fed batch by batch as it is encoded,
-    or rebuilt from its Parquet (the `event_time` and `group` columns) when a rerun reuses it."""
+    or rebuilt from its Parquet (the `event_time` and `group` columns, by `summary_from_parquet`)
+    when a rerun reuses it."""
 
     def __init__(self, breakdowns: Breakdowns, vocab_size: int, raw_byte_ids):
         self.breakdowns = breakdowns
@@ -303,43 +307,16 @@ class ShardPartials:
         self.windowed = windowing and WindowedSummaries(vocab_size, windowing.seconds, raw_byte_ids=raw_byte_ids)
         self.grouped = breakdowns.group_field and GroupedSummaries(vocab_size, raw_byte_ids=raw_byte_ids)
 
-    def add_batch(self, fields: list[dict], stats, id_arrays, record_ids, timestamps=None, groups=None,
-                  digit_runs=None) -> None:
-        """A batch of records: their read fields (or, from Parquet, their `timestamps` / `groups`)."""
+    def add_batch(self, fields: list[dict], stats, id_arrays, record_ids, digit_runs=None) -> None:
+        """A batch of encoded records, with the fields read beside their text."""
         if self.windowed:
             field = self.breakdowns.windowing.field
-            timestamps = timestamps if timestamps is not None else [f.get(field) for f in fields]
-            self.windowed.add_batch(timestamps, *stats, id_arrays, record_ids=record_ids, digit_runs=digit_runs)
+            self.windowed.add_batch([f.get(field) for f in fields], *stats, id_arrays, record_ids=record_ids,
+                                    digit_runs=digit_runs)
         if self.grouped:
             field = self.breakdowns.group_field
-            groups = groups if groups is not None else [f.get(field) for f in fields]
-            self.grouped.add_batch(groups, *stats, id_arrays, record_ids=record_ids, digit_runs=digit_runs)
-
-    def add_parquet(self, url: str, decode_bytes) -> None:
-        """Rebuild the shard's partials from its Parquet; `decode_bytes` (the tokenizer's) gives each
-        record's text back for its number formats."""
-        if not (self.windowed or self.grouped):
-            return
-        fs, path = filesystem(url)
-        columns = ["id", "token_ids", *tables.STAT_COLUMNS]
-        columns += [tables.EVENT_TIME_COLUMN] if self.windowed else []
-        columns += [tables.GROUP_COLUMN] if self.grouped else []
-        with fs.open(path, "rb") as f:
-            for batch in pq.ParquetFile(f).iter_batches(batch_size=8192, columns=columns):
-                ids = batch.column("token_ids")
-                flat = ids.flatten().to_numpy(zero_copy_only=False)
-                offsets = ids.offsets.to_numpy() - ids.offsets[0].as_py()
-                id_arrays = [flat[offsets[i]:offsets[i + 1]] for i in range(len(batch))]
-                stats = [batch.column(c).to_pylist() for c in tables.STAT_COLUMNS]
-                timestamps = groups = None
-                if self.windowed:
-                    micros = batch.column(tables.EVENT_TIME_COLUMN).cast(pa.int64()).to_pylist()
-                    timestamps = [None if m is None else m / 1e6 for m in micros]
-                if self.grouped:
-                    # The column holds the group's name; a record without one is the no-group group.
-                    groups = [None if g == NO_GROUP else g for g in batch.column(tables.GROUP_COLUMN).to_pylist()]
-                runs = digit_runs_batch([decode_bytes(a.tolist()) for a in id_arrays])
-                self.add_batch([], stats, id_arrays, batch.column("id").to_pylist(), timestamps, groups, runs)
+            self.grouped.add_batch([f.get(field) for f in fields], *stats, id_arrays, record_ids=record_ids,
+                                   digit_runs=digit_runs)
 
 
 def _text_size(batch) -> int:
