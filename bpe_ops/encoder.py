@@ -235,7 +235,7 @@ class Tokenizer:
             pieces.update((p, i) for p, i in piece["vocab_specials"])
             of_id = dict(zip(ids, text))
             of_id.update((i, p) for p, i in piece["vocab_specials"])
-            self._piece_model = PieceModel(pieces, [(of_id[a], of_id[b]) for a, b in zip(self._left, self._right)],
+            self._piece_model = PieceModel(pieces, zip(map(of_id.__getitem__, self._left), map(of_id.__getitem__, self._right)),
                                            byte_fallback=piece["byte_fallback"], unk_id=pieces.get(self.unk_token),
                                            fuse_unk=piece["fuse_unk"])
         self._ranks_ascend = tables.ranks_ascend

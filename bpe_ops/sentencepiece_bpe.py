@@ -69,7 +69,8 @@ class PieceModel:
         self.byte_ids = [get(byte_piece(b)) for b in range(256)]
         known = frozenset(p for p in self.piece_ids if len(p) == 1)
         self._known = known
-        self._joiners, self._candidates = _cut_candidates(known, [(a[-1], b[0]) for a, b in merges if a and b])
+        # A set: of a large vocabulary's merges, most share their (last, first) characters with another.
+        self._joiners, self._candidates = _cut_candidates(known, {(a[-1], b[0]) for a, b in merges if a and b})
 
     def symbols(self, word: str) -> list[int]:
         """`BPE::merge_word` before the merges: the ids of the pieces the characters are."""
@@ -117,7 +118,7 @@ class PieceModel:
 MAX_JOINERS = 8
 
 
-def _cut_candidates(known: frozenset, joined: list) -> tuple[dict, "re.Pattern | None"]:
+def _cut_candidates(known: frozenset, joined: Iterable[tuple[str, str]]) -> tuple[dict, "re.Pattern | None"]:
     """{v: the characters u that some merge joins to v (the last character of its left half, the
     first of its right)} for the candidates v, and a pattern matching the candidates (None: none).
     Next to a character outside the vocabulary nothing is cut: its symbols are bytes or the
