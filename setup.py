@@ -39,6 +39,7 @@ setup(
                  Extension("bpe_ops._native", ["bpe_ops/_native.c"],
                            depends=["bpe_ops/_common.h", "bpe_ops/_byte_map.h"], optional=True),
                  Extension("bpe_ops._pcre2", ["bpe_ops/_pcre2.c"],
-                           depends=["bpe_ops/_common.h", "bpe_ops/_byte_map.h", "bpe_ops/_merge_table.h"],
+                           depends=["bpe_ops/_common.h", "bpe_ops/_byte_map.h", "bpe_ops/_merge_table.h",
+                                    "bpe_ops/_piece_cache.h"],
                            libraries=["dl"], optional=True)],
 )

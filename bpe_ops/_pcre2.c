@@ -39,6 +39,7 @@
 
 #include "_byte_map.h"
 #include "_merge_table.h"
+#include "_piece_cache.h"
 
 /* ---- PCRE2, loaded at import ------------------------------------------------------------------- */
 
@@ -702,6 +703,8 @@ static PyTypeObject PieceCounterType = {
 /* The cache is emptied when its keys or ids outgrow these, whatever its entry count. */
 #define CACHE_KEY_BYTES (16u << 20)
 #define CACHE_IDS (4u << 20)
+/* How many pieces ahead of the one being encoded its cache slots are prefetched. */
+#define PREFETCH_AHEAD 8
 
 typedef struct {
     int32_t *ids;
@@ -719,12 +722,15 @@ typedef struct {
     Matcher *matcher;            /* this encoder's own: it matches without the GIL */
     MergeTable table;
     int32_t byte_ids[256];
-    ByteMap whole;               /* ignore_merges: a piece that is a token is that token; else empty */
+    int32_t *byte_rank;          /* [a << 8 | b]: the rank of the pair of bytes a, b; a piece's first ranks */
+    Ids rank;                    /* a piece's pair ranks, scratch */
+    PieceCache whole;            /* ignore_merges: a piece that is a token is that token */
     int has_whole;
-    ByteMap cache;               /* piece bytes -> ids_at << 32 | n_ids in cache_ids */
-    Ids cache_ids;
-    size_t cache_size;           /* entries; the cache is emptied when it holds this many */
+    PieceCache cache;            /* piece bytes -> its ids; emptied when full */
+    size_t cache_size;           /* entries; 0: no cache */
     Spans spans;
+    uint64_t *hashes;            /* the pieces' hashes, scratch */
+    size_t hashes_cap;
     Ids out;
     int busy;                    /* set (with the GIL held) while a call runs without it */
 } TextEncoder;
@@ -770,15 +776,16 @@ static int encoder_fill_whole(TextEncoder *self, PyObject *whole)
         PyErr_SetString(PyExc_TypeError, "TextEncoder: whole_tokens must be a dict or None");
         return -1;
     }
-    if (bytemap_init(&self->whole, (size_t)PyDict_Size(whole)) < 0)
+    if (piece_cache_init(&self->whole, (size_t)PyDict_Size(whole)) < 0)
         return PyErr_NoMemory(), -1;
     self->has_whole = 1;
     while (PyDict_Next(whole, &pos, &key, &value)) {
         long long id;
+        int32_t token;
         const uint8_t *s;
         size_t n;
         uint64_t hash;
-        Entry *e;
+        PieceSlot *e;
         if (!PyBytes_Check(key)) {
             PyErr_SetString(PyExc_TypeError, "TextEncoder: whole_tokens keys must be bytes");
             return -1;
@@ -793,9 +800,10 @@ static int encoder_fill_whole(TextEncoder *self, PyObject *whole)
         s = (const uint8_t *)PyBytes_AS_STRING(key);
         n = (size_t)PyBytes_GET_SIZE(key);
         hash = bytemap_hash(s, n);
-        if ((e = bytemap_entry(&self->whole, s, n, hash)) == NULL)
+        token = (int32_t)id;
+        e = piece_cache_find(&self->whole, s, n, hash);
+        if (e->hash == 0 && piece_cache_put(&self->whole, e, s, n, hash, &token, 1) < 0)
             return PyErr_NoMemory(), -1;
-        e->value = id;
     }
     return 0;
 }
@@ -830,10 +838,15 @@ static int encoder_init(TextEncoder *self, PyObject *args, PyObject *kwds)
     for (i = 0; i < 256; i++)
         self->byte_ids[i] = byte_ids[i];
     if (merge_table_init(&self->table, left, right, merged, n) < 0 ||
-        bytemap_init(&self->cache, cache_size > 0 ? (size_t)cache_size : 1) < 0) {
+        (self->byte_rank = malloc(256 * 256 * sizeof(int32_t))) == NULL ||
+        piece_cache_init(&self->cache, cache_size > 0 ? (size_t)cache_size : 1) < 0) {
         PyErr_NoMemory();
         goto done;
     }
+    /* Every piece starts as bytes: its first pair ranks come from this 256 KiB table, which stays
+     * in a core's cache, instead of the merge table's scattered slots. */
+    for (i = 0; i < 256 * 256; i++)
+        self->byte_rank[i] = rank_of(&self->table, self->byte_ids[i >> 8], self->byte_ids[i & 255]);
     self->cache_size = cache_size > 0 ? (size_t)cache_size : 0;
     if (whole != Py_None && encoder_fill_whole(self, whole) < 0)
         goto done;
@@ -854,33 +867,33 @@ static void encoder_dealloc(TextEncoder *self)
 {
     matcher_free(self->matcher);
     merge_table_free(&self->table);
-    bytemap_free(&self->whole);
-    bytemap_free(&self->cache);
-    free(self->cache_ids.ids);
+    free(self->byte_rank);
+    free(self->rank.ids);
+    piece_cache_free(&self->whole);
+    piece_cache_free(&self->cache);
     free(self->spans.spans);
+    free(self->hashes);
     free(self->out.ids);
     Py_XDECREF(self->pattern);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static int encode_piece(TextEncoder *self, const uint8_t *piece, size_t len)
+static int encode_piece(TextEncoder *self, const uint8_t *piece, size_t len, uint64_t hash)
 {
-    /* Append the ids of one piece to self->out: from the cache, else by replaying the merges (and
-     * caching a short piece). -1 when out of memory. */
-    uint64_t hash = bytemap_hash(piece, len);
-    Entry *e = NULL;
+    /* Append the ids of one piece (its bytemap_hash given) to self->out: from the cache, else by
+     * replaying the merges (and caching a short piece). -1 when out of memory. */
+    PieceSlot *e = NULL;
     int32_t *sym;
     Py_ssize_t n;
     size_t i;
 
     if (self->cache_size) {
-        e = bytemap_find(&self->cache, piece, len, hash);
+        e = piece_cache_find(&self->cache, piece, len, hash);
         if (e->hash) {
-            uint32_t at = (uint32_t)(e->value >> 32), count = (uint32_t)e->value;
-            if (ids_reserve(&self->out, count) < 0)
+            if (ids_reserve(&self->out, e->count) < 0)
                 return -1;
-            tb_copy(self->out.ids + self->out.n, self->cache_ids.ids + at, count * sizeof(int32_t));
-            self->out.n += count;
+            tb_copy(self->out.ids + self->out.n, piece_cache_ids(&self->cache, e), e->count * sizeof(int32_t));
+            self->out.n += e->count;
             return 0;
         }
     }
@@ -889,35 +902,35 @@ static int encode_piece(TextEncoder *self, const uint8_t *piece, size_t len)
     sym = self->out.ids + self->out.n;
     n = -1;
     if (self->has_whole) {
-        const Entry *w = bytemap_find(&self->whole, piece, len, hash);
+        const PieceSlot *w = piece_cache_find(&self->whole, piece, len, hash);
         if (w->hash) {
-            sym[0] = (int32_t)w->value;
+            sym[0] = w->val.ids[0];
             n = 1;
         }
     }
     if (n < 0) {
+        int32_t *rank;
+        self->rank.n = 0;
+        if (ids_reserve(&self->rank, len) < 0)
+            return -1;
+        rank = self->rank.ids;
         for (i = 0; i < len; i++)
             sym[i] = self->byte_ids[piece[i]];
-        if ((n = merge_symbols(&self->table, sym, (Py_ssize_t)len)) < 0)
+        for (i = 0; i + 1 < len; i++)
+            rank[i] = self->byte_rank[(size_t)piece[i] << 8 | piece[i + 1]];
+        if ((n = merge_symbols_ranked(&self->table, sym, rank, (Py_ssize_t)len)) < 0)
             return -1;
     }
     self->out.n += (size_t)n;
     if (e == NULL || len > MAX_CACHED_BYTES)
         return 0;
-    if (self->cache.used >= self->cache_size || self->cache.keys_len + len > CACHE_KEY_BYTES ||
-        self->cache_ids.n + (size_t)n > CACHE_IDS) {
+    if (piece_cache_full(&self->cache) || self->cache.keys_len + len > CACHE_KEY_BYTES ||
+        self->cache.ids_len + (size_t)n > CACHE_IDS) {
         /* Full: start over. Cheaper than tracking age, and a hot piece is back after one miss. */
-        bytemap_clear(&self->cache);
-        self->cache_ids.n = 0;
-        e = bytemap_find(&self->cache, piece, len, hash);
+        piece_cache_clear(&self->cache);
+        e = piece_cache_find(&self->cache, piece, len, hash);
     }
-    if (ids_reserve(&self->cache_ids, (size_t)n) < 0 ||
-        (e = bytemap_insert(&self->cache, e, piece, len, hash)) == NULL)
-        return -1;
-    tb_copy(self->cache_ids.ids + self->cache_ids.n, self->out.ids + self->out.n - n, (size_t)n * sizeof(int32_t));
-    e->value = (int64_t)self->cache_ids.n << 32 | (uint32_t)n;
-    self->cache_ids.n += (size_t)n;
-    return 0;
+    return piece_cache_put(&self->cache, e, piece, len, hash, sym, (size_t)n);
 }
 
 static int encode_text(TextEncoder *self, const uint8_t *s, size_t len)
@@ -925,13 +938,31 @@ static int encode_text(TextEncoder *self, const uint8_t *s, size_t len)
     /* self->out = the ids of text s[0..len). Touches no Python object. */
     size_t i;
     int rc;
+    const Span *spans;
+    uint64_t *hashes;
     self->out.n = 0;
     if ((rc = split_text(self->pattern, self->matcher, s, len, 1, &self->spans)) < 0)
         return rc;
+    spans = self->spans.spans;
+    if (tb_reserve((void **)&self->hashes, &self->hashes_cap, self->spans.n, sizeof(uint64_t), 256) < 0)
+        return SPLIT_NOMEM;
+    hashes = self->hashes;
+    /* Every piece's hash first, so that the cache slot of a piece a few ahead is fetched from
+     * memory while this one is encoded: the lookups are mostly misses in the core's caches, and
+     * waiting for them one at a time was a third of the encoder's time. */
     for (i = 0; i < self->spans.n; i++)
-        if (encode_piece(self, s + self->spans.spans[i].start,
-                         self->spans.spans[i].end - self->spans.spans[i].start) < 0)
+        hashes[i] = bytemap_hash(s + spans[i].start, spans[i].end - spans[i].start);
+    for (i = 0; i < self->spans.n; i++) {
+        if (i + PREFETCH_AHEAD < self->spans.n) {
+            uint64_t ahead = hashes[i + PREFETCH_AHEAD];
+            if (self->cache_size)
+                __builtin_prefetch(&self->cache.slots[piece_cache_index(&self->cache, ahead)]);
+            if (self->has_whole)
+                __builtin_prefetch(&self->whole.slots[piece_cache_index(&self->whole, ahead)]);
+        }
+        if (encode_piece(self, s + spans[i].start, spans[i].end - spans[i].start, hashes[i]) < 0)
             return SPLIT_NOMEM;
+    }
     return 0;
 }
 
@@ -959,10 +990,8 @@ static int encoder_run(TextEncoder *self, PyObject *text)
     Py_END_ALLOW_THREADS
     self->busy = 0;
     if (rc < 0) {
-        if (rc == SPLIT_NOMEM) {    /* the cache may hold a half-made entry: drop it all */
-            bytemap_clear(&self->cache);
-            self->cache_ids.n = 0;
-        }
+        if (rc == SPLIT_NOMEM)      /* the cache may hold a half-made entry: drop it all */
+            piece_cache_clear(&self->cache);
         return split_failed(rc);
     }
     return 0;

@@ -75,7 +75,7 @@ static int merger_init(PieceMerger *self, PyObject *args, PyObject *kwds)
     Py_ssize_t n;
     int ok = -1;
 
-    if (self->table.slots != NULL) {
+    if (merge_table_ready(&self->table)) {
         PyErr_SetString(PyExc_TypeError, "PieceMerger is already initialised");
         return -1;
     }
@@ -160,7 +160,7 @@ static PyObject *merger_merge(PieceMerger *self, PyObject *ids)
     Scratch scratch = {NULL, NULL, NULL, NULL};
     Py_ssize_t n;
 
-    if (self->table.slots == NULL) {
+    if (!merge_table_ready(&self->table)) {
         PyErr_SetString(PyExc_TypeError, "PieceMerger is not initialised");
         return NULL;
     }
@@ -211,7 +211,7 @@ static Py_ssize_t merge_dropout(const MergeTable *m, int32_t *sym, Py_ssize_t n,
     /* merge_long's heap with a draw per popped key: a skipped key waits in `skipped` until the next
      * key that is not skipped (stale or not) puts them all back. `keys` and `skipped` have room for
      * 3n keys each (every key ever pushed). */
-    size_t nkeys = merge_heap_start(m, sym, n, nxt, prv, cur, keys), nskipped = 0;
+    size_t nkeys = merge_heap_start(m, sym, n, nxt, prv, cur, keys, 0), nskipped = 0;
     while (nkeys > 0) {
         uint64_t key = rank_heap_pop(NULL, keys, &nkeys);
         int32_t rank = (int32_t)(key >> 32);
@@ -247,7 +247,7 @@ static PyObject *merger_merge_dropout(PieceMerger *self, PyObject *args)
     uint64_t st;
     Py_ssize_t n;
 
-    if (self->table.slots == NULL) {
+    if (!merge_table_ready(&self->table)) {
         PyErr_SetString(PyExc_TypeError, "PieceMerger is not initialised");
         return NULL;
     }
@@ -289,7 +289,7 @@ static PyObject *merger_merge_dropout_pieces(PieceMerger *self, PyObject *args)
     uint64_t st;
     Py_ssize_t k, i, npieces;
 
-    if (self->table.slots == NULL) {
+    if (!merge_table_ready(&self->table)) {
         PyErr_SetString(PyExc_TypeError, "PieceMerger is not initialised");
         return NULL;
     }
@@ -372,7 +372,7 @@ static PyObject *merger_reduce(PieceMerger *self, PyObject *Py_UNUSED(ignored))
 {
     /* Pickled as its constructor arguments (a Tokenizer is shipped to Beam workers pickled). */
     PyObject *left, *right, *merged, *result = NULL;
-    if (self->table.slots == NULL) {
+    if (!merge_table_ready(&self->table)) {
         PyErr_SetString(PyExc_TypeError, "PieceMerger is not initialised");
         return NULL;
     }
