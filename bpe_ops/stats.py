@@ -31,7 +31,7 @@ from array import array
 from bisect import bisect_right
 from collections import Counter
 from operator import add, mul
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -131,6 +131,23 @@ def id_classes(ids: np.ndarray, vocab_size: int) -> np.ndarray:
     return np.where(ids < EXACT_ID_CLASSES, ids, EXACT_ID_CLASSES + (ids - EXACT_ID_CLASSES) % FOLDED_ID_CLASSES)
 
 
+_CLASS_TABLES: dict[int, np.ndarray] = {}
+
+
+def id_class_table(vocab_size: int) -> np.ndarray:
+    """`id_classes` of every id of the vocabulary, as one int32 lookup table (cached per size):
+    `id_class_table(v)[ids]` is `id_classes(ids, v)` in one gather over a table that stays in
+    cache, instead of four passes of int64 arithmetic over the ids.
+
+    >>> id_class_table(8192)[[5, 2048, 4096, 6144]].tolist()
+    [5, 2048, 2048, 2048]
+    """
+    table = _CLASS_TABLES.get(vocab_size)
+    if table is None:
+        table = _CLASS_TABLES[vocab_size] = id_classes(np.arange(vocab_size), vocab_size).astype(np.int32)
+    return table
+
+
 def length_key(n_tokens: int) -> int:
     """A record length rounded down to three significant bits (0..7 exact; 8, 10, 12, 14, 16, 20,
     ...): what the random groups keep of tokens per record. Every edge of the stats.json histogram
@@ -214,6 +231,55 @@ def count_words(text: str, chunk: int = WORD_COUNT_CHUNK) -> int:
     return words
 
 
+# What `str.split()` separates on (`str.isspace`, Python 3.11): ASCII 9-13, 28-31 and 32, and
+# these non-ASCII characters (`tests/test_stats.py` checks the list against every code point).
+UNICODE_SPACES = "\x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"
+# Per byte of UTF-8: 1 an ASCII separator, 2 the lead byte of a non-ASCII separator's encoding.
+_SPACE_CLASSES = bytes(1 if b in (9, 10, 11, 12, 13, 28, 29, 30, 31, 32) else
+                       2 if b in {ord(c.encode()[:1]) for c in UNICODE_SPACES} else 0 for b in range(256))
+_WIDE_SPACES = {c.encode(): len(c.encode()) for c in UNICODE_SPACES}
+
+
+def count_words_batch(texts: Sequence[str]) -> list[int]:
+    """`count_words` of every text of a batch, in numpy passes over the joined UTF-8 of the batch
+    (most of them without the GIL) instead of one `str.split` per record: a word starts at every
+    non-separator byte that follows a separator (or starts a text). Continuation bytes belong to
+    their character; a non-ASCII separator is found from its lead byte and marked whole. Memory:
+    a few copies of the batch's bytes, whatever the record sizes.
+
+    >>> count_words_batch(["a bc  d", "", "x\u3000y\u00a0z \u00e9", "\x1ca\x1fb"])
+    [3, 0, 4, 2]
+    """
+    if not len(texts):
+        return []
+    blobs = [t.encode("utf-8", "surrogatepass") for t in texts]
+    # Each text followed by a separator (it ends the text's last word), and two more bytes so that
+    # a lead byte at the very end can be read with the two after it.
+    data = b" ".join(blobs) + b"   "
+    classes = np.frombuffer(data.translate(_SPACE_CLASSES), dtype=np.uint8)
+    space = classes == 1
+    leads = np.flatnonzero(classes == 2)
+    if len(leads):
+        raw = np.frombuffer(data, dtype=np.uint8)
+        b0, b1, b2 = raw[leads], raw[leads + 1], raw[leads + 2]
+        two = (b0 == 0xC2) & ((b1 == 0x85) | (b1 == 0xA0))
+        three = (((b0 == 0xE1) & (b1 == 0x9A) & (b2 == 0x80))
+                 | ((b0 == 0xE2) & (b1 == 0x80) & (((b2 >= 0x80) & (b2 <= 0x8A)) | (b2 == 0xA8) | (b2 == 0xA9)
+                                                   | (b2 == 0xAF)))
+                 | ((b0 == 0xE2) & (b1 == 0x81) & (b2 == 0x9F))
+                 | ((b0 == 0xE3) & (b1 == 0x80) & (b2 == 0x80)))
+        wide = leads[two | three]
+        space[wide] = True
+        space[wide + 1] = True
+        wide3 = leads[three]
+        space[wide3 + 2] = True
+    starts = ~space
+    starts[1:] &= space[:-1]
+    offsets = np.zeros(len(blobs), dtype=np.int64)
+    np.cumsum([len(b) + 1 for b in blobs[:-1]], out=offsets[1:])
+    return np.add.reduceat(starts, offsets, dtype=np.int64).tolist()
+
+
 def utf8_length(text: str) -> int:
     """UTF-8 bytes of `text` as the pipelines write it: each lone surrogate counts as U+FFFD (3 bytes).
     An ASCII string (`str.isascii` is O(1)) is its own length; others are counted without an encoded
@@ -250,7 +316,7 @@ def batch_stats(texts: Sequence[str], id_lists: Sequence[Sequence[int]]
     """`record_stats` of every record of a batch, as four columns `(n_tokens, n_bytes, n_chars,
     n_words)`: the same figures, with the per-record work left to builtins mapped over the batch."""
     return (list(map(len, id_lists)), list(map(utf8_length, texts)), list(map(len, texts)),
-            list(map(count_words, texts)))
+            count_words_batch(texts))
 
 
 def token_label(token: bytes) -> str:
@@ -301,6 +367,16 @@ def _tally(table: dict[int, int], values: Iterable[int]) -> None:
 
 def _error_key(error: dict) -> tuple:
     return error["source"], error["rows_read"], error["reason"], error["detail"]
+
+
+class BatchCalibration(NamedTuple):
+    """`Summary.batch_calibration` of a batch of `records` records: each record's random group and
+    raw-byte tokens, and the batch's token counts per (group, id class)."""
+    records: int
+    vocab_size: int
+    groups: list
+    raw_byte_tokens: list
+    cells: np.ndarray
 
 
 class Summary:
@@ -397,13 +473,15 @@ class Summary:
 
     def add_batch(self, n_tokens: Sequence[int], n_bytes: Sequence[int], n_chars: Sequence[int],
                   n_words: Sequence[int], *, record_ids: Sequence[str] | None = None,
-                  id_arrays: Sequence | None = None, digit_runs: Sequence[Sequence[int]] | None = None) -> None:
+                  id_arrays: Sequence | None = None, digit_runs: Sequence[Sequence[int]] | None = None,
+                  calibration: "BatchCalibration | None" = None) -> None:
         """`add(n_tokens[i], n_bytes[i], n_chars[i], n_words[i])` for every record of a batch given as
         columns (ids counted in bulk with `add_id_counts` or `add_dense_id_counts`): the same tables,
         tallied with Counter. `record_ids` and `id_arrays` (each record's id and token ids, EOS
         included, as `array('I')`, lists or numpy arrays) calibrate the batch; the ids are not
         counted into the id frequencies here. `digit_runs` (each record's `digit_runs(text)`) adds the
-        number formats of a calibrated batch."""
+        number formats of a calibrated batch. `calibration`, this batch's `batch_calibration` made
+        beforehand (in another thread, say), spares reading the ids again here."""
         self.records += len(n_tokens)
         self.tokens += sum(n_tokens)
         self.bytes += sum(n_bytes)
@@ -422,7 +500,7 @@ class Summary:
                              f"{len(id_arrays)} id arrays")
         if digit_runs is not None and len(digit_runs) != len(n_tokens):
             raise ValueError(f"{len(n_tokens)} records but {len(digit_runs)} digit-run counts")
-        self._calibrate(n_tokens, n_bytes, n_chars, n_words, record_ids, id_arrays, digit_runs)
+        self._calibrate(n_tokens, n_bytes, n_chars, n_words, record_ids, id_arrays, digit_runs, calibration)
 
     def _raw_byte_mask(self) -> np.ndarray:
         if self.raw_byte_ids is None:
@@ -434,27 +512,45 @@ class Summary:
             self._raw_mask = mask
         return self._raw_mask
 
-    def _calibrate(self, n_tokens, n_bytes, n_chars, n_words, record_ids, id_arrays: Sequence,
-                   digit_runs: Sequence[Sequence[int]] | None = None) -> None:
-        """Moments and random groups of records already counted in the plain tables. Token ids are
-        taken a record, and a bounded chunk of it, at a time (`CALIBRATION_CHUNK`), so a long
-        record costs no per-token array of its own size."""
+    def batch_calibration(self, n_tokens: Sequence[int], record_ids: Sequence[str],
+                          id_arrays: Sequence) -> "BatchCalibration":
+        """What calibrating a batch takes from its record ids and token ids (each record's random
+        group and raw-byte tokens, the batch's group x id-class counts), computed without changing
+        the summary: another thread may make it (numpy drops the GIL on large arrays) while this
+        summary takes other batches; `add_batch(..., calibration=)` adds it. Token ids are taken a
+        record, and a bounded chunk of it, at a time (`CALIBRATION_CHUNK`), so a long record costs
+        no per-token array of its own size. Raises ValueError for an id outside the vocabulary."""
         n = len(n_tokens)
         if len(id_arrays) != n:
             raise ValueError(f"{len(id_arrays)} id arrays for {n} records")
         groups = [record_group(r) for r in record_ids]
         classes = self.group_classes.shape[1]
         mask = self._raw_byte_mask()
-        cells = np.zeros_like(self.group_classes)      # added only once the whole batch is valid
+        table = id_class_table(self.vocab_size)
+        cells = np.zeros(self.group_classes.size, dtype=np.int64)
         raw = np.zeros(n, dtype=np.int64)
-        group_of = np.asarray(groups, dtype=np.int64)
+        # Each record's first cell: its group's row of the group x class table.
+        row_of = np.asarray(groups, dtype=np.int32) * np.int32(classes)
         for owners, flat in _id_runs(id_arrays, n_tokens):
             if int(flat.min()) < 0 or int(flat.max()) >= self.vocab_size:
                 raise ValueError(f"token id outside the vocabulary (size {self.vocab_size})")
             raw += np.bincount(owners[mask[flat]], minlength=n)
-            cells += np.bincount(group_of[owners] * classes + id_classes(flat, self.vocab_size),
-                                 minlength=cells.size).reshape(cells.shape)
-        raw = raw.tolist()
+            cells += np.bincount(row_of[owners] + table[flat], minlength=cells.size)
+        return BatchCalibration(n, self.vocab_size, groups, raw.tolist(), cells.reshape(self.group_classes.shape))
+
+    def _calibrate(self, n_tokens, n_bytes, n_chars, n_words, record_ids, id_arrays: Sequence,
+                   digit_runs: Sequence[Sequence[int]] | None = None,
+                   calibration: "BatchCalibration | None" = None) -> None:
+        """Moments and random groups of records already counted in the plain tables (their token
+        ids read by `batch_calibration`, unless given it)."""
+        n = len(n_tokens)
+        if calibration is None:
+            calibration = self.batch_calibration(n_tokens, record_ids, id_arrays)
+        elif calibration.records != n or calibration.vocab_size != self.vocab_size:
+            raise ValueError(f"a calibration of {calibration.records} records of a {calibration.vocab_size}-id "
+                             f"vocabulary for {n} records of a {self.vocab_size}-id one")
+        groups, raw, cells = calibration.groups, calibration.raw_byte_tokens, calibration.cells
+        group_of = np.asarray(groups, dtype=np.int64)
         self.group_classes += cells
         if digit_runs is not None:
             runs = np.asarray(digit_runs, dtype=np.int64).reshape(n, DIGIT_RUN_LENGTHS)

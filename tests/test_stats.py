@@ -22,8 +22,8 @@ import zlib
 
 import numpy as np
 
-from bpe_ops.stats import (EXACT_ID_CLASSES, FOLDED_ID_CLASSES, REPLICATE_GROUPS, Summary, batch_stats,
-                           count_words, id_class_count, id_classes, length_key, nearest_rank, record_group,
+from bpe_ops.stats import (EXACT_ID_CLASSES, FOLDED_ID_CLASSES, REPLICATE_GROUPS, UNICODE_SPACES, Summary,
+                           batch_stats, count_words, count_words_batch, id_class_count, id_class_table, id_classes, length_key, nearest_rank, record_group,
                            digit_runs, digit_runs_batch, record_stats, single_byte_ids)
 from pipelines import stats_cmd
 from schemas.stats import (BYTES_PER_TOKEN_EDGES, STATS_SCHEMA_VERSION, TOKENS_PER_RECORD_EDGES,
@@ -409,6 +409,46 @@ def test_digit_runs_count_ascii_digit_runs_by_length():
 def test_the_batch_digit_runs_equal_the_regex_specification(texts):
     assert digit_runs_batch(texts).tolist() == [list(digit_runs(t)) for t in texts]
     assert digit_runs_batch([t.encode() for t in texts]).tolist() == [list(digit_runs(t)) for t in texts]
+
+
+def test_the_unicode_separators_are_those_of_str_split():
+    assert sorted(map(ord, UNICODE_SPACES)) == [c for c in range(128, 0x110000) if chr(c).isspace()]
+    assert [c for c in range(128) if chr(c).isspace()] == [9, 10, 11, 12, 13, 28, 29, 30, 31, 32]
+
+
+# Every separator, characters that share a separator's lead bytes (\u2019, \u201c, \u2030, \u1681,
+# \u3001, \u00e9, \u0080), zero-width non-separators, astral characters and lone surrogates.
+WORD_ALPHABET = (UNICODE_SPACES + "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f ab\u00e9\u20ac\U0001d11e\u2019\u201c\u2030\u200b"
+                 "\u2060\u1681\u3001\u0080\u00c2\ud800\udfff")
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.text(alphabet=WORD_ALPHABET, max_size=20), min_size=1, max_size=6))
+def test_the_batch_word_counts_equal_str_split(texts):
+    assert count_words_batch(texts) == [count_words(t) for t in texts] == [len(t.split()) for t in texts]
+
+
+def test_the_id_class_table_equals_id_classes():
+    for vocab_size in (300, 4096, 4097, 131_072, 200_019):
+        ids = np.arange(vocab_size)
+        assert id_class_table(vocab_size)[ids].tolist() == id_classes(ids, vocab_size).tolist()
+
+
+def test_a_calibration_made_beforehand_equals_one_made_in_add_batch(tiny_records, gpt2):
+    texts, id_lists = [t for t, _ in tiny_records], [ids for _, ids in tiny_records]
+    plain = Summary(gpt2.vocab_size, raw_byte_ids=single_byte_ids(gpt2.vocab))
+    ahead = Summary(gpt2.vocab_size, raw_byte_ids=single_byte_ids(gpt2.vocab))
+    for start in range(0, len(texts), 7):
+        chunk, ids = texts[start:start + 7], id_lists[start:start + 7]
+        stats, rids = batch_stats(chunk, ids), [f"r{start + k}" for k in range(len(chunk))]
+        runs = [digit_runs(t) for t in chunk]
+        plain.add_batch(*stats, record_ids=rids, id_arrays=ids, digit_runs=runs)
+        calibration = ahead.batch_calibration(stats[0], rids, ids)
+        ahead.add_batch(*stats, record_ids=rids, id_arrays=ids, digit_runs=runs, calibration=calibration)
+    assert pickle.dumps(ahead) == pickle.dumps(plain)
+    wrong = ahead.batch_calibration([1, 1, 1], ["a", "b", "c"], [[1], [2], [3]])
+    with pytest.raises(ValueError, match="a calibration of 3 records"):
+        ahead.add_batch([1], [1], [1], [1], record_ids=["a"], id_arrays=[[1]], calibration=wrong)
 
 
 def test_digit_runs_are_kept_per_group_and_merge_exactly(tiny_records, gpt2):
