@@ -17,7 +17,8 @@ import os
 import posixpath
 import sys
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import partial
 
@@ -47,9 +48,14 @@ from pipelines.watch import StopSignal, WatchShards, WholeRun, install_stop_hand
 from pipelines.windows import (WINDOWS_FOLDER, MergeSummaries, WindowedSummaries, WindowStats, format_utc,
                                parse_duration, parse_timestamp)
 
-ENCODE_BATCH_RECORDS = 256        # records encoded per encode_batch call
-# Two batches overlap (one encoding, one being counted) only while their texts stay below this,
-# so a batch of very long records does not double tokenize's peak memory.
+# Row groups are cut only after a whole number of batches of this many records (with the bounds
+# below), as when a batch of this many records was the unit of encoding: the files keep that layout.
+ENCODE_BATCH_RECORDS = 256
+# Records encoded and measured per task of the background threads; divides ENCODE_BATCH_RECORDS.
+# Small, so the threads keep both cores busy from a shard's first records to its last.
+ENCODE_CHUNK_RECORDS = 32
+# Chunks encode ahead of the one being added (in order) only while their texts stay below this, so
+# chunks of very long records do not multiply tokenize's peak memory.
 OVERLAP_TEXT_BYTES = 64 << 20
 ROW_GROUP_ROWS = 8_192            # bounded row groups: memory stays bounded by this, not by the shard
 ROW_GROUP_TOKENS = 4_000_000      # ... or by this many token ids, whichever comes first
@@ -170,21 +176,21 @@ class TokenizeShard(beam.DoFn):
         with open_atomic(out_url) as f, \
                 pq.ParquetWriter(f, self.schema, compression="zstd", use_dictionary=False,
                                  write_statistics=False) as writer:
-            # One batch encodes in the background while the one before it is counted and written
-            # and the next is read (the compiled encoder drops the GIL); batches are taken in
-            # order, so the file is the same as encoding them one after the other.
-            in_flight = None
+            # Chunks of records encode and are measured in the background threads (the compiled
+            # encoder and numpy drop the GIL) while this thread reads the next records and adds the
+            # finished chunks, in order, to the summary and row group, and writes full row groups:
+            # the file is the same as encoding them one after the other.
+            pending: deque = deque()                    # (chunk, its text size, its future), in order
+            ahead = 2 * max(1, self.encode_threads)     # chunks encoding at once, at most
             for record in reader:
                 batch.append(record)
-                if len(batch) >= ENCODE_BATCH_RECORDS:
-                    if in_flight is not None and _text_size(in_flight[0]) + _text_size(batch) > OVERLAP_TEXT_BYTES:
-                        group = self.settle(in_flight, group, summary, partials, writer)
-                        in_flight = None
-                    started_batch = (batch, self.start_encoding(batch))
-                    group = self.settle(in_flight, group, summary, partials, writer)
-                    in_flight, batch = started_batch, []
-            group = self.settle(in_flight, group, summary, partials, writer)
-            self.encode_into(batch, group, summary, partials)
+                if len(batch) >= ENCODE_CHUNK_RECORDS:
+                    group = self.submit(batch, pending, ahead, group, summary, partials, writer)
+                    batch = []
+            if batch:
+                group = self.submit(batch, pending, ahead, group, summary, partials, writer)
+            while pending:
+                group = self.settle(pending.popleft(), group, summary, partials, writer)
             if group.rows or summary.records == 0:
                 writer.write_table(group.to_table(self.schema, summary))
             account = reader.finish()
@@ -208,20 +214,25 @@ class TokenizeShard(beam.DoFn):
         windowing = self.breakdowns.windowing
         return RowGroup(self.source_options.keep_fields, windowing and windowing.field, self.breakdowns.group_field)
 
-    def start_encoding(self, batch) -> Future:
-        """The token ids of a batch, encoded in this worker's background encoding thread."""
+    def submit(self, chunk, pending: deque, ahead: int, group: "RowGroup", summary, partials, writer) -> "RowGroup":
+        """Start encoding `chunk` in the background after the chunks `pending`, first adding the
+        oldest of them while `ahead` chunks are encoding or their texts would pass
+        OVERLAP_TEXT_BYTES; returns the row group to go on with."""
+        size = _text_size(chunk)
+        while pending and (len(pending) >= ahead or sum(p[1] for p in pending) + size > OVERLAP_TEXT_BYTES):
+            group = self.settle(pending.popleft(), group, summary, partials, writer)
         if self.encoding is None:
-            self.encoding = ThreadPoolExecutor(1, thread_name_prefix="tokenbeam-batch")
-        return self.encoding.submit(self.encode_batch, batch)
+            self.encoding = ThreadPoolExecutor(max(1, self.encode_threads), thread_name_prefix="tokenbeam-batch")
+        pending.append((chunk, size, self.encoding.submit(self.encode_and_measure, chunk, summary)))
+        return group
 
     def settle(self, in_flight, group: "RowGroup", summary, partials, writer) -> "RowGroup":
-        """Add a batch whose encoding was started (`(batch, future)`, or None) to `group`, and write
-        the group once it is full; returns the group to go on with."""
-        if in_flight is None:
-            return group
-        batch, ids = in_flight
-        self.add_encoded(batch, ids.result(), group, summary, partials)
-        if group.full():
+        """Add a chunk whose encoding was started (`(chunk, size, future)`) to `group`, and write
+        the group once it is full at a whole number of ENCODE_BATCH_RECORDS records; returns the
+        group to go on with."""
+        chunk, _, measured = in_flight
+        self.add_encoded(chunk, *measured.result(), group, summary, partials)
+        if group.rows % ENCODE_BATCH_RECORDS == 0 and group.full():
             writer.write_table(group.to_table(self.schema, summary))
             return self.new_row_group()
         return group
@@ -230,18 +241,13 @@ class TokenizeShard(beam.DoFn):
         if getattr(self, "encoding", None) is not None:
             self.encoding.shutdown()
 
-    def encode_into(self, batch, group: "RowGroup", summary, partials: "ShardPartials | None" = None) -> None:
-        """Encode a batch of records into `group` (in this thread)."""
-        if batch:
-            self.add_encoded(batch, self.encode_batch(batch), group, summary, partials)
-
     def encode_batch(self, batch) -> list:
         """The token ids of each record of the batch, as uint32 arrays, EOS appended."""
         texts = [r.text for r in batch]
         if self.dropout is None:
-            # uint32 arrays straight from the compiled encoder's buffer (no Python int per id), encoded
-            # by `encode_threads` threads: the compiled encoder drops the GIL.
-            id_arrays = self.tok.encode_arrays(texts, self.encode_threads)
+            # uint32 arrays straight from the compiled encoder's buffer (no Python int per id), by
+            # this thread's own compiled encoder (it drops the GIL: threads encode side by side).
+            id_arrays = self.tok._encode_chunk(texts)
         else:
             # Each record's randomness is its own (seed, record id): the same ids whatever the order.
             p, seed = self.dropout.p, self.dropout.seed
@@ -252,15 +258,23 @@ class TokenizeShard(beam.DoFn):
                 ids.append(self.eos_id)
         return id_arrays
 
-    def add_encoded(self, batch, id_arrays: list, group: "RowGroup", summary, partials) -> None:
-        """Add an encoded batch to `group`, the shard's summary and its partials; the per-record
-        figures are computed a column at a time for the whole batch (token ids are counted later,
-        per row group)."""
+    def encode_and_measure(self, batch, summary: Summary) -> tuple:
+        """What a background thread makes of a batch: its token ids, `batch_stats` columns, digit
+        runs and `Summary.batch_calibration` (read-only on `summary`: added later, in order)."""
+        id_arrays = self.encode_batch(batch)
         texts = [r.text for r in batch]
         stats = batch_stats(texts, id_arrays)
-        record_ids = [r.id for r in batch]
         runs = digit_runs_batch(texts)
-        summary.add_batch(*stats, record_ids=record_ids, id_arrays=id_arrays, digit_runs=runs)
+        calibration = summary.batch_calibration(stats[0], [r.id for r in batch], id_arrays)
+        return id_arrays, stats, runs, calibration
+
+    def add_encoded(self, batch, id_arrays: list, stats, runs, calibration, group: "RowGroup", summary,
+                    partials) -> None:
+        """Add an encoded, measured batch to `group`, the shard's summary and its partials (token
+        ids are counted later, per row group)."""
+        record_ids = [r.id for r in batch]
+        summary.add_batch(*stats, record_ids=record_ids, id_arrays=id_arrays, digit_runs=runs,
+                          calibration=calibration)
         group.extend(batch, id_arrays, stats)
         if partials is not None:
             partials.add_batch([r.keep for r in batch], stats, id_arrays, record_ids, digit_runs=runs)
