@@ -18,7 +18,8 @@ import posixpath
 import sys
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from functools import partial
 
@@ -117,7 +118,9 @@ class TokenizeShard(beam.DoFn):
         self.launcher_pid = os.getpid()
 
     def setup(self):
-        self.encoding = None          # the background encoding thread, made on first use
+        self.encoding = None          # the background encoding threads, made on first use
+        self.writes = None            # the writing thread, made on first use
+        self.writing = None           # the write started last (a Future), until waited for
         try:
             self.tok = load_identified_tokenizer(self.tokenizer)
         except UserError as exc:      # the launcher could read it, this worker cannot: say so in one line
@@ -158,6 +161,7 @@ class TokenizeShard(beam.DoFn):
             for element in partials.grouped.elements():
                 yield beam.pvalue.TaggedOutput(self.GROUPS, element)
         if self.judged:
+            self.wait_for_writes()      # judged (watch mode) once its file is in place, as before
             yield beam.pvalue.TaggedOutput(self.JUDGED, (entry, summary))
         yield summary
         yield beam.pvalue.TaggedOutput(self.MANIFEST, entry)
@@ -173,35 +177,43 @@ class TokenizeShard(beam.DoFn):
         # leaving its finalizer to write into a closed file (a traceback on the terminal).
         # No dictionary encoding: plain token ids compress better under zstd and write faster; ids and
         # counts do not repeat enough for a dictionary to pay.
-        with open_atomic(out_url) as f, \
-                pq.ParquetWriter(f, self.schema, compression="zstd", use_dictionary=False,
-                                 write_statistics=False) as writer:
-            # Chunks of records encode and are measured in the background threads (the compiled
-            # encoder and numpy drop the GIL) while this thread reads the next records and adds the
-            # finished chunks, in order, to the summary and row group, and writes full row groups:
-            # the file is the same as encoding them one after the other.
-            pending: deque = deque()                    # (chunk, its text size, its future), in order
-            ahead = 2 * max(1, self.encode_threads)     # chunks encoding at once, at most
-            for record in reader:
-                batch.append(record)
-                if len(batch) >= ENCODE_CHUNK_RECORDS:
+        # Row groups are written, and the file finished (footer, rename), by this worker's writing
+        # thread (Arrow drops the GIL), in order: a row group while the next is filled, the shard's
+        # last while the next shard is read and encoded. `wait_for_writes` (at the next write, at the
+        # end of the bundle) raises what a write raised.
+        with ExitStack() as stack:
+            f = stack.enter_context(open_atomic(out_url))
+            writer = stack.enter_context(pq.ParquetWriter(f, self.schema, compression="zstd", use_dictionary=False,
+                                                          write_statistics=False))
+            try:
+                # Chunks of records encode and are measured in the background threads (the compiled
+                # encoder and numpy drop the GIL) while this thread reads the next records and adds
+                # the finished chunks, in order, to the summary and row group: the file is the same
+                # as encoding them one after the other.
+                pending: deque = deque()                    # (chunk, its text size, its future), in order
+                ahead = 2 * max(1, self.encode_threads)     # chunks encoding at once, at most
+                for record in reader:
+                    batch.append(record)
+                    if len(batch) >= ENCODE_CHUNK_RECORDS:
+                        group = self.submit(batch, pending, ahead, group, summary, partials, writer)
+                        batch = []
+                if batch:
                     group = self.submit(batch, pending, ahead, group, summary, partials, writer)
-                    batch = []
-            if batch:
-                group = self.submit(batch, pending, ahead, group, summary, partials, writer)
-            while pending:
-                group = self.settle(pending.popleft(), group, summary, partials, writer)
-            if group.rows or summary.records == 0:
-                writer.write_table(group.to_table(self.schema, summary))
-            account = reader.finish()
-            if account.records != summary.records:
-                raise RuntimeError(f"{shard.relpath}: record accounting is broken: {account.records} read, "
-                                   f"{summary.records} written")
-            add_account(summary, account)
-            entry = manifest_entry(shard, account, fingerprint, self.sha256)
-            # The footer carries the shard's accounting: a rerun rebuilds its summary from the file alone.
-            writer.add_key_value_metadata({tables.SHARD_KEY: json.dumps(entry, sort_keys=True)})
-            writer.close()
+                while pending:
+                    group = self.settle(pending.popleft(), group, summary, partials, writer)
+                last = group.to_table(self.schema, summary) if group.rows or summary.records == 0 else None
+                account = reader.finish()
+                if account.records != summary.records:
+                    raise RuntimeError(f"{shard.relpath}: record accounting is broken: {account.records} read, "
+                                       f"{summary.records} written")
+                add_account(summary, account)
+                entry = manifest_entry(shard, account, fingerprint, self.sha256)
+                self.wait_for_writes()
+            except BaseException:
+                self.wait_for_writes(quiet=True)    # no write of this file runs while it is closed
+                raise
+            finishing = stack.pop_all()
+        self.writing = self.writer_thread().submit(self.finish_file, out_url, finishing, writer, last, entry)
         for name, value in (("records", account.records_read), ("tokens", summary.tokens),
                             ("bytes", summary.bytes), ("rejected", account.rejected)):
             self.counters[name].inc(value)
@@ -233,11 +245,44 @@ class TokenizeShard(beam.DoFn):
         chunk, _, measured = in_flight
         self.add_encoded(chunk, *measured.result(), group, summary, partials)
         if group.rows % ENCODE_BATCH_RECORDS == 0 and group.full():
-            writer.write_table(group.to_table(self.schema, summary))
+            table = group.to_table(self.schema, summary)
+            self.wait_for_writes()
+            self.writing = self.writer_thread().submit(writer.write_table, table)
             return self.new_row_group()
         return group
 
+    def writer_thread(self) -> ThreadPoolExecutor:
+        if self.writes is None:
+            self.writes = ThreadPoolExecutor(1, thread_name_prefix="tokenbeam-write")
+        return self.writes
+
+    def wait_for_writes(self, quiet: bool = False) -> None:
+        """Wait for the write started last (a row group, or a shard's end); raise what it raised,
+        unless `quiet` (another error is on its way)."""
+        started, self.writing = self.writing, None
+        if started is not None:
+            if quiet:
+                wait([started])
+            else:
+                started.result()
+
+    @staticmethod
+    def finish_file(url: str, stack: ExitStack, writer, last: pa.Table | None, entry: dict) -> None:
+        """Write a shard's last row group and its footer, and rename the file into place (`stack`
+        holds the writer and the temporary file)."""
+        with writing(url), stack:
+            if last is not None:
+                writer.write_table(last)
+            # The footer carries the shard's accounting: a rerun rebuilds its summary from the file alone.
+            writer.add_key_value_metadata({tables.SHARD_KEY: json.dumps(entry, sort_keys=True)})
+            writer.close()
+
+    def finish_bundle(self):
+        self.wait_for_writes()
+
     def teardown(self):
+        if getattr(self, "writes", None) is not None:
+            self.writes.shutdown()
         if getattr(self, "encoding", None) is not None:
             self.encoding.shutdown()
 

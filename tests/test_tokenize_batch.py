@@ -130,6 +130,7 @@ def test_worker_takes_the_sha256_from_the_launcher_and_writes_stats_without_the_
     fn.setup()
     assert gc.get_freeze_count() == frozen      # only a worker process of its own freezes its heap
     summary, _manifest = list(fn.process(Shard(str(src), "in.txt", src.stat().st_size)))
+    fn.finish_bundle()                          # the file is finished in the background by the bundle's end
     meta = pq.read_schema(tmp_path / "out" / "in.parquet").metadata
     assert meta[tables.TOKENIZER_SHA256_KEY.encode()].decode() == ref.sha256
     monkeypatch.setattr(tokenizer_files, "load_tokenizer", lambda url: pytest.fail("tokenizer loaded again"))
