@@ -54,7 +54,7 @@ from pipelines.windows import (WINDOWS_FOLDER, MergeSummaries, WindowedSummaries
 ENCODE_BATCH_RECORDS = 256
 # Records encoded and measured per task of the background threads; divides ENCODE_BATCH_RECORDS.
 # Small, so the threads keep both cores busy from a shard's first records to its last.
-ENCODE_CHUNK_RECORDS = 32
+ENCODE_CHUNK_RECORDS = 16
 # Chunks encode ahead of the one being added (in order) only while their texts stay below this, so
 # chunks of very long records do not multiply tokenize's peak memory.
 OVERLAP_TEXT_BYTES = 64 << 20
