@@ -724,6 +724,7 @@ typedef struct {
     int32_t byte_ids[256];
     int32_t *byte_rank;          /* [a << 8 | b]: the rank of the pair of bytes a, b; a piece's first ranks */
     Ids rank;                    /* a piece's pair ranks, scratch */
+    MergeScratch long_piece;     /* a long piece's list and heap, scratch */
     PieceCache whole;            /* ignore_merges: a piece that is a token is that token */
     int has_whole;
     PieceCache cache;            /* piece bytes -> its ids; emptied when full */
@@ -869,6 +870,7 @@ static void encoder_dealloc(TextEncoder *self)
     merge_table_free(&self->table);
     free(self->byte_rank);
     free(self->rank.ids);
+    merge_scratch_free(&self->long_piece);
     piece_cache_free(&self->whole);
     piece_cache_free(&self->cache);
     free(self->spans.spans);
@@ -918,7 +920,7 @@ static int encode_piece(TextEncoder *self, const uint8_t *piece, size_t len, uin
             sym[i] = self->byte_ids[piece[i]];
         for (i = 0; i + 1 < len; i++)
             rank[i] = self->byte_rank[(size_t)piece[i] << 8 | piece[i + 1]];
-        if ((n = merge_symbols_ranked(&self->table, sym, rank, (Py_ssize_t)len)) < 0)
+        if ((n = merge_symbols_ranked(&self->table, sym, rank, (Py_ssize_t)len, &self->long_piece)) < 0)
             return -1;
     }
     self->out.n += (size_t)n;

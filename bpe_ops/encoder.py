@@ -471,10 +471,12 @@ class Tokenizer:
             self._pool = ThreadPoolExecutor(num_threads, thread_name_prefix="tokenbeam-encode")
             self._pool_threads = num_threads
         chunks = [texts[i:i + THREAD_CHUNK] for i in range(0, len(texts), THREAD_CHUNK)]
-        return list(chain.from_iterable(self._pool.map(self._encode_chunk, chunks)))
+        return list(chain.from_iterable(self._pool.map(self.encode_arrays_in_thread, chunks)))
 
-    def _encode_chunk(self, texts: Sequence[str]) -> list[array]:
-        """`encode_array` of each text with this thread's own compiled encoder (made on first use)."""
+    def encode_arrays_in_thread(self, texts: Sequence[str]) -> list[array]:
+        """`encode_arrays(texts)` with the calling thread's own compiled encoder (made on first use):
+        several threads may call it at once and encode side by side, where `encode_arrays` from two
+        threads would find the one shared encoder busy and take the slow path."""
         encoder = getattr(self._thread_encoders, "encoder", None)
         if encoder is None:
             encoder = self._thread_encoders.encoder = self._compiled_text_encoder()

@@ -292,7 +292,7 @@ class TokenizeShard(beam.DoFn):
         if self.dropout is None:
             # uint32 arrays straight from the compiled encoder's buffer (no Python int per id), by
             # this thread's own compiled encoder (it drops the GIL: threads encode side by side).
-            id_arrays = self.tok._encode_chunk(texts)
+            id_arrays = self.tok.encode_arrays_in_thread(texts)
         else:
             # Each record's randomness is its own (seed, record id): the same ids whatever the order.
             p, seed = self.dropout.p, self.dropout.seed
