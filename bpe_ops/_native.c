@@ -347,11 +347,55 @@ static PyObject *crc32(PyObject *Py_UNUSED(module), PyObject *arg)
     return PyLong_FromUnsignedLong(c);
 }
 
+static PyObject *has_code_point_in(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    /* Whether any code point c of `text` has bit c of `bits` set (bits[c >> 3] >> (c & 7) & 1): the
+     * PCRE2 guard's character-class search without a regex (whose first-byte filter lets every
+     * character of a script through when a class member shares its UTF-8 lead byte). */
+    PyObject *text;
+    Py_buffer bits;
+    Py_ssize_t n, i;
+    const uint8_t *b;
+    const void *data;
+    int found = 0;
+    if (!PyArg_ParseTuple(args, "Uy*:has_code_point_in", &text, &bits))
+        return NULL;
+    if (bits.len != 0x110000 / 8) {
+        PyBuffer_Release(&bits);
+        PyErr_SetString(PyExc_ValueError, "has_code_point_in(): bits must be 0x110000 / 8 bytes");
+        return NULL;
+    }
+    b = bits.buf;
+    n = PyUnicode_GET_LENGTH(text);
+    data = PyUnicode_DATA(text);
+#define TB_SCAN(type)                                                                               \
+    for (i = 0; i < n && !found; i++) {                                                            \
+        uint32_t c = ((const type *)data)[i];                                                      \
+        found = b[c >> 3] >> (c & 7) & 1;                                                          \
+    }
+    switch (PyUnicode_KIND(text)) {
+    case PyUnicode_1BYTE_KIND:
+        TB_SCAN(Py_UCS1)
+        break;
+    case PyUnicode_2BYTE_KIND:
+        TB_SCAN(Py_UCS2)
+        break;
+    default:
+        TB_SCAN(Py_UCS4)
+        break;
+    }
+#undef TB_SCAN
+    PyBuffer_Release(&bits);
+    return PyBool_FromLong(found);
+}
+
 static PyMethodDef module_methods[] = {
     {"add_counts", add_counts, METH_VARARGS,
      "add_counts(into, counts)\n--\n\nAdd the count table `counts` into the dict `into`, key by key."},
     {"utf8_length", utf8_length, METH_O,
      "utf8_length(text)\n--\n\nlen(text.encode('utf-8')) without the copy; a lone surrogate counts 3 bytes."},
+    {"has_code_point_in", has_code_point_in, METH_VARARGS,
+     "has_code_point_in(text, bits)\n--\n\nWhether a code point c of text has bit c of the 0x110000-bit map bits set."},
     {"crc32", crc32, METH_O,
      "crc32(data)\n--\n\nzlib.crc32(data): the bucket of a pre-token in the packed tables."},
     {NULL, NULL, 0, NULL}

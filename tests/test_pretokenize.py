@@ -145,6 +145,31 @@ def test_the_guard_is_needed_and_holds_exactly_what_the_engines_disagree_on():
 
 
 @needs_pcre2
+def test_the_guard_bitmap_finds_exactly_the_guarded_characters(corpora):
+    """The guard's bitmap lookup (`_native.has_code_point_in`) says what PCRE2's search of the same
+    character class says, on every character next to a guarded range's ends, on a lone surrogate,
+    on characters of each width Python stores (1, 2, 4 bytes) and on real multilingual documents."""
+    from bpe_ops import _native
+    fast = pretokenize.compile_pattern("o200k")
+    ranges = fast.guard + (("\ud800", "\udfff"),)
+    bits = pretokenize._code_point_bits(ranges)
+    members = "".join(f"\\x{{{ord(a):x}}}-\\x{{{ord(b):x}}}" for a, b in fast.guard)
+    guarded = pretokenize._pcre2_compile(f"[{members}]" if members else "(?!)")
+    edges = {c for a, b in ranges for c in (ord(a) - 1, ord(a), ord(b), ord(b) + 1) if 0 <= c < 0x110000}
+    for c in sorted(edges | {0, 0x7F, 0xFF, 0x100, 0xFFFF, 0x10000, 0x10FFFF}):
+        inside = any(ord(a) <= c <= ord(b) for a, b in ranges)
+        for text in (chr(c), "ab " + chr(c), "\u00e9" + chr(c), "\U0001f600" + chr(c) + "x"):
+            assert _native.has_code_point_in(text, bits) == inside, hex(c)
+            if not 0xD800 <= c <= 0xDFFF:
+                assert bool(guarded.search(text)) == inside, hex(c)
+    for text in read_jsonl_texts(corpora / "multi")[:300]:
+        assert _native.has_code_point_in(text, bits) == bool(guarded.search(text))
+    assert fast.pcre2_splits("abc \u0915\u093f") and not fast.pcre2_splits("a\ud800")
+    with pytest.raises(ValueError):
+        _native.has_code_point_in("a", b"\x00")
+
+
+@needs_pcre2
 def test_custom_patterns_use_pcre2_only_in_the_portable_syntax(corpora):
     for pattern in (LLAMA3_PATTERN, TIKTOKEN_CL100K, r"\S+|\s+", r"[a[b]+|\p{Han}+|.", r"(?<=a)b|.",
                     r"(?>a|ab)c|."):
