@@ -62,6 +62,7 @@ DEAD, OUTSIDE = -1, -2
 MAX_CACHED_CHARS = 256
 # Texts per task when encode_arrays shares a batch between threads.
 THREAD_CHUNK = 16
+_UNBUILT = object()              # Tokenizer._text_encoder_slot before its first use
 
 
 class Tokenizer:
@@ -194,7 +195,7 @@ class Tokenizer:
         self.vocab_size = max(self.vocab) + 1
         self._merger = (_piece_merger(self._left, self._right, self._merged, tokens)
                         if self.implementation.compiled else None)
-        self._text_encoder = self._compiled_text_encoder()
+        self._text_encoder_slot = _UNBUILT
         self._pool: ThreadPoolExecutor | None = None     # encode_arrays' threads, made on first use
         self._pool_threads = 0
         self._thread_encoders = threading.local()         # ... and their own compiled encoders
@@ -282,6 +283,20 @@ class Tokenizer:
         """`rank -> (id_a, id_b)`."""
         return list(zip(self._left, self._right))
 
+    @property
+    def _text_encoder(self):
+        """The compiled whole-text encoder (see `_compiled_text_encoder`), built on first use: its
+        tables cost 50 ms at 131k ids, which a launcher that only reads the file, or a worker's
+        thread that never encodes, need not pay."""
+        encoder = self._text_encoder_slot
+        if encoder is _UNBUILT:
+            encoder = self._text_encoder_slot = self._compiled_text_encoder()
+        return encoder
+
+    @_text_encoder.setter
+    def _text_encoder(self, encoder) -> None:
+        self._text_encoder_slot = encoder
+
     def _compiled_text_encoder(self):
         """The compiled whole-text encoder (`bpe_ops._pcre2.TextEncoder`) of this tokenizer, or None:
         classic mode, the split not on PCRE2, no compiled merger (see `_piece_merger`)."""
@@ -296,7 +311,7 @@ class Tokenizer:
         # The compiled encoder holds buffers, not a recipe, and threads do not pickle: pickled
         # without them, rebuilt on load.
         # The components are closures: rebuilt from their specs.
-        return {**self.__dict__, "_text_encoder": None, "_pool": None, "_pool_threads": 0, "_thread_encoders": None,
+        return {**self.__dict__, "_text_encoder_slot": None, "_pool": None, "_pool_threads": 0, "_thread_encoders": None,
                 "_normalize": None, "_pre_tokenize": None, "_added": None, "_decode_pieces": None,
                 "_start_kept": None}
 
@@ -308,7 +323,7 @@ class Tokenizer:
         self._build_components()
         self._added = (hf_components.AddedVocabulary(self.added_tokens_spec, self._normalize)
                        if self.added_tokens_spec else None)
-        self._text_encoder = self._compiled_text_encoder()
+        self._text_encoder_slot = _UNBUILT
         self._thread_encoders = threading.local()
 
     # ---- construction -------------------------------------------------------------------------
