@@ -25,9 +25,9 @@
  * Ids are 0 <= id < 2**31 and ranks int32, so a pair packs into one 64-bit key and a map slot is
  * 16 bytes: the map's memory traffic is what a lookup costs. Where every id of the merges is below
  * 2**21 - 1 and there are fewer than 2**22 - 1 merges (every published vocabulary), pair and rank
- * pack into one 8-byte slot instead: half the memory, so more of the map stays in a core's cache. A heap key packs rank and position
- * into 64 bits, so a piece has fewer than 2**32 symbols. Nothing here touches Python objects, so
- * callers may run it without the GIL.
+ * pack into one 8-byte slot instead: half the memory, so more of the map stays in a core's cache.
+ * A heap key packs rank and position into 64 bits, so a piece has fewer than 2**32 symbols. Nothing
+ * here touches Python objects, so callers may run it without the GIL.
  */
 #ifndef TOKENBEAM_MERGE_TABLE_H
 #define TOKENBEAM_MERGE_TABLE_H
@@ -66,7 +66,7 @@ typedef struct {
     int64_t merged_offset;              /* merged[r] == r + merged_offset for every r, or -1 */
     Slot *slots;                        /* the wide map, or NULL when packed */
     uint64_t *packed;                   /* the packed map, or NULL when wide */
-    uint64_t *filter;                   /* a Bloom filter of the pairs (FILTER_WORDS words), or NULL */
+    uint64_t *filter;                   /* with `packed`: a Bloom filter of its pairs (FILTER_WORDS words) */
     uint64_t mask;                      /* slots - 1, a power of two minus one */
     int shift;                          /* 64 - log2(slots): the hash is the product's top bits */
 } MergeTable;
@@ -78,9 +78,26 @@ typedef struct {
  * two bits per pair in one 64-bit word, about 2% false positives with 128k merges. */
 #define FILTER_WORDS ((size_t)1 << 15)
 
+static inline uint64_t packed_key(int32_t a, int32_t b)
+{
+    /* The pair (a, b), both below PACK_ID_LIMIT, as the packed map keys it. */
+    return (uint64_t)a << PACK_ID_BITS | (uint64_t)b;
+}
+
+static inline uint64_t pair_hash(uint64_t key)
+{
+    /* Fibonacci hashing: the map's slot is the top bits, the filter's word and bits lower ones. */
+    return key * 0x9E3779B97F4A7C15ULL;
+}
+
+static inline uint64_t *filter_word(const MergeTable *m, uint64_t h)
+{
+    return &m->filter[(h >> 49) & (FILTER_WORDS - 1)];
+}
+
 static inline uint64_t filter_bits(uint64_t h)
 {
-    return (uint64_t)1 << (h & 63) | (uint64_t)1 << ((h >> 6) & 63);
+    return (uint64_t)1 << ((h >> 12) & 63) | (uint64_t)1 << ((h >> 18) & 63);
 }
 
 static inline int32_t merged_of(const MergeTable *m, int32_t rank)
@@ -102,13 +119,10 @@ static inline int32_t rank_of(const MergeTable *m, int32_t a, int32_t b)
     if (m->packed != NULL) {
         if (a >= PACK_ID_LIMIT || b >= PACK_ID_LIMIT)
             return NO_RANK;             /* in no merge: every merge's ids are below the limit */
-        key = (uint64_t)a << PACK_ID_BITS | (uint64_t)b;
-        h = key * 0x9E3779B97F4A7C15ULL;
-        if (m->filter != NULL) {
-            uint64_t bits = filter_bits(h >> 12);
-            if ((m->filter[(h >> 49) & (FILTER_WORDS - 1)] & bits) != bits)
-                return NO_RANK;
-        }
+        key = packed_key(a, b);
+        h = pair_hash(key);
+        if ((*filter_word(m, h) & filter_bits(h)) != filter_bits(h))
+            return NO_RANK;
         i = h >> m->shift;
         for (;;) {
             uint64_t slot = m->packed[i];
@@ -120,7 +134,7 @@ static inline int32_t rank_of(const MergeTable *m, int32_t a, int32_t b)
         }
     }
     key = tb_pair_key(a, b);
-    i = (key * 0x9E3779B97F4A7C15ULL) >> m->shift;
+    i = pair_hash(key) >> m->shift;
     for (;;) {
         const Slot *s = &m->slots[i];
         if (s->key == key)
@@ -136,10 +150,9 @@ static void insert_first(MergeTable *m, int32_t a, int32_t b, int32_t rank)
     /* Map (a, b) to `rank` unless it is already mapped: a repeated pair keeps its first rank. */
     uint64_t key, i, h;
     if (m->packed != NULL) {
-        key = (uint64_t)a << PACK_ID_BITS | (uint64_t)b;
-        h = key * 0x9E3779B97F4A7C15ULL;
-        if (m->filter != NULL)
-            m->filter[(h >> 49) & (FILTER_WORDS - 1)] |= filter_bits(h >> 12);
+        key = packed_key(a, b);
+        h = pair_hash(key);
+        *filter_word(m, h) |= filter_bits(h);
         i = h >> m->shift;
         for (;;) {
             uint64_t *slot = &m->packed[i];
@@ -153,7 +166,7 @@ static void insert_first(MergeTable *m, int32_t a, int32_t b, int32_t rank)
         }
     }
     key = tb_pair_key(a, b);
-    i = (key * 0x9E3779B97F4A7C15ULL) >> m->shift;
+    i = pair_hash(key) >> m->shift;
     for (;;) {
         Slot *s = &m->slots[i];
         if (s->key == EMPTY) {

@@ -234,10 +234,11 @@ def count_words(text: str, chunk: int = WORD_COUNT_CHUNK) -> int:
 # What `str.split()` separates on (`str.isspace`, Python 3.11): ASCII 9-13, 28-31 and 32, and
 # these non-ASCII characters (`tests/test_stats.py` checks the list against every code point).
 UNICODE_SPACES = "\x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"
+# The UTF-8 encodings of the non-ASCII separators (2 or 3 bytes each).
+_WIDE_SPACES = tuple(c.encode() for c in UNICODE_SPACES)
 # Per byte of UTF-8: 1 an ASCII separator, 2 the lead byte of a non-ASCII separator's encoding.
-_SPACE_CLASSES = bytes(1 if b in (9, 10, 11, 12, 13, 28, 29, 30, 31, 32) else
-                       2 if b in {ord(c.encode()[:1]) for c in UNICODE_SPACES} else 0 for b in range(256))
-_WIDE_SPACES = {c.encode(): len(c.encode()) for c in UNICODE_SPACES}
+_SPACE_CLASSES = bytes(1 if b < 128 and chr(b).isspace() else 2 if b in {w[0] for w in _WIDE_SPACES} else 0
+                       for b in range(256))
 
 
 def count_words_batch(texts: Sequence[str]) -> list[int]:
@@ -261,18 +262,11 @@ def count_words_batch(texts: Sequence[str]) -> list[int]:
     leads = np.flatnonzero(classes == 2)
     if len(leads):
         raw = np.frombuffer(data, dtype=np.uint8)
-        b0, b1, b2 = raw[leads], raw[leads + 1], raw[leads + 2]
-        two = (b0 == 0xC2) & ((b1 == 0x85) | (b1 == 0xA0))
-        three = (((b0 == 0xE1) & (b1 == 0x9A) & (b2 == 0x80))
-                 | ((b0 == 0xE2) & (b1 == 0x80) & (((b2 >= 0x80) & (b2 <= 0x8A)) | (b2 == 0xA8) | (b2 == 0xA9)
-                                                   | (b2 == 0xAF)))
-                 | ((b0 == 0xE2) & (b1 == 0x81) & (b2 == 0x9F))
-                 | ((b0 == 0xE3) & (b1 == 0x80) & (b2 == 0x80)))
-        wide = leads[two | three]
-        space[wide] = True
-        space[wide + 1] = True
-        wide3 = leads[three]
-        space[wide3 + 2] = True
+        following = [raw[leads + k] for k in range(3)]        # each lead byte and the two after it
+        for sep in _WIDE_SPACES:
+            at = leads[np.logical_and.reduce([following[k] == sep[k] for k in range(len(sep))])]
+            for k in range(len(sep)):
+                space[at + k] = True
     starts = ~space
     starts[1:] &= space[:-1]
     offsets = np.zeros(len(blobs), dtype=np.int64)

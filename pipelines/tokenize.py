@@ -42,8 +42,7 @@ from pipelines.files import (check_output_folder, exists, filesystem, is_local, 
 from pipelines.shards import REJECTED_DIR, ShardReader, add_source_arguments, describe_shard_error, expand, \
     source_options as make_source_options
 from pipelines.tokenizer_files import (TokenizerRef, identify_tokenizer, load_identified_tokenizer,
-                                      parse_special_token, remember_token_bytes, settle_heap,
-                                      token_bytes_of)
+                                      parse_special_token, settle_heap, token_bytes_of)
 from pipelines.groups import GROUPS_FOLDER, GroupedSummaries, GroupStats, group_value
 from pipelines.watch import StopSignal, WatchShards, WholeRun, install_stop_handlers
 from pipelines.windows import (WINDOWS_FOLDER, MergeSummaries, WindowedSummaries, WindowStats, format_utc,
@@ -870,7 +869,6 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
     inputs = sorted(set(inputs))
     restore = install_stop_handlers(stop) if watching else (lambda: None)
     try:
-        remember_token_bytes(tokenizer, tok)
         with pipeline_failures(args.output), quiet_worker_stderr(), beam.Pipeline(runner=runner, options=options) as p:
             build_tokenize_pipeline(p, shards, tokenizer,
                                     TokenizerFacts.of(tok, reload=partial(token_bytes_of, tokenizer), dropout=dropout),

@@ -49,7 +49,8 @@ def identify_tokenizer(url: str, implementation: Implementation = DEFAULT, patte
 def load_identified_tokenizer(ref: TokenizerRef):
     """Load the tokenizer `ref` names (worker side); UserError when unusable or no longer the file the
     launcher identified (the sha256 that goes into every output would be false). The check is on the
-    very bytes this load parsed."""
+    very bytes this load parsed; in the launcher's own process, whose tokenizer is reused, on the
+    bytes the file holds now."""
     identified = _IDENTIFIED.get(ref)
     if identified is not None and tokenizer_file_sha256(ref.url) == ref.file_sha256:
         # A worker in the launcher's process (the local runner's): the file still holds the bytes
@@ -70,15 +71,12 @@ _TOKEN_BYTES: dict[TokenizerRef, dict[int, bytes]] = {}
 def token_bytes_of(ref: TokenizerRef) -> dict[int, bytes]:
     """The token bytes by id of the tokenizer `ref` names: what `TokenizerFacts` reloads on a worker
     instead of carrying the vocabulary through Beam's pickler (use it as `partial(token_bytes_of, ref)`).
-    Loaded once per process, and not at all in the launcher's process, which remembers its own
-    (`remember_token_bytes`): the local runner's writers run there."""
+    Loaded once per process; in the launcher's (the local runner's writers run there), taken from
+    the tokenizer it identified."""
     if ref not in _TOKEN_BYTES:
-        _TOKEN_BYTES[ref] = dict(load_identified_tokenizer(ref).vocab)
+        identified = _IDENTIFIED.get(ref)         # the very tokenizer whose sha256 the outputs carry
+        _TOKEN_BYTES[ref] = dict((identified if identified is not None else load_identified_tokenizer(ref)).vocab)
     return _TOKEN_BYTES[ref]
-
-
-def remember_token_bytes(ref: TokenizerRef, tokenizer) -> None:
-    _TOKEN_BYTES[ref] = dict(tokenizer.vocab)
 
 
 def _tokenizer_path(fs, path: str) -> str:
