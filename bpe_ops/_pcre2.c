@@ -6,7 +6,8 @@
  * same pieces (tests compare them on every code point and on real corpora). Everything here works
  * on the text's UTF-8 bytes, which CPython keeps with the string.
  *
- *   Pattern(pattern)            a compiled pattern (UTF and UCP modes, JIT when available);
+ *   Pattern(pattern, scan)      a compiled pattern (UTF and UCP modes, JIT when available; `scan`:
+ *                               the hand-written splitter of `_split_scan.h` for most pieces);
  *     .findall(text)            the matched pieces, as `regex.findall` gives them (no groups);
  *     .search(text)             whether the pattern matches anywhere.
  *   PieceCounter(pattern)       counts pre-tokens by their UTF-8 bytes: .add(text), .to_dict(),
@@ -40,6 +41,7 @@
 #include "_byte_map.h"
 #include "_merge_table.h"
 #include "_piece_cache.h"
+#include "_split_scan.h"
 
 /* ---- PCRE2, loaded at import ------------------------------------------------------------------- */
 
@@ -117,6 +119,8 @@ typedef struct {
     pcre2_code *code;            /* immutable: shared by every matcher of this pattern */
     int groups, jit;
     struct Matcher *matcher;     /* for the calls made with the GIL held (findall, search) */
+    Scanner scan;                /* the hand-written splitter of this pattern's family, or SCAN_OFF */
+    PyObject *scan_arg;          /* as given, for pickling; None when off */
 } Pattern;
 
 /* The per-user state of a match: PCRE2's match data and a JIT stack. One per thread of use. */
@@ -191,6 +195,16 @@ static int split_text(const Pattern *pat, Matcher *m, const uint8_t *text, size_
     out->n = 0;
     /* pos == len is tried too: a pattern may match the empty string at the end. */
     while (pos <= len) {
+        if (pat->scan.family != SCAN_OFF && pos < len) {
+            /* The scanner's piece is the match PCRE2 finds at pos; where it cannot tell, PCRE2. */
+            size_t end = scan_piece(&pat->scan, text, len, pos);
+            if (end != SCAN_PCRE2) {
+                if (spans_push(out, pos, end) < 0)
+                    return SPLIT_NOMEM;
+                pos = end;
+                continue;
+            }
+        }
         rc = P.match(pat->code, text, len, pos, PCRE2_NO_UTF_CHECK, m->data, m->context);
         if (rc == PCRE2_ERROR_NOMATCH)
             break;
@@ -237,10 +251,136 @@ static const uint8_t *utf8_of(PyObject *text, Py_ssize_t *len)
     return (const uint8_t *)s;
 }
 
+/* ---- the scanner's character classes ------------------------------------------------------------ */
+
+/* [code point] -> CH_*, for the BMP; built once per process (with the GIL held) from PCRE2's own
+ * classes, so the scanner reads Unicode as the pattern does. */
+static uint8_t *scan_classes;
+
+static size_t utf8_put(uint8_t *out, uint32_t cp)
+{
+    if (cp < 0x80) {
+        out[0] = (uint8_t)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (uint8_t)(0xC0 | cp >> 6);
+        out[1] = (uint8_t)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    out[0] = (uint8_t)(0xE0 | cp >> 12);
+    out[1] = (uint8_t)(0x80 | (cp >> 6 & 0x3F));
+    out[2] = (uint8_t)(0x80 | (cp & 0x3F));
+    return 3;
+}
+
+static int mark_class(const char *cls, const uint8_t *every, size_t n, uint8_t *classes, uint8_t value)
+{
+    /* classes[cp] = value for every code point of `every` (the BMP's, in order, as UTF-8) that the
+     * PCRE2 class `cls` matches; -1 when PCRE2 fails or a code point is in two classes. */
+    int error, rc = 0;
+    size_t offset, pos = 0, *ov;
+    pcre2_code *code = P.compile((const uint8_t *)cls, strlen(cls), PCRE2_UTF | PCRE2_UCP, &error, &offset, NULL);
+    pcre2_match_data *data = code ? P.match_data_create_from_pattern(code, NULL) : NULL;
+    if (data == NULL) {
+        if (code)
+            P.code_free(code);
+        return -1;
+    }
+    P.jit_compile(code, PCRE2_JIT_COMPLETE);
+    ov = P.get_ovector_pointer(data);
+    while (pos < n && (rc = P.match(code, every, n, pos, PCRE2_NO_UTF_CHECK, data, NULL)) >= 0) {
+        size_t p = ov[0], next;
+        if (ov[1] == ov[0]) {
+            rc = -1;
+            break;
+        }
+        while (p < ov[1]) {
+            uint32_t cp;
+            uint8_t b = every[p];
+            if (b < 0x80)
+                cp = b, next = p + 1;
+            else if (b < 0xE0)
+                cp = (b & 0x1Fu) << 6 | (every[p + 1] & 0x3Fu), next = p + 2;
+            else
+                cp = (b & 0x0Fu) << 12 | (every[p + 1] & 0x3Fu) << 6 | (every[p + 2] & 0x3Fu), next = p + 3;
+            if (classes[cp] != CH_OTHER)
+                rc = -1;
+            classes[cp] = value;
+            p = next;
+        }
+        if (rc < 0)
+            break;
+        pos = ov[1];
+    }
+    P.match_data_free(data);
+    P.code_free(code);
+    return rc < 0 && rc != PCRE2_ERROR_NOMATCH ? -1 : 0;
+}
+
+static const uint8_t *build_scan_classes(void)
+{
+    /* The class table (see scan_classes), or NULL when it cannot be built: the scanner is then off. */
+    static int failed;
+    uint8_t *every, *classes;
+    size_t n = 0;
+    uint32_t cp;
+    if (scan_classes != NULL || failed)
+        return scan_classes;
+    every = malloc(3 * 0x10000);
+    classes = calloc(0x10000, 1);             /* CH_OTHER == 0 */
+    if (every == NULL || classes == NULL) {
+        free(every);
+        free(classes);
+        return NULL;                          /* not remembered: memory may come back */
+    }
+    for (cp = 0; cp < 0x10000; cp++)
+        if (cp < 0xD800 || cp > 0xDFFF)       /* surrogates are not UTF-8: never in a text */
+            n += utf8_put(every + n, cp);
+    failed = mark_class("\\p{L}+", every, n, classes, CH_LETTER) < 0 ||
+             mark_class("\\p{N}+", every, n, classes, CH_NUMBER) < 0 ||
+             mark_class("\\s+", every, n, classes, CH_WHITE) < 0 ||
+             classes[' '] != CH_WHITE || classes['\r'] != CH_WHITE || classes['\n'] != CH_WHITE ||
+             classes['\''] != CH_OTHER;
+    free(every);
+    if (failed) {
+        free(classes);
+        return NULL;
+    }
+    classes[' '] = CH_SPACE;
+    classes['\r'] = classes['\n'] = CH_NEWLINE;
+    classes['\''] = CH_QUOTE;
+    scan_classes = classes;
+    return scan_classes;
+}
+
+static int scanner_of(PyObject *arg, Scanner *sc)
+{
+    /* Read Pattern's `scan` argument: None, or (family, digits, space_end) with family "cl100k" or
+     * "gpt2". -1 with an exception set when it is malformed. */
+    const char *family;
+    int digits, space_end;
+    memset(sc, 0, sizeof(*sc));
+    if (arg == Py_None)
+        return 0;
+    if (!PyArg_ParseTuple(arg, "sip:scan", &family, &digits, &space_end))
+        return -1;
+    if ((strcmp(family, "cl100k") != 0 && strcmp(family, "gpt2") != 0) || digits < 0) {
+        PyErr_SetString(PyExc_ValueError, "scan must be None or (\"cl100k\" or \"gpt2\", digits >= 0, space_end)");
+        return -1;
+    }
+    if ((sc->classes = build_scan_classes()) == NULL)
+        return 0;                             /* PCRE2 alone: the same pieces, slower */
+    sc->family = strcmp(family, "cl100k") == 0 ? SCAN_CL100K : SCAN_GPT2;
+    sc->digits = digits;
+    sc->space_end = space_end;
+    return 0;
+}
+
 static int pattern_init(Pattern *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"pattern", NULL};
-    PyObject *pattern;
+    static char *kwlist[] = {"pattern", "scan", NULL};
+    PyObject *pattern, *scan = Py_None;
     const char *s;
     Py_ssize_t n;
     int error;
@@ -251,7 +391,8 @@ static int pattern_init(Pattern *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_TypeError, "Pattern is already initialised");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "U:Pattern", kwlist, &pattern))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "U|O:Pattern", kwlist, &pattern, &scan) ||
+        scanner_of(scan, &self->scan) < 0)
         return -1;
     if ((s = PyUnicode_AsUTF8AndSize(pattern, &n)) == NULL)
         return -1;
@@ -270,6 +411,8 @@ static int pattern_init(Pattern *self, PyObject *args, PyObject *kwds)
         return -1;
     Py_INCREF(pattern);
     self->pattern = pattern;
+    Py_INCREF(scan);
+    self->scan_arg = scan;
     return 0;
 }
 
@@ -279,6 +422,7 @@ static void pattern_dealloc(Pattern *self)
     if (self->code)
         P.code_free(self->code);
     Py_XDECREF(self->pattern);
+    Py_XDECREF(self->scan_arg);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -341,7 +485,7 @@ static PyObject *pattern_reduce(Pattern *self, PyObject *Py_UNUSED(ignored))
 {
     if (pattern_ready(self) < 0)
         return NULL;
-    return Py_BuildValue("O(O)", (PyObject *)Py_TYPE(self), self->pattern);
+    return Py_BuildValue("O(OO)", (PyObject *)Py_TYPE(self), self->pattern, self->scan_arg);
 }
 
 static PyObject *pattern_get_pattern(Pattern *self, void *closure)
@@ -362,6 +506,11 @@ static PyObject *pattern_get_jit(Pattern *self, void *closure)
     return PyBool_FromLong(self->jit);
 }
 
+static PyObject *pattern_get_scans(Pattern *self, void *closure)
+{
+    return PyBool_FromLong(self->scan.family != SCAN_OFF);
+}
+
 static PyMethodDef pattern_methods[] = {
     {"findall", (PyCFunction)pattern_findall, METH_O,
      "findall(text)\n--\n\nThe matched pieces of text, left to right (whole matches)."},
@@ -375,6 +524,7 @@ static PyGetSetDef pattern_getset[] = {
     {"pattern", (getter)pattern_get_pattern, NULL, "the pattern text", NULL},
     {"groups", (getter)pattern_get_groups, NULL, "the number of capturing groups", NULL},
     {"jit", (getter)pattern_get_jit, NULL, "whether PCRE2's JIT compiled the pattern", NULL},
+    {"scans", (getter)pattern_get_scans, NULL, "whether the hand-written splitter (_split_scan.h) takes most pieces", NULL},
     {NULL, NULL, NULL, NULL, NULL}
 };
 
@@ -384,7 +534,9 @@ static PyTypeObject PatternType = {
     .tp_basicsize = sizeof(Pattern),
     .tp_dealloc = (destructor)pattern_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Pattern(pattern)\n--\n\nA PCRE2 pattern in UTF and UCP modes, JIT-compiled when possible.",
+    .tp_doc = "Pattern(pattern, scan=None)\n--\n\nA PCRE2 pattern in UTF and UCP modes, JIT-compiled when possible. "
+              "scan=(family, digits, space_end) says the pattern is one the hand-written splitter of "
+              "_split_scan.h reads (family \"cl100k\" or \"gpt2\"): it then finds most pieces, PCRE2 the rest.",
     .tp_methods = pattern_methods,
     .tp_getset = pattern_getset,
     .tp_init = (initproc)pattern_init,

@@ -1,0 +1,173 @@
+/*
+ * A hand-written splitter for the split patterns real models use, giving PCRE2's pieces without
+ * running PCRE2 on every piece (`_pcre2.c`'s Pattern takes it where its pattern is one of these).
+ * The specification is the pattern itself, run by PCRE2: the tests compare both on every corpus and
+ * on random text over every class boundary.
+ *
+ * Two families, read alternative by alternative (first that matches wins, each greedy):
+ *   cl100k  (Llama 3, GPT-4, Qwen2):  contractions | [^\r\n\p{L}\p{N}]?\p{L}+ | \p{N}{1,D}
+ *           | ' '?[^\s\p{L}\p{N}]+[\r\n]* | (\s+$) | \s*[\r\n]+ | \s+(?!\S) | \s+
+ *           D is 3 (1 for Qwen2, 0 here for unbounded); `\s+$` (tiktoken's spelling) is optional;
+ *           `\s*[\r\n]` and `\s` there give the same pieces as `\s*[\r\n]+` and `\s+`.
+ *   gpt2:   contractions | ' '?\p{L}+ | ' '?\p{N}+ | ' '?[^\s\p{L}\p{N}]+ | \s+(?!\S) | \s+
+ * A piece that starts with an apostrophe (where the families' contractions differ, caseless or
+ * not) or meets a character outside the Basic Multilingual Plane is left to PCRE2: scan_piece
+ * says SCAN_PCRE2 and the caller runs the pattern from there. Everything else is decided by the
+ * class of each character, from a table of the 65,536 BMP code points that the caller fills from
+ * PCRE2's own `\p{L}`, `\p{N}` and `\s` (so both read Unicode alike).
+ *
+ * The text is valid UTF-8 (CPython's own encoding of a str), so a lead byte's continuation bytes
+ * are there. Worked example, cl100k: "Hi  there\n\n 42!" -> "Hi", " ", " there", "\n\n", " ",
+ * "42", "!" (the last space before a word joins the word; the run of spaces before it stays).
+ */
+#ifndef TOKENBEAM_SPLIT_SCAN_H
+#define TOKENBEAM_SPLIT_SCAN_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* A character's class: exactly one per code point. */
+enum {
+    CH_OTHER,        /* none of the below: [^\s\p{L}\p{N}] */
+    CH_LETTER,       /* \p{L} */
+    CH_NUMBER,       /* \p{N} */
+    CH_SPACE,        /* U+0020, the optional space of ' ?...' */
+    CH_NEWLINE,      /* \r or \n */
+    CH_WHITE,        /* the rest of \s */
+    CH_QUOTE,        /* the apostrophe: a contraction may start here (it is CH_OTHER inside a run) */
+    CH_CLASSES
+};
+#define CH_END 8     /* past the end of the text */
+#define CH_ASTRAL 9  /* outside the BMP: not in the table */
+#define CH_BIT(c) (1u << (c))
+#define WHITE_MASK (CH_BIT(CH_SPACE) | CH_BIT(CH_NEWLINE) | CH_BIT(CH_WHITE))
+#define OTHER_MASK (CH_BIT(CH_OTHER) | CH_BIT(CH_QUOTE))
+
+enum { SCAN_OFF, SCAN_CL100K, SCAN_GPT2 };
+/* scan_piece's answer when PCRE2 must decide the piece. */
+#define SCAN_PCRE2 ((size_t)-1)
+
+typedef struct {
+    int family;                 /* SCAN_OFF: PCRE2 splits everything */
+    int digits;                 /* cl100k: the longest run of \p{N} in one piece; 0: unbounded */
+    int space_end;              /* cl100k: `\s+$` comes before the newline alternative */
+    const uint8_t *classes;     /* [code point], 65,536 entries */
+} Scanner;
+
+static inline int scan_char(const uint8_t *classes, const uint8_t *s, size_t p, size_t *next)
+{
+    /* The class of the character at byte p and where the next one starts. */
+    uint8_t b = s[p];
+    if (b < 0x80) {
+        *next = p + 1;
+        return classes[b];
+    }
+    if (b < 0xE0) {
+        *next = p + 2;
+        return classes[(b & 0x1Fu) << 6 | (s[p + 1] & 0x3Fu)];
+    }
+    if (b < 0xF0) {
+        *next = p + 3;
+        return classes[(b & 0x0Fu) << 12 | (s[p + 1] & 0x3Fu) << 6 | (s[p + 2] & 0x3Fu)];
+    }
+    *next = p + 4;
+    return CH_ASTRAL;
+}
+
+static inline size_t scan_run(const uint8_t *classes, const uint8_t *s, size_t len, size_t p, unsigned mask,
+                              size_t most)
+{
+    /* The end of the run of at most `most` characters from p whose classes are in `mask`; SCAN_PCRE2
+     * when the run meets a character outside the BMP (whose class is not known here). */
+    size_t next;
+    while (p < len && most > 0) {
+        int c;
+        if (s[p] < 0x80) {              /* the common case, without the decoding */
+            if (!(mask & CH_BIT(classes[s[p]])))
+                return p;
+            p++;
+            most--;
+            continue;
+        }
+        c = scan_char(classes, s, p, &next);
+        if (c == CH_ASTRAL)
+            return SCAN_PCRE2;
+        if (!(mask & CH_BIT(c)))
+            return p;
+        p = next;
+        most--;
+    }
+    return p;
+}
+
+static inline size_t scan_newlines(const uint8_t *classes, const uint8_t *s, size_t len, size_t p)
+{
+    /* `[\r\n]*` from p. */
+    return scan_run(classes, s, len, p, CH_BIT(CH_NEWLINE), SIZE_MAX);
+}
+
+static size_t scan_white(const Scanner *sc, const uint8_t *s, size_t len, size_t i)
+{
+    /* The piece of a run of whitespace starting at i, by the families' whitespace alternatives. */
+    size_t p = i, last = i, after_newline = 0, next;
+    int c;
+    while (p < len) {
+        c = scan_char(sc->classes, s, p, &next);
+        if (c == CH_ASTRAL)
+            return SCAN_PCRE2;
+        if (!(WHITE_MASK & CH_BIT(c)))
+            break;
+        if (c == CH_NEWLINE)
+            after_newline = next;
+        last = p;
+        p = next;
+    }
+    /* p: the run's end; last: where its last character starts. */
+    if (sc->family == SCAN_CL100K) {
+        if (sc->space_end && p == len)
+            return len;                 /* \s+$ */
+        if (after_newline)
+            return after_newline;       /* \s*[\r\n]+: up to the run's last newline */
+    }
+    if (p == len || last == i)
+        return p;                       /* \s+(?!\S) at the end; \s+ for a single character */
+    return last;                        /* \s+(?!\S): all but the last, which joins what follows */
+}
+
+static size_t scan_piece(const Scanner *sc, const uint8_t *s, size_t len, size_t i)
+{
+    /* The end of the piece that starts at byte i < len, or SCAN_PCRE2. */
+    const uint8_t *cl = sc->classes;
+    size_t n1, n2 = 0, end;
+    int c0 = scan_char(cl, s, i, &n1), c1 = CH_END;
+    if (c0 == CH_QUOTE || c0 == CH_ASTRAL)
+        return SCAN_PCRE2;
+    if (n1 < len && (c1 = scan_char(cl, s, n1, &n2)) == CH_ASTRAL)
+        return SCAN_PCRE2;
+    if (sc->family == SCAN_CL100K) {
+        if (c0 == CH_LETTER)
+            return scan_run(cl, s, len, n1, CH_BIT(CH_LETTER), SIZE_MAX);
+        if (c1 == CH_LETTER && c0 != CH_NEWLINE && c0 != CH_NUMBER)
+            return scan_run(cl, s, len, n2, CH_BIT(CH_LETTER), SIZE_MAX);
+        if (c0 == CH_NUMBER)
+            return scan_run(cl, s, len, n1, CH_BIT(CH_NUMBER), sc->digits ? (size_t)sc->digits - 1 : SIZE_MAX);
+        if (c0 == CH_OTHER || (c0 == CH_SPACE && (OTHER_MASK & CH_BIT(c1)))) {
+            end = scan_run(cl, s, len, c0 == CH_OTHER ? n1 : n2, OTHER_MASK, SIZE_MAX);
+            return end == SCAN_PCRE2 ? end : scan_newlines(cl, s, len, end);
+        }
+        return scan_white(sc, s, len, i);
+    }
+    /* gpt2 */
+    if (c0 == CH_SPACE && c1 != CH_END && !(WHITE_MASK & CH_BIT(c1))) {
+        c0 = c1;                        /* ' ?': the space joins what follows */
+        n1 = n2;
+    }
+    if (c0 == CH_LETTER)
+        return scan_run(cl, s, len, n1, CH_BIT(CH_LETTER), SIZE_MAX);
+    if (c0 == CH_NUMBER)
+        return scan_run(cl, s, len, n1, CH_BIT(CH_NUMBER), SIZE_MAX);
+    if (c0 == CH_OTHER || c0 == CH_QUOTE)
+        return scan_run(cl, s, len, n1, OTHER_MASK, SIZE_MAX);
+    return scan_white(sc, s, len, i);
+}
+
+#endif

@@ -1,0 +1,78 @@
+"""The hand-written splitter (`bpe_ops/_split_scan.h`) against its specification, PCRE2 running the
+same pattern: identical pieces for every pattern of `SCANNED_PATTERNS` on real documents of every
+corpus, on every code point of the Basic Multilingual Plane beside every class of character, and
+on random texts over the class boundaries (whitespace of each kind before letters, digits,
+punctuation, apostrophes and contractions in every case, characters beyond the BMP)."""
+import os
+import pickle
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bpe_ops import pretokenize
+from bpe_ops.pretokenize import SCANNED_PATTERNS, _pcre2_compile
+from tests.conftest import read_jsonl_texts
+
+pcre2 = pretokenize._pcre2_module()
+pytestmark = pytest.mark.skipif(pcre2 is None and os.environ.get("TOKENBEAM_REQUIRE_PCRE2") != "1",
+                                reason="bpe_ops._pcre2 not built or libpcre2-8 missing (optional accelerator)")
+
+PATTERNS = sorted(SCANNED_PATTERNS)
+# Every kind of character the scanned patterns tell apart, and the pairs where they part ways.
+PIECES = [" ", "  ", "\n", "\r\n", "\r", "\t", "\x0b", "\x0c", "\x85", "\xa0", "\u2028", "\u3000", "\u200b",
+          "a", "Z", "é", "ж", "中", "ア", "한", "ß", "1", "42", "1234", "٣", "½", "Ⅻ", "'", "'s", "'S", "'ſ", "'t",
+          "'ll", "'LL", "'re", "'Ve", "'d", "'M", "’s", "!", ".", "-", "$", "_", "\x00", "😀", "𝐀", "𝟙",
+          "\u0301", "\u093f", "\U000e0001"]
+
+
+def pieces(pattern: str, text: str, scan: bool) -> list[str]:
+    compiled = pcre2.Pattern("(*LF)" + pattern, SCANNED_PATTERNS[pattern] if scan else None)
+    assert compiled.scans == scan
+    return compiled.findall(text)
+
+
+def test_the_scanned_patterns_scan_and_the_rest_do_not():
+    for pattern in PATTERNS:
+        compiled = _pcre2_compile(pattern)
+        assert compiled.scans
+        assert pickle.loads(pickle.dumps(compiled)).scans
+    assert not _pcre2_compile(pretokenize.O200K_PATTERN).scans
+    assert not _pcre2_compile(r"\S+").scans
+
+
+def test_worked_example():
+    # The docstring of _split_scan.h: the last space before a word joins it, newlines end a run.
+    text = "Hi  there\n\n 42!"
+    expected = ["Hi", " ", " there", "\n\n", " ", "42", "!"]
+    assert pieces(pretokenize.LLAMA3_PATTERN, text, True) == expected
+    assert pieces(pretokenize.LLAMA3_PATTERN, text, False) == expected
+    # gpt2: no newline alternative, digits run on, the space joins what follows.
+    assert pieces(pretokenize.GPT2_PATTERN, text, True) == ["Hi", " ", " there", "\n\n", " 42", "!"]
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_real_documents(pattern, corpora):
+    texts = []
+    for folder in ("multi", "code", "en", "tiny"):
+        texts += read_jsonl_texts(corpora / folder, limit=400)
+    assert len(texts) > 1000
+    differ = [t[:60] for t in texts if pieces(pattern, t, True) != pieces(pattern, t, False)]
+    assert differ == []
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_every_bmp_code_point_beside_every_class(pattern):
+    code_points = [chr(c) for c in range(0x10000) if not 0xD800 <= c <= 0xDFFF]
+    for k, context in enumerate(PIECES):
+        # Each code point alone, doubled, and between `context` and its neighbours.
+        text = "".join(f"{c}{context}{c}{c} {c}" for c in code_points[k::7])
+        assert pieces(pattern, text, True) == pieces(pattern, text, False), repr(context)
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(PIECES), max_size=16))
+def test_random_texts(pattern, parts):
+    text = "".join(parts)
+    assert pieces(pattern, text, True) == pieces(pattern, text, False)
