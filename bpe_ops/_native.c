@@ -9,6 +9,9 @@
  *                               bytes (bpe_ops/stats.py's `_utf8_length_python` is the specification).
  *   add_counts(into, counts)    into[k] = into.get(k, 0) + v for two dicts (pretokenize.add_counts).
  *   crc32(data)                 zlib.crc32 of bytes, the bucket function of the packed tables.
+ *   measure_texts(texts, separators, wide)
+ *                               each text's UTF-8 bytes, whitespace words and ASCII digit runs in
+ *                               one pass, without the GIL (bpe_ops/stats.py's `measure_batch`).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -389,6 +392,161 @@ static PyObject *has_code_point_in(PyObject *Py_UNUSED(module), PyObject *args)
     return PyBool_FromLong(found);
 }
 
+/* ---- per-record measures ---------------------------------------------------------------------- */
+
+#define DIGIT_RUN_LENGTHS 5
+#define MAX_WIDE 32
+
+typedef struct {
+    const uint8_t *s;
+    size_t n;
+    int64_t words, runs[DIGIT_RUN_LENGTHS];
+} Measured;
+
+typedef struct {
+    const uint8_t *separators;          /* [byte]: 1 an ASCII separator, 2 a wide separator's lead */
+    uint8_t wide[MAX_WIDE][4];          /* the non-ASCII separators' UTF-8: length, then the bytes */
+    int nwide;
+} Separators;
+
+static size_t separator_at(const Separators *sep, const uint8_t *s, size_t n, size_t i)
+{
+    /* The length of the separator at s[i], or 0. */
+    int k;
+    if (sep->separators[s[i]] == 1)
+        return 1;
+    if (sep->separators[s[i]] != 2)
+        return 0;
+    for (k = 0; k < sep->nwide; k++) {
+        size_t len = sep->wide[k][0];
+        if (i + len <= n && memcmp(s + i, sep->wide[k] + 1, len) == 0)
+            return len;
+    }
+    return 0;
+}
+
+static void measure(const Separators *sep, Measured *m)
+{
+    /* Words start at a non-separator after a separator (or at the start); digit runs are counted
+     * by length, 5 and more together. */
+    const uint8_t *s = m->s;
+    size_t i = 0, run = 0;
+    int in_word = 0;
+    while (i < m->n) {
+        size_t len = separator_at(sep, s, m->n, i);
+        uint8_t b = s[i];
+        if (b >= '0' && b <= '9')
+            run++;
+        else if (run) {
+            m->runs[(run < DIGIT_RUN_LENGTHS ? run : DIGIT_RUN_LENGTHS) - 1]++;
+            run = 0;
+        }
+        if (len) {
+            in_word = 0;
+            i += len;                   /* a wide separator holds no digit */
+        } else {
+            m->words += !in_word;
+            in_word = 1;
+            i++;
+        }
+    }
+    if (run)
+        m->runs[(run < DIGIT_RUN_LENGTHS ? run : DIGIT_RUN_LENGTHS) - 1]++;
+}
+
+static PyObject *measure_texts(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    /* (n_bytes list, n_words list, digit runs as n x 5 native int64 in a bytearray). A text with a
+     * lone surrogate is read as its surrogatepass encoding (3 bytes each, as utf8_length counts). */
+    PyObject *texts, *wide, *seq = NULL, *keep = NULL, *bytes_out = NULL, *words_out = NULL, *runs = NULL,
+             *result = NULL;
+    Py_buffer table;
+    Separators sep;
+    Measured *m = NULL;
+    Py_ssize_t n, i, k;
+    if (!PyArg_ParseTuple(args, "Oy*O:measure_texts", &texts, &table, &wide))
+        return NULL;
+    memset(&sep, 0, sizeof(sep));
+    if (table.len != 256 || !PyTuple_Check(wide) || PyTuple_GET_SIZE(wide) > MAX_WIDE) {
+        PyErr_SetString(PyExc_ValueError, "measure_texts: separators must be 256 bytes and wide a tuple of "
+                                          "at most 32 byte strings of 1-3 bytes");
+        goto done;
+    }
+    sep.separators = table.buf;
+    for (k = 0; k < PyTuple_GET_SIZE(wide); k++) {
+        PyObject *w = PyTuple_GET_ITEM(wide, k);
+        if (!PyBytes_Check(w) || PyBytes_GET_SIZE(w) < 1 || PyBytes_GET_SIZE(w) > 3) {
+            PyErr_SetString(PyExc_ValueError, "measure_texts: wide separators are byte strings of 1-3 bytes");
+            goto done;
+        }
+        sep.wide[k][0] = (uint8_t)PyBytes_GET_SIZE(w);
+        memcpy(sep.wide[k] + 1, PyBytes_AS_STRING(w), (size_t)PyBytes_GET_SIZE(w));
+    }
+    sep.nwide = (int)PyTuple_GET_SIZE(wide);
+    if ((seq = PySequence_Fast(texts, "measure_texts: texts must be a sequence")) == NULL ||
+        (keep = PyList_New(0)) == NULL)
+        goto done;
+    n = PySequence_Fast_GET_SIZE(seq);
+    if ((m = calloc(n ? (size_t)n : 1, sizeof(Measured))) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i = 0; i < n; i++) {
+        PyObject *text = PySequence_Fast_GET_ITEM(seq, i);
+        Py_ssize_t len;
+        const char *s;
+        if (!PyUnicode_Check(text)) {
+            PyErr_Format(PyExc_TypeError, "measure_texts: expected str, got %.100s", Py_TYPE(text)->tp_name);
+            goto done;
+        }
+        if ((s = PyUnicode_AsUTF8AndSize(text, &len)) == NULL) {
+            PyObject *encoded;
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+                goto done;
+            PyErr_Clear();
+            if ((encoded = PyUnicode_AsEncodedString(text, "utf-8", "surrogatepass")) == NULL)
+                goto done;
+            if (PyList_Append(keep, encoded) < 0) {
+                Py_DECREF(encoded);
+                goto done;
+            }
+            Py_DECREF(encoded);
+            s = PyBytes_AS_STRING(encoded);
+            len = PyBytes_GET_SIZE(encoded);
+        }
+        m[i].s = (const uint8_t *)s;
+        m[i].n = (size_t)len;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (i = 0; i < n; i++)
+        measure(&sep, &m[i]);
+    Py_END_ALLOW_THREADS
+    if ((bytes_out = PyList_New(n)) == NULL || (words_out = PyList_New(n)) == NULL ||
+        (runs = PyByteArray_FromStringAndSize(NULL, n * DIGIT_RUN_LENGTHS * (Py_ssize_t)sizeof(int64_t))) == NULL)
+        goto done;
+    for (i = 0; i < n; i++) {
+        PyObject *a = PyLong_FromSize_t(m[i].n), *b = PyLong_FromLongLong(m[i].words);
+        if (a == NULL || b == NULL) {
+            Py_XDECREF(a);
+            Py_XDECREF(b);
+            goto done;
+        }
+        PyList_SET_ITEM(bytes_out, i, a);
+        PyList_SET_ITEM(words_out, i, b);
+        memcpy(PyByteArray_AS_STRING(runs) + i * DIGIT_RUN_LENGTHS * sizeof(int64_t), m[i].runs, sizeof(m[i].runs));
+    }
+    result = PyTuple_Pack(3, bytes_out, words_out, runs);
+done:
+    PyBuffer_Release(&table);
+    free(m);
+    Py_XDECREF(seq);
+    Py_XDECREF(keep);
+    Py_XDECREF(bytes_out);
+    Py_XDECREF(words_out);
+    Py_XDECREF(runs);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"add_counts", add_counts, METH_VARARGS,
      "add_counts(into, counts)\n--\n\nAdd the count table `counts` into the dict `into`, key by key."},
@@ -396,6 +554,9 @@ static PyMethodDef module_methods[] = {
      "utf8_length(text)\n--\n\nlen(text.encode('utf-8')) without the copy; a lone surrogate counts 3 bytes."},
     {"has_code_point_in", has_code_point_in, METH_VARARGS,
      "has_code_point_in(text, bits)\n--\n\nWhether a code point c of text has bit c of the 0x110000-bit map bits set."},
+    {"measure_texts", measure_texts, METH_VARARGS,
+     "measure_texts(texts, separators, wide)\n--\n\nEach text's UTF-8 bytes, whitespace words and ASCII digit "
+     "runs (n x 5 int64 in a bytearray), in one pass without the GIL."},
     {"crc32", crc32, METH_O,
      "crc32(data)\n--\n\nzlib.crc32(data): the bucket of a pre-token in the packed tables."},
     {NULL, NULL, 0, NULL}

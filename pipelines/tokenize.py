@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bpe_ops.dropout import DROPOUT_MODES, Dropout
-from bpe_ops.stats import Summary, batch_stats, digit_runs_batch
+from bpe_ops.stats import Summary, measure_batch
 from schemas import tables
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
 from pipelines.command import (Parser, add_dropout_arguments, implementation_from_environment, option_strings,
@@ -306,9 +306,7 @@ class TokenizeShard(beam.DoFn):
         """What a background thread makes of a batch: its token ids, `batch_stats` columns, digit
         runs and `Summary.batch_calibration` (read-only on `summary`: added later, in order)."""
         id_arrays = self.encode_batch(batch)
-        texts = [r.text for r in batch]
-        stats = batch_stats(texts, id_arrays)
-        runs = digit_runs_batch(texts)
+        stats, runs = measure_batch([r.text for r in batch], id_arrays)
         calibration = summary.batch_calibration(stats[0], [r.id for r in batch], id_arrays)
         return id_arrays, stats, runs, calibration
 

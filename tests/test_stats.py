@@ -5,6 +5,7 @@ taken from the code under test.
 """
 import json
 import math
+import os
 import pickle
 import random
 from collections import Counter
@@ -24,7 +25,7 @@ import numpy as np
 
 from bpe_ops.stats import (EXACT_ID_CLASSES, FOLDED_ID_CLASSES, REPLICATE_GROUPS, UNICODE_SPACES, Summary,
                            batch_stats, count_words, count_words_batch, id_class_count, id_class_table, id_classes, length_key, nearest_rank, record_group,
-                           digit_runs, digit_runs_batch, record_stats, single_byte_ids)
+                           digit_runs, digit_runs_batch, measure_batch, record_stats, single_byte_ids)
 from pipelines import stats_cmd
 from schemas.stats import (BYTES_PER_TOKEN_EDGES, STATS_SCHEMA_VERSION, TOKENS_PER_RECORD_EDGES,
                            bin_counts, dump_stats, load_stats, stats_json, validate_stats)
@@ -426,6 +427,35 @@ WORD_ALPHABET = (UNICODE_SPACES + "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f ab\u00e9\u20ac
 @given(st.lists(st.text(alphabet=WORD_ALPHABET, max_size=20), min_size=1, max_size=6))
 def test_the_batch_word_counts_equal_str_split(texts):
     assert count_words_batch(texts) == [count_words(t) for t in texts] == [len(t.split()) for t in texts]
+
+
+def specified_measures(texts, id_lists):
+    """What measure_batch must give: record_stats and digit_runs of each text, as columns."""
+    return ([list(col) for col in zip(*(record_stats(t, ids) for t, ids in zip(texts, id_lists)))] or [[]] * 4,
+            [list(digit_runs(t)) for t in texts])
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.text(alphabet=WORD_ALPHABET + "0123456789٣", max_size=20), min_size=1, max_size=6))
+def test_the_measures_of_a_batch_equal_the_per_record_specification(texts):
+    # Separators (wide ones beside their lead-byte look-alikes), digits at the ends of texts, lone
+    # surrogates: the compiled one-pass measures (where built) equal record_stats and digit_runs.
+    id_lists = [[0] * (len(t) % 3) for t in texts]
+    stats, runs = measure_batch(texts, id_lists)
+    assert ([list(col) for col in stats], runs.tolist()) == specified_measures(texts, id_lists)
+
+
+def test_the_measures_of_real_records(corpora):
+    from bpe_ops.stats import _measure_texts
+    if os.environ.get("TOKENBEAM_REQUIRE_PCRE2") == "1":
+        assert _measure_texts() is not None          # the compiled path is the one measured here
+    texts = read_jsonl_texts(corpora / "multi", limit=300) + read_jsonl_texts(corpora / "code", limit=300)
+    id_lists = [[1] * (len(t) // 4) for t in texts]
+    for start in range(0, len(texts), 16):
+        chunk, ids = texts[start:start + 16], id_lists[start:start + 16]
+        stats, runs = measure_batch(chunk, ids)
+        assert ([list(col) for col in stats], runs.tolist()) == specified_measures(chunk, ids)
+    assert measure_batch([], [])[1].shape == (0, 5)
 
 
 def test_the_id_class_table_equals_id_classes():
