@@ -308,9 +308,11 @@ static size_t merge_heap_start(const MergeTable *m, const int32_t *sym, Py_ssize
 }
 
 static inline void merge_heap_apply(const MergeTable *m, int32_t *sym, uint32_t *nxt, uint32_t *prv, int32_t *cur,
-                                    uint64_t *keys, size_t *nkeys, uint32_t p, int32_t rank)
+                                    uint64_t *keys, size_t *nkeys, uint32_t p, int32_t rank, int at_top)
 {
-    /* Apply merge `rank` to the live pair at p and push the keys of the two pairs it creates. */
+    /* Apply merge `rank` to the live pair at p and file the keys of the two pairs it creates. With
+     * `at_top`, p's key is still the heap's top: the new pair at p takes its place, one sift down
+     * instead of a pop and a push (the same keys, so the same order of merges). */
     uint32_t q = nxt[p], after = nxt[q];
     sym[p] = merged_of(m, rank);
     nxt[p] = after;
@@ -318,7 +320,12 @@ static inline void merge_heap_apply(const MergeTable *m, int32_t *sym, uint32_t 
         prv[after] = p;
     cur[q] = NO_RANK;               /* q is merged away */
     cur[p] = after != NONE ? rank_of(m, sym[p], sym[after]) : NO_RANK;
-    if (cur[p] != NO_RANK) {
+    if (cur[p] != NO_RANK && at_top) {
+        keys[0] = (uint64_t)cur[p] << 32 | p;
+        rank_heap_sift_down(NULL, keys, *nkeys, 0);
+    } else if (at_top) {
+        rank_heap_pop(NULL, keys, nkeys);
+    } else if (cur[p] != NO_RANK) {
         keys[*nkeys] = (uint64_t)cur[p] << 32 | p;
         rank_heap_sift_up(NULL, keys, (*nkeys)++);
     }
@@ -351,12 +358,13 @@ static Py_ssize_t merge_long_ranked(const MergeTable *m, int32_t *sym, Py_ssize_
      * cur[0..n - 1) holds the initial pairs' ranks. */
     size_t nkeys = merge_heap_start(m, sym, n, nxt, prv, cur, keys, ranked);
     while (nkeys > 0) {
-        uint64_t key = rank_heap_pop(NULL, keys, &nkeys);
+        uint64_t key = keys[0];
         int32_t rank = (int32_t)(key >> 32);
         uint32_t p = (uint32_t)key;
         if (cur[p] != rank)
-            continue;                   /* stale: the pair at p changed since */
-        merge_heap_apply(m, sym, nxt, prv, cur, keys, &nkeys, p, rank);
+            rank_heap_pop(NULL, keys, &nkeys);      /* stale: the pair at p changed since */
+        else
+            merge_heap_apply(m, sym, nxt, prv, cur, keys, &nkeys, p, rank, 1);
     }
     return merge_heap_finish(sym, n, nxt);
 }

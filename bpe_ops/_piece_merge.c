@@ -226,7 +226,7 @@ static Py_ssize_t merge_dropout(const MergeTable *m, int32_t *sym, Py_ssize_t n,
         }
         if (cur[p] != rank)
             continue;                   /* stale: the pair at p changed since */
-        merge_heap_apply(m, sym, nxt, prv, cur, keys, &nkeys, p, rank);
+        merge_heap_apply(m, sym, nxt, prv, cur, keys, &nkeys, p, rank, 0);
     }
     return merge_heap_finish(sym, n, nxt);
 }
