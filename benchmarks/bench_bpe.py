@@ -247,7 +247,9 @@ def load_any(path: str, pattern: str | None) -> Tokenizer:
 
 def bench_scripts(tokenizer_path: str, pattern: str | None, corpus: Path, repeat: int) -> None:
     """Encode speed per script, single-threaded, cold (a fresh tokenizer, empty cache, per script and
-    run): ours against tiktoken `encode_ordinary` built from the same ranks; least CPU of `repeat`."""
+    run): ours against tiktoken `encode_ordinary` built from the same ranks; least CPU of `repeat`,
+    and the range of the ratios of the runs made back to back (the machine's speed drifts between
+    runs: the paired ratios show how far one script's figure can be trusted)."""
     import tiktoken
     tok = load_any(tokenizer_path, pattern)
     ranks = {t: i for i, t in tok.vocab.items() if i not in tok.special_tokens.values()}
@@ -255,8 +257,9 @@ def bench_scripts(tokenizer_path: str, pattern: str | None, corpus: Path, repeat
     groups = read_by_script(corpus)
     print(f"\nEncode per script ({corpus}, tokenizer {tokenizer_path}: {tok.vocab_size:,} ids, pattern "
           f"{tok.pattern_name or 'custom'}); single-threaded, cold; least CPU of {repeat}; ids checked equal")
-    print(f"| {'script':<12} | {'docs':>5} | {'MB':>6} | {'ours MB/CPU-s':>13} | {'tiktoken':>9} | {'x tiktoken':>10} |")
-    print(f"|{'-' * 14}|{'-' * 7}|{'-' * 8}|{'-' * 15}|{'-' * 11}|{'-' * 12}|")
+    print(f"| {'script':<12} | {'docs':>5} | {'MB':>6} | {'ours MB/CPU-s':>13} | {'tiktoken':>9} | {'x tiktoken':>10} "
+          f"| {'paired runs':>11} |")
+    print(f"|{'-' * 14}|{'-' * 7}|{'-' * 8}|{'-' * 15}|{'-' * 11}|{'-' * 12}|{'-' * 13}|")
     total_ours = total_tt = total_mb = 0.0
     for script, texts in sorted(groups.items(), key=lambda kv: -sum(map(len, kv[1]))):
         megabytes = sum(len(t.encode("utf-8")) for t in texts) / 1e6
@@ -272,11 +275,12 @@ def bench_scripts(tokenizer_path: str, pattern: str | None, corpus: Path, repeat
             if ids != theirs:
                 raise SystemExit(f"{script}: ids differ from tiktoken: no figures")
         o, t = min(ours_cpu), min(tt_cpu)
+        paired = sorted(b / a for a, b in zip(ours_cpu, tt_cpu))
         total_ours, total_tt, total_mb = total_ours + o, total_tt + t, total_mb + megabytes
         print(f"| {script:<12} | {len(texts):5d} | {megabytes:6.2f} | {megabytes / o:13.2f} | {megabytes / t:9.2f} | "
-              f"{t / o:10.2f} |")
+              f"{t / o:10.2f} | {paired[0]:4.2f}-{paired[-1]:<6.2f} |")
     print(f"| {'all':<12} | {sum(map(len, groups.values())):5d} | {total_mb:6.2f} | {total_mb / total_ours:13.2f} | "
-          f"{total_mb / total_tt:9.2f} | {total_tt / total_ours:10.2f} |")
+          f"{total_mb / total_tt:9.2f} | {total_tt / total_ours:10.2f} | {'':11} |")
 
 
 def _load_once(kind: str, path: str, cache_dir: str) -> None:
