@@ -337,11 +337,14 @@ static const uint8_t *build_scan_classes(void)
     for (cp = 0; cp < 0x10000; cp++)
         if (cp < 0xD800 || cp > 0xDFFF)       /* surrogates are not UTF-8: never in a text */
             n += utf8_put(every + n, cp);
-    failed = mark_class("\\p{L}+", every, n, classes, CH_LETTER) < 0 ||
+    failed = mark_class("[\\p{Lu}\\p{Lt}]+", every, n, classes, CH_UPPER) < 0 ||
+             mark_class("\\p{Ll}+", every, n, classes, CH_LOWER) < 0 ||
+             mark_class("[\\p{Lm}\\p{Lo}]+", every, n, classes, CH_CASELESS) < 0 ||
+             mark_class("\\p{M}+", every, n, classes, CH_MARK) < 0 ||
              mark_class("\\p{N}+", every, n, classes, CH_NUMBER) < 0 ||
              mark_class("\\s+", every, n, classes, CH_WHITE) < 0 ||
              classes[' '] != CH_WHITE || classes['\r'] != CH_WHITE || classes['\n'] != CH_WHITE ||
-             classes['\''] != CH_OTHER;
+             classes['\''] != CH_OTHER || classes['/'] != CH_OTHER;
     free(every);
     if (failed) {
         free(classes);
@@ -350,14 +353,15 @@ static const uint8_t *build_scan_classes(void)
     classes[' '] = CH_SPACE;
     classes['\r'] = classes['\n'] = CH_NEWLINE;
     classes['\''] = CH_QUOTE;
+    classes['/'] = CH_SLASH;
     scan_classes = classes;
     return scan_classes;
 }
 
 static int scanner_of(PyObject *arg, Scanner *sc)
 {
-    /* Read Pattern's `scan` argument: None, or (family, digits, space_end) with family "cl100k" or
-     * "gpt2". -1 with an exception set when it is malformed. */
+    /* Read Pattern's `scan` argument: None, or (family, digits, space_end) with family "cl100k",
+     * "gpt2" or "o200k". -1 with an exception set when it is malformed. */
     const char *family;
     int digits, space_end;
     memset(sc, 0, sizeof(*sc));
@@ -365,13 +369,15 @@ static int scanner_of(PyObject *arg, Scanner *sc)
         return 0;
     if (!PyArg_ParseTuple(arg, "sip:scan", &family, &digits, &space_end))
         return -1;
-    if ((strcmp(family, "cl100k") != 0 && strcmp(family, "gpt2") != 0) || digits < 0) {
-        PyErr_SetString(PyExc_ValueError, "scan must be None or (\"cl100k\" or \"gpt2\", digits >= 0, space_end)");
+    if ((strcmp(family, "cl100k") != 0 && strcmp(family, "gpt2") != 0 && strcmp(family, "o200k") != 0) ||
+        digits < 0) {
+        PyErr_SetString(PyExc_ValueError, "scan must be None or (\"cl100k\", \"gpt2\" or \"o200k\", digits >= 0, "
+                                          "space_end)");
         return -1;
     }
     if ((sc->classes = build_scan_classes()) == NULL)
         return 0;                             /* PCRE2 alone: the same pieces, slower */
-    sc->family = strcmp(family, "cl100k") == 0 ? SCAN_CL100K : SCAN_GPT2;
+    sc->family = strcmp(family, "cl100k") == 0 ? SCAN_CL100K : strcmp(family, "gpt2") == 0 ? SCAN_GPT2 : SCAN_O200K;
     sc->digits = digits;
     sc->space_end = space_end;
     return 0;
@@ -536,7 +542,7 @@ static PyTypeObject PatternType = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Pattern(pattern, scan=None)\n--\n\nA PCRE2 pattern in UTF and UCP modes, JIT-compiled when possible. "
               "scan=(family, digits, space_end) says the pattern is one the hand-written splitter of "
-              "_split_scan.h reads (family \"cl100k\" or \"gpt2\"): it then finds most pieces, PCRE2 the rest.",
+              "_split_scan.h reads (family \"cl100k\", \"gpt2\" or \"o200k\"): it then finds most pieces, PCRE2 the rest.",
     .tp_methods = pattern_methods,
     .tp_getset = pattern_getset,
     .tp_init = (initproc)pattern_init,

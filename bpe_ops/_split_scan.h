@@ -10,11 +10,15 @@
  *           D is 3 (1 for Qwen2, 0 here for unbounded); `\s+$` (tiktoken's spelling) is optional;
  *           `\s*[\r\n]` and `\s` there give the same pieces as `\s*[\r\n]+` and `\s+`.
  *   gpt2:   contractions | ' '?\p{L}+ | ' '?\p{N}+ | ' '?[^\s\p{L}\p{N}]+ | \s+(?!\S) | \s+
+ *   o200k   (GPT-4o, gpt-oss):  P?H*T+C? | P?H+T*C? | \p{N}{1,3} | ' '?[^\s\p{L}\p{N}]+[\r\n/]*
+ *           | \s*[\r\n]+ | \s+(?!\S) | \s+, where P is [^\r\n\p{L}\p{N}], H the upper-case word
+ *           class [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}], T the lower-case one [\p{Ll}\p{Lm}\p{Lo}\p{M}], and
+ *           C an optional contraction (a word followed by an apostrophe is left to PCRE2).
  * A piece that starts with an apostrophe (where the families' contractions differ, caseless or
  * not) or meets a character outside the Basic Multilingual Plane is left to PCRE2: scan_piece
  * says SCAN_PCRE2 and the caller runs the pattern from there. Everything else is decided by the
  * class of each character, from a table of the 65,536 BMP code points that the caller fills from
- * PCRE2's own `\p{L}`, `\p{N}` and `\s` (so both read Unicode alike).
+ * PCRE2's own `\p{Lu}`, `\p{Ll}`, ..., `\p{M}`, `\p{N}` and `\s` (so both read Unicode alike).
  *
  * The text is valid UTF-8 (CPython's own encoding of a str), so a lead byte's continuation bytes
  * are there. Worked example, cl100k: "Hi  there\n\n 42!" -> "Hi", " ", " there", "\n\n", " ",
@@ -25,30 +29,41 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* A character's class: exactly one per code point. */
+/* A character's class: exactly one per code point. The letter classes are o200k's (which tells
+ * cases apart); the other families read them together as \p{L}. */
 enum {
     CH_OTHER,        /* none of the below: [^\s\p{L}\p{N}] */
-    CH_LETTER,       /* \p{L} */
+    CH_UPPER,        /* \p{Lu}, \p{Lt} */
+    CH_LOWER,        /* \p{Ll} */
+    CH_CASELESS,     /* \p{Lm}, \p{Lo}: a letter in both of o200k's word classes */
+    CH_MARK,         /* \p{M}: not a letter, but in both of o200k's word classes */
     CH_NUMBER,       /* \p{N} */
     CH_SPACE,        /* U+0020, the optional space of ' ?...' */
     CH_NEWLINE,      /* \r or \n */
     CH_WHITE,        /* the rest of \s */
-    CH_QUOTE,        /* the apostrophe: a contraction may start here (it is CH_OTHER inside a run) */
+    CH_QUOTE,        /* the apostrophe: a contraction may start here (CH_OTHER otherwise) */
+    CH_SLASH,        /* '/': CH_OTHER, which o200k's ' ?[^\s\p{L}\p{N}]+[\r\n/]*' also takes after */
     CH_CLASSES
 };
-#define CH_END 8     /* past the end of the text */
-#define CH_ASTRAL 9  /* outside the BMP: not in the table */
+#define CH_END 16    /* past the end of the text */
+#define CH_ASTRAL 17 /* outside the BMP: not in the table */
 #define CH_BIT(c) (1u << (c))
+#define LETTER_MASK (CH_BIT(CH_UPPER) | CH_BIT(CH_LOWER) | CH_BIT(CH_CASELESS))
 #define WHITE_MASK (CH_BIT(CH_SPACE) | CH_BIT(CH_NEWLINE) | CH_BIT(CH_WHITE))
-#define OTHER_MASK (CH_BIT(CH_OTHER) | CH_BIT(CH_QUOTE))
+#define OTHER_MASK (CH_BIT(CH_OTHER) | CH_BIT(CH_QUOTE) | CH_BIT(CH_SLASH) | CH_BIT(CH_MARK))
+/* o200k's word classes: [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and [\p{Ll}\p{Lm}\p{Lo}\p{M}]. */
+#define HEAD_MASK (CH_BIT(CH_UPPER) | CH_BIT(CH_CASELESS) | CH_BIT(CH_MARK))
+#define TAIL_MASK (CH_BIT(CH_LOWER) | CH_BIT(CH_CASELESS) | CH_BIT(CH_MARK))
+/* [^\r\n\p{L}\p{N}]: the optional first character of a word. */
+#define PREFIX_MASK ((WHITE_MASK & ~CH_BIT(CH_NEWLINE)) | OTHER_MASK)
 
-enum { SCAN_OFF, SCAN_CL100K, SCAN_GPT2 };
+enum { SCAN_OFF, SCAN_CL100K, SCAN_GPT2, SCAN_O200K };
 /* scan_piece's answer when PCRE2 must decide the piece. */
 #define SCAN_PCRE2 ((size_t)-1)
 
 typedef struct {
     int family;                 /* SCAN_OFF: PCRE2 splits everything */
-    int digits;                 /* cl100k: the longest run of \p{N} in one piece; 0: unbounded */
+    int digits;                 /* cl100k, o200k: the longest run of \p{N} in one piece; 0: unbounded */
     int space_end;              /* cl100k: `\s+$` comes before the newline alternative */
     const uint8_t *classes;     /* [code point], 65,536 entries */
 } Scanner;
@@ -122,7 +137,7 @@ static size_t scan_white(const Scanner *sc, const uint8_t *s, size_t len, size_t
         p = next;
     }
     /* p: the run's end; last: where its last character starts. */
-    if (sc->family == SCAN_CL100K) {
+    if (sc->family != SCAN_GPT2) {
         if (sc->space_end && p == len)
             return len;                 /* \s+$ */
         if (after_newline)
@@ -131,6 +146,66 @@ static size_t scan_white(const Scanner *sc, const uint8_t *s, size_t len, size_t
     if (p == len || last == i)
         return p;                       /* \s+(?!\S) at the end; \s+ for a single character */
     return last;                        /* \s+(?!\S): all but the last, which joins what follows */
+}
+
+static size_t o200k_word(const uint8_t *cl, const uint8_t *s, size_t len, size_t at, int upper_first)
+{
+    /* The end of o200k's word from `at` (its optional first character already passed), or 0 when
+     * it has none there: with `upper_first` H+T* (the second alternative), else H*T+, both greedy
+     * and giving back as a regex engine would. SCAN_PCRE2 for a character outside the BMP. */
+    size_t p = at, next, last_tail = 0;
+    int c = CH_END;
+    /* H*: the run of the upper-case class, noting the last character also in the lower-case one. */
+    while (p < len) {
+        c = scan_char(cl, s, p, &next);
+        if (c == CH_ASTRAL)
+            return SCAN_PCRE2;
+        if (!(HEAD_MASK & CH_BIT(c)))
+            break;
+        if (TAIL_MASK & CH_BIT(c))
+            last_tail = next;
+        p = next;
+    }
+    if (p == len)
+        c = CH_END;
+    if (upper_first && p == at)
+        return 0;                       /* H+ needs one */
+    if (c == CH_LOWER)                  /* T+ (or T*) goes on from the end of H* */
+        return scan_run(cl, s, len, p, TAIL_MASK, SIZE_MAX);
+    if (upper_first)
+        return p > at ? p : 0;          /* H+ with an empty T* */
+    return last_tail;                   /* H* gives back to its last T character, T+ is that one */
+}
+
+static size_t scan_o200k(const Scanner *sc, const uint8_t *s, size_t len, size_t i, int c0, size_t n1, int c1,
+                         size_t n2)
+{
+    /* scan_piece for o200k, the first two characters' classes given. */
+    const uint8_t *cl = sc->classes;
+    size_t end = 0, next;
+    int alt;
+    for (alt = 0; alt < 2 && end == 0; alt++) {
+        /* Each word alternative with its optional first character, then without. */
+        if (PREFIX_MASK & CH_BIT(c0))
+            end = o200k_word(cl, s, len, n1, alt);
+        if (end == 0)
+            end = o200k_word(cl, s, len, i, alt);
+        if (end == SCAN_PCRE2)
+            return end;
+    }
+    if (end) {
+        /* An apostrophe after the word may make it longer by a contraction: PCRE2 decides. */
+        if (end < len && scan_char(cl, s, end, &next) == CH_QUOTE)
+            return SCAN_PCRE2;
+        return end;
+    }
+    if (c0 == CH_NUMBER)
+        return scan_run(cl, s, len, n1, CH_BIT(CH_NUMBER), sc->digits ? (size_t)sc->digits - 1 : SIZE_MAX);
+    if ((OTHER_MASK & CH_BIT(c0)) || (c0 == CH_SPACE && (OTHER_MASK & CH_BIT(c1)))) {
+        end = scan_run(cl, s, len, c0 != CH_SPACE ? n1 : n2, OTHER_MASK, SIZE_MAX);
+        return end == SCAN_PCRE2 ? end : scan_run(cl, s, len, end, CH_BIT(CH_NEWLINE) | CH_BIT(CH_SLASH), SIZE_MAX);
+    }
+    return scan_white(sc, s, len, i);
 }
 
 static size_t scan_piece(const Scanner *sc, const uint8_t *s, size_t len, size_t i)
@@ -144,28 +219,30 @@ static size_t scan_piece(const Scanner *sc, const uint8_t *s, size_t len, size_t
     if (n1 < len && (c1 = scan_char(cl, s, n1, &n2)) == CH_ASTRAL)
         return SCAN_PCRE2;
     if (sc->family == SCAN_CL100K) {
-        if (c0 == CH_LETTER)
-            return scan_run(cl, s, len, n1, CH_BIT(CH_LETTER), SIZE_MAX);
-        if (c1 == CH_LETTER && c0 != CH_NEWLINE && c0 != CH_NUMBER)
-            return scan_run(cl, s, len, n2, CH_BIT(CH_LETTER), SIZE_MAX);
+        if (LETTER_MASK & CH_BIT(c0))
+            return scan_run(cl, s, len, n1, LETTER_MASK, SIZE_MAX);
+        if ((LETTER_MASK & CH_BIT(c1)) && (PREFIX_MASK & CH_BIT(c0)))
+            return scan_run(cl, s, len, n2, LETTER_MASK, SIZE_MAX);
         if (c0 == CH_NUMBER)
             return scan_run(cl, s, len, n1, CH_BIT(CH_NUMBER), sc->digits ? (size_t)sc->digits - 1 : SIZE_MAX);
-        if (c0 == CH_OTHER || (c0 == CH_SPACE && (OTHER_MASK & CH_BIT(c1)))) {
-            end = scan_run(cl, s, len, c0 == CH_OTHER ? n1 : n2, OTHER_MASK, SIZE_MAX);
+        if ((OTHER_MASK & CH_BIT(c0)) || (c0 == CH_SPACE && (OTHER_MASK & CH_BIT(c1)))) {
+            end = scan_run(cl, s, len, c0 != CH_SPACE ? n1 : n2, OTHER_MASK, SIZE_MAX);
             return end == SCAN_PCRE2 ? end : scan_newlines(cl, s, len, end);
         }
         return scan_white(sc, s, len, i);
     }
+    if (sc->family == SCAN_O200K)
+        return scan_o200k(sc, s, len, i, c0, n1, c1, n2);
     /* gpt2 */
     if (c0 == CH_SPACE && c1 != CH_END && !(WHITE_MASK & CH_BIT(c1))) {
         c0 = c1;                        /* ' ?': the space joins what follows */
         n1 = n2;
     }
-    if (c0 == CH_LETTER)
-        return scan_run(cl, s, len, n1, CH_BIT(CH_LETTER), SIZE_MAX);
+    if (LETTER_MASK & CH_BIT(c0))
+        return scan_run(cl, s, len, n1, LETTER_MASK, SIZE_MAX);
     if (c0 == CH_NUMBER)
         return scan_run(cl, s, len, n1, CH_BIT(CH_NUMBER), SIZE_MAX);
-    if (c0 == CH_OTHER || c0 == CH_QUOTE)
+    if (OTHER_MASK & CH_BIT(c0))
         return scan_run(cl, s, len, n1, OTHER_MASK, SIZE_MAX);
     return scan_white(sc, s, len, i);
 }

@@ -72,6 +72,7 @@ SCANNED_PATTERNS = {
     GPT4_PATTERN: ("cl100k", 3, True),
     LLAMA3_PATTERN: ("cl100k", 3, False),
     QWEN2_PATTERN: ("cl100k", 1, False),
+    O200K_PATTERN: ("o200k", 3, False),
 }
 END_OF_WORD = "</w>"
 
