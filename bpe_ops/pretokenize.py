@@ -12,6 +12,9 @@ the compiled module `bpe_ops._pcre2` is built and the system's PCRE2 library (li
 installed, PCRE2 with its JIT splits the named patterns 3-4x faster, with the same pieces: it runs
 only patterns written in the syntax both engines read alike and only texts free of the characters
 their Unicode tables classify differently (see `Pcre2Pattern`); everything else stays on `regex`.
+The patterns of `SCANNED_PATTERNS` (those of GPT-2, cl100k / Llama 3, Qwen2 and o200k) are split by
+a hand-written scanner in C (`_split_scan.h`) that leaves PCRE2 only the pieces it cannot decide, with
+PCRE2's pieces: about twice as fast again.
 `Implementation(engine="regex")` (bpe_ops/implementation.py) turns PCRE2 off.
 """
 from __future__ import annotations
