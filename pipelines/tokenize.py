@@ -467,7 +467,7 @@ class RowGroup:
         (numpy.bincount over the flat id array, no Python object per id)."""
         values = np.frombuffer(b"".join(self.token_ids), dtype=np.uint32)
         if len(values):
-            summary.add_dense_id_counts(np.bincount(values, minlength=summary.vocab_size).tolist())
+            summary.add_dense_id_counts(np.bincount(values, minlength=summary.vocab_size))
         id_type = schema.field("token_ids").type.value_type
         # From numpy, Arrow takes the buffer as it is (from an `array`, it converts id by id: ~90 ns/id).
         ids = pa.array(values)

@@ -245,7 +245,7 @@ def count_ids(summary: Summary, id_arrays: Sequence[Sequence[int]]) -> None:
         ids, counts = np.unique(values, return_counts=True)
         summary.add_id_counts(dict(zip(ids.tolist(), counts.tolist())))
     else:
-        summary.add_dense_id_counts(np.bincount(values, minlength=summary.vocab_size).tolist())
+        summary.add_dense_id_counts(np.bincount(values, minlength=summary.vocab_size))
 
 
 # ---------------------------------------------------------------------------- the transform

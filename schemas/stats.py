@@ -70,6 +70,8 @@ from __future__ import annotations
 import json
 from typing import Callable, Mapping
 
+import numpy as np
+
 from bpe_ops.dropout import Dropout
 from bpe_ops.stats import (DIGIT_RUN_LENGTHS, EXACT_ID_CLASSES, FOLDED_ID_CLASSES, MOMENT_PAIRS, MOMENT_VARIABLES,
                            REPLICATE_GROUPS, _ratio, bin_counts, id_class_count, nearest_rank,
@@ -480,7 +482,8 @@ def stats_json(summary, tokenizer, extra: Mapping | None = None) -> dict:
     a computed figure."""
     if tokenizer.vocab_size != summary.vocab_size:
         raise ValueError(f"summary counts {summary.vocab_size} ids, tokenizer has {tokenizer.vocab_size}")
-    id_total = sum(summary.id_counts)
+    counts = np.asarray(summary.id_counts, dtype=np.int64)       # by token id
+    id_total = int(counts.sum())
     if id_total != summary.tokens:
         raise ValueError(f"token id counts add up to {id_total}, records to {summary.tokens} tokens")
 
@@ -490,10 +493,11 @@ def stats_json(summary, tokenizer, extra: Mapping | None = None) -> dict:
         raise ValueError("the summary's raw-byte ids are not the tokenizer's raw-byte (single-byte or <0xNN>) tokens")
     tpr = summary.tokens_per_record
     quantiles = {f"p{p}": nearest_rank(tpr, p) for p in QUANTILES}
-    used = sum(1 for c in summary.id_counts if c)
-    raw_bytes = sum(summary.id_counts[i] for i in byte_ids if i < summary.vocab_size)
-    ranked = sorted((i for i, c in enumerate(summary.id_counts) if c),
-                    key=lambda i: (-summary.id_counts[i], i))[:TOP_TOKENS]
+    nonzero = np.flatnonzero(counts)
+    used = len(nonzero)
+    raw_bytes = int(sum(counts[i] for i in byte_ids if i < summary.vocab_size))
+    # The most used ids, most first, lower ids first on ties.
+    ranked = nonzero[np.lexsort((nonzero, -counts[nonzero]))][:TOP_TOKENS].tolist()
     rejected_total = sum(summary.rejected.values())
     out = {
         "kind": STATS_KIND,
@@ -529,8 +533,8 @@ def stats_json(summary, tokenizer, extra: Mapping | None = None) -> dict:
         "raw_byte_tokens": {"count": raw_bytes, "share": _ratio(raw_bytes, summary.tokens)},
         "vocabulary": {"used_ids": used, "utilisation": used / summary.vocab_size},
         "token_frequency": {
-            "counts": list(summary.id_counts),
-            "top": [{"id": i, "count": summary.id_counts[i],
+            "counts": counts.tolist(),
+            "top": [{"id": i, "count": int(counts[i]),
                      "token": token_label(tokenizer.vocab[i])} for i in ranked],
         },
         "moments": {"variables": list(MOMENT_VARIABLES), "records": summary.calibrated,

@@ -544,3 +544,11 @@ def test_calibrated_summary_pickles_small_and_exact(tiny_records, gpt2):
     back = pickle.loads(pickle.dumps(s))
     assert (back.group_classes == s.group_classes).all() and back.moment_products == s.moment_products
     assert len(pickle.dumps(s)) < 60_000      # groups x classes is 131k cells; a small shard fills few
+
+
+def test_the_docstring_examples_hold():
+    import doctest
+
+    import bpe_ops.stats
+    failed, attempted = doctest.testmod(bpe_ops.stats)
+    assert attempted > 10 and failed == 0

@@ -83,7 +83,7 @@ def test_dense_id_counts_refuse_ids_outside_the_vocabulary():
     with pytest.raises(ValueError, match="4 id counts"):
         s.add_dense_id_counts([1, 1, 1, 1])
     s.add_dense_id_counts([0, 2, 0, 0, 1])
-    assert s.id_counts == [0, 2, 0, 0, 1]
+    assert s.id_counts.tolist() == [0, 2, 0, 0, 1]
 
 
 @pytest.mark.parametrize("vocab_size", [1000, 70_000])
@@ -111,7 +111,7 @@ def test_row_group_table_equals_the_plain_arrow_table(vocab_size):
     counts = [0] * vocab_size
     for i in (i for x in id_lists for i in x):
         counts[i] += 1
-    assert summary.id_counts == counts
+    assert summary.id_counts.tolist() == counts
     assert group.rows == 300 and group.tokens == sum(map(len, id_lists))
 
 
