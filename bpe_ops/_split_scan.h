@@ -4,7 +4,7 @@
  * The specification is the pattern itself, run by PCRE2: the tests compare both on every corpus and
  * on random text over every class boundary.
  *
- * Two families, read alternative by alternative (first that matches wins, each greedy):
+ * Three families, read alternative by alternative (first that matches wins, each greedy):
  *   cl100k  (Llama 3, GPT-4, Qwen2):  contractions | [^\r\n\p{L}\p{N}]?\p{L}+ | \p{N}{1,D}
  *           | ' '?[^\s\p{L}\p{N}]+[\r\n]* | (\s+$) | \s*[\r\n]+ | \s+(?!\S) | \s+
  *           D is 3 (1 for Qwen2, 0 here for unbounded); `\s+$` (tiktoken's spelling) is optional;
