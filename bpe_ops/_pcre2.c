@@ -296,14 +296,7 @@ static int mark_class(const char *cls, const uint8_t *every, size_t n, uint8_t *
             break;
         }
         while (p < ov[1]) {
-            uint32_t cp;
-            uint8_t b = every[p];
-            if (b < 0x80)
-                cp = b, next = p + 1;
-            else if (b < 0xE0)
-                cp = (b & 0x1Fu) << 6 | (every[p + 1] & 0x3Fu), next = p + 2;
-            else
-                cp = (b & 0x0Fu) << 12 | (every[p + 1] & 0x3Fu) << 6 | (every[p + 2] & 0x3Fu), next = p + 3;
+            uint32_t cp = bmp_code_point(every, p, &next);
             if (classes[cp] != CH_OTHER)
                 rc = -1;
             classes[cp] = value;

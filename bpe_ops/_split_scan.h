@@ -68,24 +68,31 @@ typedef struct {
     const uint8_t *classes;     /* [code point], 65,536 entries */
 } Scanner;
 
-static inline int scan_char(const uint8_t *classes, const uint8_t *s, size_t p, size_t *next)
+static inline uint32_t bmp_code_point(const uint8_t *s, size_t p, size_t *next)
 {
-    /* The class of the character at byte p and where the next one starts. */
+    /* The code point of the character at byte p of valid UTF-8, one of up to 3 bytes, and where
+     * the next one starts. */
     uint8_t b = s[p];
     if (b < 0x80) {
         *next = p + 1;
-        return classes[b];
+        return b;
     }
     if (b < 0xE0) {
         *next = p + 2;
-        return classes[(b & 0x1Fu) << 6 | (s[p + 1] & 0x3Fu)];
+        return (b & 0x1Fu) << 6 | (s[p + 1] & 0x3Fu);
     }
-    if (b < 0xF0) {
-        *next = p + 3;
-        return classes[(b & 0x0Fu) << 12 | (s[p + 1] & 0x3Fu) << 6 | (s[p + 2] & 0x3Fu)];
+    *next = p + 3;
+    return (b & 0x0Fu) << 12 | (s[p + 1] & 0x3Fu) << 6 | (s[p + 2] & 0x3Fu);
+}
+
+static inline int scan_char(const uint8_t *classes, const uint8_t *s, size_t p, size_t *next)
+{
+    /* The class of the character at byte p and where the next one starts. */
+    if (s[p] >= 0xF0) {
+        *next = p + 4;
+        return CH_ASTRAL;
     }
-    *next = p + 4;
-    return CH_ASTRAL;
+    return classes[bmp_code_point(s, p, next)];
 }
 
 static inline size_t scan_run(const uint8_t *classes, const uint8_t *s, size_t len, size_t p, unsigned mask,
@@ -114,10 +121,19 @@ static inline size_t scan_run(const uint8_t *classes, const uint8_t *s, size_t l
     return p;
 }
 
-static inline size_t scan_newlines(const uint8_t *classes, const uint8_t *s, size_t len, size_t p)
+static inline size_t scan_digits(const Scanner *sc, const uint8_t *s, size_t len, size_t after_first)
 {
-    /* `[\r\n]*` from p. */
-    return scan_run(classes, s, len, p, CH_BIT(CH_NEWLINE), SIZE_MAX);
+    /* `\p{N}{1,digits}` (`\p{N}+` for 0), its first digit ending at after_first. */
+    return scan_run(sc->classes, s, len, after_first, CH_BIT(CH_NUMBER),
+                    sc->digits ? (size_t)sc->digits - 1 : SIZE_MAX);
+}
+
+static inline size_t scan_other(const Scanner *sc, const uint8_t *s, size_t len, size_t from, unsigned after)
+{
+    /* `[^\s\p{L}\p{N}]+` from `from` (past the optional space of ' ?'), then the run of the
+     * classes in `after`: [\r\n]* for cl100k, [\r\n/]* for o200k. */
+    size_t end = scan_run(sc->classes, s, len, from, OTHER_MASK, SIZE_MAX);
+    return end == SCAN_PCRE2 ? end : scan_run(sc->classes, s, len, end, after, SIZE_MAX);
 }
 
 static size_t scan_white(const Scanner *sc, const uint8_t *s, size_t len, size_t i)
@@ -200,11 +216,9 @@ static size_t scan_o200k(const Scanner *sc, const uint8_t *s, size_t len, size_t
         return end;
     }
     if (c0 == CH_NUMBER)
-        return scan_run(cl, s, len, n1, CH_BIT(CH_NUMBER), sc->digits ? (size_t)sc->digits - 1 : SIZE_MAX);
-    if ((OTHER_MASK & CH_BIT(c0)) || (c0 == CH_SPACE && (OTHER_MASK & CH_BIT(c1)))) {
-        end = scan_run(cl, s, len, c0 != CH_SPACE ? n1 : n2, OTHER_MASK, SIZE_MAX);
-        return end == SCAN_PCRE2 ? end : scan_run(cl, s, len, end, CH_BIT(CH_NEWLINE) | CH_BIT(CH_SLASH), SIZE_MAX);
-    }
+        return scan_digits(sc, s, len, n1);
+    if ((OTHER_MASK & CH_BIT(c0)) || (c0 == CH_SPACE && (OTHER_MASK & CH_BIT(c1))))
+        return scan_other(sc, s, len, c0 != CH_SPACE ? n1 : n2, CH_BIT(CH_NEWLINE) | CH_BIT(CH_SLASH));
     return scan_white(sc, s, len, i);
 }
 
@@ -212,7 +226,7 @@ static size_t scan_piece(const Scanner *sc, const uint8_t *s, size_t len, size_t
 {
     /* The end of the piece that starts at byte i < len, or SCAN_PCRE2. */
     const uint8_t *cl = sc->classes;
-    size_t n1, n2 = 0, end;
+    size_t n1, n2 = 0;
     int c0 = scan_char(cl, s, i, &n1), c1 = CH_END;
     if (c0 == CH_QUOTE || c0 == CH_ASTRAL)
         return SCAN_PCRE2;
@@ -224,11 +238,9 @@ static size_t scan_piece(const Scanner *sc, const uint8_t *s, size_t len, size_t
         if ((LETTER_MASK & CH_BIT(c1)) && (PREFIX_MASK & CH_BIT(c0)))
             return scan_run(cl, s, len, n2, LETTER_MASK, SIZE_MAX);
         if (c0 == CH_NUMBER)
-            return scan_run(cl, s, len, n1, CH_BIT(CH_NUMBER), sc->digits ? (size_t)sc->digits - 1 : SIZE_MAX);
-        if ((OTHER_MASK & CH_BIT(c0)) || (c0 == CH_SPACE && (OTHER_MASK & CH_BIT(c1)))) {
-            end = scan_run(cl, s, len, c0 != CH_SPACE ? n1 : n2, OTHER_MASK, SIZE_MAX);
-            return end == SCAN_PCRE2 ? end : scan_newlines(cl, s, len, end);
-        }
+            return scan_digits(sc, s, len, n1);
+        if ((OTHER_MASK & CH_BIT(c0)) || (c0 == CH_SPACE && (OTHER_MASK & CH_BIT(c1))))
+            return scan_other(sc, s, len, c0 != CH_SPACE ? n1 : n2, CH_BIT(CH_NEWLINE));
         return scan_white(sc, s, len, i);
     }
     if (sc->family == SCAN_O200K)

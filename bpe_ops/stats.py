@@ -322,20 +322,23 @@ def measure_batch(texts: Sequence[str], id_arrays: Sequence[Sequence[int]]) -> t
     >>> stats, runs.tolist()
     (([3], [22], [20], [5]), [[1, 0, 0, 1, 1]])
     """
-    native = _measure_texts()
-    if native is None:
+    if _MEASURE_TEXTS is None:
         return batch_stats(texts, id_arrays), digit_runs_batch(texts)
-    n_bytes, n_words, runs = native(texts, _SPACE_CLASSES, _WIDE_SPACES)
+    n_bytes, n_words, runs = _MEASURE_TEXTS(texts, _SPACE_CLASSES, _WIDE_SPACES)
     stats = (list(map(len, id_arrays)), n_bytes, list(map(len, texts)), n_words)
     return stats, np.frombuffer(runs, dtype=np.int64).reshape(len(texts), DIGIT_RUN_LENGTHS)
 
 
 def _measure_texts():
+    """The compiled `_native.measure_texts`, or None where bpe_ops._native is not built."""
     try:
         from ._native import measure_texts     # needs no PCRE2
     except ImportError:
         return None
     return measure_texts
+
+
+_MEASURE_TEXTS = _measure_texts()     # looked up once, not per batch
 
 
 def token_label(token: bytes) -> str:
