@@ -71,6 +71,20 @@ static inline int tb_compare(const void *a, const void *b, size_t n)
     return n ? memcmp(a, b, n) : 0;
 }
 
+static inline int tb_ascii(const uint8_t *s, size_t n)
+{
+    /* Whether s[0..n) is all ASCII: eight bytes at a time. */
+    size_t i = 0;
+    uint64_t any = 0, word;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&word, s + i, 8);
+        any |= word;
+    }
+    for (; i < n; i++)
+        any |= s[i];
+    return (any & 0x8080808080808080ULL) == 0;
+}
+
 /* ---- hashes -------------------------------------------------------------------------------------- */
 
 static inline uint64_t tb_mix64(uint64_t key)

@@ -15,8 +15,8 @@
  *   TextEncoder(pattern, left, right, merged, byte_ids, whole_tokens, cache_size)
  *     .encode(text)             the token ids of a text holding no special tokens: split, look each
  *                               piece up in a bounded byte-keyed cache, replay the merges of a miss
- *                               (`_merge_table.h`). Text between matches is a piece too, as in
- *                               `Tokenizer._split`.
+ *                               (`_merge_table.h`) from its characters' symbols (`_char_start.h`).
+ *                               Text between matches is a piece too, as in `Tokenizer._split`.
  *
  * What needs no PCRE2 (CountTable, utf8_length, add_counts) is in bpe_ops._native, so that it
  * stays usable where libpcre2-8 is missing; the byte map and packed records both use are in
@@ -41,6 +41,7 @@
 #include "_byte_map.h"
 #include "_merge_table.h"
 #include "_piece_cache.h"
+#include "_char_start.h"
 #include "_split_scan.h"
 
 /* ---- PCRE2, loaded at import ------------------------------------------------------------------- */
@@ -874,6 +875,7 @@ typedef struct {
     MergeTable table;
     int32_t byte_ids[256];
     int32_t *byte_rank;          /* [a << 8 | b]: the rank of the pair of bytes a, b; a piece's first ranks */
+    CharStart chars;             /* characters' own merges, made once (`_char_start.h`) */
     Ids rank;                    /* a piece's pair ranks, scratch */
     MergeScratch long_piece;     /* a long piece's list and heap, scratch */
     PieceCache whole;            /* ignore_merges: a piece that is a token is that token */
@@ -997,6 +999,7 @@ static int encoder_init(TextEncoder *self, PyObject *args, PyObject *kwds)
         self->nints = (size_t)merged[i] >= self->nints ? (size_t)merged[i] + 1 : self->nints;
     if (merge_table_init(&self->table, left, right, merged, n) < 0 ||
         (self->byte_rank = malloc(256 * 256 * sizeof(int32_t))) == NULL ||
+        char_start_init(&self->chars, &self->table, left, right, merged, n, self->nints) < 0 ||
         piece_cache_init(&self->cache, cache_size > 0 ? (size_t)cache_size : 1) < 0) {
         PyErr_NoMemory();
         goto done;
@@ -1026,6 +1029,7 @@ static void encoder_dealloc(TextEncoder *self)
     matcher_free(self->matcher);
     merge_table_free(&self->table);
     free(self->byte_rank);
+    char_start_free(&self->chars);
     free(self->rank.ids);
     merge_scratch_free(&self->long_piece);
     piece_cache_free(&self->whole);
@@ -1079,11 +1083,17 @@ static int encode_piece(TextEncoder *self, const uint8_t *piece, size_t len, uin
         if (ids_reserve(&self->rank, len) < 0)
             return -1;
         rank = self->rank.ids;
-        for (i = 0; i < len; i++)
-            sym[i] = self->byte_ids[piece[i]];
-        for (i = 0; i + 1 < len; i++)
-            rank[i] = self->byte_rank[(size_t)piece[i] << 8 | piece[i + 1]];
-        if ((n = merge_symbols_ranked(&self->table, sym, rank, (Py_ssize_t)len, &self->long_piece)) < 0)
+        if (self->chars.chars != NULL && !tb_ascii(piece, len)) {
+            n = (Py_ssize_t)char_start_symbols(&self->chars, &self->table, self->byte_ids, self->byte_rank, piece,
+                                               len, sym, rank);
+        } else {
+            for (i = 0; i < len; i++)
+                sym[i] = self->byte_ids[piece[i]];
+            for (i = 0; i + 1 < len; i++)
+                rank[i] = self->byte_rank[(size_t)piece[i] << 8 | piece[i + 1]];
+            n = (Py_ssize_t)len;
+        }
+        if ((n = merge_symbols_ranked(&self->table, sym, rank, n, &self->long_piece)) < 0)
             return -1;
     }
     self->out.n += (size_t)n;
@@ -1212,6 +1222,17 @@ static PyMethodDef encoder_methods[] = {
     {NULL, NULL, 0, NULL}
 };
 
+static PyObject *encoder_get_starts_from_characters(TextEncoder *self, void *closure)
+{
+    return PyBool_FromLong(self->chars.chars != NULL);
+}
+
+static PyGetSetDef encoder_getset[] = {
+    {"starts_from_characters", (getter)encoder_get_starts_from_characters, NULL,
+     "whether a piece's characters start merged (_char_start.h: the merges' ranks ascend)", NULL},
+    {NULL, NULL, NULL, NULL, NULL}
+};
+
 static PySequenceMethods encoder_as_sequence = {.sq_length = (lenfunc)encoder_len};
 
 static PyTypeObject TextEncoderType = {
@@ -1222,8 +1243,10 @@ static PyTypeObject TextEncoderType = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "TextEncoder(pattern, left, right, merged, byte_ids, whole_tokens=None, cache_size=100000)\n--\n\n"
               "Whole-text byte-level BPE encoding: PCRE2 split, a byte-keyed piece cache, the merge\n"
-              "replay of _merge_table.h. len() is the number of cached pieces.",
+              "replay of _merge_table.h from characters merged once (_char_start.h). len() is the\n"
+              "number of cached pieces.",
     .tp_methods = encoder_methods,
+    .tp_getset = encoder_getset,
     .tp_as_sequence = &encoder_as_sequence,
     .tp_init = (initproc)encoder_init,
     .tp_new = PyType_GenericNew,

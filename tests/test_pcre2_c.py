@@ -77,6 +77,66 @@ def gpt2_tokenizers(gpt2_merges):
     return [byte_tokenizer(gpt2_merges, "gpt4"), byte_tokenizer(gpt2_merges, "o200k", cache_size=3)]
 
 
+# Characters of one, two and three UTF-8 bytes, which share lead and continuation bytes.
+CHAR_ALPHABET = "の こ中文。é ьa\n" + "\u0301\u00e8"
+
+
+@st.composite
+def merges_learned_from_a_text(draw):
+    """Merges as training makes them (each joins two adjacent symbols of a sample text, so the ranks
+    ascend), but in an order the draw picks: across characters' edges (a space and a lead byte, one
+    character's last byte and the next one's first) as often as inside them. Returns the merges and
+    the sample."""
+    text = draw(st.text(alphabet=st.sampled_from(CHAR_ALPHABET), min_size=2, max_size=30))
+    symbols = [bytes([b]) for b in text.encode()]
+    merges = []
+    for _ in range(draw(st.integers(0, 40))):
+        if len(symbols) < 2:
+            break
+        i = draw(st.integers(0, len(symbols) - 2))
+        pair = (symbols[i], symbols[i + 1])
+        merges.append(pair)
+        out = []
+        for s in symbols:
+            if out and (out[-1], s) == pair:
+                out[-1] = pair[0] + pair[1]
+            else:
+                out.append(s)
+        symbols = out
+    return merges, text
+
+
+@settings(max_examples=400, deadline=None)
+@given(merges_learned_from_a_text(), st.text(alphabet=st.sampled_from(CHAR_ALPHABET), max_size=40))
+def test_characters_merged_first_give_the_ids_of_bytes_merged_first(learned, other):
+    """_char_start.h starts a piece from its characters' own merges where no merge across their
+    edges can come first; the Python path starts from bytes. Merge lists that join space + lead byte
+    or one character's tail to the next one's head before (or after) the characters' own merges
+    must give the same ids either way."""
+    merges, sample = learned
+    for pattern in ("gpt4", r"[^\n]+"):
+        tok = byte_tokenizer(list(dict.fromkeys(merges)), pattern)
+        assert tok._text_encoder.starts_from_characters == tok._ranks_ascend
+        for text in (sample, other, sample + other, other + " " + sample):
+            assert tok.encode(text) == python_ids(tok, text)
+
+
+def test_characters_start_as_bytes_where_the_ranks_do_not_ascend(gpt2_merges, corpora):
+    """A merge ranked before the merge that makes its part breaks the argument that makes merging
+    characters first exact: then pieces start as bytes."""
+    merges = [("\u306e".encode()[:2] + b"x", b"y")] + [(b"\xe3", b"\x81"), ("\u306e".encode()[:2], b"x")]
+    vocab = {b: bytes([b]) for b in range(256)}
+    vocab.update({256: merges[0][0] + b"y", 257: b"\xe3\x81", 258: merges[0][0]})
+    tok = Tokenizer(merges, pattern="gpt4", vocab=vocab)
+    assert not tok._ranks_ascend and not tok._text_encoder.starts_from_characters
+    for text in ("\u306exy \u306e", "x\u306e\u306ey"):
+        assert tok.encode(text) == python_ids(tok, text)
+    gpt2 = byte_tokenizer(gpt2_merges, "gpt4")
+    assert gpt2._text_encoder.starts_from_characters
+    for text in read_jsonl_texts(corpora / "multi", limit=200):
+        assert gpt2.encode(text) == python_ids(gpt2, text)
+
+
 def test_tiny_cache_and_long_pieces(gpt2_merges, corpora):
     tok = byte_tokenizer(gpt2_merges, "gpt2", cache_size=2)
     texts = read_jsonl_texts(corpora / "code", limit=30) + ["a" * 5000, "x" + "ab" * 3000, "\u00e9" * 4000]
