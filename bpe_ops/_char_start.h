@@ -4,27 +4,31 @@
  *
  * A byte-level piece starts as bytes, and in CJK text most of its merges only assemble each
  * character's two or three UTF-8 bytes: about three in four of a Kana piece's merges, each a heap
- * step with two pair lookups. Those merges are the same in every piece the character is in, unless
- * a merge across the character's edge comes first; so they are worked out once per character and
- * remembered.
+ * step with two pair lookups. A character's own merges, made alone, are the same wherever it
+ * stands, so they are worked out once per character and remembered; where it stands decides only
+ * how many of them may be made before the replay starts.
  *
  * Why it is exact. Take merges whose ranks ascend (every merge ranks after every merge that makes
  * one of its parts: then each merge creates only pairs of higher rank, and the replay makes its
- * merges in ascending rank). Replay a character c alone, and make its next merge (rank r) only while
- * r is below every rank of a merge that could join c's current edge symbols to a neighbour: below
- * min_right[first symbol] (merges (x, first)) and min_left[last symbol] (merges (last, x)). In any
- * piece, the pairs across c's edges then rank above r while c waits for merge r, so the replay
- * makes r at c before anything joins c to its neighbours, and what happens elsewhere in the piece
- * meanwhile touches none of c's symbols: starting the replay from c's symbols after these merges
- * gives the same result. Where the ranks do not ascend, nothing is remembered and pieces start as
- * bytes.
+ * merges in ascending rank). Make a character c's next own merge (rank r) only while r is below
+ * every rank of a merge that could join c's current edge symbols to its neighbours in this piece:
+ * a merge (x, first symbol) where x ends in the byte before c, a merge (last symbol, y) where y
+ * starts with the byte after c; nothing at the piece's edges. Then in the replay the pairs across
+ * c's edges rank above r while c waits for merge r, so it makes r at c before anything joins c to
+ * its neighbours, and what it does elsewhere meanwhile touches none of c's symbols: starting the
+ * replay from c's symbols after these merges gives the same result. A merge (x, v) ranks at least
+ * min_right[v] (any x) and edge[byte before c][c's first byte] (any x ending in that byte, any v
+ * starting with c's first byte); the bound is the larger of the two, and (last, y) likewise. Where
+ * the ranks do not ascend, nothing is remembered and pieces start as bytes.
  *
  * Worked example: merges (E3, 81) rank 0, (' ', E3) rank 1, (E3 81, AE) rank 2; 'の' is E3 81 AE.
- * Merge 0 ranks below min_right[E3] = 1 (and no merge (AE, x) exists): E3 81 | AE. Merge 2, with the
- * new edge E3 81 (no merge (x, E3 81)): 'の', one symbol, in every piece. Had (' ', E3) ranked 0 and
- * (E3, 81) 1, 'の' would start as its bytes: in " の" the space takes E3 first.
+ * In "aの" nothing merges 'a' + E3 or AE + anything: 'の' starts as one symbol. In " の" merge 0
+ * ranks below the bound of (' ', E3), 1, so it is made: ' ' | E3 81 | AE; no merge (x, E3 81)
+ * exists, so merge 2 is made too: ' ' | 'の'. Had (' ', E3) ranked 0 and (E3, 81) 1, " の" would
+ * start as its bytes, since the replay joins the space and E3 first; "aの" would still start
+ * from 'の'.
  *
- * Only characters of two or three bytes (U+0080-U+FFFF) are remembered, 24 bytes each, filled on
+ * Only characters of two or three bytes (U+0080-U+FFFF) are remembered, 44 bytes each, filled on
  * first sight; ASCII bytes and four-byte characters stay bytes. Touches no Python object.
  */
 #ifndef TOKENBEAM_CHAR_START_H
@@ -37,15 +41,22 @@
 #define CHAR_LIMIT 0x10000
 
 typedef struct {
-    int32_t ids[3];
-    int32_t rank[2];            /* rank[i]: the rank of (ids[i], ids[i + 1]) */
-    uint8_t n;                  /* 0: not worked out yet */
+    uint8_t len;                /* the character's bytes, 2 or 3; 0: not worked out yet */
+    uint8_t steps;              /* the merges it makes alone, 0..len - 1 */
+    int32_t rank[2];            /* rank[s]: the rank of its merge s + 1 alone */
+    int32_t any_left[2];        /* before merge s + 1: the lowest rank of a merge (x, its first symbol) */
+    int32_t any_right[2];       /* ... and of a merge (its last symbol, x) */
+    int32_t after1[2];          /* its len - 1 symbols after merge 1 */
+    int32_t after1_rank;        /* three bytes: the rank of (after1[0], after1[1]) */
+    int32_t after2;             /* three bytes: its symbol after merge 2 */
 } CharEntry;
 
 typedef struct {
     CharEntry *chars;           /* [code point], or NULL: the ranks do not ascend, pieces start as bytes */
     int32_t *min_left;          /* [id]: the lowest rank of a merge (id, x), NO_RANK for none */
     int32_t *min_right;         /* [id]: the lowest rank of a merge (x, id) */
+    int32_t *edge;              /* [x << 8 | y]: the lowest rank of a merge (a, b), a ending in byte x, b
+                                 * starting with byte y */
     size_t nids;                /* ids below this have a place in min_left and min_right */
 } CharStart;
 
@@ -54,51 +65,74 @@ static void char_start_free(CharStart *cs)
     free(cs->chars);
     free(cs->min_left);
     free(cs->min_right);
+    free(cs->edge);
     memset(cs, 0, sizeof(*cs));
 }
 
 static int char_start_init(CharStart *cs, const MergeTable *m, const int32_t *left, const int32_t *right,
-                           const int32_t *merged, Py_ssize_t n, size_t nids)
+                           const int32_t *merged, Py_ssize_t n, size_t nids, const int32_t *byte_ids)
 {
-    /* Ready cs for the merges by rank (in the table m; every id below nids); -1 when out of memory.
-     * cs->chars stays NULL when the ranks do not ascend. Only a pair's first rank is live: a repeated
-     * pair's later copies never apply. */
-    int32_t *last_maker;
+    /* Ready cs for the merges by rank (in the table m; every id below nids; byte b is byte_ids[b]);
+     * -1 when out of memory. cs->chars stays NULL when the ranks do not ascend. Only a pair's first
+     * rank is live: a repeated pair's later copies never apply. */
+    int32_t *last_maker = NULL;
+    int16_t *first_byte = NULL, *last_byte = NULL;      /* [id]; -1: no symbol the replay makes */
     Py_ssize_t r;
-    size_t i;
+    size_t i, size = nids ? nids : 1;
     memset(cs, 0, sizeof(*cs));
     cs->nids = nids;
-    cs->min_left = malloc((nids ? nids : 1) * sizeof(int32_t));
-    cs->min_right = malloc((nids ? nids : 1) * sizeof(int32_t));
-    last_maker = malloc((nids ? nids : 1) * sizeof(int32_t));
-    if (cs->min_left == NULL || cs->min_right == NULL || last_maker == NULL) {
-        free(last_maker);
-        char_start_free(cs);
-        return -1;
-    }
+    cs->min_left = malloc(size * sizeof(int32_t));
+    cs->min_right = malloc(size * sizeof(int32_t));
+    cs->edge = malloc(256 * 256 * sizeof(int32_t));
+    last_maker = malloc(size * sizeof(int32_t));
+    first_byte = malloc(size * sizeof(int16_t));
+    last_byte = malloc(size * sizeof(int16_t));
+    if (cs->min_left == NULL || cs->min_right == NULL || cs->edge == NULL || last_maker == NULL ||
+        first_byte == NULL || last_byte == NULL)
+        goto nomem;
     for (i = 0; i < nids; i++) {
         cs->min_left[i] = cs->min_right[i] = NO_RANK;
         last_maker[i] = -1;
+        first_byte[i] = last_byte[i] = -1;
     }
+    for (i = 0; i < 256 * 256; i++)
+        cs->edge[i] = NO_RANK;
+    for (i = 0; i < 256; i++)
+        first_byte[byte_ids[i]] = last_byte[byte_ids[i]] = (int16_t)i;
     for (r = 0; r < n; r++)
         if (rank_of(m, left[r], right[r]) == r)     /* not a repeated pair, which never applies */
             last_maker[merged[r]] = (int32_t)r;
     for (r = 0; r < n; r++) {
-        if (rank_of(m, left[r], right[r]) != r || (size_t)left[r] >= nids || (size_t)right[r] >= nids)
+        int32_t a = left[r], b = right[r];
+        if (rank_of(m, a, b) != r || (size_t)a >= nids || (size_t)b >= nids)
             continue;       /* a repeated pair, or a part that is no symbol: it never applies */
-        if (last_maker[left[r]] >= r || last_maker[right[r]] >= r)
+        if (last_maker[a] >= r || last_maker[b] >= r)
             break;          /* a part made (again) at or after this rank: the ranks do not ascend */
-        if (cs->min_left[left[r]] == NO_RANK)
-            cs->min_left[left[r]] = (int32_t)r;
-        if (cs->min_right[right[r]] == NO_RANK)
-            cs->min_right[right[r]] = (int32_t)r;
+        if (cs->min_left[a] == NO_RANK)
+            cs->min_left[a] = (int32_t)r;
+        if (cs->min_right[b] == NO_RANK)
+            cs->min_right[b] = (int32_t)r;
+        /* The ranks ascend so far: the parts' bytes are known if the replay can make them. */
+        if (first_byte[a] >= 0 && first_byte[b] >= 0) {
+            size_t at = (size_t)last_byte[a] << 8 | (size_t)first_byte[b];
+            if (cs->edge[at] == NO_RANK)
+                cs->edge[at] = (int32_t)r;
+            first_byte[merged[r]] = first_byte[a];
+            last_byte[merged[r]] = last_byte[b];
+        }
     }
+    if (r == n && (cs->chars = calloc(CHAR_LIMIT, sizeof(CharEntry))) == NULL)
+        goto nomem;
     free(last_maker);
-    if (r == n && (cs->chars = calloc(CHAR_LIMIT, sizeof(CharEntry))) == NULL) {
-        char_start_free(cs);
-        return -1;
-    }
+    free(first_byte);
+    free(last_byte);
     return 0;
+nomem:
+    free(last_maker);
+    free(first_byte);
+    free(last_byte);
+    char_start_free(cs);
+    return -1;
 }
 
 static inline int32_t edge_rank(const int32_t *min, size_t nids, int32_t id)
@@ -106,30 +140,44 @@ static inline int32_t edge_rank(const int32_t *min, size_t nids, int32_t id)
     return (size_t)id < nids ? min[id] : NO_RANK;
 }
 
-static void char_fill(const CharStart *cs, const MergeTable *m, const int32_t *byte_ids, const uint8_t *bytes,
-                      int k, CharEntry *e)
+static void char_fill(const CharStart *cs, const MergeTable *m, const int32_t *byte_ids, const int32_t *byte_rank,
+                      const uint8_t *bytes, int len, CharEntry *e)
 {
-    /* e = the symbols of the k-byte character `bytes` after the merges that are safe (see the top). */
-    int i, n = k;
-    for (i = 0; i < k; i++)
-        e->ids[i] = byte_ids[bytes[i]];
-    for (;;) {
-        int at = 0;
-        for (i = 0; i + 1 < n; i++)
-            e->rank[i] = rank_of(m, e->ids[i], e->ids[i + 1]);
-        if (n < 2)
+    /* e = the merges of the len-byte character `bytes` made alone, lowest rank first (leftmost on
+     * ties), with the edges' lowest ranks before each. */
+    int32_t sym[3], pair[2];
+    int i, n = len, s;
+    for (i = 0; i < len; i++)
+        sym[i] = byte_ids[bytes[i]];
+    for (i = 0; i + 1 < len; i++)
+        pair[i] = byte_rank[(size_t)bytes[i] << 8 | bytes[i + 1]];
+    for (s = 0; n > 1; s++) {
+        int at = n == 3 && pair[1] < pair[0] ? 1 : 0;
+        if (pair[at] == NO_RANK)
             break;
-        for (i = 1; i + 1 < n; i++)
-            at = e->rank[i] < e->rank[at] ? i : at;
-        if (e->rank[at] == NO_RANK || e->rank[at] >= edge_rank(cs->min_right, cs->nids, e->ids[0]) ||
-            e->rank[at] >= edge_rank(cs->min_left, cs->nids, e->ids[n - 1]))
-            break;
-        e->ids[at] = merged_of(m, e->rank[at]);
-        for (i = at + 1; i + 1 < n; i++)
-            e->ids[i] = e->ids[i + 1];
+        e->rank[s] = pair[at];
+        e->any_left[s] = edge_rank(cs->min_right, cs->nids, sym[0]);
+        e->any_right[s] = edge_rank(cs->min_left, cs->nids, sym[n - 1]);
+        sym[at] = merged_of(m, pair[at]);
+        if (at == 0 && n == 3)
+            sym[1] = sym[2];
         n--;
+        if (n == 2)
+            pair[0] = rank_of(m, sym[0], sym[1]);
+        if (s == 0) {
+            e->after1[0] = sym[0];
+            e->after1[1] = n == 2 ? sym[1] : -1;
+            e->after1_rank = n == 2 ? pair[0] : NO_RANK;
+        } else
+            e->after2 = sym[0];
     }
-    e->n = (uint8_t)n;
+    e->steps = (uint8_t)s;
+    e->len = (uint8_t)len;
+}
+
+static inline int32_t at_least(int32_t a, int32_t b)
+{
+    return a > b ? a : b;
 }
 
 static inline int char_length(const uint8_t *s, size_t left, uint32_t *cp)
@@ -157,7 +205,10 @@ static size_t char_start_symbols(const CharStart *cs, const MergeTable *m, const
     int prev_byte = -1;             /* sym[n - 1]'s byte while it is one, for byte_rank */
     while (i < len) {
         uint32_t cp;
-        int k = piece[i] < 0x80 ? 0 : char_length(piece + i, len - i, &cp);
+        int k = piece[i] < 0x80 ? 0 : char_length(piece + i, len - i, &cp), s, j;
+        const int32_t *out;
+        int32_t inner[2];
+        CharEntry *e;
         if (k == 0) {
             int32_t id = byte_ids[piece[i]];
             if (n > 0)
@@ -165,22 +216,48 @@ static size_t char_start_symbols(const CharStart *cs, const MergeTable *m, const
                                              : rank_of(m, sym[n - 1], id);
             sym[n++] = id;
             prev_byte = piece[i++];
-        } else {
-            CharEntry *e = &cs->chars[cp];
-            int j;
-            if (e->n == 0)
-                char_fill(cs, m, byte_ids, piece + i, k, e);
-            if (n > 0)
-                rank[n - 1] = rank_of(m, sym[n - 1], e->ids[0]);
-            for (j = 0; j < e->n; j++) {
-                sym[n + j] = e->ids[j];
-                if (j + 1 < e->n)
-                    rank[n + j] = e->rank[j];
-            }
-            n += e->n;
-            i += (size_t)k;
-            prev_byte = -1;
+            continue;
         }
+        e = &cs->chars[cp];
+        if (e->len == 0)
+            char_fill(cs, m, byte_ids, byte_rank, piece + i, k, e);
+        /* The merges it makes alone, while each ranks below what could join its edges to the
+         * neighbours here: a merge (x, first) has x ending in the byte before, so it ranks at
+         * least edge[that byte, the first byte]; at a piece's edge there is no neighbour. */
+        for (s = 0; s < e->steps; s++) {
+            if (i > 0 && e->rank[s] >= at_least(e->any_left[s], cs->edge[(size_t)piece[i - 1] << 8 | piece[i]]))
+                break;
+            if (i + (size_t)k < len &&
+                e->rank[s] >= at_least(e->any_right[s], cs->edge[(size_t)piece[i + k - 1] << 8 | piece[i + k]]))
+                break;
+        }
+        if (s == 0) {
+            /* its bytes */
+            if (n > 0)
+                rank[n - 1] = prev_byte >= 0 ? byte_rank[(size_t)prev_byte << 8 | piece[i]]
+                                             : rank_of(m, sym[n - 1], byte_ids[piece[i]]);
+            for (j = 0; j < k; j++) {
+                sym[n + j] = byte_ids[piece[i + j]];
+                if (j + 1 < k)
+                    rank[n + j] = byte_rank[(size_t)piece[i + j] << 8 | piece[i + j + 1]];
+            }
+            n += (size_t)k;
+            prev_byte = piece[i + k - 1];
+            i += (size_t)k;
+            continue;
+        }
+        out = s == 1 ? e->after1 : &e->after2;
+        inner[0] = e->after1_rank;
+        if (n > 0)
+            rank[n - 1] = rank_of(m, sym[n - 1], out[0]);
+        for (j = 0; j < k - s; j++) {
+            sym[n + j] = out[j];
+            if (j + 1 < k - s)
+                rank[n + j] = inner[j];
+        }
+        n += (size_t)(k - s);
+        prev_byte = -1;
+        i += (size_t)k;
     }
     return n;
 }

@@ -999,7 +999,7 @@ static int encoder_init(TextEncoder *self, PyObject *args, PyObject *kwds)
         self->nints = (size_t)merged[i] >= self->nints ? (size_t)merged[i] + 1 : self->nints;
     if (merge_table_init(&self->table, left, right, merged, n) < 0 ||
         (self->byte_rank = malloc(256 * 256 * sizeof(int32_t))) == NULL ||
-        char_start_init(&self->chars, &self->table, left, right, merged, n, self->nints) < 0 ||
+        char_start_init(&self->chars, &self->table, left, right, merged, n, self->nints, self->byte_ids) < 0 ||
         piece_cache_init(&self->cache, cache_size > 0 ? (size_t)cache_size : 1) < 0) {
         PyErr_NoMemory();
         goto done;

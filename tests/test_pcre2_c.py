@@ -121,6 +121,20 @@ def test_characters_merged_first_give_the_ids_of_bytes_merged_first(learned, oth
             assert tok.encode(text) == python_ids(tok, text)
 
 
+def test_the_worked_example_of_char_start():
+    """_char_start.h's example: whether 'の' (E3 81 AE) starts merged depends on its neighbour."""
+    no = "\u306e".encode()
+    first = [(no[:1], no[1:2]), (b" ", no[:1]), (no[:2], no[2:])]       # (E3, 81), (' ', E3), (E3 81, AE)
+    tok = byte_tokenizer(first, r"[\s\S]+")
+    assert tok._text_encoder.starts_from_characters
+    assert tok.encode(" \u306e") == [ord(" "), 258] == python_ids(tok, " \u306e")
+    assert tok.encode("a\u306e") == [ord("a"), 258] == python_ids(tok, "a\u306e")
+    space_first = [first[1], first[0], first[2]]                          # (' ', E3) ranks first
+    tok = byte_tokenizer(space_first, r"[\s\S]+")
+    assert tok.encode(" \u306e") == [256, 0x81, 0xAE] == python_ids(tok, " \u306e")
+    assert tok.encode("a\u306e") == [ord("a"), 258] == python_ids(tok, "a\u306e")
+
+
 def test_characters_start_as_bytes_where_the_ranks_do_not_ascend(gpt2_merges, corpora):
     """A merge ranked before the merge that makes its part breaks the argument that makes merging
     characters first exact: then pieces start as bytes."""
