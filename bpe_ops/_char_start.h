@@ -195,6 +195,17 @@ static inline int char_length(const uint8_t *s, size_t left, uint32_t *cp)
     return 0;
 }
 
+static inline void push_byte(const MergeTable *m, const int32_t *byte_ids, const int32_t *byte_rank, uint8_t b,
+                             int32_t *sym, int32_t *rank, size_t *n, int *prev_byte)
+{
+    /* Append byte b as a symbol; the pair it closes ranks from byte_rank while both are bytes. */
+    int32_t id = byte_ids[b];
+    if (*n > 0)
+        rank[*n - 1] = *prev_byte >= 0 ? byte_rank[(size_t)*prev_byte << 8 | b] : rank_of(m, sym[*n - 1], id);
+    sym[(*n)++] = id;
+    *prev_byte = b;
+}
+
 static size_t char_start_symbols(const CharStart *cs, const MergeTable *m, const int32_t *byte_ids,
                                  const int32_t *byte_rank, const uint8_t *piece, size_t len, int32_t *sym,
                                  int32_t *rank)
@@ -202,28 +213,22 @@ static size_t char_start_symbols(const CharStart *cs, const MergeTable *m, const
     /* sym = the first symbols of piece[0..len) and rank[i] = the rank of (sym[i], sym[i + 1]); the
      * number of symbols (at most len). cs->chars must not be NULL. */
     size_t i = 0, n = 0;
-    int prev_byte = -1;             /* sym[n - 1]'s byte while it is one, for byte_rank */
+    int prev_byte = -1;             /* sym[n - 1]'s byte while it is one */
     while (i < len) {
         uint32_t cp;
         int k = piece[i] < 0x80 ? 0 : char_length(piece + i, len - i, &cp), s, j;
         const int32_t *out;
-        int32_t inner[2];
         CharEntry *e;
         if (k == 0) {
-            int32_t id = byte_ids[piece[i]];
-            if (n > 0)
-                rank[n - 1] = prev_byte >= 0 ? byte_rank[(size_t)prev_byte << 8 | piece[i]]
-                                             : rank_of(m, sym[n - 1], id);
-            sym[n++] = id;
-            prev_byte = piece[i++];
+            push_byte(m, byte_ids, byte_rank, piece[i++], sym, rank, &n, &prev_byte);
             continue;
         }
         e = &cs->chars[cp];
         if (e->len == 0)
             char_fill(cs, m, byte_ids, byte_rank, piece + i, k, e);
-        /* The merges it makes alone, while each ranks below what could join its edges to the
-         * neighbours here: a merge (x, first) has x ending in the byte before, so it ranks at
-         * least edge[that byte, the first byte]; at a piece's edge there is no neighbour. */
+        /* Its own merges, while each ranks below what could join its edges to the neighbours here:
+         * a merge (x, first) has x ending in the byte before, so it ranks at least edge[that byte,
+         * the first byte]; at a piece's edge there is no neighbour. */
         for (s = 0; s < e->steps; s++) {
             if (i > 0 && e->rank[s] >= at_least(e->any_left[s], cs->edge[(size_t)piece[i - 1] << 8 | piece[i]]))
                 break;
@@ -232,31 +237,20 @@ static size_t char_start_symbols(const CharStart *cs, const MergeTable *m, const
                 break;
         }
         if (s == 0) {
-            /* its bytes */
+            for (j = 0; j < k; j++)
+                push_byte(m, byte_ids, byte_rank, piece[i + j], sym, rank, &n, &prev_byte);
+        } else {
+            /* After s merges: one symbol, or two (three bytes, one merge). */
+            out = s == 1 ? e->after1 : &e->after2;
             if (n > 0)
-                rank[n - 1] = prev_byte >= 0 ? byte_rank[(size_t)prev_byte << 8 | piece[i]]
-                                             : rank_of(m, sym[n - 1], byte_ids[piece[i]]);
-            for (j = 0; j < k; j++) {
-                sym[n + j] = byte_ids[piece[i + j]];
-                if (j + 1 < k)
-                    rank[n + j] = byte_rank[(size_t)piece[i + j] << 8 | piece[i + j + 1]];
+                rank[n - 1] = rank_of(m, sym[n - 1], out[0]);
+            sym[n++] = out[0];
+            if (k - s == 2) {
+                rank[n - 1] = e->after1_rank;
+                sym[n++] = out[1];
             }
-            n += (size_t)k;
-            prev_byte = piece[i + k - 1];
-            i += (size_t)k;
-            continue;
+            prev_byte = -1;
         }
-        out = s == 1 ? e->after1 : &e->after2;
-        inner[0] = e->after1_rank;
-        if (n > 0)
-            rank[n - 1] = rank_of(m, sym[n - 1], out[0]);
-        for (j = 0; j < k - s; j++) {
-            sym[n + j] = out[j];
-            if (j + 1 < k - s)
-                rank[n + j] = inner[j];
-        }
-        n += (size_t)(k - s);
-        prev_byte = -1;
         i += (size_t)k;
     }
     return n;
