@@ -872,6 +872,8 @@ typedef struct {
     PyObject_HEAD
     Pattern *pattern;
     Matcher *matcher;            /* this encoder's own: it matches without the GIL */
+    PyObject *tables_of;         /* NULL, or the encoder whose tables (table, byte_rank, whole, the
+                                  * edges of chars) these are, read-only: a fork() holds it */
     MergeTable table;
     int32_t byte_ids[256];
     int32_t *byte_rank;          /* [a << 8 | b]: the rank of the pair of bytes a, b; a piece's first ranks */
@@ -1027,12 +1029,17 @@ done:
 static void encoder_dealloc(TextEncoder *self)
 {
     matcher_free(self->matcher);
-    merge_table_free(&self->table);
-    free(self->byte_rank);
-    char_start_free(&self->chars);
+    if (self->tables_of == NULL) {
+        merge_table_free(&self->table);
+        free(self->byte_rank);
+        char_start_free(&self->chars);
+        piece_cache_free(&self->whole);
+    } else {
+        free(self->chars.chars);            /* filled as this encoder meets characters: its own */
+        Py_DECREF(self->tables_of);
+    }
     free(self->rank.ids);
     merge_scratch_free(&self->long_piece);
-    piece_cache_free(&self->whole);
     piece_cache_free(&self->cache);
     free(self->spans.spans);
     free(self->hashes);
@@ -1208,6 +1215,43 @@ static PyObject *encoder_encode_bytes(TextEncoder *self, PyObject *text)
     return PyBytes_FromStringAndSize((const char *)self->out.ids, (Py_ssize_t)(self->out.n * sizeof(int32_t)));
 }
 
+static PyObject *encoder_fork(TextEncoder *self, PyObject *Py_UNUSED(ignored))
+{
+    /* A new encoder on this one's tables, shared read-only, with its own cache, scratch and
+     * character entries: what another thread encodes with, side by side, at the cost of a cache
+     * instead of a build (~100 ms and ~40 MB with 200k ids). */
+    TextEncoder *fork;
+    if (self->pattern == NULL) {
+        PyErr_SetString(PyExc_TypeError, "TextEncoder is not initialised");
+        return NULL;
+    }
+    if ((fork = (TextEncoder *)Py_TYPE(self)->tp_alloc(Py_TYPE(self), 0)) == NULL)
+        return NULL;
+    fork->tables_of = self->tables_of != NULL ? self->tables_of : (PyObject *)self;
+    Py_INCREF(fork->tables_of);
+    fork->table = self->table;
+    memcpy(fork->byte_ids, self->byte_ids, sizeof(self->byte_ids));
+    fork->byte_rank = self->byte_rank;
+    fork->chars = self->chars;
+    fork->chars.chars = NULL;
+    fork->whole = self->whole;
+    fork->has_whole = self->has_whole;
+    fork->cache_size = self->cache_size;
+    fork->nints = self->nints;
+    if ((self->chars.chars != NULL && (fork->chars.chars = calloc(CHAR_LIMIT, sizeof(CharEntry))) == NULL) ||
+        piece_cache_init(&fork->cache, self->cache_size ? self->cache_size : 1) < 0) {
+        Py_DECREF(fork);
+        return PyErr_NoMemory();
+    }
+    if ((fork->matcher = matcher_new(self->pattern)) == NULL) {
+        Py_DECREF(fork);
+        return NULL;
+    }
+    Py_INCREF(self->pattern);
+    fork->pattern = self->pattern;
+    return (PyObject *)fork;
+}
+
 static Py_ssize_t encoder_len(TextEncoder *self)
 {
     return (Py_ssize_t)self->cache.used;
@@ -1219,6 +1263,9 @@ static PyMethodDef encoder_methods[] = {
      "the text must take the `regex` path."},
     {"encode_bytes", (PyCFunction)encoder_encode_bytes, METH_O,
      "encode_bytes(text)\n--\n\n`encode`, as native uint32 values in one bytes object (array('I').frombytes takes it)."},
+    {"fork", (PyCFunction)encoder_fork, METH_NOARGS,
+     "fork()\n--\n\nA new encoder sharing this one's merge tables (read-only) with its own cache: for another\n"
+     "thread, which then encodes beside this one without building the tables again."},
     {NULL, NULL, 0, NULL}
 };
 

@@ -489,12 +489,13 @@ class Tokenizer:
         return list(chain.from_iterable(self._pool.map(self.encode_arrays_in_thread, chunks)))
 
     def encode_arrays_in_thread(self, texts: Sequence[str]) -> list[array]:
-        """`encode_arrays(texts)` with the calling thread's own compiled encoder (made on first use):
-        several threads may call it at once and encode side by side, where `encode_arrays` from two
-        threads would find the one shared encoder busy and take the slow path."""
+        """`encode_arrays(texts)` with the calling thread's own compiled encoder (a `fork()` of the
+        shared one, made on first use: the merge tables are built once, each thread has its own
+        cache): several threads may call it at once and encode side by side, where `encode_arrays`
+        from two threads would find the one shared encoder busy and take the slow path."""
         encoder = getattr(self._thread_encoders, "encoder", None)
-        if encoder is None:
-            encoder = self._thread_encoders.encoder = self._compiled_text_encoder()
+        if encoder is None and (shared := self._text_encoder) is not None:
+            encoder = self._thread_encoders.encoder = shared.fork()
         return [self._encode_array_with(encoder, text) for text in texts]
 
     def _encode_array_with(self, encoder, text: str, allowed_special: Iterable[str] | str = ()) -> array:

@@ -191,6 +191,38 @@ def test_threads_share_one_tokenizer(gpt2_merges, corpora):
     assert all(results[k] == expected * 3 for k in range(4))
 
 
+def test_forks_share_the_tables_and_encode_side_by_side(gpt2_merges, corpora):
+    """fork() shares the merge tables read-only and keeps its own cache and character entries: forks
+    encode at once in several threads (without the GIL), outlive the encoder they came from, and
+    fork again."""
+    tok = byte_tokenizer(gpt2_merges, "gpt4", ignore_merges=True)
+    texts = read_jsonl_texts(corpora / "multi", limit=60)
+    expected = [python_ids(tok, t) for t in texts]
+    parent = tok._compiled_text_encoder()
+    forks = [parent.fork() for _ in range(3)]
+    forks.append(forks[0].fork())
+    del parent
+    assert all(f.starts_from_characters and len(f) == 0 for f in forks)
+    results: dict[int, list] = {}
+
+    def work(k: int) -> None:
+        results[k] = [forks[k].encode(t) for t in texts * 2]
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(forks))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(results[k] == expected * 2 for k in range(len(forks)))
+    assert all(len(f) > 0 for f in forks)         # each filled its own cache
+
+
+def test_encode_arrays_threads_use_forks(gpt2_merges, corpora):
+    tok = byte_tokenizer(gpt2_merges, "gpt4")
+    texts = read_jsonl_texts(corpora / "multi", limit=40)
+    assert [list(a) for a in tok.encode_arrays(texts, num_threads=2)] == [python_ids(tok, t) for t in texts]
+
+
 def test_pickled_tokenizer_rebuilds_its_encoder(gpt2_merges):
     tok = byte_tokenizer(gpt2_merges, "gpt4")
     back = pickle.loads(pickle.dumps(tok))
