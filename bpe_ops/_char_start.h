@@ -180,21 +180,6 @@ static inline int32_t at_least(int32_t a, int32_t b)
     return a > b ? a : b;
 }
 
-static inline int char_length(const uint8_t *s, size_t left, uint32_t *cp)
-{
-    /* The length of the two- or three-byte UTF-8 character at s (left bytes remain) and its code
-     * point; 0 for anything else (ASCII, four bytes, not UTF-8): those stay bytes. */
-    if (s[0] >= 0xC2 && s[0] <= 0xDF && left >= 2 && (s[1] & 0xC0) == 0x80) {
-        *cp = (uint32_t)(s[0] & 0x1F) << 6 | (s[1] & 0x3F);
-        return 2;
-    }
-    if (s[0] >= 0xE0 && s[0] <= 0xEF && left >= 3 && (s[1] & 0xC0) == 0x80 && (s[2] & 0xC0) == 0x80) {
-        *cp = (uint32_t)(s[0] & 0x0F) << 12 | (uint32_t)(s[1] & 0x3F) << 6 | (s[2] & 0x3F);
-        return *cp >= 0x800 ? 3 : 0;       /* an overlong form would share a code point */
-    }
-    return 0;
-}
-
 static inline void push_byte(const MergeTable *m, const int32_t *byte_ids, const int32_t *byte_rank, uint8_t b,
                              int32_t *sym, int32_t *rank, size_t *n, int *prev_byte)
 {
@@ -210,20 +195,28 @@ static size_t char_start_symbols(const CharStart *cs, const MergeTable *m, const
                                  const int32_t *byte_rank, const uint8_t *piece, size_t len, int32_t *sym,
                                  int32_t *rank)
 {
-    /* sym = the first symbols of piece[0..len) and rank[i] = the rank of (sym[i], sym[i + 1]); the
-     * number of symbols (at most len). cs->chars must not be NULL. */
+    /* sym = the first symbols of piece[0..len) (valid UTF-8, whole characters, as the encoder's
+     * pieces are) and rank[i] = the rank of (sym[i], sym[i + 1]); the number of symbols (at most
+     * len). cs->chars must not be NULL. */
     size_t i = 0, n = 0;
     int prev_byte = -1;             /* sym[n - 1]'s byte while it is one */
     while (i < len) {
-        uint32_t cp;
-        int k = piece[i] < 0x80 ? 0 : char_length(piece + i, len - i, &cp), s, j;
+        size_t next;
+        int k, s, j;
         const int32_t *out;
         CharEntry *e;
-        if (k == 0) {
+        if (piece[i] < 0x80) {
             push_byte(m, byte_ids, byte_rank, piece[i++], sym, rank, &n, &prev_byte);
             continue;
         }
-        e = &cs->chars[cp];
+        if (piece[i] >= 0xF0) {     /* four bytes: not remembered, they stay bytes */
+            for (j = 0; j < 4; j++)
+                push_byte(m, byte_ids, byte_rank, piece[i + j], sym, rank, &n, &prev_byte);
+            i += 4;
+            continue;
+        }
+        e = &cs->chars[tb_bmp_code_point(piece, i, &next)];
+        k = (int)(next - i);
         if (e->len == 0)
             char_fill(cs, m, byte_ids, byte_rank, piece + i, k, e);
         /* Its own merges, while each ranks below what could join its edges to the neighbours here:

@@ -1,7 +1,8 @@
 /*
  * Small C helpers shared by the compiled modules (`_merge_loop.c`, `_merge_table.h`, `_byte_map.h`,
- * `_native.c`, `_pcre2.c`): growable arrays, hashes, and a binary heap. Nothing here touches Python
- * objects, so callers may use it without the GIL.
+ * `_native.c`, `_pcre2.c`, `_split_scan.h`, `_char_start.h`): growable arrays, byte and UTF-8
+ * reading, hashes, and a binary heap. Nothing here touches Python objects, so callers may use it
+ * without the GIL.
  *
  * Everything is `static inline`: each module gets its own copy of what it uses and the compiler
  * warns about nothing it leaves out.
@@ -83,6 +84,23 @@ static inline int tb_ascii(const uint8_t *s, size_t n)
     for (; i < n; i++)
         any |= s[i];
     return (any & 0x8080808080808080ULL) == 0;
+}
+
+static inline uint32_t tb_bmp_code_point(const uint8_t *s, size_t p, size_t *next)
+{
+    /* The code point of the character at byte p of valid UTF-8, one of up to 3 bytes, and where
+     * the next one starts. */
+    uint8_t b = s[p];
+    if (b < 0x80) {
+        *next = p + 1;
+        return b;
+    }
+    if (b < 0xE0) {
+        *next = p + 2;
+        return (b & 0x1Fu) << 6 | (s[p + 1] & 0x3Fu);
+    }
+    *next = p + 3;
+    return (b & 0x0Fu) << 12 | (s[p + 1] & 0x3Fu) << 6 | (s[p + 2] & 0x3Fu);
 }
 
 /* ---- hashes -------------------------------------------------------------------------------------- */

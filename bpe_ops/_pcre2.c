@@ -297,7 +297,7 @@ static int mark_class(const char *cls, const uint8_t *every, size_t n, uint8_t *
             break;
         }
         while (p < ov[1]) {
-            uint32_t cp = bmp_code_point(every, p, &next);
+            uint32_t cp = tb_bmp_code_point(every, p, &next);
             if (classes[cp] != CH_OTHER)
                 rc = -1;
             classes[cp] = value;

@@ -29,6 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "_common.h"
+
 /* A character's class: exactly one per code point. The letter classes are o200k's (which tells
  * cases apart); the other families read them together as \p{L}. */
 enum {
@@ -68,23 +70,6 @@ typedef struct {
     const uint8_t *classes;     /* [code point], 65,536 entries */
 } Scanner;
 
-static inline uint32_t bmp_code_point(const uint8_t *s, size_t p, size_t *next)
-{
-    /* The code point of the character at byte p of valid UTF-8, one of up to 3 bytes, and where
-     * the next one starts. */
-    uint8_t b = s[p];
-    if (b < 0x80) {
-        *next = p + 1;
-        return b;
-    }
-    if (b < 0xE0) {
-        *next = p + 2;
-        return (b & 0x1Fu) << 6 | (s[p + 1] & 0x3Fu);
-    }
-    *next = p + 3;
-    return (b & 0x0Fu) << 12 | (s[p + 1] & 0x3Fu) << 6 | (s[p + 2] & 0x3Fu);
-}
-
 static inline int scan_char(const uint8_t *classes, const uint8_t *s, size_t p, size_t *next)
 {
     /* The class of the character at byte p and where the next one starts. */
@@ -92,7 +77,7 @@ static inline int scan_char(const uint8_t *classes, const uint8_t *s, size_t p, 
         *next = p + 4;
         return CH_ASTRAL;
     }
-    return classes[bmp_code_point(s, p, next)];
+    return classes[tb_bmp_code_point(s, p, next)];
 }
 
 static inline size_t scan_run(const uint8_t *classes, const uint8_t *s, size_t len, size_t p, unsigned mask,
