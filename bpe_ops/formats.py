@@ -25,6 +25,7 @@ from typing import Any
 import regex
 
 from . import hf_components, hf_decoders
+from .regex_dialect import from_oniguruma, to_oniguruma
 from .pretokenize import token_to_unicode, tokens_to_unicode, unicode_to_token, unicode_to_tokens
 
 SUPPORTED = ("supported: byte-level BPE (model BPE without dropout or subword affixes; "
@@ -69,7 +70,8 @@ def tokenizer_json_text(tok) -> str:
         "pre_tokenizer": tok.pre_tokenizer_spec or {
             "type": "Sequence",
             "pretokenizers": [
-                {"type": "Split", "pattern": {"Regex": tok.pattern}, "behavior": "Isolated", "invert": False},
+                {"type": "Split", "pattern": {"Regex": to_oniguruma(tok.pattern)}, "behavior": "Isolated",
+                 "invert": False},
                 {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
             ],
         },
@@ -375,8 +377,19 @@ def _chain_pattern(pre_tokenizer, unsupported) -> str:
         raise unsupported(str(exc)) from None
     for step in steps:
         if step["type"] == "Split" and "Regex" in (step.get("pattern") or {}):
-            return _never_a_name(step["pattern"]["Regex"])
+            return _never_a_name(_file_regex(step["pattern"]["Regex"], unsupported))
     return "gpt2"
+
+
+def _file_regex(pattern, unsupported) -> str:
+    """A tokenizer.json split regex as the `regex` pattern that splits as Hugging Face reads the file
+    (Oniguruma's syntax: `\\p{N}{1,3}+` is one or more runs of 1-3 digits there, see `regex_dialect`)."""
+    if not isinstance(pattern, str):
+        raise unsupported(f"Split regex {pattern!r} (not a string)")
+    try:
+        return from_oniguruma(pattern)
+    except ValueError as exc:
+        raise unsupported(f"Split regex {pattern!r} ({exc})") from None
 
 
 _NAME_LIKE = regex.compile(r"[A-Za-z0-9_-]+")
@@ -410,7 +423,7 @@ def _pattern_of(pre_tokenizer: dict | None, unsupported) -> str:
         _check_byte_level(steps[1], use_regex=False, unsupported=unsupported)
         pattern = split.get("pattern") or {}
         if "Regex" in pattern:
-            return _never_a_name(pattern["Regex"])
+            return _never_a_name(_file_regex(pattern["Regex"], unsupported))
         if "String" in pattern:
             return _never_a_name(regex.escape(pattern["String"]))
         raise unsupported(f"Split pattern {pattern!r}")

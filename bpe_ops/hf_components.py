@@ -21,6 +21,7 @@ from typing import Callable
 import regex
 
 from .pretokenize import GPT2_PATTERN
+from .regex_dialect import from_oniguruma
 
 Normalizer = Callable[[str], str]
 Step = Callable[[str, bool], list]   # (piece, at_start) -> [(sub-piece, begins the piece)]
@@ -221,13 +222,14 @@ def _metaspace(spec: dict) -> Step:
 
 
 def _pattern(spec, owner: str) -> "regex.Pattern[str]":
-    """A component's `{"String": s}` (a literal) or `{"Regex": r}` pattern."""
+    """A component's `{"String": s}` (a literal) or `{"Regex": r}` pattern, `r` read as Hugging Face
+    reads it (Oniguruma's syntax, see `regex_dialect`)."""
     if isinstance(spec, dict) and isinstance(spec.get("String"), str):
         return regex.compile(regex.escape(spec["String"]))
     if isinstance(spec, dict) and isinstance(spec.get("Regex"), str):
         try:
-            return regex.compile(spec["Regex"])
-        except regex.error as exc:
+            return regex.compile(from_oniguruma(spec["Regex"]))
+        except (regex.error, ValueError) as exc:
             raise Unsupported(f"{owner} regex {spec['Regex']!r} ({exc})") from None
     raise Unsupported(f"{owner} pattern {spec!r}")
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .pretokenize import pattern_name, resolve_pattern
+from .regex_dialect import to_oniguruma
 
 NORMAL_FORMS = ("NFC", "NFD", "NFKC", "NFKD")
 # The one alternative of each named pattern that matches digits (with its `|` on both sides).
@@ -71,7 +72,7 @@ def text_rules(pattern: str = "gpt4", *, normalize: str | None = None, lowercase
     if name in _DIGIT_ALTERNATIVE:
         return TextRules(regex.replace(_DIGIT_ALTERNATIVE[name], f"|{digit_regex(group)}|"), normalizer)
     pre_tokenizer = {"type": "Sequence", "pretokenizers": [
-        {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": False},
+        {"type": "Split", "pattern": {"Regex": to_oniguruma(regex)}, "behavior": "Isolated", "invert": False},
         {"type": "Split", "pattern": {"Regex": digit_regex(group)}, "behavior": "Isolated", "invert": False},
         {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
     ]}

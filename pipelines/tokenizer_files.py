@@ -15,7 +15,7 @@ from typing import Mapping
 
 from bpe_ops.implementation import DEFAULT, Implementation
 
-from pipelines.errors import UserError, os_error_reason
+from pipelines.errors import UserError, os_error_reason, warn
 from pipelines.files import filesystem, is_local
 
 
@@ -57,7 +57,7 @@ def load_identified_tokenizer(ref: TokenizerRef):
         # the launcher loaded, so its tokenizer is this one; loading it again cost 0.2 s at 131k ids.
         return identified
     specials = dict(ref.special_tokens) if ref.special_tokens is not None else None
-    tok = load_tokenizer(ref.url, ref.implementation, ref.pattern, specials)
+    tok = load_tokenizer(ref.url, ref.implementation, ref.pattern, specials, launcher=False)
     if tok.source_sha256 != ref.file_sha256:
         raise UserError(f"tokenizer {ref.url} changed since the run started; rerun the command")
     return tok
@@ -108,13 +108,16 @@ def parse_special_token(spec: str) -> tuple[str, int]:
 
 
 def load_tokenizer(url: str, implementation: Implementation = DEFAULT, pattern: str | None = None,
-                   special_tokens: Mapping[str, int] | None = None):
+                   special_tokens: Mapping[str, int] | None = None, launcher: bool = True):
     """Load a tokenizer from any fsspec URL; UserError when unusable. Either a tokenizer.json (or a
     folder holding one), which records its own split pattern and special tokens, or a tiktoken rank
     file (`.tiktoken`, or a `tokenizer.model` in that format; told apart by content), which needs
-    `pattern` (a name or a regex) and may take `special_tokens` {token: id}."""
+    `pattern` (a name or a regex) and may take `special_tokens` {token: id}. The `launcher`'s load
+    (not a worker's) warns once where the file's regexes read otherwise in tiktoken than in Hugging
+    Face: a tokenizer.json encodes as Hugging Face reads it."""
     from bpe_ops import Tokenizer
     from bpe_ops.formats import is_rank_file
+    from bpe_ops.regex_dialect import regexes_read_differently
 
     def load(local: str):
         with open(local, "rb") as f:
@@ -128,7 +131,14 @@ def load_tokenizer(url: str, implementation: Implementation = DEFAULT, pattern: 
         if pattern is not None or special_tokens:
             raise UserError(f"cannot use tokenizer {url}: --pattern and --special-token apply to tiktoken rank "
                             f"files only; a tokenizer.json records its own split pattern and special tokens")
-        return Tokenizer.from_file(local, implementation=implementation)
+        tok = Tokenizer.from_file(local, implementation=implementation)
+        if launcher:
+            with open(local, "rb") as f:
+                for regex_text in regexes_read_differently(f.read()):
+                    warn(f"tokenizer {url}: its regex {regex_text!r} reads otherwise in tiktoken than in Hugging "
+                         f"Face (Oniguruma: an interval followed by + repeats, ^ and $ match at lines); it is "
+                         f"encoded as Hugging Face encodes it")
+        return tok
 
     try:
         if is_local(url):
