@@ -1,4 +1,4 @@
-"""The `tokenbeam` command: train, tokenize, pack, evaluate, drift, stats, encode.
+"""The `tokenbeam` command: train, tokenize, pack, evaluate, drift, stats, estimate, encode.
 
 One argparse parser with a subcommand each; each subcommand's flags are declared by its own module
 (`add_arguments`), and its body runs under `errors.run_command`, which turns every user error into
@@ -74,6 +74,10 @@ def build_parser() -> tuple[Parser, dict[str, argparse.ArgumentParser]]:
                                      usage="tokenbeam drift BASELINE CURRENT [CURRENT ...] [options]"),
         "stats": commands.add_parser("stats", help="rebuild stats.json from existing token Parquet files",
                                      add_help=False),
+        "estimate": commands.add_parser("estimate", help="count a dataset's tokens from a sample of its records, "
+                                                         "with 95% intervals, before you run",
+                                        usage="tokenbeam estimate --tokenizer T --input GLOB [--sample 0.5%] [options] "
+                                              "[INPUT ...]"),
         "encode": commands.add_parser("encode", help="show how a tokenizer splits a text"),
     }
     add_encode_arguments(subparsers["encode"])
@@ -102,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         from pipelines import evaluate as module
     elif command == "drift":
         from pipelines import drift as module
+    elif command == "estimate":
+        from pipelines import estimate as module
     if module is not None:
         module.add_arguments(subparsers[command])
 
@@ -113,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
             return module.run_parsed(args, rest, option_strings(subparsers[args.command])) and None
         if args.command == "drift":
             return module.run_parsed(args, rest)
+        if args.command == "estimate":
+            refuse_leftovers(rest, subparsers["estimate"], "estimate runs no Beam pipeline")
+            return module.run(args)
         if args.command == "stats":
             from pipelines import stats_cmd
             return stats_cmd.main(args.arguments)

@@ -1,0 +1,187 @@
+"""`tokenbeam estimate` (pipelines/estimate.py, bpe_ops/sample_estimate.py): a dataset's tokens from a
+sample, whose 95% interval holds the exact count that tokenize writes in nearly every seeded run, read
+from a few percent of the bytes."""
+import doctest
+import gzip
+import json
+import random
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import bpe_ops.sample_estimate
+from bpe_ops import Tokenizer
+from bpe_ops.stats import count_words, utf8_length
+from pipelines import estimate
+from pipelines.shards import expand
+from pipelines.sources import Record, SourceOptions, read_shard, record_at
+
+
+@pytest.fixture(scope="module")
+def gpt2(gpt2_files, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gpt2")
+    Tokenizer.from_gpt2_files(*gpt2_files).save(folder)
+    return Tokenizer.from_file(folder / "tokenizer.json"), folder / "tokenizer.json"
+
+
+def exact(tok, shards, options):
+    """Tokens, words, text bytes of every record the shards' reader gives: what tokenize writes."""
+    tokens = words = size = 0
+    for shard in shards:
+        for item in read_shard(shard, options):
+            if isinstance(item, Record):
+                tokens += len(tok.encode(item.text))
+                words += count_words(item.text)
+                size += utf8_length(item.text)
+    return tokens, words, size
+
+
+def run_estimate(tok, shards, options, seed, share=0.005):
+    sampler = estimate.Sampler(tok, options, random.Random(seed))
+    plain = [s for s in shards if estimate_by_offset(s, options)]
+    through = [s for s in shards if not estimate_by_offset(s, options)]
+    strata = ([sampler.by_offset(plain, share, [])] if plain else []) + \
+             ([sampler.read_through(through, share, [])] if through else [])
+    return estimate.Estimate(strata), strata
+
+
+def estimate_by_offset(shard, options):
+    from pipelines.sources import offset_readable
+    return offset_readable(shard, options)
+
+
+@pytest.mark.parametrize("corpus", ["en", "code", "multi"])
+def test_the_interval_holds_the_exact_count_in_nearly_every_seeded_run(corpora, gpt2, corpus):
+    # Measured: tokens covered in 96 / 92 / 95 of 100 runs on en / code / multi (code's JSON lines carry
+    # rare heavily escaped files that most samples of 30 miss), bytes per token 96 / 91 / 95.
+    tok, _ = gpt2
+    options = SourceOptions()
+    shards = expand([str(corpora / corpus / "*.jsonl")], options)
+    tokens, words, size = exact(tok, shards, options)
+    covered = {"tokens": 0, "bytes per token": 0, "tokens per word": 0}
+    read = []
+    for seed in range(100):
+        est, strata = run_estimate(tok, shards, options, seed)
+        covered["tokens"] += est.total("tokens").low <= tokens <= est.total("tokens").high
+        bpt, tpw = est.ratio("bytes", "tokens"), est.ratio("tokens", "words")
+        covered["bytes per token"] += bpt.low <= size / tokens <= bpt.high
+        covered["tokens per word"] += tpw.low <= tokens / words <= tpw.high
+        read.append(sum(s.bytes_read for s in strata) / sum(s.size for s in shards))
+    assert min(covered.values()) >= 88, covered
+    assert sum(read) / len(read) <= 0.15          # 30 lines drawn in proportion to length: 4% / 13% / 12%
+
+
+def test_the_exact_count_is_what_tokenize_writes(sample, gpt2, tmp_path):
+    tok, path = gpt2
+    run = subprocess.run([sys.executable, "-m", "pipelines.cli", "tokenize", "--tokenizer", str(path),
+                          "--input", str(sample / "*.jsonl"), "--output", str(tmp_path / "out")],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    stats = json.loads((tmp_path / "out" / "stats.json").read_text())
+    options = SourceOptions()
+    tokens, words, _ = exact(tok, expand([str(sample / "*.jsonl")], options), options)
+    assert stats["tokens"] == tokens and stats["words"] == words
+
+
+def test_files_read_through_with_the_whole_sample_give_the_exact_figures(corpora, gpt2, tmp_path):
+    tok, _ = gpt2
+    rows = [json.loads(line) for shard in sorted((corpora / "tiny").glob("*.jsonl")) for line in shard.open()]
+    with gzip.open(tmp_path / "a.jsonl.gz", "wt", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows[:20])
+    pq.write_table(pa.table({"id": [r["id"] for r in rows[20:]], "text": [r["text"] for r in rows[20:]]}),
+                   tmp_path / "b.parquet")
+    options = SourceOptions()
+    shards = expand([str(tmp_path / "*")], options)
+    est, strata = run_estimate(tok, shards, options, seed=1, share=1.0)
+    tokens = sum(len(tok.encode(r["text"])) for r in rows)
+    assert est.total("tokens").value == pytest.approx(tokens) and est.total("records").value == pytest.approx(len(rows))
+    assert est.total("tokens").low == pytest.approx(tokens)          # every record kept: no sampling error
+
+
+def test_few_records_read_through_are_sampled_without_replacement_and_covered(corpora, gpt2, tmp_path):
+    tok, _ = gpt2
+    rows = [json.loads(line) for shard in sorted((corpora / "tiny").glob("*.jsonl")) for line in shard.open()]
+    with gzip.open(tmp_path / "a.jsonl.gz", "wt", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    options = SourceOptions()
+    shards = expand([str(tmp_path / "*")], options)
+    tokens = sum(len(tok.encode(r["text"])) for r in rows)
+    covered = 0
+    for seed in range(100):
+        est, strata = run_estimate(tok, shards, options, seed)      # 0.5% of 40 records keeps none by chance
+        assert strata[0].population == len(rows) and len(strata[0].draws) == estimate.MIN_DRAWS
+        covered += est.total("tokens").low <= tokens <= est.total("tokens").high
+    assert covered >= 90
+
+
+def test_a_line_is_found_from_any_of_its_bytes(tmp_path):
+    lines = [b'{"id": "a", "text": "first"}', b"", b'{"id": "b", "text": "second line"}\r', b"   ",
+             b'{"id": "c", "text": 3}', b'{"id": "d", "text": "no newline at the end"}']
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + b"\n".join(lines))
+    options = SourceOptions()
+    (shard,) = expand([str(path)], options)
+    expected = {"first": None, "second line": None, "no newline at the end": None}
+    starts, at = [], 0
+    data = path.read_bytes()
+    for line in data.split(b"\n"):
+        starts.append((at, at + len(line) + 1))
+        at += len(line) + 1
+    with open(path, "rb") as f:
+        for k, (begin, end) in enumerate(starts):
+            for offset in range(begin, min(end, len(data))):
+                length, item = record_at(f, shard, options, offset)
+                assert length == min(end, len(data)) - begin
+                if k in (1, 3):
+                    assert item is None                               # a blank line is no record
+                elif k == 4:
+                    assert not isinstance(item, Record)                # "text" is no string: rejected
+                else:
+                    assert isinstance(item, Record) and item.text in expected
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "pipelines.cli", "estimate", *map(str, args)],
+                          capture_output=True, text=True)
+
+
+def test_the_command_prints_the_figures_and_writes_them_as_json(corpora, gpt2, tmp_path):
+    _, path = gpt2
+    run = cli("--tokenizer", path, "--input", corpora / "multi" / "*.jsonl", "--seed", 7, "--output", tmp_path / "e.json")
+    assert run.returncode == 0, run.stderr
+    assert "tokens" in run.stdout and "bytes per token" in run.stdout and "95%" in run.stdout
+    report = json.loads((tmp_path / "e.json").read_text())
+    tokens = report["totals"]["tokens"]
+    assert tokens["low"] < tokens["value"] < tokens["high"] and report["draws"] >= estimate.MIN_DRAWS
+    assert report["bytes_read"] < report["input_bytes"] / 5
+
+
+def test_mistakes_end_in_one_line(corpora, gpt2, tmp_path):
+    _, path = gpt2
+    for args, code, words in [
+        (["--input", corpora / "tiny" / "*.jsonl", "--sample", "0"], 2, "above 0"),
+        (["--input", corpora / "tiny" / "*.jsonl", "--sample", "150%"], 2, "at most 100%"),
+        (["--input", corpora / "tiny" / "*.jsonl", "--text-field", "body"], 2, "--text-field"),
+        (["--input", tmp_path / "none" / "*.jsonl"], 2, "matched no files"),
+        (["--input", corpora / "tiny" / "*.jsonl", "--smaple", "1%"], 2, "did you mean --sample"),
+    ]:
+        run = cli("--tokenizer", path, *args)
+        assert run.returncode == code and len(run.stderr.strip().splitlines()) == 1 and words in run.stderr, run.stderr
+
+
+def test_an_unreadable_input_fails_the_estimate_unless_allowed(corpora, gpt2, tmp_path):
+    _, path = gpt2
+    (tmp_path / "good.jsonl").write_bytes((corpora / "tiny" / "tiny-000-of-002.jsonl").read_bytes())
+    (tmp_path / "bad.jsonl.gz").write_bytes(b"\x1f\x8b\x08\x00 not really gzip")
+    run = cli("--tokenizer", path, "--input", tmp_path / "*")
+    assert run.returncode == 3 and "bad.jsonl.gz" in run.stderr and "Traceback" not in run.stderr
+    run = cli("--tokenizer", path, "--input", tmp_path / "*", "--allow-shard-errors")
+    assert run.returncode == 0 and "warning" in run.stderr and "tokens" in run.stdout
+
+
+def test_the_worked_examples_in_the_estimator_hold():
+    failed, attempted = doctest.testmod(bpe_ops.sample_estimate)
+    assert attempted >= 5 and failed == 0
