@@ -6,7 +6,7 @@
         tokenizer.json, tokenizer.tiktoken, train_report.json, compression_curve.png.
 
 The launcher never imports Beam: Beam and what it pulls in (the largest share of a small job's memory
-and start-up; figures in the README) live and die with the counting process, so the merge loop's tables are the largest thing this process
+and start-up; figures in benchmarks/RESULTS.md) live and die with the counting process, so the merge loop's tables are the largest thing this process
 holds. `--counts DIR` skips the Beam part and trains a new vocabulary from counts written earlier.
 """
 from __future__ import annotations

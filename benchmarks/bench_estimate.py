@@ -1,0 +1,72 @@
+"""How often `tokenbeam estimate`'s 95% intervals hold the exact figures, and what share of the bytes
+it reads, over seeded runs on each corpus (the exact figures: every record encoded, as tokenize does).
+
+    python benchmarks/bench_estimate.py                      # en, code, multi; 100 seeds; GPT-2's tokenizer
+    python benchmarks/bench_estimate.py --runs 200 --sample 1%
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bpe_ops import Tokenizer  # noqa: E402
+from bpe_ops.stats import count_words, utf8_length  # noqa: E402
+from pipelines import estimate  # noqa: E402
+from pipelines.shards import expand  # noqa: E402
+from pipelines.sources import Record, SourceOptions, offset_readable, read_shard  # noqa: E402
+
+
+def exact(tok, shards, options) -> dict[str, float]:
+    tokens = words = size = 0
+    for shard in shards:
+        for item in read_shard(shard, options):
+            if isinstance(item, Record):
+                tokens += len(tok.encode(item.text))
+                words += count_words(item.text)
+                size += utf8_length(item.text)
+    return {"tokens": tokens, "words": words, "bytes per token": size / tokens, "tokens per word": tokens / words}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shared", default=str(ROOT.parent / "shared"))
+    parser.add_argument("--corpus", action="append", default=None)
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--sample", type=estimate.sample_fraction, default=estimate.sample_fraction("0.5%"))
+    args = parser.parse_args(argv)
+    gpt2 = Path(args.shared) / "oracles" / "gpt2"
+    with tempfile.TemporaryDirectory() as tmp:
+        Tokenizer.from_gpt2_files(gpt2 / "gpt2_vocab.json", gpt2 / "gpt2_merges.txt").save(tmp)
+        tok = Tokenizer.from_file(Path(tmp) / "tokenizer.json")
+    print(f"bench_estimate: GPT-2's tokenizer, --sample {args.sample:.2%}, {args.runs} seeds, {time.strftime('%Y-%m-%d')}")
+    print(f"{'corpus':<8}{'tokens':>8}{'words':>8}{'bytes/token':>13}{'tokens/word':>13}{'read (mean, max)':>20}{'s/run':>8}")
+    options = SourceOptions()
+    for corpus in args.corpus or ["en", "code", "multi"]:
+        shards = expand([str(Path(args.shared) / "corpora" / corpus / "*.jsonl")], options)
+        truth = exact(tok, shards, options)
+        covered = dict.fromkeys(truth, 0)
+        reads, start = [], time.perf_counter()
+        for seed in range(args.runs):
+            sampler = estimate.Sampler(tok, options, random.Random(seed))
+            strata = [sampler.by_offset([s for s in shards if offset_readable(s, options)], args.sample, [])]
+            est = estimate.Estimate(strata)
+            figures = {"tokens": est.total("tokens"), "words": est.total("words"),
+                       "bytes per token": est.ratio("bytes", "tokens"), "tokens per word": est.ratio("tokens", "words")}
+            for name, figure in figures.items():
+                covered[name] += figure.low <= truth[name] <= figure.high
+            reads.append(strata[0].bytes_read / sum(s.size for s in shards))
+        per_run = (time.perf_counter() - start) / args.runs
+        print(f"{corpus:<8}" + "".join(f"{covered[n]:>{w}}" for n, w in
+                                       (("tokens", 8), ("words", 8), ("bytes per token", 13), ("tokens per word", 13)))
+              + f"{f'{sum(reads) / len(reads):.1%}, {max(reads):.1%}':>20}{per_run:>8.2f}")
+
+
+if __name__ == "__main__":
+    main()
