@@ -890,7 +890,8 @@ typedef struct {
     Ids out;
     PyObject **ints;             /* [id]: the Python int of an id, made on its first use by encode() */
     size_t nints;                /* ids below this have a place in `ints` */
-    int busy;                    /* set (with the GIL held) while a call runs without it */
+    int busy;                    /* set (with the GIL held) from the start of an encode until its
+                                  * ids are read out (see encoder_run) */
 } TextEncoder;
 
 static int read_ids(PyObject *obj, const char *what, int32_t **out, Py_ssize_t *n)
@@ -1150,7 +1151,11 @@ static int encode_text(TextEncoder *self, const uint8_t *s, size_t len)
 
 static int encoder_run(TextEncoder *self, PyObject *text)
 {
-    /* self->out = the ids of text; -1 with an exception set (Fallback among them). */
+    /* self->out = the ids of text, the encoder left busy: the caller reads them out, then calls
+     * encoder_done. Python code may run while it reads (an allocation may start the garbage
+     * collector, whose callbacks and finalizers may let another thread in), and an encode from it
+     * must find the encoder busy rather than overwrite self->out. -1 with an exception set
+     * (Fallback among them), the encoder not busy. */
     Py_ssize_t len;
     const uint8_t *s;
     int rc;
@@ -1160,7 +1165,7 @@ static int encoder_run(TextEncoder *self, PyObject *text)
         return -1;
     }
     if (self->busy) {
-        PyErr_SetString(Fallback, "this TextEncoder is encoding in another thread");
+        PyErr_SetString(Fallback, "this TextEncoder is busy with another text");
         return -1;
     }
     if ((s = utf8_of(text, &len)) == NULL)
@@ -1170,13 +1175,20 @@ static int encoder_run(TextEncoder *self, PyObject *text)
     Py_BEGIN_ALLOW_THREADS
     rc = encode_text(self, s, (size_t)len);
     Py_END_ALLOW_THREADS
-    self->busy = 0;
     if (rc < 0) {
         if (rc == SPLIT_NOMEM)      /* the cache may hold a half-made entry: drop it all */
             piece_cache_clear(&self->cache);
+        self->busy = 0;
         return split_failed(rc);
     }
     return 0;
+}
+
+static PyObject *encoder_done(TextEncoder *self, PyObject *result)
+{
+    /* What encoder_run's caller made of self->out (NULL with an exception set), the encoder free again. */
+    self->busy = 0;
+    return result;
 }
 
 static PyObject *encoder_encode(TextEncoder *self, PyObject *text)
@@ -1185,8 +1197,10 @@ static PyObject *encoder_encode(TextEncoder *self, PyObject *text)
      * int per id was a quarter of encoding Han text. */
     PyObject *out;
     size_t i;
-    if (encoder_run(self, text) < 0 || (out = PyList_New((Py_ssize_t)self->out.n)) == NULL)
+    if (encoder_run(self, text) < 0)
         return NULL;
+    if ((out = PyList_New((Py_ssize_t)self->out.n)) == NULL)
+        return encoder_done(self, NULL);
     if (self->ints == NULL && self->nints > 0)
         self->ints = calloc(self->nints, sizeof(PyObject *));     /* NULL: a new int per id, below */
     for (i = 0; i < self->out.n; i++) {
@@ -1195,16 +1209,16 @@ static PyObject *encoder_encode(TextEncoder *self, PyObject *text)
         if (self->ints != NULL && id < self->nints) {
             if ((v = self->ints[id]) == NULL && (v = self->ints[id] = PyLong_FromSize_t(id)) == NULL) {
                 Py_DECREF(out);
-                return NULL;
+                return encoder_done(self, NULL);
             }
             Py_INCREF(v);
         } else if ((v = PyLong_FromSize_t(id)) == NULL) {
             Py_DECREF(out);
-            return NULL;
+            return encoder_done(self, NULL);
         }
         PyList_SET_ITEM(out, (Py_ssize_t)i, v);
     }
-    return out;
+    return encoder_done(self, out);
 }
 
 static PyObject *encoder_encode_bytes(TextEncoder *self, PyObject *text)
@@ -1212,7 +1226,8 @@ static PyObject *encoder_encode_bytes(TextEncoder *self, PyObject *text)
     /* The ids as native 32-bit unsigned integers, one bytes object: no Python int per id. */
     if (encoder_run(self, text) < 0)
         return NULL;
-    return PyBytes_FromStringAndSize((const char *)self->out.ids, (Py_ssize_t)(self->out.n * sizeof(int32_t)));
+    return encoder_done(self, PyBytes_FromStringAndSize((const char *)self->out.ids,
+                                                        (Py_ssize_t)(self->out.n * sizeof(int32_t))));
 }
 
 static PyObject *encoder_fork(TextEncoder *self, PyObject *Py_UNUSED(ignored))

@@ -30,8 +30,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import partial
 from heapq import heapify, heappop, heappush
-from itertools import chain, islice, repeat
-from operator import lt
+from itertools import chain, compress, repeat
+from operator import is_, lt
 from typing import Iterable, Mapping, Sequence
 
 from . import formats, hf_components, hf_decoders, table_cache
@@ -63,6 +63,11 @@ MAX_CACHED_CHARS = 256
 # Texts per task when encode_arrays shares a batch between threads.
 THREAD_CHUNK = 16
 _UNBUILT = object()              # Tokenizer._text_encoder_slot before its first use
+# Held while a member built on first use is built: threads that ask for it at once build it once.
+# One for all tokenizers (no lock to leave out of pickles); builds are rare. Reentrant: a build may
+# ask for another member.
+_BUILDING = threading.RLock()
+_POOLS = threading.Lock()        # held while encode_arrays picks its pool and hands it a batch
 
 
 class Tokenizer:
@@ -266,17 +271,19 @@ class Tokenizer:
     @property
     def merges(self) -> list[tuple[bytes, bytes]]:
         """The merges in rank order, as (left bytes, right bytes)."""
-        if self._merges is None:
+        merges = self._merges
+        if merges is None:
             get = self._tokens.__getitem__
-            self._merges = list(zip(map(get, self._left), map(get, self._right)))
-        return self._merges
+            merges = self._build_once("_merges", None, lambda: list(zip(map(get, self._left), map(get, self._right))))
+        return merges
 
     @property
     def _ranks(self) -> dict[tuple[int, int], int]:
         """`(id_a, id_b) -> rank`; a repeated pair keeps its first (lowest) rank."""
-        if self._ranks_table is None:
-            self._ranks_table = _first_ranks(self._left, self._right)
-        return self._ranks_table
+        ranks = self._ranks_table
+        if ranks is None:
+            ranks = self._build_once("_ranks_table", None, lambda: _first_ranks(self._left, self._right))
+        return ranks
 
     @property
     def _pairs(self) -> list[tuple[int, int]]:
@@ -290,12 +297,22 @@ class Tokenizer:
         thread that never encodes, need not pay."""
         encoder = self._text_encoder_slot
         if encoder is _UNBUILT:
-            encoder = self._text_encoder_slot = self._compiled_text_encoder()
+            encoder = self._build_once("_text_encoder_slot", _UNBUILT, self._compiled_text_encoder)
         return encoder
 
     @_text_encoder.setter
     def _text_encoder(self, encoder) -> None:
         self._text_encoder_slot = encoder
+
+    def _build_once(self, name: str, unbuilt, build):
+        """Attribute `name`, set to `build()` if it is still `unbuilt`: under `_BUILDING`, so that
+        threads asking at once build it once (the others wait, then take that one)."""
+        with _BUILDING:
+            value = getattr(self, name)
+            if value is unbuilt:
+                value = build()
+                setattr(self, name, value)
+        return value
 
     def _compiled_text_encoder(self):
         """The compiled whole-text encoder (`bpe_ops._pcre2.TextEncoder`) of this tokenizer, or None:
@@ -482,11 +499,22 @@ class Tokenizer:
         drops the GIL while it works, so they run on as many cores."""
         if num_threads <= 1 or self._text_encoder is None or len(texts) < 2 * THREAD_CHUNK:
             return [self._encode_array_with(self._text_encoder, text) for text in texts]
+        chunks = [texts[i:i + THREAD_CHUNK] for i in range(0, len(texts), THREAD_CHUNK)]
+        # Every chunk is handed over before another caller may replace (and shut down) the pool.
+        with _POOLS:
+            encoded = self._pool_of(num_threads).map(self.encode_arrays_in_thread, chunks)
+        return list(chain.from_iterable(encoded))
+
+    def _pool_of(self, num_threads: int) -> ThreadPoolExecutor:
+        """encode_arrays' pool (`_POOLS` held): made on first use, and again when another number of
+        threads is asked for; the pool it replaces is shut down, its threads ending once the work
+        already handed to them is done."""
         if self._pool_threads != num_threads:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
             self._pool = ThreadPoolExecutor(num_threads, thread_name_prefix="tokenbeam-encode")
             self._pool_threads = num_threads
-        chunks = [texts[i:i + THREAD_CHUNK] for i in range(0, len(texts), THREAD_CHUNK)]
-        return list(chain.from_iterable(self._pool.map(self.encode_arrays_in_thread, chunks)))
+        return self._pool
 
     def encode_arrays_in_thread(self, texts: Sequence[str]) -> list[array]:
         """`encode_arrays(texts)` with the calling thread's own compiled encoder (a `fork()` of the
@@ -550,7 +578,10 @@ class Tokenizer:
         cache = self._cache
         hits = list(map(cache.get, pieces))
         if None in hits:
-            fresh = {piece: self._encode_piece(piece) for piece in set(pieces).difference(cache)}
+            # The misses are the pieces this lookup missed, not the pieces the cache lacks now:
+            # another thread may have cached one since, and it would be in neither.
+            missed = set(compress(pieces, map(is_, hits, repeat(None))))
+            fresh = {piece: self._encode_piece(piece) for piece in missed}
             hits = map(fresh.get, pieces, hits)
         return list(chain.from_iterable(hits))
 
@@ -646,9 +677,14 @@ class Tokenizer:
         return tuple(out)
 
     def _evict(self) -> None:
-        """Drop the older half of the cache (dicts keep insertion order): amortised O(1) per insert."""
-        for key in list(islice(self._cache, (len(self._cache) + 1) // 2)):
-            del self._cache[key]
+        """Drop the older half of the cache (dicts keep insertion order): amortised O(1) per insert.
+        Threads share the cache: its keys are copied in one call (an iterator made in one call and
+        read in the next may meet the dict resized by another thread), and a key another thread
+        evicted first is skipped."""
+        cache = self._cache
+        keys = list(cache)
+        for key in keys[:(len(keys) + 1) // 2]:
+            cache.pop(key, None)
 
     def _classic_symbols(self, word: str) -> list[int]:
         """A word's characters as symbol ids, then the end-of-word symbol."""
@@ -965,11 +1001,15 @@ _TABLES: dict[str, "table_cache.Tables"] = {}
 _TABLES_KEPT = 2
 
 
+_REMEMBERING = threading.Lock()    # threads may load tokenizers at once
+
+
 def _remember(key: str, tables: "table_cache.Tables") -> None:
-    _TABLES.pop(key, None)
-    _TABLES[key] = tables
-    while len(_TABLES) > _TABLES_KEPT:
-        del _TABLES[next(iter(_TABLES))]
+    with _REMEMBERING:
+        _TABLES.pop(key, None)
+        _TABLES[key] = tables
+        while len(_TABLES) > _TABLES_KEPT:
+            del _TABLES[next(iter(_TABLES))]
 
 
 @contextmanager

@@ -1,0 +1,298 @@
+"""Threads sharing one Tokenizer get exactly the ids one thread gets, on every encoding path.
+
+Each case has THREADS threads encode the same real texts (tiny/ and multi/) through one shared
+tokenizer at once, each starting at a different text, for ROUNDS rounds, while the interpreter
+switches threads every microsecond (`sys.setswitchinterval`): any two bytecodes of one thread may
+then have another thread's work between them. Every id list is compared with a single-threaded run.
+Caches are small, so pieces are evicted while other threads look them up.
+"""
+import gc
+import json
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from bpe_ops import Tokenizer, encoder, formats, train_bpe
+from bpe_ops.encoder import _Fallback, _TextEncoder
+from bpe_ops.implementation import Implementation
+from tests.conftest import ROOT, read_jsonl_texts
+
+THREADS = 8
+ROUNDS = 2
+SMALL_CACHE = 48                 # entries: full after a few sentences, so eviction runs all along
+CUSTOM_PATTERN = r" ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+PURE = Implementation(compiled=False, engine="regex")
+COMPILED = Implementation()
+needs_text_encoder = pytest.mark.skipif(_TextEncoder is None, reason="bpe_ops._pcre2 not built (optional)")
+
+
+@contextmanager
+def switching_every_microsecond():
+    """Threads switch as often as the interpreter can: races show up in a few rounds."""
+    saved = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(saved)
+
+
+def run_at_once(work, n: int = THREADS) -> list:
+    """`work(k)` in n threads started together; the exceptions they raised (none when all is well)."""
+    start = threading.Barrier(n)
+    errors: list = []
+
+    def run(k: int) -> None:
+        try:
+            start.wait()
+            work(k)
+        except BaseException as exc:       # noqa: B036 - reported by the test, not lost in a thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(n)]
+    with switching_every_microsecond():
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    return errors
+
+
+def encoded_by_threads(encode, texts: list[str], expected: list) -> None:
+    """THREADS threads call `encode(index, text)` on every text, ROUNDS times, each from another
+    starting text, and get `expected` every time."""
+    wrong: list = []
+
+    def work(k: int) -> None:
+        for _ in range(ROUNDS):
+            for step in range(len(texts)):
+                i = (step + k * len(texts) // THREADS) % len(texts)
+                if encode(i, texts[i]) != expected[i]:
+                    wrong.append((k, i))
+
+    errors = run_at_once(work)
+    assert not errors, f"{len(errors)} threads failed, first: {errors[0]!r}"
+    assert not wrong, f"{len(wrong)} id lists differ from one thread's, first (thread, text): {wrong[0]}"
+
+
+@pytest.fixture(scope="module")
+def texts(corpora) -> list[str]:
+    """Real text of two kinds (~60k characters): tiny/'s first English records and the first 2,000
+    characters of every 60th multi/ record (many scripts: pieces PCRE2 leaves to `regex`, long
+    pieces, digits)."""
+    multi = read_jsonl_texts(corpora / "multi")[::60]
+    return read_jsonl_texts(corpora / "tiny", limit=8) + [t[:2000] for t in multi]
+
+
+@pytest.fixture(scope="module")
+def files(corpora, tmp_path_factory) -> dict:
+    """tokenizer.json files: two trained on tiny/, one splitting with a regex (gpt4), one with a
+    custom regex and split digits, which the file states as a Sequence of Split pre-tokenizers (the
+    Python chain); and a SentencePiece-style file (piece mode) whose Metaspace splits words, so
+    that they are cached (a whole text is too long to be)."""
+    folder = tmp_path_factory.mktemp("threads")
+    tiny = read_jsonl_texts(corpora / "tiny")
+    piece = json.loads((ROOT / "tests" / "data" / "sentencepiece" / "llama.json").read_text(encoding="utf-8"))
+    piece["pre_tokenizer"]["split"] = True
+    (folder / "piece.json").write_text(json.dumps(piece), encoding="utf-8")
+    return {"regex": train_bpe(tiny, 1500).save(folder / "regex"),
+            "chain": train_bpe(tiny, 1500, pattern=CUSTOM_PATTERN, split_digits=True).save(folder / "chain"),
+            "piece": folder / "piece.json"}
+
+
+def small_cache_tokenizer(path, implementation: Implementation) -> Tokenizer:
+    """The tokenizer of a file (as `Tokenizer.from_file` reads it) with a small piece cache."""
+    return Tokenizer(**formats.read_tokenizer_json(path), cache_size=SMALL_CACHE, implementation=implementation)
+
+
+def plain(tok: Tokenizer, i: int, text: str) -> list[int]:
+    return tok.encode(text)
+
+
+def dropout(tok: Tokenizer, i: int, text: str) -> list[int]:
+    return tok.encode(text, dropout=0.1, seed=11, record_id=i)   # deterministic per record id
+
+
+def as_array(tok: Tokenizer, i: int, text: str) -> list[int]:
+    return list(tok.encode_array(text))                           # the shared compiled encoder
+
+
+def in_thread(tok: Tokenizer, i: int, text: str) -> list[int]:
+    return list(tok.encode_arrays_in_thread([text])[0])           # each thread's fork of it
+
+
+CASES = {
+    # name: (file, implementation, how each text is encoded); dropout in Python (no cache: every
+    # piece merged) takes every third text
+    "compiled": ("regex", COMPILED, plain),
+    "compiled-encode-array": ("regex", COMPILED, as_array),
+    "compiled-thread-forks": ("regex", COMPILED, in_thread),
+    "pure-python": ("regex", PURE, plain),
+    "pure-python-thread-path": ("regex", PURE, in_thread),
+    "chain-compiled-merge": ("chain", COMPILED, plain),
+    "chain-pure-python": ("chain", PURE, plain),
+    "chain-thread-path": ("chain", COMPILED, in_thread),
+    "piece-compiled-merge": ("piece", COMPILED, plain),
+    "piece-pure-python": ("piece", PURE, plain),
+    "dropout-compiled": ("regex", COMPILED, dropout),
+    "dropout-pure-python": ("regex", PURE, dropout, 3),
+    "dropout-chain": ("chain", PURE, dropout, 3),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_threads_sharing_a_tokenizer_get_the_ids_of_one_thread(case, files, texts):
+    name, implementation, encode, *every = CASES[case]
+    texts = texts[::every[0]] if every else texts
+    if implementation.compiled and _TextEncoder is None and encode in (as_array, in_thread):
+        pytest.skip("bpe_ops._pcre2 not built (optional)")
+    one = small_cache_tokenizer(files[name], implementation)
+    expected = [encode(one, i, t) for i, t in enumerate(texts)]
+    tok = small_cache_tokenizer(files[name], implementation)
+    encoded_by_threads(lambda i, text: encode(tok, i, text), texts, expected)
+
+
+@needs_text_encoder
+def test_forks_made_while_their_parent_encodes_get_the_same_ids(files, texts):
+    """One thread encodes with the compiled encoder while the others fork it, again and again, and
+    encode with their forks (and forks of forks): the forks share its tables, never its buffers."""
+    tok = small_cache_tokenizer(files["regex"], COMPILED)
+    parent = tok._text_encoder
+    expected = [parent.encode(t) for t in texts]
+    wrong: list = []
+
+    def work(k: int) -> None:
+        for _ in range(ROUNDS):
+            mine = parent if k == 0 else parent.fork()
+            if k % 2:
+                mine = mine.fork()
+            if [mine.encode(t) for t in texts] != expected:
+                wrong.append(k)
+
+    errors = run_at_once(work)
+    assert not errors and not wrong, (errors[:1], wrong)
+
+
+@needs_text_encoder
+def test_encode_arrays_from_threads_with_several_thread_counts(files, texts):
+    """Callers in several threads share `encode_arrays`' pool while asking for different numbers of
+    threads: each gets the ids in order, and every pool replaced on the way is shut down (its
+    threads end) rather than left behind."""
+    tok = small_cache_tokenizer(files["regex"], COMPILED)
+    batch = texts * 2                          # enough texts for encode_arrays to use its threads
+    expected = tok.encode_arrays(batch, 1)
+    wrong: list = []
+    pools: list = []
+
+    def work(k: int) -> None:
+        for r in range(ROUNDS):
+            if tok.encode_arrays(batch, 2 + (k + r) % 3) != expected:
+                wrong.append(k)
+            pools.append(tok._pool)
+
+    errors = run_at_once(work, 4)
+    assert not errors and not wrong, (errors[:1], wrong)
+    replaced = {id(p): p for p in pools if p is not tok._pool}.values()
+    assert replaced, "the pool was never replaced: the test proves nothing"
+    for pool in replaced:
+        with pytest.raises(RuntimeError, match="shutdown"):
+            pool.submit(int)
+
+
+@needs_text_encoder
+def test_threads_asking_at_once_for_the_compiled_encoder_build_it_once(files, monkeypatch):
+    """The compiled encoder is built on first use; threads that all use it first at the same time
+    share one build (each build is ~100 ms and ~40 MB with 200k ids)."""
+    tok = small_cache_tokenizer(files["regex"], COMPILED)
+    builds: list = []
+    build = tok._compiled_text_encoder
+
+    def counted_build():
+        builds.append(1)
+        time.sleep(0.05)                       # lets the other threads get here meanwhile
+        return build()
+
+    monkeypatch.setattr(tok, "_compiled_text_encoder", counted_build)
+    seen: list = []
+    errors = run_at_once(lambda k: seen.append(tok._text_encoder))
+    assert not errors
+    assert len(builds) == 1 and len(set(map(id, seen))) == 1
+
+
+@needs_text_encoder
+def test_an_encoder_reentered_while_it_hands_out_ids_keeps_them(files, texts):
+    """The compiled encoder's ids are read out of its buffer after it takes the GIL back. Python
+    code that runs then (a garbage-collector callback here; a finalizer, or another thread it lets
+    in, elsewhere) and encodes with the same encoder must find it busy, not overwrite that buffer."""
+    tok = small_cache_tokenizer(files["regex"], COMPILED)
+    encode = tok._text_encoder.encode
+    first, other = texts[0], texts[1][:200]      # other's ids fit where first's are: no crash
+    expected = encode(first)
+    reentered: list = []
+
+    def encode_other(phase, info):
+        try:
+            reentered.append(encode(other))
+        except _Fallback as exc:               # the encoder is busy: what is wanted
+            reentered.append(exc)
+
+    got: list = []
+    threshold = gc.get_threshold()
+    gc.callbacks.append(encode_other)
+    gc.set_threshold(1)                        # a collection at nearly every new container...
+    try:
+        for _ in range(200):                   # (past the lists the interpreter keeps for reuse)
+            got.append(encode(first))          # ... kept, so that each list encode makes counts
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(encode_other)
+    assert all(ids == expected for ids in got), "another text's ids were written over this one's"
+    assert any(isinstance(r, _Fallback) for r in reentered), \
+        "no collection ran while the encoder handed out ids: the test proves nothing"
+
+
+class SwitchingDict(dict):
+    """A dict that lets other threads run after its size is read and after an iterator over it is
+    made: switches the interpreter may make there, made every time."""
+
+    def __len__(self) -> int:
+        size = super().__len__()
+        time.sleep(0)
+        return size
+
+    def __iter__(self):
+        keys = super().__iter__()
+        time.sleep(0)
+        return keys
+
+
+def test_threads_loading_tokenizers_at_once_keep_the_tables_of_the_last_files(files, tmp_path, monkeypatch):
+    """`from_file` keeps the tables of the files this process loaded last: threads loading three
+    files at once (more than it keeps) each get their tokenizer, and it keeps no more."""
+    monkeypatch.setattr(encoder, "_TABLES", SwitchingDict())
+    again = tmp_path / "tokenizer.json"         # the same tokenizer, another file (bytes) to keep
+    again.write_bytes(Path(files["regex"]).read_bytes() + b"\n")
+    paths = [files["regex"], files["chain"], again]
+    sample = "Threads load 3 files at once, and each encodes this."
+    expected = [Tokenizer.from_file(p).encode(sample) for p in paths]
+    wrong: list = []
+    together = threading.Barrier(THREADS)
+
+    def work(k: int) -> None:
+        try:
+            for r in range(12):
+                i = (k + r) % len(paths)
+                together.wait()                # each round's loads start at once
+                if Tokenizer.from_file(paths[i]).encode(sample) != expected[i]:
+                    wrong.append((k, i))
+        except BaseException:
+            together.abort()                   # the other threads stop waiting for this one
+            raise
+
+    errors = [e for e in run_at_once(work) if not isinstance(e, threading.BrokenBarrierError)]
+    assert not errors and not wrong, (errors[:1], wrong[:1])
+    assert len(encoder._TABLES) <= encoder._TABLES_KEPT
