@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 from pipelines.beam_options import beam, check_worker_paths, one_local_worker, pipeline_options, split_beam_args
 from pipelines.command import Parser, option_strings
 from pipelines.errors import IncompleteRun, UserError, pipeline_failures, run_command, say, warn
-from pipelines.files import (check_output_folder, filesystem, join, open_atomic, read_json, remove, remove_tree,
+from pipelines.files import (check_output_folder, filesystem, inside, join, open_atomic, read_json, remove, remove_tree,
                              remove_stale_temporaries, write_text_atomic, writing)
 from pipelines.shards import byte_size
 from schemas import pack as layout
@@ -741,15 +741,6 @@ def build_pack_pipeline(p, files: list[TokenFile], options: PackOptions, output:
 
 
 # --- the output folder ----------------------------------------------------------------------------
-
-def inside(url: str, folder: str) -> bool:
-    """Whether `url` lies under `folder` (local paths compared resolved)."""
-    import os
-
-    if "://" not in url and "://" not in folder:
-        url, folder = os.path.realpath(url), os.path.realpath(folder)
-    return url.startswith(folder.rstrip("/") + "/")
-
 
 def done_before(output: str, fingerprint: str) -> dict | None:
     """pack.json of an earlier complete run with this fingerprint whose files are all there, or None."""
