@@ -103,6 +103,17 @@ def inside(url: str, folder: str) -> bool:
     return canonical(url).startswith(canonical(folder) + "/")
 
 
+def names_in(url: str) -> list[str]:
+    """The names directly inside the folder `url`, none if it is not there (on an object store a
+    folder exists only while it holds an object, whatever `makedirs` did)."""
+    fs, path = filesystem(url)
+    try:
+        with naming(url):
+            return sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(path, detail=False))
+    except FileNotFoundError:
+        return []
+
+
 def sibling(url: str, name: str) -> str:
     """`name` in the folder of `url` (`s3://b/run/stats.json`, `groups/en.json` -> `s3://b/run/groups/en.json`)."""
     parent = posixpath.dirname(url)
@@ -113,7 +124,9 @@ def sibling(url: str, name: str) -> str:
 def open_read(url: str, compression: str | None = None) -> Iterator:
     """`url` opened for reading in binary (decompressed by extension with compression="infer")."""
     fs, path = filesystem(url)
-    with naming(url), fs.open(path, "rb", compression=compression) as f:
+    with naming(url):          # the opening only: the reader's own errors (a corrupt .gz) stay as they are
+        f = fs.open(path, "rb", compression=compression)
+    with f:
         yield f
 
 
