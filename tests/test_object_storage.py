@@ -23,10 +23,13 @@ import contextlib
 import gzip
 import http.client
 import http.server
+import importlib
 import io
 import json
+import os
 import posixpath
-import shutil
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -37,7 +40,8 @@ import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 
 from pipelines import cli
-from pipelines.files import filesystem
+from pipelines.watch import is_temporary_name
+from tests.conftest import ROOT
 from tests.test_s3 import BUCKET, s3  # noqa: F401  (the module's S3 server: a fixture)
 
 REMOTE = f"s3://{BUCKET}"
@@ -46,7 +50,6 @@ VOLATILE = {"timing", "timing_seconds", "peak_rss_mb", "peak_rss_mb_by_process"}
 # Digests of the inputs' identity: their URLs and versions, their footers and stats.json (which record
 # the paths they came from); pack's rerun fingerprint is a digest of them all.
 IDENTITY_DIGESTS = {"tokenize_footer_sha256", "inputs_stats_sha256"}
-DAY = 86_400
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +83,10 @@ def run(*argv) -> tuple[int, str, str]:
     """`tokenbeam ARGV` in this process: exit code, stdout, stderr."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([str(a) for a in argv])
+        try:
+            code = cli.main([str(a) for a in argv])
+        except SystemExit as exc:      # tokenize --baseline's verdict ends the process so
+            code = exc.code
     return code, out.getvalue(), err.getvalue()
 
 
@@ -226,3 +232,249 @@ def test_tokenize_with_an_s3_baseline_judges_the_run(s3, walk, local_root):
     code, stdout, _ = walk["s3"]["baseline"]
     assert code == 0 and "drift" in stdout
     assert_same_outputs(s3, local_root, "judged", ["tiny-000-of-002.parquet", "stats.json", "_SUCCESS"])
+
+
+def objects_under(s3, prefix: str) -> list[str]:
+    s3.invalidate_cache()
+    return sorted(s3.find(f"{BUCKET}/{prefix}"))
+
+
+def test_an_unreadable_s3_baseline_is_refused_before_the_run(s3, walk):
+    code, _, stderr = run("tokenize", "--tokenizer", f"{REMOTE}/tok", "--input", f"{REMOTE}/corpus/*.jsonl*",
+                          "--output", f"{REMOTE}/refused", "--baseline", f"{REMOTE}/nowhere/stats.json")
+    assert code == 2
+    assert stderr.splitlines()[-1] == f"tokenbeam: error: --baseline {REMOTE}/nowhere/stats.json: no such file"
+    assert "tokenized" not in stderr and objects_under(s3, "refused") == []
+
+
+def test_a_baseline_the_run_would_rewrite_is_refused_before_the_run(s3, walk):
+    """--baseline OUTPUT/stats.json: the run removes it first, so the verdict could only fail after it."""
+    s3.copy(f"{BUCKET}/tokens/stats.json", f"{BUCKET}/self/stats.json")
+    code, _, stderr = run("tokenize", "--tokenizer", f"{REMOTE}/tok", "--input", f"{REMOTE}/corpus/*.jsonl*",
+                          "--output", f"{REMOTE}/self", "--eos-token", SPECIAL, "--baseline", f"{REMOTE}/self")
+    assert code == 2 and "which this run rewrites" in stderr.splitlines()[-1]
+    assert objects_under(s3, "self") == [f"{BUCKET}/self/stats.json"]
+
+
+class FakeGCS(MemoryFileSystem):
+    """`gs://` in this process: fsspec's memory filesystem under the gs protocol, with its own store."""
+    protocol = ("gs", "gcs")
+    store: dict = {}
+    pseudo_dirs = [""]
+
+    @classmethod
+    def _strip_protocol(cls, path):
+        return super()._strip_protocol(str(path).removeprefix("gs://").removeprefix("gcs://"))
+
+    def unstrip_protocol(self, name: str) -> str:
+        return "gs://" + name.lstrip("/")
+
+
+@pytest.fixture
+def gcs():
+    """gs:// served by FakeGCS, holding the local run's tokens/ and rebuilt/ statistics under gs://bkt."""
+    saved = {p: fsspec.registry.get(p) for p in FakeGCS.protocol}
+    for protocol in FakeGCS.protocol:
+        fsspec.register_implementation(protocol, FakeGCS, clobber=True)
+    FakeGCS.store.clear()
+    try:
+        yield fsspec.filesystem("gs")
+    finally:
+        for protocol, cls in saved.items():
+            if cls is None:
+                importlib.import_module("fsspec.registry")._registry.pop(protocol, None)   # no public unregister
+            else:
+                fsspec.register_implementation(protocol, cls, clobber=True)
+        FakeGCS.store.clear()
+
+
+def test_drift_and_baseline_read_gs_urls_like_local_paths(s3, walk, local_root, gcs):
+    for folder in ("tokens", "rebuilt"):
+        for path in (local_root / folder).rglob("*.json"):
+            gcs.pipe_file(f"gs://bkt/{path.relative_to(local_root).as_posix()}", path.read_bytes())
+    code, stdout, stderr = run("drift", "gs://bkt/tokens/stats.json", "gs://bkt/rebuilt")
+    local_code, local_stdout, _ = walk["local"]["drift"]
+    assert (code, stdout.replace("gs://bkt", "ROOT")) == (local_code, local_stdout.replace(str(local_root), "ROOT"))
+    assert "groups:" in stdout      # the groups' files were read beside each stats.json
+
+    code, stdout, stderr = run("tokenize", "--tokenizer", f"{REMOTE}/tok/tokenizer.json", "--input",
+                               f"{REMOTE}/corpus/tiny-000*", "--output", f"{REMOTE}/judged-gs",
+                               "--baseline", "gs://bkt/tokens/stats.json")
+    assert code == 0, stderr
+    assert stdout.splitlines()[-1] == walk["s3"]["baseline"][1].splitlines()[-1]
+    code, _, stderr = run("tokenize", "--tokenizer", f"{REMOTE}/tok/tokenizer.json", "--input",
+                          f"{REMOTE}/corpus/tiny-000*", "--output", f"{REMOTE}/refused-gs",
+                          "--baseline", "gs://bkt/nowhere")
+    assert (code, stderr.splitlines()[-1]) == (2, "tokenbeam: error: --baseline gs://bkt/nowhere: no such file")
+
+
+def test_watch_on_s3_tokenizes_shards_as_they_land_like_a_batch_run(s3, walk):
+    """A watch over an S3 prefix (run as a user would, in its own process) picks up a shard there at
+    start and one that lands later, and writes what a batch run over the same objects writes."""
+    s3.copy(f"{BUCKET}/corpus/tiny-000-of-002.jsonl", f"{BUCKET}/incoming/tiny-000-of-002.jsonl")
+    watch = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "tokenize", "--tokenizer", f"{REMOTE}/tok",
+                              "--input", f"{REMOTE}/incoming/*.jsonl*", "--output", f"{REMOTE}/watched",
+                              "--eos-token", SPECIAL, "--watch", "--poll-interval", "0.3", "--stop-when-idle", "5s"],
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while f"{BUCKET}/watched/tiny-000-of-002.parquet" not in objects_under(s3, "watched"):
+            assert time.monotonic() < deadline and watch.poll() is None, watch.stderr.read()
+            time.sleep(0.3)
+        s3.copy(f"{BUCKET}/corpus/tiny-001-of-002.jsonl.gz", f"{BUCKET}/incoming/tiny-001-of-002.jsonl.gz")
+        _, stderr = watch.communicate(timeout=180)
+    finally:
+        watch.kill()
+    assert watch.returncode == 0, stderr
+    code, _, stderr = run("tokenize", "--tokenizer", f"{REMOTE}/tok", "--input", f"{REMOTE}/incoming/*.jsonl*",
+                          "--output", f"{REMOTE}/batch", "--eos-token", SPECIAL)
+    assert code == 0, stderr
+    watched, batch = remote_files(s3, "watched"), remote_files(s3, "batch")
+    assert sorted(watched) == sorted(batch) == ["_SUCCESS", "rejected/tiny-000-of-002.jsonl",
+                                                "rejected/tiny-001-of-002.jsonl", "stats.json",
+                                                "tiny-000-of-002.parquet", "tiny-001-of-002.parquet"]
+    for name in ("tiny-000-of-002.parquet", "tiny-001-of-002.parquet", "_SUCCESS", "rejected/tiny-000-of-002.jsonl"):
+        assert watched[name] == batch[name], name
+    assert without_volatile(json.loads(watched["stats.json"])) == without_volatile(json.loads(batch["stats.json"]))
+
+
+# ---- faults ---------------------------------------------------------------------------------------
+
+class FaultyProxy:
+    """An HTTP proxy on 127.0.0.1 in front of the S3 server that answers 500 to the requests `fails`
+    picks (method, path, how many of that method so far) instead of forwarding them."""
+
+    def __init__(self, upstream: str):
+        host, port = upstream.removeprefix("http://").split(":")
+        self.fails = lambda method, path, n: False
+        self.failed = 0
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def forward(self):
+                body = self.body()
+                proxy.counts[self.command] = proxy.counts.get(self.command, 0) + 1
+                if proxy.fails(self.command, self.path, proxy.counts[self.command]):
+                    proxy.failed += 1
+                    error = b"<Error><Code>InternalError</Code><Message>injected</Message></Error>"
+                    self.send_response(500)
+                    self.send_header("Content-Type", "application/xml")
+                    self.send_header("Content-Length", str(len(error)))
+                    self.end_headers()
+                    self.wfile.write(error)
+                    return
+                connection = http.client.HTTPConnection(host, int(port), timeout=60)
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "transfer-encoding"}
+                if body is not None:
+                    headers["Content-Length"] = str(len(body))
+                connection.request(self.command, self.path, body=body, headers=headers)
+                response = connection.getresponse()
+                data = response.read()
+                self.send_response(response.status)
+                for k, v in response.getheaders():
+                    if k.lower() not in ("transfer-encoding", "content-length", "connection"):
+                        self.send_header(k, v)
+                # A HEAD's Content-Length is the object's size (s3fs reads it), not the empty body's.
+                self.send_header("Content-Length", response.getheader("Content-Length", "0")
+                                 if self.command == "HEAD" else str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                connection.close()
+
+            def body(self) -> bytes | None:
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    chunks = []
+                    while True:
+                        size = int(self.rfile.readline().split(b";")[0], 16)
+                        chunks.append(self.rfile.read(size))
+                        self.rfile.readline()
+                        if size == 0:
+                            return b"".join(chunks)
+                length = self.headers.get("Content-Length")
+                return self.rfile.read(int(length)) if length else None
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = forward
+
+        self.counts: dict[str, int] = {}
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def faulty(s3, monkeypatch):
+    """Every S3 request of this test goes through a FaultyProxy (no faults until the test sets some)."""
+    from s3fs import S3FileSystem
+
+    with FaultyProxy(os.environ["AWS_ENDPOINT_URL_S3"]) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.url)
+        S3FileSystem.clear_instance_cache()
+        try:
+            yield proxy
+        finally:
+            S3FileSystem.clear_instance_cache()
+
+
+TOKENIZE_AGAIN = ["tokenize", "--tokenizer", f"{REMOTE}/tok", "--input", f"{REMOTE}/corpus/*.jsonl*",
+                  "--eos-token", SPECIAL, "--timestamp-field", "ts", "--window", "1d", "--group-field", "lang"]
+
+
+def assert_same_run(ours: dict[str, bytes], theirs: dict[str, bytes]) -> None:
+    """Two runs of one command with the same inputs and output URL: the same files, the same bytes but
+    for the timings in JSON files."""
+    assert sorted(ours) == sorted(theirs)
+    for name, data in ours.items():
+        if data != theirs[name]:
+            assert without_volatile(json.loads(data)) == without_volatile(json.loads(theirs[name])), name
+
+
+def test_failed_requests_that_are_retried_change_nothing(s3, walk, faulty):
+    """Every third PUT and every fifth GET answered 500: the client retries, the outputs are the same."""
+    code, _, stderr = run(*TOKENIZE_AGAIN, "--output", f"{REMOTE}/retried")
+    assert code == 0, stderr
+    reference = remote_files(s3, "retried")
+    faulty.fails = lambda method, path, n: (method == "PUT" and n % 3 == 0) or (method == "GET" and n % 5 == 0)
+    s3.rm(f"{BUCKET}/retried", recursive=True)
+    code, _, stderr = run(*TOKENIZE_AGAIN, "--output", f"{REMOTE}/retried")
+    assert faulty.failed > 10
+    assert code == 0, stderr
+    assert_same_run(remote_files(s3, "retried"), reference)
+
+
+def test_a_lasting_failure_ends_in_exit_3_with_nothing_incomplete_and_a_rerun_completes(s3, walk, faulty):
+    """Every write of the second shard's files fails, retries included: exit 3, no `_SUCCESS`, every
+    object under a final name is complete (the first run's bytes); the rerun without faults completes
+    with the same files."""
+    code, _, stderr = run(*TOKENIZE_AGAIN, "--output", f"{REMOTE}/faulted")
+    assert code == 0, stderr
+    reference = remote_files(s3, "faulted")
+    s3.rm(f"{BUCKET}/faulted", recursive=True)
+    faulty.fails = lambda method, path, n: method in ("PUT", "POST") and "tiny-001" in path
+    code, _, stderr = run(*TOKENIZE_AGAIN, "--output", f"{REMOTE}/faulted")
+    assert faulty.failed > 0
+    assert code == 3, stderr
+    assert stderr.splitlines()[-1].startswith(f"tokenbeam: error: cannot write {REMOTE}/faulted/tiny-001-of-002.")
+    left = remote_files(s3, "faulted")
+    assert "_SUCCESS" not in left and "stats.json" not in left
+    for name, data in left.items():
+        if not is_temporary_name(name):
+            assert data == reference[name], name
+    faulty.fails = lambda method, path, n: False
+    code, _, stderr = run(*TOKENIZE_AGAIN, "--output", f"{REMOTE}/faulted")
+    assert code == 0, stderr
+    assert_same_run(remote_files(s3, "faulted"), reference)
