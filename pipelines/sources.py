@@ -23,12 +23,12 @@ import zlib
 from dataclasses import dataclass
 from typing import BinaryIO, Iterable, Iterator, Sequence
 
-import fsspec
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import zstandard
 
+from pipelines.files import filesystem, open_read
 from schemas.records import (
     BAD_JSON, INVALID_UTF8, MISSING_TEXT_COLUMN, MISSING_TEXT_FIELD, NOT_AN_OBJECT, RECORD_TOO_LARGE,
     TEXT_COLUMN_NOT_STRING, TEXT_NOT_A_STRING, TRUNCATED_OR_CORRUPT, UNREADABLE_FILE, WRONG_FORMAT,
@@ -160,7 +160,7 @@ def file_version(info: dict) -> str:
 
 def _match(pattern: str) -> dict[str, tuple[str, str, int, str]]:
     """The files a pattern names: canonical URL -> (url as the user will see it, path, size, version)."""
-    fs, path = fsspec.core.url_to_fs(pattern)
+    fs, path = filesystem(pattern)
     if fs.isdir(path):
         raise InputError(f"--input {pattern!r} is a folder; pass a glob such as "
                          f"'{pattern.rstrip('/')}/*.jsonl'")
@@ -261,10 +261,10 @@ def _open_decompressed(url: str) -> Iterator[BinaryIO]:
     truncated frame (the records of its last block vanish unreported), so .zst goes through
     `_ZstdReader`, which raises EOFError there like gzip and bz2 do."""
     if url.lower().endswith(".zst"):
-        with fsspec.open(url, "rb") as raw:
+        with open_read(url) as raw:
             yield _ZstdReader(raw)
     else:
-        with fsspec.open(url, "rb", compression="infer") as f:
+        with open_read(url, compression="infer") as f:
             yield f
 
 

@@ -22,7 +22,6 @@ import json
 import sys
 import time
 
-import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,7 +33,7 @@ from bpe_ops.stats import Summary, digit_runs_batch
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
 from pipelines.command import Parser
 from pipelines.errors import UserError, say
-from pipelines.files import join, remove_tree, write_text_atomic
+from pipelines.files import glob, isdir, join, open_read, remove_tree, write_text_atomic
 from pipelines.tokenizer_files import load_tokenizer
 
 COLUMNS = ("id", "token_ids", "n_tokens", "n_bytes", "n_chars", "n_words")
@@ -53,13 +52,10 @@ def expand_globs(globs: list[str]) -> list[str]:
     """Every file matching the globs (local or fsspec URLs; a folder means its *.parquet), sorted."""
     urls: list[str] = []
     for pattern in globs:
-        fs, path = fsspec.core.url_to_fs(pattern)
-        if fs.isdir(path):
-            path = path.rstrip("/") + "/*.parquet"
-        matches = sorted(fs.glob(path))
+        matches = glob(join(pattern, "*.parquet") if isdir(pattern) else pattern)
         if not matches:
             raise StatsError(f"no file matches {pattern}")
-        urls += [fs.unstrip_protocol(m) if "://" in pattern else m for m in matches]
+        urls += matches
     return sorted(set(urls))
 
 
@@ -183,7 +179,7 @@ def add_file(summary: Summary, url: str, sha256: str, breakdowns: Breakdowns | N
     collects `{url: the BPE-dropout {p, seed} its footer says the file was encoded with, or None}`."""
     rows = 0
     try:
-        with fsspec.open(url, "rb") as f:
+        with open_read(url) as f:
             pf = pq.ParquetFile(f)
             meta = pf.schema_arrow.metadata or {}
             if SHA256_KEY in meta and meta[SHA256_KEY].decode() != sha256:

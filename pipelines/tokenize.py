@@ -35,10 +35,10 @@ from schemas import tables
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
 from pipelines.command import (Parser, add_dropout_arguments, implementation_from_environment, option_strings,
                                parse_dropout)
-from pipelines.errors import (EXIT_DRIFT, EXIT_OK, IncompleteRun, ShardFailure, UserError, pipeline_failures,
-                              quiet_worker_stderr, run_command, say, warn)
-from pipelines.files import (check_output_folder, exists, filesystem, is_local, join, open_atomic, read_json,
-                             remove, remove_stale_temporaries, remove_tree, write_text_atomic, writing)
+from pipelines.errors import (EXIT_DRIFT, EXIT_OK, IncompleteRun, ShardFailure, UserError, os_error_reason,
+                              pipeline_failures, quiet_worker_stderr, run_command, say, warn)
+from pipelines.files import (canonical, check_output_folder, exists, filesystem, inside, is_local, join, open_atomic,
+                             read_json, remove, remove_stale_temporaries, remove_tree, write_text_atomic, writing)
 from pipelines.shards import REJECTED_DIR, ShardReader, add_source_arguments, describe_shard_error, expand, \
     source_options as make_source_options
 from pipelines.tokenizer_files import (TokenizerRef, identify_tokenizer, load_identified_tokenizer,
@@ -785,21 +785,30 @@ def duration(flag: str, text: str | None) -> float | None:
         raise UserError(f"{flag}: {exc}") from None
 
 
-def check_baseline(url: str, dropout: Dropout | None = None) -> None:
-    """A baseline to judge against must be a calibrated stats.json, of data encoded with the same
-    BPE-dropout: refused at launch, not per shard."""
+def check_baseline(url: str, output: str, dropout: Dropout | None = None) -> str:
+    """A baseline to judge against must be a readable, calibrated stats.json (or a folder holding one),
+    of data encoded with the same BPE-dropout, and not a file this run replaces: refused at launch,
+    not after the run. Returns the stats.json's URL."""
     from pipelines import drift
     from schemas.stats import validate_stats
 
     if not exists(url):
         raise UserError(f"--baseline {url}: no such file")
     try:
-        stats = read_json(url)
+        (path,) = drift.stats_paths(url, many=False)
+        stats = read_json(path)
         validate_stats(stats)
         drift.check_calibrated(stats, "baseline")
         drift.check_same_dropout(stats.get("dropout"), dropout and dropout.to_json())
-    except (ValueError, OSError) as exc:
+    except OSError as exc:
+        raise UserError(f"--baseline {url}: {os_error_reason(exc)}") from None
+    except ValueError as exc:
         raise UserError(f"--baseline {url}: {exc}") from None
+    if canonical(path) == canonical(join(output, "stats.json")) or any(
+            inside(path, join(output, folder)) for folder in (WINDOWS_FOLDER, GROUPS_FOLDER)):
+        raise UserError(f"--baseline {url} is a file of --output {output}, which this run rewrites; "
+                        f"copy it elsewhere first")
+    return path
 
 
 def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str]) -> dict:
@@ -810,7 +819,7 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
     if args.dropout is not None and dropout is None:
         say("--dropout 0 is the deterministic encoding: tokenizing without dropout")
     if args.baseline:
-        check_baseline(args.baseline, dropout)
+        args.baseline = check_baseline(args.baseline, args.output, dropout)
     if (args.timestamp_field is None) != (args.window is None):
         raise UserError("--timestamp-field and --window go together: the field that dates each record, and "
                         "the window length (15m, 1h, 1d, ...)")

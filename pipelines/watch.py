@@ -61,13 +61,13 @@ import uuid
 from typing import Callable, Sequence
 
 import apache_beam as beam
-import fsspec
 from apache_beam import coders
 from apache_beam.io.watch import PollResult, TerminationCondition, Watch
 from apache_beam.transforms import trigger, window
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import MIN_TIMESTAMP, Duration, Timestamp
 
+from pipelines.files import filesystem
 from pipelines.sources import Shard, file_version
 
 __all__ = ["WatchShards", "WholeRun", "StopSignal", "install_stop_handlers", "fixed_folder", "is_temporary_name"]
@@ -106,7 +106,7 @@ class StopSignal:
         """Request the stop: set the Event and create the sentinel (if any)."""
         self._event().set()
         if self.sentinel:
-            fs, path = fsspec.core.url_to_fs(self.sentinel)
+            fs, path = filesystem(self.sentinel)
             parent = posixpath.dirname(path)
             if parent:
                 fs.makedirs(parent, exist_ok=True)
@@ -117,7 +117,7 @@ class StopSignal:
             return True
         if self.sentinel:
             try:
-                fs, path = fsspec.core.url_to_fs(self.sentinel)
+                fs, path = filesystem(self.sentinel)
                 return fs.exists(path)
             except OSError:
                 return False
@@ -127,7 +127,7 @@ class StopSignal:
         """Forget an earlier request (and remove a sentinel left by an earlier run)."""
         self._event().clear()
         if self.sentinel:
-            fs, path = fsspec.core.url_to_fs(self.sentinel)
+            fs, path = filesystem(self.sentinel)
             if fs.exists(path):
                 fs.rm(path)
 
@@ -218,7 +218,7 @@ def is_temporary_name(name: str) -> bool:
 def fixed_folder(pattern: str) -> str:
     """The folder part of a glob before its first wildcard, as an fsspec path:
     `corpus/2026-*/en-*.jsonl` -> `<abs>/corpus`; a literal file's own folder."""
-    _, path = fsspec.core.url_to_fs(pattern)
+    _, path = filesystem(pattern)
     cut = min((i for i in (path.find(c) for c in _GLOB_CHARS) if i >= 0), default=len(path))
     return posixpath.dirname(path[:cut])
 
@@ -265,7 +265,7 @@ class _PollShards:
         found = {}
         for pattern in self.patterns:
             try:
-                fs, path = fsspec.core.url_to_fs(pattern)
+                fs, path = filesystem(pattern)
                 fs.invalidate_cache()          # object-store listings are cached otherwise
                 infos = fs.glob(path, detail=True)
             except OSError as exc:
@@ -333,7 +333,7 @@ class WatchShards(beam.PTransform):
             if value is not None and value <= 0:
                 raise ValueError(f"{name} must be positive, got {value!r}")
         for pattern in patterns:
-            fs, path = fsspec.core.url_to_fs(pattern)
+            fs, path = filesystem(pattern)
             if not any(c in path for c in _GLOB_CHARS) and fs.isdir(path):
                 raise ValueError(f"--input {pattern!r} is a folder; pass a glob such as "
                                  f"'{pattern.rstrip('/')}/*.jsonl'")

@@ -316,10 +316,12 @@ def _check_digit_runs(d: dict) -> None:
 
 
 def load_stats(path) -> dict:
-    """Read and validate a stats.json. OSError if unreadable, ValueError (one line, naming the file)
-    if it is not valid JSON or not a valid stats.json of this schema version."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    """Read and validate a stats.json: a local path or any fsspec URL, read through the project's one
+    file layer. OSError if unreadable, ValueError (one line, naming the file) if it is not valid JSON
+    or not a valid stats.json of this schema version."""
+    from pipelines.files import read_text     # imported here: the layouts import nothing else of pipelines
+
+    text = read_text(str(path))
     try:
         d = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -15,6 +15,7 @@ import json
 import logging
 import posixpath
 import shutil
+import urllib.request
 
 import pyarrow.parquet as pq
 import pytest
@@ -65,6 +66,9 @@ def s3(local_corpus):
             yield fs
         finally:
             S3FileSystem.clear_instance_cache()
+            # moto keeps its buckets in this process, not in the server: the next module's server
+            # (test_object_storage.py starts its own) would find this one's.
+            urllib.request.urlopen(urllib.request.Request(f"http://{host}:{port}/moto-api/reset", method="POST"))
             server.stop()
 
 

@@ -9,13 +9,13 @@ import gzip
 import json
 import os
 
-import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
 from hypothesis import given, settings, strategies as st
 
+from pipelines import sources
 from pipelines.sources import (
     InputError, Record, Rejected, Shard, ShardError, SourceOptions, expand_inputs, output_name,
     read_shard, shard_format,
@@ -241,7 +241,7 @@ def test_text_shards_are_streamed_in_chunks(tmp_path, monkeypatch, options):
     texts = [f"line {i} " + "y" * 100 for i in range(20_000)]            # ~2.2 MB
     path = write(tmp_path / "big.txt.gz", gzip.compress("\n\n".join(texts).encode()))
     reads = []
-    real_open = fsspec.open
+    real_open = sources.open_read
 
     class CountingFile:
         def __init__(self, f):
@@ -252,11 +252,11 @@ def test_text_shards_are_streamed_in_chunks(tmp_path, monkeypatch, options):
             return self.f.read(n)
 
     @contextlib.contextmanager
-    def counting_open(url, mode, compression):
-        with real_open(url, mode, compression=compression) as f:
+    def counting_open(url, compression=None):
+        with real_open(url, compression=compression) as f:
             yield CountingFile(f)
 
-    monkeypatch.setattr(fsspec, "open", counting_open)
+    monkeypatch.setattr(sources, "open_read", counting_open)
     chunk = 64 * 1024
     assert [r.text for r in read_all(path, chunk_size=chunk, **options)] == texts
     assert len(reads) > 30 and all(0 < n <= chunk for n in reads)
