@@ -1314,6 +1314,7 @@ def run_parsed(args: argparse.Namespace, rest: list[str] = ()) -> int:
     one-line error (exit 2)."""
     from pipelines.command import refuse_leftovers
     from pipelines.errors import UserError
+    from pipelines.folders import check_finished
 
     refuse_leftovers(list(rest), build_parser(), "drift takes stats.json files and its own options")
     thresholds = Thresholds(bytes_per_token=args.bytes_per_token, tokens_per_word=args.tokens_per_word,
@@ -1323,6 +1324,8 @@ def run_parsed(args: argparse.Namespace, rest: list[str] = ()) -> int:
     try:
         (baseline_path,) = stats_paths(args.baseline, many=False)
         currents = [p for argument in args.current for p in stats_paths(argument, many=True)]
+        for path in (baseline_path, *currents):
+            check_finished(str(path), "input", "drift")
         baseline = load_stats(baseline_path)
         if len(currents) > 1 or any(c in a for a in args.current for c in GLOB_CHARS):
             judged = compare_over_time(baseline, currents, thresholds, args.allow_different_tokenizers)

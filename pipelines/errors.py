@@ -17,6 +17,7 @@ import contextlib
 import logging
 import os
 import re
+import signal
 import sys
 import threading
 import traceback
@@ -84,17 +85,37 @@ def run_command(run: Callable[[], object]) -> int:
     return outcome if isinstance(outcome, int) else EXIT_OK
 
 
+_INTERRUPTED = "KeyboardInterrupt"     # how Beam's re-raised Ctrl-C reads, in process or from a worker
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Whether a pipeline's failure is a Ctrl-C: Beam re-raises the KeyboardInterrupt that reached a
+    bundle as a RuntimeError (`KeyboardInterrupt [while running 'STEP']`), with the interrupt as its
+    context in process, or as the text of the worker's traceback from a worker process."""
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt) or str(seen).startswith(_INTERRUPTED):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return f"\n{_INTERRUPTED}" in str(exc) or f" {_INTERRUPTED} [while running" in str(exc)
+
+
 class _HideShardFailures(logging.Filter):
-    """Drop Beam's log record of a ShardFailure (a traceback): the user gets its one line instead."""
+    """Drop Beam's log record of a ShardFailure or of a Ctrl-C (a traceback): the user gets one line
+    instead."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return ShardFailure.MARK not in record.getMessage()
+        message = record.getMessage()
+        return ShardFailure.MARK not in message and not message.startswith(_INTERRUPTED)
 
 
 @contextlib.contextmanager
 def pipeline_failures(output: str) -> Iterator[None]:
     """Run a Beam pipeline inside this block: a ShardFailure raised in a worker, or a worker process
-    that died, becomes a one-line IncompleteRun; anything else is a bug and keeps its traceback."""
+    that died, becomes a one-line IncompleteRun; Ctrl-C (however Beam wrapped it) a KeyboardInterrupt,
+    which `run_command` prints as one line with exit 130; anything else is a bug and keeps its
+    traceback. The files under their final names are complete whichever way it ends (each is
+    renamed into place when written), so a rerun resumes."""
     hide = _HideShardFailures()
     loggers = [] if debugging() else [
         logging.getLogger(name) for name in ("apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker")]
@@ -103,6 +124,8 @@ def pipeline_failures(output: str) -> Iterator[None]:
     try:
         yield
     except Exception as exc:
+        if interrupted(exc):
+            raise KeyboardInterrupt from None
         found = _FAILURE_LINE.search(str(exc))
         if found:
             raise IncompleteRun(found.group(1)) from exc
@@ -133,7 +156,9 @@ _WORKER_NOISE = ("apitools not found",)
 def quiet_worker_stderr() -> Iterator[None]:
     """Inside the block, this process's stderr (fd 2, which the local runner's worker processes
     inherit) goes through a pipe that drops Beam's import-time warnings and passes every other line
-    on unchanged. On leaving, fd 2 is restored; lines still in the pipe are passed on."""
+    on unchanged. On leaving, fd 2 is restored; lines still in the pipe are passed on. After a Ctrl-C
+    nothing more is passed on: the worker processes got it too, and their dying words (tracebacks of
+    the interrupted bundles) are not the user's message."""
     try:
         saved = os.dup(2)
     except OSError:        # no stderr to filter
@@ -143,18 +168,33 @@ def quiet_worker_stderr() -> Iterator[None]:
     sys.stderr.flush()
     os.dup2(write_end, 2)
     os.close(write_end)
+    muted = threading.Event()
 
     def copy() -> None:
         with os.fdopen(read_end, "rb") as pipe, os.fdopen(os.dup(saved), "wb", buffering=0) as out:
             for line in pipe:
-                if not any(noise.encode() in line for noise in _WORKER_NOISE):
+                if not muted.is_set() and not any(noise.encode() in line for noise in _WORKER_NOISE):
                     out.write(line)
 
+    def on_ctrl_c(signum, frame):
+        muted.set()
+        signal.default_int_handler(signum, frame)
+
+    # Only where Ctrl-C still means KeyboardInterrupt (--watch handles it itself: it ends the watch).
+    own_handler = (threading.current_thread() is threading.main_thread()
+                   and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    if own_handler:
+        signal.signal(signal.SIGINT, on_ctrl_c)
     copier = threading.Thread(target=copy, name="stderr-filter", daemon=True)
     copier.start()
     try:
         yield
+    except KeyboardInterrupt:
+        muted.set()
+        raise
     finally:
+        if own_handler:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.stderr.flush()
         os.dup2(saved, 2)      # this process's own copy of the write end is gone: the copier ends
         os.close(saved)        # when the workers holding theirs have exited

@@ -33,11 +33,12 @@ from schemas.evaluate import DEFINITIONS, EVALUATE_KIND, EVALUATE_SCHEMA_VERSION
 from pipelines.command import Parser, implementation_from_environment, option_strings
 from pipelines.errors import IncompleteRun, ShardFailure, UserError, pipeline_failures, quiet_worker_stderr, \
     run_command, say, warn
-from pipelines.files import (check_output_folder, exists, join, open_atomic, read_json, remove, remove_stale_temporaries,
+from pipelines.folders import claim_output, mark_output
+from pipelines.files import (exists, join, open_atomic, read_json, remove, remove_stale_temporaries,
                              remove_tree, write_text_atomic, writing)
 from pipelines.groups import group_value
 from pipelines.shards import REJECTED_DIR, ShardReader, add_source_arguments, describe_shard_error, expand, \
-    source_options as make_source_options
+    source_options as make_source_options, warn_mostly_rejected
 from pipelines.tokenizer_files import TokenizerRef, identify_tokenizer, load_identified_tokenizer, parse_special_token
 
 ENCODE_BATCH_RECORDS = 256        # records encoded per encode_arrays call
@@ -618,8 +619,9 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
     shards = expand(inputs, source_options)
     options, runner = pipeline_options(beam_args)
     check_worker_paths(options, [*inputs, args.output, *(s.path for s in specs)])
-    check_output_folder(args.output)
+    claim_output(args.output, "evaluate")
     clear_output(args.output)
+    mark_output(args.output, "evaluate")
     say(f"evaluate: {len(shards)} shard(s), {sum(s.size for s in shards) / 1e6:.1f} MB, "
         f"{len(variants)} tokenizer(s) ({', '.join(v.name for v in variants)}) -> {args.output}")
     context = ReportContext(sorted(set(inputs)), args.group_field, entries, started_at, args.allow_shard_errors)
@@ -647,6 +649,7 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
         reasons = ", ".join(f"{n:,} {r}" for r, n in report["rejected"]["by_reason"].items()) or "no records"
         raise IncompleteRun(f"nothing was evaluated: {report['records_read']:,} records read, {reasons}; "
                             f"see rejected/; no _SUCCESS")
+    warn_mostly_rejected(report["records_read"], report["rejected"]["by_reason"])
     return report
 
 

@@ -38,8 +38,9 @@ import pyarrow.parquet as pq
 from pipelines.beam_options import beam, check_worker_paths, one_local_worker, pipeline_options, split_beam_args
 from pipelines.command import Parser, option_strings
 from pipelines.errors import IncompleteRun, UserError, pipeline_failures, run_command, say, warn
-from pipelines.files import (check_output_folder, filesystem, inside, join, names_in, open_atomic, read_json, remove,
+from pipelines.files import (filesystem, inside, join, names_in, open_atomic, read_json, remove,
                              remove_tree, remove_stale_temporaries, write_text_atomic, writing)
+from pipelines.folders import check_finished, claim_output, mark_output
 from pipelines.shards import byte_size
 from schemas import pack as layout
 from schemas import tables
@@ -114,6 +115,19 @@ def read_token_file(shard) -> TokenFile:
                      hashlib.sha256(shard_record.encode()).hexdigest() if shard_record else "")
 
 
+def warn_repeated_ids(folder: str) -> None:
+    """Records sharing an id hash to the same split: repeat tokenize's warning where it matters."""
+    from pipelines.tokenize import repeated_ids_line
+
+    success = join(folder, layout.SUCCESS)
+    try:
+        repeated = read_json(success).get("repeated_ids")
+    except (OSError, ValueError, AttributeError):
+        return
+    if repeated:
+        warn(repeated_ids_line(repeated, f"in {folder}"))
+
+
 def find_inputs(inputs: list[str]) -> tuple[list[TokenFile], dict[str, str | None]]:
     """Every token Parquet the inputs name (a folder means the `*.parquet` under it, `rejected/` and
     hidden files aside), sorted by URL, each checked; and the sha256 of the `stats.json` beside
@@ -124,9 +138,14 @@ def find_inputs(inputs: list[str]) -> tuple[list[TokenFile], dict[str, str | Non
         raise UserError("no input: give --input TOKENS_DIR (or token Parquet files or globs)")
     patterns: list[str] = []
     stats: dict[str, str | None] = {}
+    checked: set[str] = set()
     for pattern in inputs:
         fs, path = filesystem(pattern)
         folder = pattern if fs.isdir(path) else posixpath.dirname(pattern.split("*")[0].split("?")[0].split("[")[0])
+        if folder not in checked:          # once per folder (a shell-expanded glob names it per file)
+            checked.add(folder)
+            check_finished(folder or ".", "--input", "pack")
+            warn_repeated_ids(folder or ".")
         stats_url = join(folder or ".", "stats.json")
         sfs, spath = filesystem(stats_url)
         stats[stats_url] = hashlib.sha256(sfs.cat_file(spath)).hexdigest() if sfs.isfile(spath) else None
@@ -669,8 +688,10 @@ def write_pack_json(files: list[dict], stream: dict, figures: dict, options: Pac
             entries = [{"name": posixpath.basename(f["files"]["bin"][0]), "tokens": f["tokens"]}
                        for f in sorted(mine, key=lambda f: f["index"])]
             url = join(output, layout.format_folder(split, "bin"), layout.BIN_JSON)
+            # The EOS in the stream: pack's own, or the one tokenize already ended each record with.
+            eos_id = options.eos_id if options.eos_id is not None else header["options"].get("inputs_end_with")
             meta = layout.bin_json(options.dtype, entries, options.tokenizer_sha256, options.vocab_size,
-                                   options.eos_id, options.bos_id)
+                                   eos_id, options.bos_id)
             with writing(url):
                 write_text_atomic(url, json.dumps(meta, indent=1, sort_keys=True) + "\n")
             splits[split]["files"]["bin"].append(f"{layout.format_folder(split, 'bin')}/{layout.BIN_JSON}")
@@ -855,6 +876,18 @@ def check_numbers(args) -> None:
         raise UserError(f"--pad-token only applies with --tail pad (--tail is {args.tail})")
 
 
+def warn_if_text_token(token: int, flag: str, first: TokenFile) -> None:
+    """A separator must be told apart from text: warn when the id occurs inside the first row group's
+    records (an ordinary text token, not a special one)."""
+    if not first.rows:
+        return
+    lists = read_row_group(first.url, 0, ["token_ids"]).column("token_ids").combine_chunks()
+    inside = int(np.count_nonzero(lists.flatten().to_numpy(zero_copy_only=False) == token))
+    if inside:
+        warn(f"{flag} {token} is an ordinary text token: it occurs {inside:,} time(s) inside the records of "
+             f"{first.url}'s first row group, so the separator cannot be told apart from text (use a special token)")
+
+
 def decide(args, files: list[TokenFile]) -> tuple[PackOptions, dict]:
     """The launcher's decisions: ids for the tokens, the buckets, and what the output records of them."""
     from pipelines.tokenizer_files import load_tokenizer
@@ -883,6 +916,9 @@ def decide(args, files: list[TokenFile]) -> tuple[PackOptions, dict]:
     elif eos_id is None and bos_id is None:
         raise UserError("no separator between documents: give --eos-token ID (or NAME with --tokenizer), or "
                         "--bos-token; the inputs were tokenized without --eos-token")
+    for flag, chosen in (("--eos-token", eos_id), ("--bos-token", bos_id)):
+        if chosen is not None:
+            warn_if_text_token(chosen, flag, files[0])
     pad_id = None
     if args.tail == "pad":
         pad_id = token_id(args.pad_token, "--pad-token", vocab, tok) if args.pad_token is not None else \
@@ -917,7 +953,7 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
                "tokenize_footer_sha256": f.footer_sha256} for f in files]
     fingerprint = hashlib.sha256(json.dumps({"layout": [layout.PACKED_SCHEMA_VERSION, layout.PACK_JSON_VERSION],
                                              "options": shaping, "inputs": inputs}, sort_keys=True).encode()).hexdigest()
-    check_output_folder(args.output)
+    claim_output(args.output, "pack")
     if any(inside(f.url, args.output) for f in files):
         raise UserError(f"--output {args.output} holds the inputs; give another folder")
     earlier = done_before(args.output, fingerprint)
@@ -925,6 +961,7 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
         say(f"skipped: {args.output} is complete from an earlier run with the same inputs and options")
         return earlier
     clear_outputs(args.output, files)
+    mark_output(args.output, "pack")
     remove_spill_files(args.output)                 # a killed run's
     remove_stale_temporaries(args.output)
     say(f"pack: {len(files)} file(s), {records:,} records, {sum(sum(f.ids) for f in files):,} ids -> rows of "
@@ -944,12 +981,12 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
         say(f"{split}: {s['documents']:,} documents, {s['rows']:,} rows, {s['tokens']:,} ids "
             f"({s['documents_split']:,} documents split across rows, {s['padding_tokens']:,} padding, "
             f"{s['tokens_dropped']:,} dropped)")
-    elapsed = time.time() - started_at
-    say(f"done in {elapsed:.1f}s ({manifest['splits'][TRAIN]['tokens'] / 1e6 / max(elapsed, 1e-9):.2f} M ids/s) "
-        f"-> {args.output}")
     if not manifest["splits"][TRAIN]["rows"]:
         raise IncompleteRun(f"nothing was packed: train holds {manifest['splits'][TRAIN]['tokens_dropped']:,} ids, "
                             f"less than one row of {options.seq_len} (try --tail keep or pad); no _SUCCESS")
+    elapsed = time.time() - started_at
+    say(f"done in {elapsed:.1f}s ({manifest['splits'][TRAIN]['tokens'] / 1e6 / max(elapsed, 1e-9):.2f} M ids/s) "
+        f"-> {args.output}")
     if VALIDATION in manifest["splits"] and not manifest["splits"][VALIDATION]["rows"]:
         warn("validation holds less than one row: all of it was dropped (try --tail keep or pad)")
     return manifest

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, field
 
 from schemas.records import Rejected, ShardError, rejected_to_json
-from pipelines.errors import ShardFailure, UserError, say
+from pipelines.errors import ShardFailure, UserError, say, warn
 from pipelines.files import join, remove, write_text_atomic, writing
 
 REJECTED_DIR = "rejected"
@@ -125,6 +125,17 @@ def describe_shard_error(error: dict) -> str:
     kept = (f"its first {error['rows_read']:,} rows were read, the rest is lost" if error["rows_read"]
             else "nothing could be read from it")
     return f"{error['source']}: {error['reason']} ({error['detail']}); {kept}"
+
+
+def warn_mostly_rejected(records_read: int, rejected_by_reason: dict[str, int]) -> None:
+    """Most records rejected is a legal run that is probably not what was meant (a --max-record-bytes
+    in the wrong unit, a wrong --text-field): say so, with the reasons."""
+    rejected = sum(rejected_by_reason.values())
+    if records_read and rejected * 2 > records_read:
+        reasons = ", ".join(f"{n:,} {reason}" for reason, n in sorted(rejected_by_reason.items(), key=lambda kv: -kv[1]))
+        hint = " (is --max-record-bytes right?)" if "record_too_large" in rejected_by_reason else ""
+        warn(f"{rejected:,} of {records_read:,} records ({rejected / records_read:.1%}) were rejected: {reasons}"
+             f"{hint}; see rejected/")
 
 
 def fail_fast_failure(item: Rejected | ShardError) -> ShardFailure:

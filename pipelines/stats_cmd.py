@@ -34,6 +34,7 @@ from schemas.stats import TokenizerFacts, dump_stats, stats_json
 from pipelines.command import Parser
 from pipelines.errors import UserError, say
 from pipelines.files import glob, isdir, join, open_read, remove_tree, write_text_atomic
+from pipelines.folders import check_finished, owner
 from pipelines.tokenizer_files import load_tokenizer
 
 COLUMNS = ("id", "token_ids", "n_tokens", "n_bytes", "n_chars", "n_words")
@@ -236,6 +237,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def stats_output(url: str) -> str:
+    """Where `--output URL` writes: URL, or URL/stats.json when URL is a folder. The folder must not
+    be another command's than tokenize's (whose stats.json this rebuilds)."""
+    if isdir(url):
+        url = join(url, "stats.json")
+    folder = url.rsplit("/", 1)[0] if "/" in url else "."
+    found = owner(folder)
+    if found is not None and found[0] != "tokenize":
+        raise UserError(f"--output {url} is inside the output of `tokenbeam {found[0]}` ({found[1]}); give a "
+                        f"path outside it")
+    return url
+
+
 def main(argv: list[str] | None = None) -> int:
     """`tokenbeam stats`: 0 when written, 2 with one line `tokenbeam: error: ...` otherwise."""
     from pipelines.errors import run_command
@@ -253,6 +267,9 @@ def rebuild(argv: list[str]) -> int:
         if args.group_field == "":
             raise StatsError("--group-field must not be empty")
         urls = expand_globs(args.inputs)    # before loading the tokenizer: a typo fails at once
+        for folder in sorted({url.rsplit("/", 1)[0] if "/" in url else "." for url in urls}):
+            check_finished(folder, "input", "stats")
+        args.output = stats_output(args.output)
         tok = load_tokenizer(args.tokenizer)
         facts = TokenizerFacts.of(tok)
         summary = Summary(tok.vocab_size, raw_byte_ids=facts.raw_byte_ids)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import array
+import hashlib
 import json
 import os
 import posixpath
@@ -37,13 +38,14 @@ from pipelines.command import (Parser, add_dropout_arguments, implementation_fro
                                parse_dropout)
 from pipelines.errors import (EXIT_DRIFT, EXIT_OK, IncompleteRun, ShardFailure, UserError, os_error_reason,
                               pipeline_failures, quiet_worker_stderr, run_command, say, warn)
-from pipelines.files import (canonical, check_output_folder, exists, filesystem, inside, is_local, join, open_atomic,
+from pipelines.files import (canonical, exists, filesystem, inside, is_local, join, open_atomic,
                              read_json, remove, remove_stale_temporaries, remove_tree, write_text_atomic, writing)
+from pipelines.folders import check_finished, claim_output, mark_output
 from pipelines.shards import REJECTED_DIR, ShardReader, add_source_arguments, describe_shard_error, expand, \
-    source_options as make_source_options
+    source_options as make_source_options, warn_mostly_rejected
 from pipelines.tokenizer_files import (TokenizerRef, identify_tokenizer, load_identified_tokenizer,
                                       parse_special_token, settle_heap, token_bytes_of)
-from pipelines.groups import GROUPS_FOLDER, GroupedSummaries, GroupStats, group_value
+from pipelines.groups import GROUPS_FOLDER, NO_GROUP, GroupedSummaries, GroupStats, group_value
 from pipelines.watch import StopSignal, WatchShards, WholeRun, install_stop_handlers
 from pipelines.windows import (WINDOWS_FOLDER, MergeSummaries, WindowedSummaries, WindowStats, format_utc,
                                parse_duration, parse_timestamp)
@@ -101,6 +103,7 @@ class TokenizeShard(beam.DoFn):
     WINDOWS = "windows"
     GROUPS = "groups"
     JUDGED = "judged"
+    IDS = "ids"
 
     def __init__(self, tokenizer: TokenizerRef, source_options, output: str, eos_token: str | None,
                  fail_fast: bool = False, encode_threads: int = 1, breakdowns: "Breakdowns | None" = None,
@@ -159,6 +162,7 @@ class TokenizeShard(beam.DoFn):
         if partials.grouped:
             for element in partials.grouped.elements():
                 yield beam.pvalue.TaggedOutput(self.GROUPS, element)
+        yield from (beam.pvalue.TaggedOutput(self.IDS, bucket) for bucket in partials.id_buckets())
         if self.judged:
             self.wait_for_writes()      # judged (watch mode) once its file is in place, as before
             yield beam.pvalue.TaggedOutput(self.JUDGED, (entry, summary))
@@ -320,6 +324,7 @@ class TokenizeShard(beam.DoFn):
         group.extend(batch, id_arrays, stats)
         if partials is not None:
             partials.add_batch([r.keep for r in batch], stats, id_arrays, record_ids, digit_runs=runs)
+            partials.add_ids(record_ids)
 
     def summary_from_parquet(self, url: str, partials: "ShardPartials"):
         """Rebuild a finished shard's Summary, and its window and group partials, from its Parquet
@@ -331,7 +336,52 @@ class TokenizeShard(beam.DoFn):
         if partials.windowed or partials.grouped:
             breakdowns = Breakdowns(self.breakdowns.group_field, partials.grouped or None, partials.windowed or None)
         add_file(summary, url, self.sha256, breakdowns, decode_bytes=self.tok.decode_bytes)
+        fs, path = filesystem(url)
+        with fs.open(path, "rb") as f:
+            partials.add_ids(pq.read_table(f, columns=["id"]).column("id").to_pylist())
         return summary
+
+
+ID_BUCKETS = 64       # the id hashes are counted per bucket: no worker holds more than a bucket's
+
+
+def id_hashes(record_ids) -> np.ndarray:
+    """Each record id as a 128-bit hash (two uint64 columns): equal ids, equal rows; a collision
+    between different ids is out of reach (about n^2 / 2^129)."""
+    digests = b"".join(hashlib.blake2b(str(i).encode("utf-8", "surrogatepass"), digest_size=16).digest()
+                       for i in record_ids)
+    return np.frombuffer(digests, dtype="<u8").reshape(-1, 2)
+
+
+class CountRepeatedIds(beam.CombineFn):
+    """One bucket of id hashes -> (records whose id another record has too, distinct such ids): an
+    exact count of repeated ids, each bucket counted on its own."""
+
+    def create_accumulator(self):
+        return []
+
+    def add_input(self, acc, hashes):
+        acc.append(hashes)
+        return acc
+
+    def merge_accumulators(self, accs):
+        return [hashes for acc in accs for hashes in acc]
+
+    def extract_output(self, acc):
+        if not acc:
+            return 0, 0
+        hashes = np.concatenate(acc)
+        hashes = hashes[np.lexsort((hashes[:, 1], hashes[:, 0]))]
+        # Runs of equal rows in sorted order: each run's length is how many records have that id.
+        starts = np.flatnonzero(np.r_[True, np.any(hashes[1:] != hashes[:-1], axis=1)])
+        counts = np.diff(np.r_[starts, len(hashes)])
+        repeated = counts[counts > 1]
+        return int(repeated.sum()), len(repeated)
+
+
+def add_pairs(pairs) -> tuple[int, int]:
+    pairs = list(pairs)
+    return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
 
 
 @dataclass(frozen=True)
@@ -362,6 +412,19 @@ class ShardPartials:
         windowing = breakdowns.windowing
         self.windowed = windowing and WindowedSummaries(vocab_size, windowing.seconds, raw_byte_ids=raw_byte_ids)
         self.grouped = breakdowns.group_field and GroupedSummaries(vocab_size, raw_byte_ids=raw_byte_ids)
+        self.ids: list[np.ndarray] = []
+
+    def add_ids(self, record_ids) -> None:
+        self.ids.append(id_hashes(record_ids))
+
+    def id_buckets(self):
+        """The shard's record-id hashes as (bucket, hashes) pairs, for `CountRepeatedIds`."""
+        if not self.ids:
+            return
+        hashes = np.concatenate(self.ids)
+        buckets = hashes[:, 0] % ID_BUCKETS
+        for bucket in np.unique(buckets):
+            yield int(bucket), hashes[buckets == bucket]
 
     def add_batch(self, fields: list[dict], stats, id_arrays, record_ids, digit_runs=None) -> None:
         """A batch of encoded records, with the fields read beside their text."""
@@ -513,7 +576,7 @@ def write_stats(summary, tokenizer: TokenizerFacts, tokenizer_url: str, output: 
 
 
 def write_success(entries: list[dict], stats_url: str, output: str, tokenizer_sha256: str,
-                  allow_shard_errors: bool = False) -> bool:
+                  allow_shard_errors: bool = False, repeated_ids: tuple[int, int] = (0, 0)) -> bool:
     """`_SUCCESS`, written last, when the run is complete: every shard read (or shard errors allowed)
     and at least one record written. It lists the shards, their record counts and the tokenizer.
 
@@ -521,11 +584,13 @@ def write_success(entries: list[dict], stats_url: str, output: str, tokenizer_sh
     the totals of the manifest equal those of stats.json (two separate aggregations)."""
     entries = sorted(entries, key=lambda e: e["relpath"])
     manifest = {"version": MANIFEST_VERSION, "tokenizer_sha256": tokenizer_sha256, "stats": "stats.json",
-                "shards": [{k: e[k] for k in ("relpath", "output", "records_read", "rows", "rejected", "shard_errors")}
-                           for e in entries],
+                "shards": [dict({k: e[k] for k in ("relpath", "output", "records_read", "rows", "rejected", "shard_errors")},
+                                input=e["fingerprint"]["input"]) for e in entries],
                 "records_read": sum(e["records_read"] for e in entries),
                 "rows": sum(e["rows"] for e in entries), "rejected": sum(e["rejected"] for e in entries),
                 "shards_failed": sum(bool(e["shard_errors"]) for e in entries)}
+    if repeated_ids[0]:      # records whose id another record has too, and how many such ids
+        manifest["repeated_ids"] = {"records": repeated_ids[0], "ids": repeated_ids[1]}
     if any("untimed_records" in e for e in entries):     # --window: records without a usable timestamp
         manifest["untimed_records"] = sum(e.get("untimed_records", 0) for e in entries)
     stats = read_json(stats_url)
@@ -640,7 +705,7 @@ def build_tokenize_pipeline(p, shards, tokenizer: TokenizerRef, facts: Tokenizer
                                                              dropout=dropout)
                                                ).with_outputs(TokenizeShard.MANIFEST, TokenizeShard.WINDOWS,
                                                               TokenizeShard.GROUPS, TokenizeShard.JUDGED,
-                                                              main="summaries"))
+                                                              TokenizeShard.IDS, main="summaries"))
     windowing = breakdowns.windowing
     if windowing is not None:
         (results[TokenizeShard.WINDOWS]
@@ -648,6 +713,7 @@ def build_tokenize_pipeline(p, shards, tokenizer: TokenizerRef, facts: Tokenizer
                                         extra={"tokenizer": tokenizer.url, "timestamp_field": windowing.field}))
     summaries, manifest = results.summaries, results[TokenizeShard.MANIFEST]
     group_partials = results[TokenizeShard.GROUPS]
+    id_buckets = results[TokenizeShard.IDS]
     if watching is not None:
         if watching.baseline:
             results[TokenizeShard.JUDGED] | "JudgeShard" >> beam.ParDo(JudgeShard(watching.baseline, facts, output))
@@ -655,17 +721,22 @@ def build_tokenize_pipeline(p, shards, tokenizer: TokenizerRef, facts: Tokenizer
         summaries = summaries | "WholeRunSummaries" >> WholeRun()
         manifest = manifest | "WholeRunManifest" >> WholeRun()
         group_partials = group_partials | "WholeRunGroups" >> WholeRun()
+        id_buckets = id_buckets | "WholeRunIds" >> WholeRun()
     groups = None
     if breakdowns.group_field is not None:
         groups = beam.pvalue.AsSingleton(
             group_partials | "GroupStats" >> GroupStats(facts.vocab_size, output, facts, breakdowns.group_field))
+    repeated_ids = (id_buckets
+                    | "CountRepeatedIds" >> beam.CombinePerKey(CountRepeatedIds())
+                    | "RepeatedIdsPerBucket" >> beam.Values()
+                    | "AddRepeatedIds" >> beam.CombineGlobally(add_pairs).without_defaults())
     stats_url = (summaries
                  | "CombineStats" >> beam.CombineGlobally(MergeSummaries(facts.vocab_size)).without_defaults()
                  | "WriteStats" >> beam.Map(write_stats, facts, tokenizer.url, output, inputs, started_at, groups))
     (manifest
      | "CollectManifest" >> beam.CombineGlobally(beam.combiners.ToListCombineFn()).without_defaults()
      | "WriteSuccess" >> beam.Map(write_success, beam.pvalue.AsSingleton(stats_url), output, tokenizer.sha256,
-                                  allow_shard_errors))
+                                  allow_shard_errors, beam.pvalue.AsSingleton(repeated_ids, default_value=(0, 0))))
 
 
 # --- the output folder ----------------------------------------------------------------------------
@@ -718,6 +789,62 @@ def outcome_error(stats: dict, allow_shard_errors: bool) -> IncompleteRun | None
         return IncompleteRun(f"nothing was written: {stats['records_read']:,} records read, {why}{hint}; "
                              f"see rejected/; no _SUCCESS")
     return None
+
+
+def changed_inputs(inputs: list[str], manifest: dict) -> list[str]:
+    """The inputs that are no longer what was tokenized (a file that grew after it was read, as a file
+    written in parts can under --watch): their size or version in one listing now differs from the
+    one the manifest records. A rerun tokenizes them again (their fingerprint no longer matches)."""
+    from pipelines.sources import InputError, expand_inputs
+
+    try:
+        now = {shard.url: shard for shard in expand_inputs(inputs)}
+    except InputError:          # every file of a pattern is gone
+        now = {}
+    changed = []
+    for read in (entry["input"] for entry in manifest.get("shards", []) if "input" in entry):
+        current = now.get(read["url"])
+        if current is None or (current.size, current.version) != (read["size"], read["version"]):
+            changed.append(f"{read['url']} ({read['size']:,} bytes tokenized, "
+                           f"{'gone' if current is None else f'{current.size:,} now'})")
+    return changed
+
+
+def absent_fields(output: str, manifest: dict, keep_fields: list[str], stats: dict, group_field: str | None) -> list[str]:
+    """The --keep-field / --group-field names that no record had (a typo gives an all-null column, or
+    one group `(none)`)."""
+    absent = []
+    files = [join(output, entry["output"]) for entry in manifest.get("shards", []) if entry["rows"]]
+    for name in keep_fields:
+        if files and not any(holds_a_value(url, name) for url in files):
+            absent.append(f"--keep-field {name}: no record has this field (its column holds only nulls)")
+    if group_field is not None and list(stats.get("groups") or {}) == [NO_GROUP]:
+        absent.append(f"--group-field {group_field}: no record has this field (every record is in group {NO_GROUP})")
+    return absent
+
+
+def holds_a_value(url: str, name: str) -> bool:
+    """Whether column `name` of a token Parquet has a non-null value."""
+    fs, path = filesystem(url)
+    with fs.open(path, "rb") as f:
+        column = pq.read_table(f, columns=[name]).column(name)
+    return column.null_count < len(column)
+
+
+def warn_doubtful_run(args: argparse.Namespace, inputs: list[str], stats: dict, manifest: dict) -> None:
+    """Warnings for a run that is legal but probably not what was meant."""
+    for what in absent_fields(args.output, manifest, args.keep_field, stats, args.group_field):
+        warn(f"{what}; is the name right?")
+    for text in changed_inputs(inputs, manifest):
+        warn(f"{text} changed after it was tokenized: the output holds it as it was; rerun to tokenize it again")
+    warn_mostly_rejected(stats["records_read"], stats["rejected"]["by_reason"])
+    if "repeated_ids" in manifest:
+        warn(repeated_ids_line(manifest["repeated_ids"], f"--id-field {args.id_field}"))
+
+
+def repeated_ids_line(repeated: dict, where: str) -> str:
+    return (f"{repeated['records']:,} records share {repeated['ids']:,} id(s) ({where}): ids should be unique; "
+            f"records with the same id land in the same split of `tokenbeam pack`")
 
 
 # --- command line -------------------------------------------------------------------------------
@@ -794,6 +921,7 @@ def check_baseline(url: str, output: str, dropout: Dropout | None = None) -> str
 
     if not exists(url):
         raise UserError(f"--baseline {url}: no such file")
+    check_finished(url, "--baseline", "tokenize --baseline")
     try:
         (path,) = drift.stats_paths(url, many=False)
         stats = read_json(path)
@@ -863,11 +991,12 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
         shards = expand(inputs, source_options)
     options, runner = pipeline_options(beam_args)
     check_worker_paths(options, [*inputs, args.output, args.tokenizer])
-    check_output_folder(args.output)
+    claim_output(args.output, "tokenize")
     say(f"tokenize: {len(shards)} shard(s){' so far, watching for more' if args.watch else ''}, "
         f"{sum(s.size for s in shards) / 1e6:.1f} MB, vocabulary {tok.vocab_size:,}"
         f"{f', BPE-dropout p={dropout.p} seed {dropout.seed}' if dropout else ''} -> {args.output}")
     stale = clear_stale_outputs(args.output, shards)
+    mark_output(args.output, "tokenize")
     if stale:
         say(f"removed the outputs of {stale} input(s) of an earlier run that this run does not have")
     if remove_stale_temporaries(args.output):
@@ -907,6 +1036,7 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
     failure = outcome_error(stats, args.allow_shard_errors)
     if failure is not None:
         raise failure
+    warn_doubtful_run(args, inputs, stats, manifest)
     if watching and args.baseline:
         drifted = gather_alerts(args.output)
         say(f"{drifted} of {stats['shards']['count']} shard(s) drifted from {args.baseline} "

@@ -32,8 +32,9 @@ from schemas import reports
 from bpe_ops.implementation import DEFAULT, Implementation
 from pipelines.command import Parser, implementation_from_environment, option_strings, refuse_leftovers
 from pipelines.errors import EXIT_INCOMPLETE, IncompleteRun, UserError, run_command, say, warn
-from pipelines.files import check_output_folder, exists, join, open_atomic, read_json, remove, write_text_atomic
-from pipelines.shards import add_source_arguments, describe_shard_error
+from pipelines.folders import claim_output, mark_output
+from pipelines.files import exists, join, open_atomic, read_json, remove, write_text_atomic
+from pipelines.shards import add_source_arguments, describe_shard_error, warn_mostly_rejected
 
 SUCCESS = "_SUCCESS"
 # The files the merge loop writes: a run removes the earlier run's before it starts, so a failed run
@@ -429,8 +430,9 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
             raise UserError(f"no counts found in {counts_dir} (expected _totals.json and part-*.parquet)")
         check_counts_options(counts_dir, args)
         check_superword_counts(read_json(join(counts_dir, "_totals.json")), args, counts_dir)
-        check_output_folder(args.output)
+        claim_output(args.output, "train")
         clear_tokenizer_files(args.output)
+        mark_output(args.output, "train")
         counting = None
     else:
         # Counting needs nothing from this process but the command line: start it first, and check
@@ -461,6 +463,7 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
                               json.dumps(dict(corpus_report(totals, inputs), complete=False, error=str(failure)),
                                          indent=1, ensure_ascii=False) + "\n")
         raise failure
+    warn_mostly_rejected(totals["records"], totals["rejected_by_reason"])
     counts = load_counts(counts_dir)
     units = None
     if args.superword_transition is not None:

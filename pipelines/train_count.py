@@ -41,7 +41,8 @@ from bpe_ops.stats import utf8_length
 from schemas import reports
 from schemas.tables import COUNTS_SCHEMA, SUPERWORD_DIR
 from pipelines.errors import UserError, debugging, os_error_reason, pipeline_failures, quiet_worker_stderr, say
-from pipelines.files import (check_output_folder, filesystem, join, open_atomic, remove_stale_temporaries,
+from pipelines.folders import claim_output, mark_output
+from pipelines.files import (filesystem, join, open_atomic, remove_stale_temporaries,
                              remove_tree, write_text_atomic, writing)
 from pipelines.shards import REJECTED_DIR, ShardReader, expand, source_options as make_source_options
 
@@ -397,11 +398,12 @@ def count_corpus(args: argparse.Namespace, rest: list[str], tool_options: list[s
         from apache_beam.options.pipeline_options import TypeOptions
         options.view_as(TypeOptions).pipeline_type_check = False
     check_worker_paths(options, [*inputs, args.output])
-    check_output_folder(args.output)
+    claim_output(args.output, "train")
     # The earlier run's outputs go before anything is counted: what is left after a failure is this run's.
     clear_tokenizer_files(args.output)
     clear_counts(join(args.output, "counts"))
     remove_tree(join(args.output, REJECTED_DIR))
+    mark_output(args.output, "train")
     if remove_stale_temporaries(args.output):
         say(f"removed the temporary files of an interrupted earlier run under {args.output}")
     say(f"train: {len(shards)} shard(s), {sum(s.size for s in shards) / 1e6:.1f} MB -> {args.output}")

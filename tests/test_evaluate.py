@@ -11,7 +11,7 @@ import pytest
 from bpe_ops import Tokenizer, train_bpe
 from bpe_ops.evaluation import evaluate_texts, iter_words, truncated, word_pieces
 from bpe_ops.stats import count_words
-from pipelines import evaluate, tokenize
+from pipelines import evaluate, folders, tokenize
 from pipelines.errors import IncompleteRun
 from schemas.evaluate import validate_evaluate
 from tests.conftest import ROOT
@@ -103,7 +103,8 @@ def test_without_matplotlib_the_report_is_written_and_the_picture_skipped(tmp_pa
     report = evaluate.run(["--tokenizer", str(tmp_path / "small"), "--input", write_shards(tmp_path / "in", RECORDS),
                            "--output", str(tmp_path / "out")])
     assert row(report, "small")["tokens"] == 7
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["_SUCCESS", "evaluate.json", "evaluate.md"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [folders.MARKER, "_SUCCESS", "evaluate.json",
+                                                                    "evaluate.md"]
     assert "evaluate.png skipped (install the plot extra" in capsys.readouterr().err
 
 
@@ -224,7 +225,7 @@ def test_another_commands_output_folder_is_refused(tmp_path):
     inputs = write_shards(tmp_path / "in", RECORDS)
     tokenize.run(["--tokenizer", str(tmp_path / "small"), "--input", inputs, "--output", str(tmp_path / "tokens")])
     result = run_cli("--tokenizer", tmp_path / "small", "--input", inputs, "--output", tmp_path / "tokens")
-    assert result.returncode == 2 and "holds another command's output (stats.json)" in error_line(result)
+    assert result.returncode == 2 and "holds the output of `tokenbeam tokenize`" in error_line(result)
     assert "rows" in json.loads((tmp_path / "tokens" / "_SUCCESS").read_text())    # tokenize's, untouched
 
 

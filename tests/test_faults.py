@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import tokenize, train, train_count
+from pipelines import folders, tokenize, train, train_count
 from tests.conftest import ROOT
 
 RUN_TIMEOUT = 240
@@ -199,7 +199,7 @@ def test_full_filesystem_is_one_line_and_leaves_no_partial_file(tmpfs, corpora, 
     line = error_line(cli("tokenize", "--tokenizer", tokenizer_json, "--output", out, *shards), code=3)
     assert f"cannot write {out}/" in line and "No space left on device" in line
     for p in out.rglob("*"):
-        assert p.suffix == ".parquet" or p.is_dir(), p          # no temporary left behind
+        assert p.suffix == ".parquet" or p.is_dir() or p.name == folders.MARKER, p    # no temporary left behind
         if p.suffix == ".parquet":
             pq.read_metadata(p)                                    # and what has a final name is complete
 
@@ -323,3 +323,75 @@ def test_train_into_a_used_folder_does_not_mix_in_old_counts(tmp_path, corpora):
     assert (used / "tokenizer.json").read_bytes() == (fresh / "tokenizer.json").read_bytes()
     assert train.load_counts(str(used / "counts")) == train.load_counts(str(fresh / "counts"))
     assert len(list((used / "counts").glob("part-*.parquet"))) < train_count.N_COUNT_BUCKETS
+
+
+@pytest.fixture(scope="module")
+def en_tokens(tmp_path_factory, corpora):
+    """A tokenizer with an EOS, and en/ tokenized with it: the inputs of the Ctrl-C runs below."""
+    base = tmp_path_factory.mktemp("ctrl-c")
+    train.run(["--input", str(corpora / "tiny" / "*.jsonl"), "--output", str(base / "tok"), "--vocab-size", "400",
+               "--special-token", "<|endoftext|>"])
+    tokenize.run(["--tokenizer", str(base / "tok"), "--input", str(corpora / "en" / "*.jsonl"),
+                  "--output", str(base / "tokens"), "--eos-token", "<|endoftext|>"])
+    return base / "tok", base / "tokens"
+
+
+def interrupt_when(argv: list[str], started) -> tuple[int, str]:
+    """Run `tokenbeam ARGV` in a session of its own, send Ctrl-C (SIGINT to its whole process group,
+    as a terminal does) once `started(stderr lines so far)` says the run is under way, and return its
+    exit code and stderr."""
+    run = subprocess.Popen([sys.executable, "-m", "pipelines.cli", *map(str, argv)], cwd=ROOT,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(run.stderr), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while not started(lines):
+            assert run.poll() is None, "".join(lines)          # it must still be running to be interrupted
+            assert time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.01)
+        os.killpg(run.pid, signal.SIGINT)
+        run.wait(timeout=RUN_TIMEOUT)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+    reader.join(timeout=10)
+    return run.returncode, "".join(lines)
+
+
+def has_line(prefix: str):
+    return lambda lines: any(line.startswith(prefix) for line in lines)
+
+
+@pytest.mark.parametrize("command", ["tokenize", "evaluate", "pack"])
+def test_ctrl_c_mid_run_is_exit_130_with_one_line_and_the_rerun_completes(command, tmp_path, corpora, en_tokens):
+    """Ctrl-C while shards are being processed (Beam re-raises the interrupt from inside a bundle):
+    exit 130, `tokenbeam: interrupted` and no traceback, no `_SUCCESS`, only complete files under
+    their final names; the same command again finishes the job."""
+    tok, tokens = en_tokens
+    out = tmp_path / "out"
+    argv, started = {
+        "tokenize": (["tokenize", "--tokenizer", tok, "--input", corpora / "en" / "*.jsonl", "--output", out],
+                     has_line("tokenized ")),
+        "evaluate": (["evaluate", "--tokenizer", tok, "--input", corpora / "en" / "*.jsonl", "--output", out],
+                     has_line("evaluated ")),
+        # pack's first files in flight are its spill files: interrupted once one is being written.
+        "pack": (["pack", "--input", tokens, "--output", out, "--seq-len", 512],
+                 lambda lines: any(".tmp-" in p.name for p in out.rglob("*"))),
+    }[command]
+    code, stderr = interrupt_when(argv, started)
+    assert code == 130, stderr
+    assert stderr.splitlines()[-1] == "tokenbeam: interrupted", stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    assert [line for line in stderr.splitlines() if line.startswith("tokenbeam:")] == ["tokenbeam: interrupted"]
+    assert not (out / "_SUCCESS").exists()
+    for f in out.rglob("*.parquet"):
+        pq.read_metadata(f)                      # every file under a final name is whole
+    rerun = cli("cli", *argv)
+    assert rerun.returncode == 0, rerun.stderr
+    assert (out / "_SUCCESS").exists()
+    if command == "tokenize":
+        assert json.loads((out / "_SUCCESS").read_text())["rows"] == sum(
+            1 for f in (corpora / "en").glob("*.jsonl") for _ in f.open(encoding="utf-8"))

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import pack
+from pipelines import folders, pack
 from schemas import pack as layout
 from schemas import tables
 
@@ -269,7 +269,7 @@ def test_spill_files_are_removed_after_a_run_and_a_killed_runs_before_the_next(t
     stale.write_bytes(b"left by a killed run")
     pack_medium(medium, out)
     assert not (out / pack.SPILL_FOLDER).exists()
-    assert not [p for p in out.rglob(".*")]
+    assert not [p for p in out.rglob(".*") if p.name != folders.MARKER]   # the folder's owner mark stays
 
     def fail(self, url, ids, starts):
         raise RuntimeError("a bug in the Megatron writer")
@@ -493,3 +493,36 @@ def test_pack_after_a_real_tokenize_run_adds_no_second_eos(tmp_path, sample_toke
     # A different --eos-token than the inputs' own is refused.
     result = cli("pack", "--input", tokens, "--output", tmp_path / "p", "--seq-len", 256, "--eos-token", 3)
     assert result.returncode == 2 and "would add a second" in result.stderr
+
+
+def test_bin_json_names_the_eos_the_inputs_already_end_with(tmp_path, sample_tokens):
+    """Inputs tokenized with --eos-token: pack adds no EOS, and bin.json still says which id separates
+    the documents in the stream."""
+    tokenizer, tokens = sample_tokens
+    result = cli("pack", "--input", tokens, "--output", tmp_path / "o", "--seq-len", 256, "--format", "bin",
+                 "--tail", "keep")
+    assert result.returncode == 0, result.stderr
+    eos = json.loads(Path(tokenizer).read_text())["added_tokens"][0]["id"]
+    meta = json.loads((tmp_path / "o" / "train" / "bin" / "bin.json").read_text())
+    assert meta["eos_id"] == eos
+    stream = np.concatenate([np.fromfile(tmp_path / "o" / "train" / "bin" / f["name"], dtype=meta["dtype"])
+                             for f in meta["files"]])
+    assert int((stream == eos).sum()) == json.loads((tokens / "stats.json").read_text())["records"]
+
+
+def test_a_separator_that_occurs_in_the_text_is_a_warning(tmp_path, capsys, small):
+    code = pack.main([str(a) for a in ("--input", small, "--output", tmp_path / "o", "--seq-len", 4,
+                                        "--eos-token", 9)])
+    warned = [line for line in capsys.readouterr().err.splitlines() if line.startswith("tokenbeam: warning")]
+    assert code == 0
+    assert len(warned) == 1 and "--eos-token 9 is an ordinary text token: it occurs 1 time(s)" in warned[0]
+    pack.main([str(a) for a in ("--input", small, "--output", tmp_path / "p", "--seq-len", 4, "--eos-token", 0)])
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_nothing_packed_prints_no_done_line(tmp_path, capsys, small):
+    code = pack.main([str(a) for a in ("--input", small, "--output", tmp_path / "o", "--seq-len", 64,
+                                        "--eos-token", 0)])
+    err = capsys.readouterr().err
+    assert code == 3 and err.splitlines()[-1].startswith("tokenbeam: error: nothing was packed")
+    assert not any(line.startswith("done") for line in err.splitlines()), err

@@ -191,3 +191,59 @@ def test_cli_errors_are_one_line(tmp_path, trained):
         assert result.returncode == 2, result.stderr
         errors = [l for l in result.stderr.splitlines() if l.startswith("tokenbeam: error:")]
         assert len(errors) == 1 and word in errors[0] and "Traceback" not in result.stderr
+
+
+def warnings_of(capsys) -> list[str]:
+    return [line for line in capsys.readouterr().err.splitlines() if line.startswith("tokenbeam: warning:")]
+
+
+def test_a_field_no_record_has_is_a_warning(tmp_path, capsys, sample, trained):
+    """A misspelt --keep-field gives an all-null column and a misspelt --group-field one group (none):
+    legal, but not what was meant."""
+    run_tokenize("--tokenizer", trained, "--input", sample / "*.jsonl", "--output", tmp_path / "typo",
+                 "--keep-field", "sourc", "--group-field", "langs")
+    warned = warnings_of(capsys)
+    assert any(w.startswith("tokenbeam: warning: --keep-field sourc: no record has this field") for w in warned), warned
+    assert any("--group-field langs: no record has this field" in w and "(none)" in w for w in warned), warned
+    first = json.loads(next(sample.glob("*.jsonl")).open(encoding="utf-8").readline())
+    real = next(k for k in first if k not in ("id", "text"))
+    run_tokenize("--tokenizer", trained, "--input", sample / "*.jsonl", "--output", tmp_path / "right",
+                 "--keep-field", real, "--group-field", real)
+    assert warnings_of(capsys) == []
+
+
+@pytest.mark.parametrize("command", ["tokenize", "train", "evaluate"])
+def test_most_records_rejected_is_a_warning_that_names_the_reason(command, tmp_path, capsys, trained):
+    from pipelines import cli
+
+    shard = tmp_path / "in.jsonl"
+    shard.write_text("".join(json.dumps({"id": str(i), "text": ("long text " * 200 if i % 10 else f"short {i}")}) + "\n"
+                             for i in range(50)))
+    given = {"tokenize": ["--tokenizer", trained], "train": ["--vocab-size", 260, "--min-frequency", 1],
+             "evaluate": ["--tokenizer", trained]}[command]
+    code = cli.main([str(a) for a in (command, *given, "--input", shard, "--output", tmp_path / "o",
+                                      "--max-record-bytes", "1K")])
+    assert code == 0
+    (warned,) = warnings_of(capsys)
+    assert "45 of 50 records (90.0%) were rejected: 45 record_too_large (is --max-record-bytes right?)" in warned
+
+
+def test_repeated_ids_are_counted_exactly_across_shards_and_reruns(tmp_path, capsys, trained):
+    """Ten records with one id, and one id in two shards: 12 records share 2 ids, counted over the
+    whole dataset (not per shard), on a fresh run and on a rerun that reuses every shard."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text("".join(json.dumps({"id": "same" if i < 10 else f"a{i}", "text": f"text {i}"}) + "\n"
+                                            for i in range(30)))
+    (folder / "b.jsonl").write_text("".join(json.dumps({"id": "a20" if i < 2 else f"b{i}", "text": f"more {i}"}) + "\n"
+                                            for i in range(5)))
+    out = tmp_path / "o"
+    for _ in range(2):
+        run_tokenize("--tokenizer", trained, "--input", folder / "*.jsonl", "--output", out)
+        (warned,) = warnings_of(capsys)
+        assert "13 records share 2 id(s) (--id-field id)" in warned, warned
+        assert json.loads((out / "_SUCCESS").read_text())["repeated_ids"] == {"records": 13, "ids": 2}
+    (folder / "b.jsonl").write_text("".join(json.dumps({"id": f"b{i}", "text": f"more {i}"}) + "\n" for i in range(5)))
+    run_tokenize("--tokenizer", trained, "--input", folder / "*.jsonl", "--output", out)
+    (warned,) = warnings_of(capsys)
+    assert "10 records share 1 id(s)" in warned

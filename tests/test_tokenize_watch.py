@@ -183,3 +183,28 @@ def test_window_flags_are_checked_at_launch(tmp_path, sample, tokenizer_json):
         tokenize.run(base + ["--timestamp-field", "ts", "--window", "90"])
     with pytest.raises(UserError, match="applies to --watch"):
         tokenize.run(base + ["--stop-after", "1h"])
+
+
+def test_a_file_that_grows_after_it_was_tokenized_is_reported(tmp_path, english, tokenizer_json):
+    """A file written in two parts with a pause longer than the poll interval is tokenized as its first
+    part; the records written after that must not be lost without a word: the end of the watch names
+    the file, and a rerun without --watch tokenizes it whole."""
+    folder, out = tmp_path / "incoming", tmp_path / "out"
+    folder.mkdir()
+    lines = (english / "en-003-of-012.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    watch = start_watch(tokenizer_json, folder, out, "--stop-when-idle", "4s")
+    try:
+        grown = folder / "grown.jsonl"
+        grown.write_text("".join(lines[:30]), encoding="utf-8")
+        wait_for(out / "grown.parquet")
+        with open(grown, "a", encoding="utf-8") as f:
+            f.write("".join(lines[30:]))
+        _, stderr = watch.communicate(timeout=RUN_TIMEOUT)
+    finally:
+        watch.kill()
+    assert watch.returncode == 0, stderr
+    assert pq.read_metadata(out / "grown.parquet").num_rows == 30
+    warning = [line for line in stderr.splitlines() if line.startswith("tokenbeam: warning:") and "grown.jsonl" in line]
+    assert len(warning) == 1 and "changed after it was tokenized" in warning[0], stderr
+    tokenize.run(["--tokenizer", str(tokenizer_json), "--output", str(out), "--input", str(folder / "*.jsonl")])
+    assert pq.read_metadata(out / "grown.parquet").num_rows == len(lines)
