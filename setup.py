@@ -24,6 +24,7 @@ setup(
                  "sentencepiece>=0.2",
                  "duckdb", "datasets", "moto[server]>=5", "s3fs", "matplotlib", "scipy"],
         "bench": ["tokenizers>=0.20", "tiktoken>=0.7", "rustbpe", "psutil"],
+        "fuzz": ["atheris>=2.3"],      # tests/fuzz/fuzz_*.py (tests/test_fuzz_regressions.py replays without it)
         "plot": ["matplotlib>=3.5"],
         "gcp": ["apache-beam[gcp]", "gcsfs"],
     },

@@ -654,8 +654,6 @@ def read_tiktoken_data(data: bytes, path: str | os.PathLike = "tokenizer.tiktoke
             token = base64.b64decode(parts[0], validate=True)
         except ValueError:
             raise ValueError(f"{path}:{lineno}: invalid base64 {parts[0][:80]!r}") from None
-        if not token:
-            raise ValueError(f"{path}:{lineno}: an empty token (rank {parts[1][:20]})")
         rank = int(parts[1])
         if rank in vocab:
             raise ValueError(f"{path}:{lineno}: rank {rank} given twice")

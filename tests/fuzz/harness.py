@@ -115,15 +115,20 @@ TEXTS = ["Hello world, 1234 567!\t\n  x", "nai\u0308ve café 日本語 👍🏽 
 
 def exercise_tokenizer(load, path: str) -> None:
     """After a load, what the CLI does with a tokenizer: its sha256 (the canonical file, which every
-    output records), its raw-byte ids (stats), encoding each text (the compiled whole-text encoder,
+    output records) and raw-byte ids, the dense statistics over its ids (stats, tokenize), encoding each text (the compiled whole-text encoder,
     as tokenize does, and `encode` with every special token allowed) and decoding the ids. The
     pure-Python implementation of the same file must give the same ids; a byte-level tokenizer
     without a normalizer or added tokens must give the text's bytes back."""
     from bpe_ops.implementation import Implementation
 
+    from bpe_ops.stats import Summary
+    from schemas.stats import TokenizerFacts
+
     tok = load(Implementation())
     if tok is None:
         return
+    # What `tokenbeam stats` and `tokenize` make next: dense tables over the id range.
+    Summary(tok.vocab_size, raw_byte_ids=TokenizerFacts.of(tok).raw_byte_ids)
     pure = load(Implementation(compiled=False, engine="regex"))
     if pure is None or pure.sha256 != tok.sha256:
         raise AssertionError("the file loads with the compiled implementation only, or as another tokenizer")
