@@ -208,7 +208,7 @@ def read_tokenizer_data(data: bytes, path: str | os.PathLike = "tokenizer.json")
         raise ValueError(f"{path}: malformed tokenizer.json ({type(exc).__name__}: {exc})") from None
 
 
-# The model's fields and their JSON types (null: absent); `vocab` and `merges` must be there.
+# The model's fields and their JSON types (null: absent); `vocab` and `merges` must be there, not null.
 _MODEL_FIELDS = {"type": str, "vocab": dict, "merges": list, "dropout": (int, float), "unk_token": str,
                  "continuing_subword_prefix": str, "end_of_word_suffix": str, "fuse_unk": bool,
                  "byte_fallback": bool, "ignore_merges": bool}
@@ -229,7 +229,7 @@ def _check_document(doc: dict) -> None:
             raise ValueError(f"model.{field} is missing")
     for field, kind in _MODEL_FIELDS.items():
         value = model.get(field)
-        if value is not None and not hf_components.is_json(value, kind):
+        if (value is not None or field in ("vocab", "merges")) and not hf_components.is_json(value, kind):
             raise ValueError(f"model.{field} must be {_json_name(kind)}, got {hf_components.json_type(value)}")
     for k, merge in enumerate(model["merges"]):
         parts = merge.split(" ") if isinstance(merge, str) else merge

@@ -348,7 +348,11 @@ def load_stats(path) -> dict:
     """Read and validate a stats.json. OSError if unreadable, ValueError (one line, naming the file)
     if it is not valid JSON or not a valid stats.json of this schema version."""
     with open(path, "rb") as f:
-        data = f.read()
+        return parse_stats(f.read(), path)
+
+
+def parse_stats(data: bytes, path) -> dict:
+    """`load_stats` of a file's bytes (`path` names it in errors): for a reader that opened it itself."""
     try:
         d = json.loads(data.decode("utf-8"))
     except json.JSONDecodeError as exc:

@@ -2,10 +2,10 @@
 tokenizer) as the CLI loads it (`pipelines.tokenizer_files.load_tokenizer`), then
 encoded and decoded (tests/fuzz/harness.py says what a finding is). Run from the worktree:
 
-    python3 tests/fuzz/fuzz_sentencepiece.py -max_total_time=600 -artifact_prefix=tests/fuzz/crashes/ \
-        tests/fuzz/corpus/sentencepiece
+    mkdir -p /tmp/fuzz-sentencepiece && python3 tests/fuzz/fuzz_sentencepiece.py -max_total_time=600 \
+        /tmp/fuzz-sentencepiece tests/fuzz/corpus/sentencepiece
 
-(seeds: tests/fuzz/make_seeds.py; keep new corpus entries in a scratch folder listed first).
+(new corpus entries go to the first folder, crashing inputs to ./crash-*; seeds: make_seeds.py).
 """
 import sys
 from pathlib import Path

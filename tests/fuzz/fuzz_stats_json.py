@@ -3,9 +3,10 @@ valid one (`pipelines.drift.run_parsed`: load, validate, compare, print the repo
 groups both index; stdout dropped),
 held to tests/fuzz/harness.py's contract. Run from the worktree:
 
-    python3 tests/fuzz/fuzz_stats_json.py -max_total_time=600 -artifact_prefix=tests/fuzz/crashes/ \
-        tests/fuzz/corpus/stats_json
-"""
+    mkdir -p /tmp/fuzz-stats_json && python3 tests/fuzz/fuzz_stats_json.py -max_total_time=600 \
+        /tmp/fuzz-stats_json tests/fuzz/corpus/stats_json
+
+(new corpus entries go to the first folder, crashing inputs to ./crash-*; seeds: make_seeds.py)."""
 import contextlib
 import io
 import os

@@ -2,9 +2,10 @@
 --special-token '<|endoftext|>=299'`), then encoded and decoded (tests/fuzz/harness.py says what a
 finding is). Run from the worktree:
 
-    python3 tests/fuzz/fuzz_tiktoken.py -max_total_time=600 -artifact_prefix=tests/fuzz/crashes/ \
-        tests/fuzz/corpus/tiktoken
-"""
+    mkdir -p /tmp/fuzz-tiktoken && python3 tests/fuzz/fuzz_tiktoken.py -max_total_time=600 \
+        /tmp/fuzz-tiktoken tests/fuzz/corpus/tiktoken
+
+(new corpus entries go to the first folder, crashing inputs to ./crash-*; seeds: make_seeds.py)."""
 import sys
 from pathlib import Path
 

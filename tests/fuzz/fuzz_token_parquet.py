@@ -1,10 +1,12 @@
 """Fuzz target: a token Parquet file as `tokenbeam stats` reads it back (`pipelines.stats_cmd.rebuild`,
-also with --group-field and --window) and as `tokenbeam pack` checks its inputs
+with --group-field or --window when a recipe asks) and as `tokenbeam pack` checks its inputs
 (`pipelines.pack.find_inputs`, then the records' last id when the footer says they end with an EOS),
 held to tests/fuzz/harness.py's contract. Run from the worktree:
 
-    python3 tests/fuzz/fuzz_token_parquet.py -max_total_time=600 -artifact_prefix=tests/fuzz/crashes/ \
-        tests/fuzz/corpus/token_parquet
+    mkdir -p /tmp/fuzz-token_parquet && python3 tests/fuzz/fuzz_token_parquet.py -max_total_time=600 \
+        /tmp/fuzz-token_parquet tests/fuzz/corpus/token_parquet
+
+(new corpus entries go to the first folder, crashing inputs to ./crash-*; seeds: make_seeds.py).
 
 An input is either a whole file (it starts with `PAR1`: byte mutations reach Parquet's own footer),
 or a recipe (see `build`) for a file pyarrow writes from the seed's rows: the schema metadata, the

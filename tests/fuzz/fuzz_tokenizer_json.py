@@ -1,10 +1,10 @@
 """Fuzz target: a tokenizer.json as the CLI loads it (`pipelines.tokenizer_files.load_tokenizer`), then
 encoded and decoded (tests/fuzz/harness.py says what a finding is). Run from the worktree:
 
-    python3 tests/fuzz/fuzz_tokenizer_json.py -max_total_time=600 -artifact_prefix=tests/fuzz/crashes/ \
-        tests/fuzz/corpus/tokenizer_json
+    mkdir -p /tmp/fuzz-tokenizer_json && python3 tests/fuzz/fuzz_tokenizer_json.py -max_total_time=600 \
+        /tmp/fuzz-tokenizer_json tests/fuzz/corpus/tokenizer_json
 
-(seeds: tests/fuzz/make_seeds.py; keep new corpus entries in a scratch folder listed first).
+(new corpus entries go to the first folder, crashing inputs to ./crash-*; seeds: make_seeds.py).
 """
 import sys
 from pathlib import Path
