@@ -531,8 +531,10 @@ def _merge_pairs(merges: list) -> list[tuple[bytes, bytes]]:
     return list(zip(halves[::2], halves[1::2]))
 
 
-# A `\uD800`-`\uDFFF` escape: JSON text may spell a lone surrogate, which is not Unicode text.
-_SURROGATE_ESCAPE = regex.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+# A `\uD800`-`\uDBFF` escape not followed by a `\uDC00`-`\uDFFF` one, or the latter alone: JSON
+# text may spell a lone surrogate, which is not Unicode text (a pair is one character).
+_LONE_SURROGATE_ESCAPE = regex.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+                                       r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
 _SURROGATE = regex.compile("[\ud800-\udfff]")
 
 
@@ -549,7 +551,7 @@ def _parse_json(data: bytes, path):
         raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except RecursionError:
         raise ValueError(f"{path}: JSON nested too deeply to read (not a tokenizer file?)") from None
-    if _SURROGATE_ESCAPE.search(text):            # only then can a string hold one
+    if ("\\ud" in text or "\\uD" in text) and _LONE_SURROGATE_ESCAPE.search(text):   # else no string holds one
         spoiled = next((s for s in _strings(doc) if _SURROGATE.search(s)), None)
         if spoiled is not None:
             raise ValueError(f"{path}: the string {spoiled[:40]!r} holds a lone surrogate (not Unicode text)")
