@@ -600,22 +600,20 @@ def _id_problem(vocab: Mapping, specials: Mapping) -> str | None:
 
 
 # Ids index dense tables (the encoder's, a dataset's frequency per id in stats.json) and fill token
-# Parquet's uint32 columns: an id must fit uint32, and a file may leave unused at most as many ids
-# as it uses (or 65,536), so that its tables grow with the file, never with one huge id. Real
-# vocabularies leave a few dozen (cl100k_base's gap before its special tokens).
+# Parquet's uint32 columns: an id must fit uint32, and at least half the ids up to the largest must
+# be used, so that the tables grow with the file, never with one huge id. Real vocabularies leave a
+# few dozen unused (cl100k_base's gap before its special tokens).
 MAX_ID = 2**32 - 1
-MAX_UNUSED_IDS = 1 << 16
 
 
 def id_range_problem(ids) -> str | None:
     """Why ids (non-negative integers, each once) cannot be a vocabulary's (see MAX_ID), or None."""
-    count = len(ids)
     top = max(ids, default=-1)
     if top > MAX_ID:
-        return f"id {top} does not fit uint32 (ids 0 to {MAX_ID:,})"
-    if top + 1 - count > max(count, MAX_UNUSED_IDS):
-        return (f"ids reach {top} for {count:,} tokens: most of the id range would be unused, yet every "
-                f"table (and every stats.json) holds an entry per id")
+        return (f"its largest id is {top:,}, too large for uint32, the widest token id type; supported: ids 0 "
+                f"to {MAX_ID:,}")
+    if len(ids) < (top + 1) // 2:
+        return f"{len(ids):,} tokens spread over ids 0 to {top:,}; supported: ids numbered from 0 with few gaps"
     return None
 
 

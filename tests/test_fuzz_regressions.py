@@ -58,7 +58,7 @@ def test_encode_refuses_malformed_tokenizer_json_in_one_line(tmp_path, capsys):
         "seq_null.json": (dict(trained, pre_tokenizer={"type": "Sequence", "pretokenizers": None}),
                           "pre_tokenizer.pretokenizers must be a list"),
         "huge_id.json": (dict(trained, model=dict(trained["model"], vocab={**trained["model"]["vocab"], "zz": 2**40})),
-                         "does not fit uint32"),
+                         "too large for uint32"),
     }
     for name, (doc, needle) in cases.items():
         (tmp_path / name).write_text(json.dumps(doc), encoding="utf-8")
@@ -84,7 +84,7 @@ def test_tokenize_command_refuses_a_malformed_tokenizer_with_exit_2_and_one_line
 
 def test_encode_refuses_malformed_tiktoken_files_in_one_line(tmp_path, capsys):
     ranks = (FUZZ / "corpus" / "tiktoken" / "trained.tiktoken").read_bytes()
-    cases = {"huge.tiktoken": (ranks + b"AAEC 99999999999999\n", "does not fit uint32"),
+    cases = {"huge.tiktoken": (ranks + b"AAEC 99999999999999\n", "too large for uint32"),
              "base64.tiktoken": (ranks + b"!!!! 300\n", "line 300: invalid base64"),
              "twice.tiktoken": (ranks + b"AAEC 5\n", "rank 5 given twice")}
     for name, (data, needle) in cases.items():
