@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 
 # Raise when the tables, their layout or what a reader puts in them change: older files are ignored.
-FORMAT = 4
+FORMAT = 5
 MAGIC = b"tokenbeam-tables\n"
 SUBFOLDER = "tokenizers"
 _DIGEST = 32
