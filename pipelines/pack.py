@@ -92,6 +92,9 @@ def read_token_file(shard) -> TokenFile:
     if meta.get("tokenbeam.schema_version") != str(tables.TOKENS_SCHEMA_VERSION):
         raise UserError(f"{shard.url}: token Parquet layout version {meta.get('tokenbeam.schema_version')}, "
                         f"this tokenbeam reads version {tables.TOKENS_SCHEMA_VERSION}; rerun tokenize")
+    if tables.repeated_column(schema.names) is not None:
+        raise UserError(f"{shard.url} holds the column {tables.repeated_column(schema.names)!r} twice; pack reads "
+                        f"the output of tokenize")
     missing = [k for k in (tables.TOKENIZER_SHA256_KEY, tables.VOCAB_SIZE_KEY) if k not in meta]
     ids_type = schema.field("token_ids").type if "token_ids" in schema.names else None
     if missing or "id" not in schema.names or ids_type is None or not pa.types.is_list(ids_type) or \

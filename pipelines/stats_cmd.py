@@ -216,7 +216,10 @@ def add_file(summary: Summary, url: str, sha256: str, breakdowns: Breakdowns | N
 
 
 def check_columns(schema: pa.Schema, url: str) -> None:
-    """StatsError unless the file has the token columns with types their readers can take."""
+    """StatsError unless the file has the token columns, each once, with types their readers can take."""
+    repeated = tables.repeated_column(schema.names)
+    if repeated is not None:
+        raise StatsError(f"{url} holds the column {repeated!r} twice (not a tokenbeam token file?)")
     missing = [c for c in COLUMNS if c not in schema.names]
     if missing:
         raise StatsError(f"{url} lacks the column {missing[0]!r} (not a tokenbeam token file?)")

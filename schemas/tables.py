@@ -74,6 +74,13 @@ def file_metadata(schema_metadata: dict[bytes, bytes] | None) -> dict[str, str]:
     return {k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in (schema_metadata or {}).items()}
 
 
+def repeated_column(names: list[str]) -> str | None:
+    """A column name a Parquet schema holds twice (tokenbeam never writes one; readers look columns
+    up by name), or None."""
+    seen: set[str] = set()
+    return next((name for name in names if name in seen or seen.add(name)), None)
+
+
 def vocab_size_of(meta: dict[str, str]) -> int:
     """The `tokenbeam.vocab_size` of a token Parquet's schema metadata; ValueError (one line) unless it
     is a whole number of ids that fits the token id types (1 to 2**32)."""
