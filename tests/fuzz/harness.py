@@ -9,9 +9,11 @@ missing, and counts as a finding. Any other exception, a crash or an abort is a 
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import re
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -25,6 +27,7 @@ from pipelines.errors import UserError  # noqa: E402
 # What a reader's catch-all says when an unchecked value reached Python code of the wrong shape.
 SAFETY_NET = re.compile(r"\((TypeError|KeyError|AttributeError|IndexError|OverflowError|RecursionError)\b")
 _SCRATCH = tempfile.mkdtemp(prefix="tokenbeam-fuzz-")
+atexit.register(shutil.rmtree, _SCRATCH, True)
 
 
 def scratch(name: str, data: bytes) -> str:
