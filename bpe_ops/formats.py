@@ -190,13 +190,89 @@ def read_tokenizer_json(path: str | os.PathLike) -> dict:
 
 def read_tokenizer_data(data: bytes, path: str | os.PathLike = "tokenizer.json") -> dict:
     """`read_tokenizer_json` of a file's bytes (`path` names it in errors)."""
-    doc = _parse_json(data, path)
+    try:
+        doc = _parse_json(data, path)
+    except ValueError:
+        if data[:1] == b"\n":     # a protobuf's first field, as SentencePiece's ModelProto starts
+            raise ValueError(f"{path}: a SentencePiece .model (protobuf), not a tokenizer.json: tokenbeam reads "
+                             f"SentencePiece BPE converted to tokenizer.json (e.g. by transformers' "
+                             f"LlamaTokenizerFast.save_pretrained)") from None
+        raise
     if not isinstance(doc, dict) or not isinstance(doc.get("model"), dict):
         raise ValueError(f"{path}: not a tokenizer.json (no \"model\" object)")
     try:
+        _check_document(doc)
+    except ValueError as exc:
+        raise ValueError(f"{path}: malformed tokenizer.json: {exc}") from None
+    try:
         return _read_tokenizer_doc(doc, path)
-    except (AttributeError, TypeError) as exc:   # a component of the wrong JSON type
-        raise ValueError(f"{path}: malformed tokenizer.json ({exc})") from None
+    except (AttributeError, TypeError) as exc:   # a safety net: `_check_document` should have said what
+        raise ValueError(f"{path}: malformed tokenizer.json ({type(exc).__name__}: {exc})") from None
+
+
+# The model's fields and their JSON types (null: absent); `vocab` and `merges` must be there, not null.
+_MODEL_FIELDS = {"type": str, "vocab": dict, "merges": list, "dropout": (int, float), "unk_token": str,
+                 "continuing_subword_prefix": str, "end_of_word_suffix": str, "fuse_unk": bool,
+                 "byte_fallback": bool, "ignore_merges": bool}
+_ADDED_TOKEN_FIELDS = {"id": int, "content": str, **{flag: bool for flag in hf_components.ADDED_TOKEN_FLAGS}}
+# Deeper than any tokenizer.json (a Sequence in a Sequence is 5 levels): what the checks recurse over.
+MAX_COMPONENT_DEPTH = 32
+
+
+def _check_document(doc: dict) -> None:
+    """ValueError naming the first field (by its path in the file) whose JSON type is not what every
+    reader below takes for granted: the model's fields, each merge, each added token, the components.
+    What the values mean (ids, tokens, supported components) is checked where they are read."""
+    model = doc["model"]
+    if model.get("type", "BPE" if "merges" in model else None) != "BPE":
+        return                          # another model: refused as unsupported, whatever its shape
+    for field in ("vocab", "merges"):
+        if field not in model:
+            raise ValueError(f"model.{field} is missing")
+    for field, kind in _MODEL_FIELDS.items():
+        value = model.get(field)
+        if (value is not None or field in ("vocab", "merges")) and not hf_components.is_json(value, kind):
+            raise ValueError(f"model.{field} must be {_json_name(kind)}, got {hf_components.json_type(value)}")
+    for k, merge in enumerate(model["merges"]):
+        parts = merge.split(" ") if isinstance(merge, str) else merge
+        if not (isinstance(parts, list) and len(parts) == 2 and all(isinstance(h, str) for h in parts)):
+            raise ValueError(f'model.merges[{k}] must be "A B" or ["A", "B"] (two tokens), got {merge!r:.80}')
+    added = doc.get("added_tokens")
+    if added is not None and not isinstance(added, list):
+        raise ValueError(f"added_tokens must be a list, got {hf_components.json_type(added)}")
+    seen: dict[str, int] = {}
+    for k, entry in enumerate(added or []):
+        if not isinstance(entry, dict) or "id" not in entry or "content" not in entry:
+            raise ValueError(f"added_tokens[{k}] must be an object with an id and a content")
+        for field, kind in _ADDED_TOKEN_FIELDS.items():
+            if field in entry and not hf_components.is_json(entry[field], kind):
+                raise ValueError(f"added_tokens[{k}].{field} must be {_json_name(kind)}, "
+                                 f"got {hf_components.json_type(entry[field])}")
+        if not entry["content"]:
+            raise ValueError(f"added_tokens[{k}] has an empty content")
+        first = seen.setdefault(entry["content"], entry["id"])
+        if first != entry["id"]:
+            raise ValueError(f"added token {entry['content']!r} is listed twice, with ids {first} and {entry['id']}")
+    for role in ("normalizer", "pre_tokenizer", "decoder"):
+        if doc.get(role) is not None:
+            if _depth(doc[role]) > MAX_COMPONENT_DEPTH:
+                raise ValueError(f"{role} is nested more than {MAX_COMPONENT_DEPTH} levels deep")
+            hf_components.check_shape(doc[role], role, role)
+
+
+def _json_name(kind) -> str:
+    return "a number" if kind == (int, float) else hf_components.JSON_NAMES[kind]
+
+
+def _depth(value) -> int:
+    """How deeply a parsed JSON value nests lists and objects (without recursion: it may be deep)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
 
 
 def _read_tokenizer_doc(doc: dict, path) -> dict:
@@ -468,14 +544,45 @@ def _merge_pairs(merges: list) -> list[tuple[bytes, bytes]]:
     return list(zip(halves[::2], halves[1::2]))
 
 
+# A `\uD800`-`\uDBFF` escape not followed by a `\uDC00`-`\uDFFF` one, or the latter alone: JSON
+# text may spell a lone surrogate, which is not Unicode text (a pair is one character).
+_LONE_SURROGATE_ESCAPE = regex.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+                                       r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+_SURROGATE = regex.compile("[\ud800-\udfff]")
+
+
 def _parse_json(data: bytes, path):
+    """A tokenizer file's JSON; ValueError naming the file when it is not UTF-8 JSON of Unicode text
+    (a lone surrogate, which `tokenizers` refuses too, would fail every later encode to UTF-8)."""
     try:
-        return json.loads(data.decode("utf-8"))
+        text = data.decode("utf-8")
+        doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
                          f"truncated or not a JSON file?") from None
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: JSON nested too deeply to read (not a tokenizer file?)") from None
+    if ("\\ud" in text or "\\uD" in text) and _LONE_SURROGATE_ESCAPE.search(text):   # else no string holds one
+        spoiled = next((s for s in _strings(doc) if _SURROGATE.search(s)), None)
+        if spoiled is not None:
+            raise ValueError(f"{path}: the string {spoiled[:40]!r} holds a lone surrogate (not Unicode text)")
+    return doc
+
+
+def _strings(value):
+    """Every string in a parsed JSON value, keys included (without recursion: it may be deep)."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            yield node
+        elif isinstance(node, dict):
+            stack.extend(node)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
 
 
 def _load_json(path: str | os.PathLike):
@@ -487,10 +594,13 @@ def _load_json(path: str | os.PathLike):
                          f"truncated or not a JSON file?") from None
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: JSON nested too deeply to read") from None
 
 
 def _id_problem(vocab: Mapping, specials: Mapping) -> str | None:
-    """Why a vocab's ids cannot be trusted (not non-negative integers, two tokens on one id), or None.
+    """Why a vocab's ids cannot be trusted (not non-negative integers, two tokens on one id, an id
+    range mostly empty: see `id_range_problem`), or None.
 
     An added token may repeat its own vocab entry (same content, same id), as Hugging Face writes them."""
     owner: dict[int, str] = {}
@@ -499,6 +609,24 @@ def _id_problem(vocab: Mapping, specials: Mapping) -> str | None:
             return f"malformed id {i!r} for token {token!r} (ids are non-negative integers)"
         if owner.setdefault(i, token) != token:
             return f"duplicate id {i}: both {owner[i]!r} and {token!r}"
+    return id_range_problem(owner)
+
+
+# Ids index dense tables (the encoder's, a dataset's frequency per id in stats.json) and fill token
+# Parquet's uint32 columns: an id must fit uint32, and at least half the ids up to the largest must
+# be used, so that the tables grow with the file, never with one huge id. Real vocabularies leave a
+# few dozen unused (cl100k_base's gap before its special tokens).
+MAX_ID = 2**32 - 1
+
+
+def id_range_problem(ids) -> str | None:
+    """Why ids (non-negative integers, each once) cannot be a vocabulary's (see MAX_ID), or None."""
+    top = max(ids, default=-1)
+    if top > MAX_ID:
+        return (f"its largest id is {top:,}, too large for uint32, the widest token id type; supported: ids 0 "
+                f"to {MAX_ID:,}")
+    if len(ids) < (top + 1) // 2:
+        return f"{len(ids):,} tokens spread over ids 0 to {top:,}; supported: ids numbered from 0 with few gaps"
     return None
 
 
@@ -545,6 +673,9 @@ def read_tiktoken_data(data: bytes, path: str | os.PathLike = "tokenizer.tiktoke
         vocab[rank] = token
     if not vocab:
         raise ValueError(f"{path}: an empty rank file")
+    problem = id_range_problem(vocab)
+    if problem:
+        raise ValueError(f"{path}: {problem}")
     return {"vocab": vocab, "merges": tiktoken_merges(vocab)}
 
 

@@ -41,6 +41,71 @@ class Unsupported(ValueError):
     """A component this module does not reproduce; the message names it."""
 
 
+class Malformed(ValueError):
+    """A component whose JSON does not have the shape `tokenizers` writes (a field of the wrong type);
+    the message names the field by its path in the file."""
+
+
+# ---- the shape of the components ------------------------------------------------------------------
+#
+# Each component's fields and their JSON types, checked once when a file is read (`check_shape`), so
+# that the functions below may trust them. An absent field takes the default the functions give it;
+# an unknown field is ignored (HF writes some the reproduction does not need); an unknown `type` is
+# left to the functions, which refuse it as Unsupported.
+_PATTERN = "pattern"                 # {"String": str} or {"Regex": str}
+_CHILDREN = {"normalizers": "normalizer", "pretokenizers": "pre_tokenizer", "decoders": "decoder"}
+_METASPACE = {"replacement": str, "prepend_scheme": str, "split": bool, "add_prefix_space": bool}
+_BYTE_LEVEL = {"add_prefix_space": bool, "use_regex": bool, "trim_offsets": bool}
+FIELDS = {
+    "normalizer": {"Strip": {"strip_left": bool, "strip_right": bool},
+                   "Replace": {"pattern": _PATTERN, "content": str}, "Prepend": {"prepend": str},
+                   "Sequence": {"normalizers": list}},
+    "pre_tokenizer": {"Split": {"pattern": _PATTERN, "behavior": str, "invert": bool},
+                      "Digits": {"individual_digits": bool}, "ByteLevel": _BYTE_LEVEL, "Metaspace": _METASPACE,
+                      "Sequence": {"pretokenizers": list}},
+    "decoder": {"Replace": {"pattern": _PATTERN, "content": str}, "Strip": {"content": str, "start": int, "stop": int},
+                "Metaspace": _METASPACE, "ByteLevel": _BYTE_LEVEL, "Sequence": {"decoders": list}},
+}
+JSON_NAMES = {bool: "true or false", int: "an integer", str: "a string", list: "a list", dict: "an object"}
+
+
+def json_type(value) -> str:
+    """The JSON name of a parsed value's type, for messages: `a string`, `null`, ..."""
+    if value is None:
+        return "null"
+    if isinstance(value, float):
+        return "a number"
+    return next((name for t, name in JSON_NAMES.items() if isinstance(value, t)), type(value).__name__)
+
+
+def is_json(value, kind) -> bool:
+    """Whether a parsed JSON value is of `kind` (bool, int, str, list or dict); a boolean is never an integer."""
+    return isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+
+
+def check_shape(spec, role: str, where: str) -> None:
+    """Malformed unless `spec` (a `normalizer`, `pre_tokenizer` or `decoder` of a tokenizer.json, found
+    at `where`) and each of its steps is an object with a string `type` and fields of their JSON types."""
+    if not isinstance(spec, dict):
+        raise Malformed(f"{where} must be an object, got {json_type(spec)}")
+    kind = spec.get("type")
+    if not is_json(kind, str):
+        raise Malformed(f"{where}.type must be a string, got {json_type(kind)}")
+    for field, expected in FIELDS[role].get(kind, {}).items():
+        if field not in spec:
+            continue
+        value, at = spec[field], f"{where}.{field}"
+        if expected == _PATTERN:
+            if not (isinstance(value, dict) and len(value) == 1 and
+                    any(is_json(value.get(k), str) for k in ("String", "Regex"))):
+                raise Malformed(f'{at} must be {{"String": text}} or {{"Regex": text}}, got {value!r:.80}')
+        elif not is_json(value, expected):
+            raise Malformed(f"{at} must be {JSON_NAMES[expected]}, got {json_type(value)}")
+        elif expected is list:
+            for k, child in enumerate(value):
+                check_shape(child, _CHILDREN[field], f"{at}[{k}]")
+
+
 # ---- normalizers --------------------------------------------------------------------------------
 
 def normalizer(spec: dict | None) -> Normalizer | None:

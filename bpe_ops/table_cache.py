@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 
 # Raise when the tables, their layout or what a reader puts in them change: older files are ignored.
-FORMAT = 5                  # 5: a tokenizer.json's regexes are read as Hugging Face reads them
+FORMAT = 5          # 5: tokenizer.json regexes read as Hugging Face reads them; readers' stricter checks
 MAGIC = b"tokenbeam-tables\n"
 SUBFOLDER = "tokenizers"
 _DIGEST = 32

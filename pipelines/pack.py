@@ -93,6 +93,9 @@ def read_token_file(shard) -> TokenFile:
     if meta.get("tokenbeam.schema_version") != str(tables.TOKENS_SCHEMA_VERSION):
         raise UserError(f"{shard.url}: token Parquet layout version {meta.get('tokenbeam.schema_version')}, "
                         f"this tokenbeam reads version {tables.TOKENS_SCHEMA_VERSION}; rerun tokenize")
+    if tables.repeated_column(schema.names) is not None:
+        raise UserError(f"{shard.url} holds the column {tables.repeated_column(schema.names)!r} twice; pack reads "
+                        f"the output of tokenize")
     missing = [k for k in (tables.TOKENIZER_SHA256_KEY, tables.VOCAB_SIZE_KEY) if k not in meta]
     ids_type = schema.field("token_ids").type if "token_ids" in schema.names else None
     if missing or "id" not in schema.names or ids_type is None or not pa.types.is_list(ids_type) or \
@@ -100,15 +103,18 @@ def read_token_file(shard) -> TokenFile:
         lacks = missing[0] if missing else "the id and token_ids columns"
         raise UserError(f"{shard.url} is not a complete token Parquet (it lacks {lacks}); pack reads the "
                         f"output of tokenize")
-    vocab_size = int(meta[tables.VOCAB_SIZE_KEY])
+    if schema.field("token_ids").nullable:
+        raise UserError(f"{shard.url}: token_ids may hold nulls (tokenize writes none); pack reads the output "
+                        f"of tokenize")
+    try:
+        vocab_size = tables.vocab_size_of(meta)
+        eos_token = tables.shard_record(footer).get("fingerprint", {}).get("eos_token")
+    except ValueError as exc:
+        raise UserError(f"{shard.url}: {exc}") from None
     if ids_type.value_type != tables.token_id_type(vocab_size):
         raise UserError(f"{shard.url}: token_ids is {ids_type}, not the type of a {vocab_size:,}-id vocabulary")
     ids_column = next(i for i, path in enumerate(columns) if path.startswith("token_ids"))
     shard_record = footer.get(tables.SHARD_KEY)
-    eos_token = None
-    if shard_record:
-        with_fingerprint = json.loads(shard_record).get("fingerprint") or {}
-        eos_token = with_fingerprint.get("eos_token")
     return TokenFile(shard.url, shard.size, shard.version, tuple(g.num_rows for g in groups),
                      tuple(g.column(ids_column).num_values for g in groups), meta[tables.TOKENIZER_SHA256_KEY],
                      vocab_size, eos_token,
@@ -181,7 +187,10 @@ def first_record_last_id(files: list[TokenFile]) -> int | None:
         with fs.open(path, "rb") as stream:
             pf = pq.ParquetFile(stream)
             for i in range(pf.metadata.num_row_groups):
-                ids = pf.read_row_group(i, columns=["token_ids"]).column("token_ids").combine_chunks()
+                try:
+                    ids = pf.read_row_group(i, columns=["token_ids"]).column("token_ids").combine_chunks()
+                except pa.ArrowException as exc:
+                    raise UserError(f"{f.url}: row group {i} cannot be read ({str(exc).splitlines()[0]})") from None
                 lengths = ids.value_lengths().to_numpy(zero_copy_only=False)
                 nonempty = np.flatnonzero(lengths)
                 if len(nonempty):

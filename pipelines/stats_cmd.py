@@ -40,9 +40,6 @@ from pipelines.tokenizer_files import load_tokenizer
 COLUMNS = ("id", "token_ids", "n_tokens", "n_bytes", "n_chars", "n_words")
 STAT_COLUMNS = COLUMNS[2:]
 BATCH_ROWS = 8_192
-# Footer keys written by the tokenize pipeline (pipelines/tokenize.py).
-SHA256_KEY = tables.TOKENIZER_SHA256_KEY.encode()
-SHARD_KEY = tables.SHARD_KEY.encode()
 
 
 class StatsError(Exception):
@@ -150,12 +147,19 @@ def add_batch(summary: Summary, batch: pa.RecordBatch, where: str, breakdowns: B
     given the tokenizer's `decode_bytes`, with the number formats of its text decoded from them."""
     ids = batch.column("token_ids")
     n_tokens = batch.column("n_tokens")
+    for name in COLUMNS:
+        if batch.column(name).null_count:
+            raise StatsError(f"{where}: column {name} holds a null (tokenize writes none)")
     if not pc.all(pc.equal(pc.list_value_length(ids), n_tokens)).as_py():
         raise StatsError(f"{where}: n_tokens disagrees with the length of token_ids")
+    for name in STAT_COLUMNS:
+        if len(batch) and pc.min(batch.column(name)).as_py() < 0:
+            raise StatsError(f"{where}: column {name} holds a negative count")
     flat = ids.flatten().to_numpy(zero_copy_only=False)
     if len(flat):
-        if int(flat.max()) >= summary.vocab_size:
-            raise StatsError(f"{where}: token id {int(flat.max())} outside the tokenizer's "
+        if int(flat.max()) >= summary.vocab_size or int(flat.min()) < 0:
+            bad = int(flat.max()) if int(flat.max()) >= summary.vocab_size else int(flat.min())
+            raise StatsError(f"{where}: token id {bad} outside the tokenizer's "
                              f"{summary.vocab_size} ids (wrong --tokenizer?)")
         counts = np.bincount(flat, minlength=summary.vocab_size)
         used = np.flatnonzero(counts)
@@ -182,24 +186,21 @@ def add_file(summary: Summary, url: str, sha256: str, breakdowns: Breakdowns | N
     try:
         with open_read(url) as f:
             pf = pq.ParquetFile(f)
-            meta = pf.schema_arrow.metadata or {}
-            if SHA256_KEY in meta and meta[SHA256_KEY].decode() != sha256:
-                raise StatsError(f"{url} was written with tokenizer {meta[SHA256_KEY].decode()[:12]}..., "
+            meta = tables.file_metadata(pf.schema_arrow.metadata)
+            written_with = meta.get(tables.TOKENIZER_SHA256_KEY)
+            if written_with is not None and written_with != sha256:
+                raise StatsError(f"{url} was written with tokenizer {written_with[:12]}..., "
                                  f"not the given one ({sha256[:12]}...)")
-            missing = [c for c in COLUMNS if c not in pf.schema_arrow.names]
-            if missing:
-                raise StatsError(f"{url} lacks the column {missing[0]!r} (not a tokenbeam token file?)")
-            id_type = pf.schema_arrow.field("token_ids").type
-            if not (pa.types.is_list(id_type) and pa.types.is_integer(id_type.value_type)):
-                raise StatsError(f"{url}: token_ids is {id_type}, expected a list of integers")
-            footer = pf.metadata.metadata or {}
-            shard = json.loads(footer[SHARD_KEY]) if SHARD_KEY in footer else {}
+            check_columns(pf.schema_arrow, url)
+            shard = tables.shard_record(tables.file_metadata(pf.metadata.metadata))
             extra_columns = breakdowns.columns(pf, shard, url) if breakdowns is not None else []
             for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=list(COLUMNS) + extra_columns):
                 add_batch(summary, batch, url, breakdowns, decode_bytes)
                 rows += batch.num_rows
     except (pa.ArrowException, OSError) as exc:
         raise StatsError(f"cannot read {url}: {str(exc).splitlines()[0]}") from None
+    except ValueError as exc:     # a value the checks refused (a footer, a kept field's JSON text...)
+        raise StatsError(f"{url}: {str(exc).splitlines()[0]}") from None
     if dropouts is not None:
         dropouts[url] = shard.get("fingerprint", {}).get("dropout")
     for reason, n in shard.get("rejected_by_reason", {}).items():
@@ -209,6 +210,24 @@ def add_file(summary: Summary, url: str, sha256: str, breakdowns: Breakdowns | N
         summary.add_shard_error(error["source"], error["rows_read"], error["reason"], error["detail"])
     summary.add_shard(shard.get("relpath", url.rsplit("/", 1)[-1]))
     return rows
+
+
+def check_columns(schema: pa.Schema, url: str) -> None:
+    """StatsError unless the file has the token columns, each once, with types their readers can take."""
+    repeated = tables.repeated_column(schema.names)
+    if repeated is not None:
+        raise StatsError(f"{url} holds the column {repeated!r} twice (not a tokenbeam token file?)")
+    missing = [c for c in COLUMNS if c not in schema.names]
+    if missing:
+        raise StatsError(f"{url} lacks the column {missing[0]!r} (not a tokenbeam token file?)")
+    id_type = schema.field("token_ids").type
+    if not (pa.types.is_list(id_type) and pa.types.is_integer(id_type.value_type)):
+        raise StatsError(f"{url}: token_ids is {id_type}, expected a list of integers")
+    if not pa.types.is_string(schema.field("id").type):
+        raise StatsError(f"{url}: id is {schema.field('id').type}, expected strings")
+    for name in STAT_COLUMNS:
+        if not pa.types.is_integer(schema.field(name).type):
+            raise StatsError(f"{url}: {name} is {schema.field(name).type}, expected integers")
 
 
 def one_dropout(dropouts: dict) -> Dropout | None:

@@ -93,17 +93,27 @@ def tokenizer_file_sha256(url: str) -> str:
         raise UserError(f"cannot use tokenizer {url}: {os_error_reason(exc)}") from None
 
 
-def _first_line(exc: Exception) -> str:
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+def _first_line(exc: Exception, local: str | None = None) -> str:
+    """The first line of an error's message, without the `LOCAL: ` (or `LOCAL:LINE: `) a reader put
+    before it: the caller names the tokenizer by the URL the user gave."""
+    line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if local and line.startswith(local + ":"):
+        rest = line[len(local) + 1:]
+        line = rest[1:] if rest.startswith(" ") else "line " + rest
+    return line
 
 
 def parse_special_token(spec: str) -> tuple[str, int]:
     """`TOKEN=ID` (the value of `--special-token`) -> (TOKEN, ID); the last `=` separates them, so a
     token may contain `=`. UserError when malformed."""
+    from bpe_ops.formats import MAX_ID
+
     token, sep, number = spec.rpartition("=")
-    if not sep or not token or not number.isdigit():
+    if not sep or not token or not number.isascii() or not number.isdigit():
         raise UserError(f"--special-token {spec!r}: expected TOKEN=ID with a non-negative integer ID, "
                         f"e.g. --special-token '<|endoftext|>=100257'")
+    if int(number) > MAX_ID:
+        raise UserError(f"--special-token {spec!r}: the ID does not fit uint32 (0 to {MAX_ID:,})")
     return token, int(number)
 
 
@@ -140,6 +150,7 @@ def load_tokenizer(url: str, implementation: Implementation = DEFAULT, pattern: 
                          f"encoded as Hugging Face encodes it")
         return tok
 
+    local = None
     try:
         if is_local(url):
             local = url[len("file://"):] if url.startswith("file://") else url
@@ -152,17 +163,17 @@ def load_tokenizer(url: str, implementation: Implementation = DEFAULT, pattern: 
             return load(local)
         fs, path = filesystem(url)
         with tempfile.TemporaryDirectory() as tmp:
-            local = os.path.join(tmp, "tokenizer")
+            local = os.path.join(tmp, "tokenizer")     # named in errors as `url`
             fs.get(_tokenizer_path(fs, path), local)
             return load(local)
     except UserError:
         raise
     except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot use tokenizer {url}: {_first_line(exc)}") from None
+        raise UserError(f"cannot use tokenizer {url}: {_first_line(exc, local)}") from None
     except (TypeError, KeyError, AttributeError, IndexError, OverflowError) as exc:
-        # A file of the right shape with a value of the wrong type (an id written as a string...).
-        raise UserError(f"cannot use tokenizer {url}: malformed tokenizer.json "
-                        f"({type(exc).__name__}: {_first_line(exc)})") from None
+        # A safety net: the readers check every value's type and range, and say which one is wrong.
+        raise UserError(f"cannot use tokenizer {url}: malformed tokenizer file "
+                        f"({type(exc).__name__}: {_first_line(exc, local)})") from None
 
 
 def settle_heap() -> None:

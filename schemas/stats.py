@@ -243,12 +243,41 @@ def validate_stats(d) -> None:
             and isinstance(dropout["p"], (int, float)) and not isinstance(dropout["p"], bool) and 0 < dropout["p"] <= 1
             and isinstance(dropout["seed"], int) and not isinstance(dropout["seed"], bool) and dropout["seed"] >= 0):
         raise ValueError("key 'dropout' must be {p: a probability in (0, 1], seed: a non-negative integer}")
+    _check_top(d["token_frequency"]["top"], vocab_size)
+    _check_groups(d.get("groups"))
+    window = d.get("window")
+    if window is not None and not (isinstance(window, dict) and isinstance(window.get("start"), str)
+                                   and isinstance(window.get("end"), str)):
+        raise ValueError("key 'window' must be {start, end} (UTC times)")
     # Optional: files written before shard errors were recorded here lack the key.
     errors = d.get("shard_errors", [])
     if not isinstance(errors, list) or not all(
             isinstance(e, dict) and isinstance(e.get("rows_read"), int) and not isinstance(e["rows_read"], bool)
             and all(isinstance(e.get(k), str) for k in ("source", "reason", "detail")) for e in errors):
         raise ValueError("key 'shard_errors' must be a list of {source, rows_read, reason, detail} objects")
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_top(top: list, vocab_size: int) -> None:
+    if not all(isinstance(t, dict) and _is_count(t.get("id")) and t["id"] < vocab_size and _is_count(t.get("count"))
+               and isinstance(t.get("token"), str) for t in top):
+        raise ValueError(f"token_frequency.top must hold {{id, count, token}} objects with ids below {vocab_size}")
+
+
+def _check_groups(groups) -> None:
+    """Optional (files written with `--group-field`): {value: {records, tokens, file}}, each file a
+    path inside the folder of the stats.json, where drift reads it."""
+    if groups is None:
+        return
+    if not isinstance(groups, dict) or not all(
+            isinstance(g, dict) and _is_count(g.get("records")) and _is_count(g.get("tokens"))
+            and isinstance(g.get("file"), str) and g["file"] and not g["file"].startswith(("/", "\\"))
+            and ".." not in g["file"].replace("\\", "/").split("/") for g in groups.values()):
+        raise ValueError("key 'groups' must map each group to {records, tokens, file} with the file inside "
+                         "the stats.json's folder")
 
 
 def _check_table(path: str, rows: list, shape: tuple[int, int]) -> None:
@@ -319,13 +348,21 @@ def load_stats(path) -> dict:
     """Read and validate a stats.json: a local path or any fsspec URL, read through the project's one
     file layer. OSError if unreadable, ValueError (one line, naming the file) if it is not valid JSON
     or not a valid stats.json of this schema version."""
-    from pipelines.files import read_text     # imported here: the layouts import nothing else of pipelines
+    from pipelines.files import read_bytes     # imported here: the layouts import nothing else of pipelines
 
-    text = read_text(str(path))
+    return parse_stats(read_bytes(str(path)), path)
+
+
+def parse_stats(data: bytes, path) -> dict:
+    """`load_stats` of a file's bytes (`path` names it in errors): for a reader that opened it itself."""
     try:
-        d = json.loads(text)
+        d = json.loads(data.decode("utf-8"))
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not valid JSON (truncated or corrupt?): {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}; truncated or corrupt?)") from None
+    except RecursionError:
+        raise ValueError(f"{path}: JSON nested too deeply to read (not a stats.json?)") from None
     try:
         validate_stats(d)
     except ValueError as exc:

@@ -5,6 +5,8 @@ tables with these schemas and readers validate against them.
 """
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 
 COUNTS_SCHEMA_VERSION = 1
@@ -67,5 +69,83 @@ def tokens_schema(vocab_size: int, keep_fields: tuple[str, ...] = (), metadata: 
 
 
 def file_metadata(schema_metadata: dict[bytes, bytes] | None) -> dict[str, str]:
-    """Decode a Parquet file's key-value metadata to str -> str."""
-    return {k.decode(): v.decode() for k, v in (schema_metadata or {}).items()}
+    """Decode a Parquet file's key-value metadata to str -> str. A byte that is not UTF-8 becomes
+    U+FFFD: no value tokenbeam writes has one, and the checks of the values refuse what it spoils."""
+    return {k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in (schema_metadata or {}).items()}
+
+
+def repeated_column(names: list[str]) -> str | None:
+    """A column name a Parquet schema holds twice (tokenbeam never writes one; readers look columns
+    up by name), or None."""
+    seen: set[str] = set()
+    return next((name for name in names if name in seen or seen.add(name)), None)
+
+
+def vocab_size_of(meta: dict[str, str]) -> int:
+    """The `tokenbeam.vocab_size` of a token Parquet's schema metadata; ValueError (one line) unless it
+    is a whole number of ids that fits the token id types (1 to 2**32)."""
+    text = meta.get(VOCAB_SIZE_KEY, "")
+    if not (text.isascii() and text.isdigit() and 0 < int(text) <= 2**32):
+        raise ValueError(f"metadata {VOCAB_SIZE_KEY} is {text[:40]!r}, not a number of token ids")
+    return int(text)
+
+
+# The shard record's fields that readers use, and their JSON types (each may be absent).
+_SHARD_FIELDS = {"fingerprint": dict, "rejected_by_reason": dict, "repaired": int, "shard_errors": list,
+                 "relpath": str}
+_SHARD_ERROR_FIELDS = {"source": str, "rows_read": int, "reason": str, "detail": str}
+
+
+def shard_record(footer: dict[str, str]) -> dict:
+    """The shard record `tokenbeam tokenize` leaves in a token Parquet's footer (`{}` without one),
+    decoded and checked; ValueError (one line) naming what is malformed. The readers may then take
+    its fields as they are: `fingerprint` (with `eos_token`, `dropout`, `source_options.extra_fields`),
+    `rejected_by_reason` {reason: count}, `repaired`, `shard_errors`, `relpath`."""
+    text = footer.get(SHARD_KEY)
+    if text is None:
+        return {}
+    try:
+        record = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        raise ValueError(f"footer {SHARD_KEY} is not JSON (a truncated or edited file?)") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"footer {SHARD_KEY} is not a JSON object")
+    problem = _shard_problem(record)
+    if problem:
+        raise ValueError(f"footer {SHARD_KEY}: {problem}")
+    return record
+
+
+def _is(value, kind) -> bool:
+    return isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+
+
+def _count(value) -> bool:
+    return _is(value, int) and value >= 0
+
+
+def _shard_problem(record: dict) -> str | None:
+    for field, kind in _SHARD_FIELDS.items():
+        if field in record and not _is(record[field], kind):
+            return f"{field} is not a JSON {kind.__name__}"
+    if not all(isinstance(k, str) and _count(n) for k, n in record.get("rejected_by_reason", {}).items()):
+        return "rejected_by_reason must map reasons to counts"
+    if not _count(record.get("repaired", 0)):
+        return "repaired must be a count"
+    for error in record.get("shard_errors", []):
+        if not (isinstance(error, dict) and all(_is(error.get(k), t) for k, t in _SHARD_ERROR_FIELDS.items())
+                and error["rows_read"] >= 0):
+            return "shard_errors must hold {source, rows_read, reason, detail} objects"
+    fingerprint = record.get("fingerprint", {})
+    if fingerprint.get("eos_token") is not None and not isinstance(fingerprint["eos_token"], str):
+        return "fingerprint.eos_token must be a string or null"
+    dropout = fingerprint.get("dropout")
+    if dropout is not None and not (isinstance(dropout, dict) and set(dropout) == {"p", "seed"}
+                                    and _is(dropout["p"], (int, float)) and 0 < dropout["p"] <= 1
+                                    and _count(dropout["seed"])):
+        return "fingerprint.dropout must be null or {p: a probability in (0, 1], seed: a count}"
+    options = fingerprint.get("source_options", {})
+    if not isinstance(options, dict) or not (isinstance(options.get("extra_fields", []), list)
+                                             and all(isinstance(f, str) for f in options.get("extra_fields", []))):
+        return "fingerprint.source_options.extra_fields must be a list of field names"
+    return None
