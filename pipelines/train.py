@@ -33,7 +33,7 @@ from bpe_ops.implementation import DEFAULT, Implementation
 from pipelines.command import Parser, implementation_from_environment, option_strings, refuse_leftovers
 from pipelines.errors import EXIT_INCOMPLETE, IncompleteRun, UserError, run_command, say, warn
 from pipelines.files import check_output_folder, exists, join, open_atomic, read_json, remove, write_text_atomic
-from pipelines.shards import add_source_arguments, describe_shard_error
+from pipelines.shards import add_source_arguments, describe_shard_error, unique_count
 
 SUCCESS = "_SUCCESS"
 # The files the merge loop writes: a run removes the earlier run's before it starts, so a failed run
@@ -229,6 +229,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a special token (repeatable): splits the text, never merged across")
     parser.add_argument("--min-frequency", type=int, default=2, help="stop when the best pair count is below this")
     parser.add_argument("--min-count", type=int, default=1, help="drop pre-tokens seen fewer times in the corpus")
+    parser.add_argument("--max-unique", type=unique_count, default=None, metavar="N",
+                        help="train on the N most frequent pre-tokens only (e.g. 3M), which bounds the merge "
+                             "loop's memory; ties at the cut are chosen by content")
     parser.add_argument("--count-threads", type=int, default=None, metavar="N",
                         help="threads that count each shard in a worker (default: the cores each local worker "
                              "has, 1 on other runners)")
@@ -270,6 +273,9 @@ def check_args(args: argparse.Namespace, rest: list[str], parser: argparse.Argum
             raise UserError("--counts trains from counts written earlier and reads no corpus: "
                             "give either --counts or --input, not both")
         refuse_leftovers(rest, parser, "with --counts no corpus is read and no Beam pipeline runs")
+        if args.max_unique is not None:
+            raise UserError("--max-unique keeps the most frequent pre-tokens as the corpus is counted: with "
+                            "--counts, count the corpus again with --max-unique instead")
     if args.vocab_size < 1:
         raise UserError("--vocab-size must be positive")
     if args.vocab_size > MAX_IDS + len(set(args.special_token)):
@@ -470,6 +476,8 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
     if not counts:
         raise IncompleteRun(f"nothing to train on: {totals['records_counted']:,} records counted, but every "
                             f"pre-token was seen fewer than --min-count {args.min_count} times")
+    if totals.get("budget"):
+        say(describe_budget(totals["budget"]))
     say(f"merge loop: {len(counts):,} unique pre-tokens, target {args.vocab_size:,} ids"
         + (f"; superword units: {len(units):,} unique, from {args.superword_transition:,} ids"
            if units is not None else ""))
@@ -512,6 +520,7 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
         "merges": len(result.merges), "tied_merges": result.tied_merges,
         "duplicate_merges": result.duplicate_merges, "stop_reason": result.stop_reason,
         "compression_curve": curve, "superword": superword_report(args, result, totals, tok),
+        "budget": totals.get("budget"),
     }
     plotted = plot_curve(curve, join(args.output, "compression_curve.png"))
     timing["write"] = time.perf_counter() - t0
@@ -537,6 +546,13 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
         f"{report['shards_failed']} of {report['shards']} shard(s) failed) in {timing['total']:.1f}s -> {tokenizer_url}"
         + ("" if plotted else " (install the plot extra for compression_curve.png)"))
     return report
+
+
+def describe_budget(budget: dict) -> str:
+    """The one line about --max-unique."""
+    return (f"--max-unique {budget['max_unique']:,}: kept {budget['unique_after']:,} of {budget['unique_before']:,} "
+            f"unique pre-tokens (count {budget['threshold']:,} or more), {budget['share_kept']:.2%} of "
+            f"{budget['pretokens']:,} occurrences")
 
 
 def superword_curve(result, pretoken_bytes: int, unit_bytes: int, base_vocab: int) -> list[dict]:
