@@ -22,10 +22,12 @@ import sys
 import tempfile
 import threading
 import time
+from array import array
 from dataclasses import asdict
 from operator import mul
 
 from bpe_ops import formats, pretokenize
+from bpe_ops.count_table import budget_cut, tie_order
 from bpe_ops.text_rules import NORMAL_FORMS, TextRules, text_rules
 from bpe_ops.trainer import MAX_IDS
 from schemas import reports
@@ -116,28 +118,80 @@ def import_counts_reader() -> None:
     importlib.import_module("schemas.tables")
 
 
-def load_counts(counts_dir: str) -> dict[bytes, int]:
-    """Read every counts/*.parquet into one {pretoken: count} table (the merge loop's input)."""
+def count_files(counts_dir: str) -> tuple[object, list[str]]:
+    """The filesystem of `counts_dir` and its counts/*.parquet, sorted."""
+    from pipelines.files import filesystem
+
+    fs, path = filesystem(counts_dir)
+    return fs, sorted(fs.glob(path.rstrip("/") + "/*.parquet"))
+
+
+def bucket_of(url: str, index: int) -> int:
+    """The bucket of a counts file (part-BBBBB-of-NNNNN.parquet), else its place in the sorted list."""
+    name = url.rsplit("/", 1)[-1]
+    number = name.removeprefix("part-").split("-of-", 1)[0]
+    return int(number) if name.startswith("part-") and number.isdigit() else index
+
+
+def load_counts(counts_dir: str, cut: dict | None = None) -> dict[bytes, int]:
+    """Read every counts/*.parquet into one {pretoken: count} table (the merge loop's input); with the
+    `cut` of a budget (`budget_of_counts`), only the pre-tokens it keeps, file by file."""
     import pyarrow.parquet as pq
 
     from schemas.tables import COUNTS_SCHEMA
 
-    from pipelines.files import filesystem
-
-    fs, path = filesystem(counts_dir)
-    files = sorted(f for f in fs.glob(path.rstrip("/") + "/*.parquet"))
+    fs, files = count_files(counts_dir)
     counts: dict[bytes, int] = {}
-    for f in files:
+    for index, f in enumerate(files):
         with fs.open(f, "rb") as fh:
             # ParquetFile, not read_table: read_table goes through pyarrow.dataset, whose import
             # alone costs more than reading sixteen small files.
             table = pq.ParquetFile(fh).read()
         if table.schema.names != COUNTS_SCHEMA.names:
             raise UserError(f"{f} is not a tokenbeam counts file (columns {table.schema.names})")
+        if cut is not None:
+            table = within_budget(table, cut, bucket_of(f, index))
         # Buckets never share a pre-token, but files copied together from two runs could: sum them.
         pretokenize.add_counts(counts, dict(zip(table.column("pretoken").to_pylist(),
                                                 table.column("count").to_pylist())))
     return counts
+
+
+def budget_of_counts(counts_dir: str, max_unique: int) -> dict:
+    """The cut of `--max-unique` over counts written earlier (bpe_ops.count_table.budget_cut), from
+    the histogram of each file's counts, read alone: what the counting pipeline would have kept."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    fs, files = count_files(counts_dir)
+    histograms: dict[int, dict[int, int]] = {}
+    for index, f in enumerate(files):
+        with fs.open(f, "rb") as fh:
+            found = pc.value_counts(pq.ParquetFile(fh).read(columns=["count"]).column("count"))
+        mine = histograms.setdefault(bucket_of(f, index), {})
+        for count, n in zip(found.field("values").to_pylist(), found.field("counts").to_pylist()):
+            mine[count] = mine.get(count, 0) + n
+    return budget_cut(histograms, max_unique)
+
+
+def within_budget(table, cut: dict, bucket: int):
+    """The rows of one bucket's counts table that a budget's `cut` keeps, in their order: those
+    counted more than its threshold, and of those counted exactly that, the bucket's share by
+    `tie_order` (all of them when the cut lists no share for the bucket). Arrow arrays are made from
+    buffers: `pa.array` asks for pandas, which the counting process hides."""
+    threshold, keep = cut["threshold"], cut["ties_kept_by_bucket"].get(bucket)
+    counts = table.column("count").to_pylist()
+    ties = [row for row, n in enumerate(counts) if n == threshold]
+    if keep is not None and keep < len(ties):
+        keys = table.column("pretoken").take(index_array(ties)).to_pylist()
+        ties = [ties[i] for i in sorted(range(len(keys)), key=lambda i: tie_order(keys[i]))[:keep]]
+    return table.take(index_array(sorted([*(row for row, n in enumerate(counts) if n > threshold), *ties])))
+
+
+def index_array(rows: list[int]):
+    import pyarrow as pa
+
+    return pa.Array.from_buffers(pa.uint64(), len(rows), [None, pa.py_buffer(array("Q", rows))])
 
 
 class ProgressBar:
@@ -273,9 +327,6 @@ def check_args(args: argparse.Namespace, rest: list[str], parser: argparse.Argum
             raise UserError("--counts trains from counts written earlier and reads no corpus: "
                             "give either --counts or --input, not both")
         refuse_leftovers(rest, parser, "with --counts no corpus is read and no Beam pipeline runs")
-        if args.max_unique is not None:
-            raise UserError("--max-unique keeps the most frequent pre-tokens as the corpus is counted: with "
-                            "--counts, count the corpus again with --max-unique instead")
     if args.vocab_size < 1:
         raise UserError("--vocab-size must be positive")
     if args.vocab_size > MAX_IDS + len(set(args.special_token)):
@@ -467,7 +518,12 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
                               json.dumps(dict(corpus_report(totals, inputs), complete=False, error=str(failure)),
                                          indent=1, ensure_ascii=False) + "\n")
         raise failure
-    counts = load_counts(counts_dir)
+    if args.counts and args.max_unique is not None:
+        cut = budget_of_counts(counts_dir, args.max_unique)
+        totals = dict(totals, budget=reports.budget_report(cut, totals["pretokens"]))
+    else:
+        cut = None
+    counts = load_counts(counts_dir, cut)
     units = None
     if args.superword_transition is not None:
         from schemas.tables import SUPERWORD_DIR      # (pyarrow, imported while the counting ran)

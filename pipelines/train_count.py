@@ -27,7 +27,6 @@ import traceback
 import zlib
 
 import argparse
-from array import array
 
 from pipelines.beam_options import (beam, check_worker_paths, local_cores_per_worker, one_local_worker,
                                     pipeline_options, split_beam_args)
@@ -39,7 +38,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from bpe_ops import pretokenize
-from bpe_ops.count_table import budget_cut, new_count_table, tie_order
+from bpe_ops.count_table import budget_cut, new_count_table
 from bpe_ops.implementation import DEFAULT, Implementation
 from bpe_ops.stats import utf8_length
 from schemas import reports
@@ -49,6 +48,7 @@ from pipelines.errors import UserError, debugging, os_error_reason, pipeline_fai
 from pipelines.files import (check_output_folder, filesystem, join, open_atomic, remove_stale_temporaries,
                              remove_tree, write_text_atomic, writing)
 from pipelines.shards import REJECTED_DIR, ShardReader, expand, source_options as make_source_options
+from pipelines.train import within_budget
 
 N_COUNT_BUCKETS = 16            # counts/part-XXXXX-of-00016.parquet
 HOT_KEY_FANOUT = 8               # SumCounts' fan-out on distributed runners (none on the local one)
@@ -355,8 +355,8 @@ class WriteCountsBucket(beam.DoFn):
                                                             [None, pa.py_buffer(offsets), pa.py_buffer(data)]),
                           "count": pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(values)])},
                          schema=schema)
-        if ties_kept is not None:
-            table = keep_ties(table, min_count, ties_kept)
+        if ties_kept is not None:          # only some of the pre-tokens at the threshold are kept
+            table = within_budget(table, cut, bucket)
             rows = table.num_rows
         units = bucket >= N_COUNT_BUCKETS
         folder = join(self.counts_dir, SUPERWORD_DIR) if units else self.counts_dir
@@ -366,28 +366,6 @@ class WriteCountsBucket(beam.DoFn):
         kind = "superword_units" if units else "pretokens"
         yield dict(reports.empty_totals(), **{f"unique_{kind}_before_pruning": len(counts),
                                               f"unique_{kind}_after_pruning": rows})
-
-
-def keep_ties(table: pa.Table, threshold: int, keep: int) -> pa.Table:
-    """`table` (a bucket's counts, none below `threshold`) with only the first `keep` of its
-    pre-tokens counted `threshold` times, by `tie_order`, in the same row order. (Arrow arrays are
-    made from buffers here: `pa.array` asks for pandas, which the counting process hides.)"""
-    counts = table.column("count").to_pylist()
-    ties = [row for row, n in enumerate(counts) if n == threshold]
-    keys = table.column("pretoken").take(index_array(ties)).to_pylist()
-    chosen = (ties[i] for i in sorted(range(len(keys)), key=lambda i: tie_order(keys[i]))[:keep])
-    return table.take(index_array(sorted([*(row for row, n in enumerate(counts) if n > threshold), *chosen])))
-
-
-def index_array(rows: list[int]) -> pa.Array:
-    return pa.Array.from_buffers(pa.uint64(), len(rows), [None, pa.py_buffer(array("Q", rows))])
-
-
-def budget_report(cut: dict, totals: dict) -> dict:
-    """The "budget" of _totals.json and train_report.json (schemas/reports.py BUDGET_KEYS)."""
-    pretokens = totals["pretokens"]
-    report = dict(cut, pretokens=pretokens, share_kept=cut["pretokens_kept"] / pretokens if pretokens else 1.0)
-    return {key: report[key] for key in reports.BUDGET_KEYS}
 
 
 def write_totals(totals, counts_dir, text_options=None, units_pattern=None, histograms=None, cut=None):
@@ -400,7 +378,7 @@ def write_totals(totals, counts_dir, text_options=None, units_pattern=None, hist
     url = join(counts_dir, HISTOGRAM_FILE)
     with writing(url):
         write_text_atomic(url, json.dumps(reports.histogram_file(merged), separators=(",", ":")) + "\n")
-    budget = None if cut is None else budget_report(cut, totals)
+    budget = None if cut is None else reports.budget_report(cut, totals["pretokens"])
     totals = dict(totals, version=reports.TOTALS_VERSION, text_options=text_options or reports.text_options(),
                   superword_pattern=units_pattern, budget=budget)
     url = join(counts_dir, "_totals.json")

@@ -50,6 +50,13 @@ def text_options(normalize: str | None = None, lowercase: bool = False, split_di
             "digit_group": digit_group}
 
 
+def budget_report(cut: dict, pretokens: int) -> dict:
+    """The "budget" (BUDGET_KEYS) of a cut (bpe_ops.count_table.budget_cut) of a corpus of
+    `pretokens` occurrences."""
+    report = dict(cut, pretokens=pretokens, share_kept=cut["pretokens_kept"] / pretokens if pretokens else 1.0)
+    return {key: report[key] for key in BUDGET_KEYS}
+
+
 def histogram_file(histogram: dict[int, int]) -> dict:
     """counts/histogram.json of a `{count: unique pre-tokens}` histogram (HISTOGRAM_KEYS)."""
     rows = sorted(histogram.items())
