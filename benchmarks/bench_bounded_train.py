@@ -1,10 +1,12 @@
 """What `train --max-unique N` costs and saves.
 
-    python benchmarks/bench_bounded_train.py budgets [--budgets 30K,100K,300K] [--vocab-size 8192]
+    python benchmarks/bench_bounded_train.py budgets [--budgets 30K,100K,300K] [--vocab-size 8192] [--recount]
     python benchmarks/bench_bounded_train.py memory [--unique 1M,3M] [--merges 2000] [--hf]
 
-budgets: `tokenbeam train` on every shard but the last of corpora/{en,code,multi} with each budget
-    and with none; bytes per token of each tokenizer on the held-out last shards, the unique
+budgets: `tokenbeam train` on every shard but the last of corpora/{en,code,multi} without a budget,
+    then `train --counts` of its counts with each budget (the same tokenizer as counting with it, which
+    the tests check; `--recount` counts the corpus again each time, to see the counting process's
+    peak with a budget); bytes per token of each tokenizer on the held-out last shards, the unique
     pre-tokens kept and the share of occurrences kept (from train_report.json).
 memory: the merge loop on synthetic Zipf counts (benchmarks/synthetic_corpus.py: exactly U unique
     pre-tokens in five scripts), one subprocess per measurement: its peak RSS beyond the counts
@@ -42,15 +44,23 @@ def peak_mb() -> float:
 
 
 def worker(tool: str, unique: int, merges: int) -> dict:
-    """One measurement, in its own process: the counts, then the tool's training on them."""
+    """One measurement, in its own process: the counts, then the tool's training on them. Ours times
+    its loop from the first merge to the last (the progress callback); Hugging Face's is timed whole
+    (its word counting and setup included)."""
     from synthetic_corpus import zipf_counts
 
     counts = zipf_counts(unique)
     before = rss_mb()
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
+    loop = {}
     if tool == "ours":
         from bpe_ops import train_bpe
-        tok = train_bpe(counts, vocab_size=256 + merges, pattern="gpt4")
+
+        def progress(done, pair, count):
+            loop.setdefault("first", (done, time.perf_counter(), time.process_time()))
+            loop["last"] = (done, time.perf_counter(), time.process_time())
+
+        tok = train_bpe(counts, vocab_size=256 + merges, pattern="gpt4", progress=progress)
         made = len(tok.merges)
     else:
         from tokenizers import Tokenizer, models, pre_tokenizers, trainers
@@ -71,10 +81,17 @@ def worker(tool: str, unique: int, merges: int) -> dict:
 
         hf.train_from_iterator(texts(), trainer=trainer)
         made = hf.get_vocab_size() - 256
-    seconds = time.perf_counter() - started
-    return {"tool": tool, "unique": unique, "merges": made, "counts_rss_mb": round(before, 1),
-            "peak_rss_mb": round(peak_mb(), 1), "own_mb": round(peak_mb() - before, 1),
-            "seconds": round(seconds, 2), "ms_per_merge": round(1000 * seconds / max(made, 1), 3)}
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    result = {"tool": tool, "unique": unique, "merges": made, "counts_rss_mb": round(before, 1),
+              "peak_rss_mb": round(peak_mb(), 1), "own_mb": round(peak_mb() - before, 1),
+              "seconds": round(seconds, 2), "cpu_seconds": round(cpu, 2),
+              "ms_per_merge": round(1000 * seconds / max(made, 1), 3)}
+    if loop:
+        (d0, t0, c0), (d1, t1, c1) = loop["first"], loop["last"]
+        result.update(loop_ms_per_merge=round(1000 * (t1 - t0) / max(d1 - d0, 1), 3),
+                      loop_cpu_ms_per_merge=round(1000 * (c1 - c0) / max(d1 - d0, 1), 3),
+                      setup_seconds=round(t0 - started, 2))
+    return result
 
 
 def run_worker(tool: str, unique: int, merges: int) -> dict:
@@ -86,13 +103,17 @@ def run_worker(tool: str, unique: int, merges: int) -> dict:
 def memory(args) -> None:
     from pipelines.shards import unique_count
     sizes = [unique_count(s) for s in args.unique.split(",")]
-    print("| tool | unique | merges | counts dict MB | merge loop MB (peak - counts) | MB per M unique | ms/merge |")
-    print("|---|---|---|---|---|---|---|")
+    print("| tool | unique | merges | counts dict MB | training MB (peak - counts) | MB per M unique | "
+          "whole s (CPU s) | setup s | loop ms/merge (CPU) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for unique in sizes:
         for tool in ["ours"] + (["hf"] if args.hf else []):
             r = run_worker(tool, unique, args.merges)
+            loop = (f"{r['setup_seconds']:.1f} | {r['loop_ms_per_merge']:.2f} ({r['loop_cpu_ms_per_merge']:.2f})"
+                    if "setup_seconds" in r else "- | -")
             print(f"| {tool} | {unique:,} | {r['merges']:,} | {r['counts_rss_mb']:,.0f} | {r['own_mb']:,.0f} | "
-                  f"{r['own_mb'] / (unique / 1e6):,.0f} | {r['ms_per_merge']:.2f} |", flush=True)
+                  f"{r['own_mb'] / (unique / 1e6):,.0f} | {r['seconds']:.1f} ({r['cpu_seconds']:.1f}) | {loop} |",
+                  flush=True)
 
 
 def held_out_texts() -> list[str]:
@@ -119,8 +140,11 @@ def budgets(args) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for budget in [None] + [unique_count(b) for b in args.budgets.split(",")]:
             out = os.path.join(tmp, str(budget))
-            cmd = ["nice", sys.executable, "-m", "pipelines.train", "--output", out, "--vocab-size",
-                   str(args.vocab_size), *[a for i in inputs for a in ("--input", i)]]
+            cmd = ["nice", sys.executable, "-m", "pipelines.train", "--output", out, "--vocab-size", str(args.vocab_size)]
+            if budget is None or args.recount:
+                cmd += [a for i in inputs for a in ("--input", i)]
+            else:
+                cmd += ["--counts", os.path.join(tmp, "None")]
             if budget:
                 cmd += ["--max-unique", str(budget)]
             subprocess.run(cmd, check=True, cwd=ROOT, stderr=subprocess.DEVNULL,
@@ -133,9 +157,9 @@ def budgets(args) -> None:
                                      "unique_before": report["unique_pretokens_before_pruning"],
                                      "share_kept": 1.0, "threshold": 1}
             peaks = report["peak_rss_mb_by_process"]
-            print(f"| {budget or 'none':,} | {b['unique_after']:,} | {b['unique_before']:,} | {b['share_kept']:.2%} | "
+            print(f"| {budget or 0:,} | {b['unique_after']:,} | {b['unique_before']:,} | {b['share_kept']:.2%} | "
                   f"{b['threshold']} | {bpt:.3f} | {bpt / rows[0] - 1:+.2%} | {peaks['launcher']:,.0f} | "
-                  f"{peaks['counting']:,.0f} |", flush=True)
+                  f"{peaks.get('counting', 0):,.0f} |", flush=True)
 
 
 def main() -> int:
@@ -147,6 +171,7 @@ def main() -> int:
     b = sub.add_parser("budgets")
     b.add_argument("--budgets", default="30K,100K,300K")
     b.add_argument("--vocab-size", type=int, default=8192)
+    b.add_argument("--recount", action="store_true", help="count the corpus again for each budget")
     m = sub.add_parser("memory")
     m.add_argument("--unique", default="1M,3M")
     m.add_argument("--merges", type=int, default=2000)
