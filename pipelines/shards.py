@@ -22,8 +22,6 @@ from pipelines.files import join, remove, write_text_atomic, writing
 
 REJECTED_DIR = "rejected"
 SIZE_SUFFIXES = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-
-
 COUNT_SUFFIXES = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
 
 

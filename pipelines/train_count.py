@@ -392,7 +392,7 @@ def build_count_pipeline(p, shards, source_options, pattern, special_tokens, out
                          max_unique: int | None = None):
     """The Beam graph of the counting stage (steps 1-4); returns nothing, writes OUTPUT/counts/ (and
     counts/superword/ with `units_pattern`, SuperBPE's phase-two split). With `max_unique` only the
-    that many most frequent pre-tokens are written (bpe_ops.count_table.budget_cut).
+    `max_unique` most frequent pre-tokens are written (bpe_ops.count_table.budget_cut).
     `normalizer` and `pre_tokenizer` are the tokenizer's HF components (bpe_ops/text_rules.py), and
     `text_options` the flags they came from, recorded in _totals.json."""
     counts_dir = join(output, "counts")
