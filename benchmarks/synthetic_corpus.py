@@ -74,14 +74,14 @@ def write_jsonl(out: str, unique: int, tokens: int, shards: int = 8, seed: int =
     every = list(range(1, unique + 1))
     rng.shuffle(every)
     per_shard = math.ceil((unique + tokens) / shards)
-    left_once, left_sampled = every, tokens
+    next_once, left_sampled = 0, tokens          # (an index: slicing `every` each record is quadratic)
     for s in range(shards):
         with open(os.path.join(out, f"synthetic-{s:03d}-of-{shards:03d}.jsonl"), "w", encoding="utf-8") as f:
             written = 0
-            while written < per_shard and (left_once or left_sampled):
-                n_once = min(len(left_once), record_words // 2)
-                once, left_once = left_once[:n_once], left_once[n_once:]
-                n_sampled = min(left_sampled, record_words - n_once)
+            while written < per_shard and (next_once < unique or left_sampled):
+                once = every[next_once:next_once + record_words // 2]
+                next_once += len(once)
+                n_sampled = min(left_sampled, record_words - len(once))
                 left_sampled -= n_sampled
                 ranks = once + sample_ranks(rng, n_sampled, unique)
                 rng.shuffle(ranks)
