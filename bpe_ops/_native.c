@@ -4,7 +4,8 @@
  *
  *   CountTable(packed=b"")      a sum of packed count tables (bpe_ops/count_table.py is the
  *                               specification): .add_packed, .absorb, .packed(), .columns(min_count,
- *                               large) (sorted, Arrow-ready), pickled as its packed table.
+ *                               large) (sorted, Arrow-ready), .count_values() (every count, for
+ *                               a histogram), pickled as its packed table.
  *   utf8_length(text)           len(text.encode("utf-8")) without the copy, a lone surrogate as 3
  *                               bytes (bpe_ops/stats.py's `_utf8_length_python` is the specification).
  *   add_counts(into, counts)    into[k] = into.get(k, 0) + v for two dicts (pretokenize.add_counts).
@@ -231,6 +232,24 @@ static PyObject *table_columns(CountTable *self, PyObject *args)
     return out;
 }
 
+static PyObject *table_count_values(CountTable *self, PyObject *Py_UNUSED(ignored))
+{
+    /* The count of every entry (int64, native byte order, in no particular order): what a histogram
+     * of counts needs, without sorting the keys as `columns` does. */
+    PyObject *out;
+    int64_t *value;
+    size_t i;
+    if (!table_ready(self))
+        return NULL;
+    if ((out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(self->counts.used * sizeof(int64_t)))) == NULL)
+        return NULL;
+    value = (int64_t *)PyBytes_AS_STRING(out);
+    for (i = 0; i <= self->counts.mask; i++)
+        if (self->counts.slots[i].hash)
+            *value++ = self->counts.slots[i].value;
+    return out;
+}
+
 static PyObject *table_reduce(CountTable *self, PyObject *Py_UNUSED(ignored))
 {
     /* Pickled as its packed table: how Beam moves an accumulator between workers. */
@@ -257,6 +276,8 @@ static PyMethodDef table_methods[] = {
      "columns(min_count=1, large=False)\n--\n\n(rows, offsets, data, counts) of the keys counted at least "
      "min_count times, in byte order: Arrow binary (int32; large_binary, int64, with large) offsets and data, "
      "and int64 counts, in native byte order."},
+    {"count_values", (PyCFunction)table_count_values, METH_NOARGS,
+     "count_values()\n--\n\nThe count of every key as int64 in native byte order, in no particular order."},
     {"__reduce__", (PyCFunction)table_reduce, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL}
 };

@@ -6,13 +6,15 @@ more than once (its counts add up), so two packed tables concatenated are their 
 of one such `bytes` costs the same to move whatever it holds, where a `{pre-token: count}` dict is
 coded entry by entry.
 
-`CountTable` sums packed tables and hands back the sorted columns of a counts file. This module is
+`CountTable` sums packed tables and hands back the sorted columns of a counts file, or its counts
+alone (for a histogram of counts); `budget_cut` says which pre-tokens a budget of N keeps. This module is
 the specification; `bpe_ops._native.CountTable` (and `_pcre2.PieceCounter.drain_packed`) do the same
 in C, holding no Python object per pre-token, and `new_count_table` picks that one when it is built.
 """
 from __future__ import annotations
 
 import struct
+import zlib
 from array import array
 from itertools import accumulate
 from typing import Mapping
@@ -88,6 +90,10 @@ class CountTable:
         counts = array("q", (self.counts[key] for key in keys))
         return len(keys), offsets.tobytes(), data, counts.tobytes()
 
+    def count_values(self) -> bytes:
+        """The count of every key (int64, this machine's byte order), in no particular order."""
+        return array("q", self.counts.values()).tobytes()
+
     def __reduce__(self):
         return CountTable, (self.packed(),)
 
@@ -102,3 +108,65 @@ def new_count_table(packed: bytes = b"", *, implementation: Implementation = DEF
     if implementation.compiled and _CompiledCountTable is not None:
         return _CompiledCountTable(packed)
     return CountTable(packed)
+
+
+def tie_order(key: bytes) -> tuple[int, bytes]:
+    """The order in which pre-tokens of the budget's threshold count are kept, within a bucket: by
+    CRC-32 of the bytes, then by the bytes. Buckets come first (bucket 0 first; a bucket is the CRC-32
+    modulo the number of buckets), so the kept ones are a pseudo-random sample, with no bias towards
+    a script or a first letter, and the same whatever order the counts arrive in."""
+    return zlib.crc32(key), key
+
+
+def budget_cut(histograms: Mapping[int, Mapping[int, int]], max_unique: int, min_count: int = 1) -> dict:
+    """Which pre-tokens a budget of `max_unique` keeps, from each bucket's exact histogram of counts
+    (`{bucket: {count: pre-tokens with that count}}`; pre-tokens below `min_count` are dropped first):
+    the `max_unique` most frequent, exactly (all of them when there are fewer).
+
+    Every pre-token counted more than `threshold` times is kept; of those counted exactly `threshold`
+    times, bucket b keeps its first `ties_kept_by_bucket[b]` by `tie_order` (a bucket not listed keeps
+    all of its own). `threshold` is the largest count such that at most `max_unique` pre-tokens have a
+    count above it. The result also holds the unique pre-tokens before and after, the ties at the
+    threshold and those kept, and the occurrences (pre-tokens with repeats) kept, all exact.
+
+    >>> cut = budget_cut({0: {5: 1, 2: 2}, 1: {2: 1, 1: 4}}, 2)
+    >>> cut["threshold"], cut["ties_kept_by_bucket"], cut["unique_after"], cut["pretokens_kept"]
+    (2, {0: 1, 1: 0}, 2, 7)
+    """
+    if max_unique < 1:
+        raise ValueError(f"max_unique must be positive, got {max_unique}")
+    total: dict[int, int] = {}
+    for histogram in histograms.values():
+        for count, n in histogram.items():
+            if count >= min_count:
+                total[count] = total.get(count, 0) + n
+    unique = sum(total.values())
+    kept_above = occurrences_above = 0
+    threshold, ties, ties_kept, by_bucket = min(total, default=min_count), 0, 0, {}
+    for count in sorted(total, reverse=True):
+        if kept_above + total[count] > max_unique:        # the cut falls inside this count
+            threshold, ties, ties_kept = count, total[count], max_unique - kept_above
+            by_bucket = _share_ties(histograms, count, ties_kept)
+            break
+        kept_above += total[count]
+        occurrences_above += count * total[count]
+    else:                                                 # the budget keeps everything
+        kept_above -= total.get(threshold, 0)
+        occurrences_above -= threshold * total.get(threshold, 0)
+        ties = ties_kept = total.get(threshold, 0)
+    return {"max_unique": max_unique, "min_count": min_count, "unique_before": unique,
+            "unique_after": kept_above + ties_kept, "threshold": threshold, "ties_at_threshold": ties,
+            "ties_kept": ties_kept, "pretokens_kept": occurrences_above + threshold * ties_kept,
+            "ties_kept_by_bucket": by_bucket}
+
+
+def _share_ties(histograms: Mapping[int, Mapping[int, int]], count: int, keep: int) -> dict[int, int]:
+    """`keep` pre-tokens of `count` taken from the buckets in order: {bucket: how many of its own}
+    for every bucket that keeps fewer than all of them."""
+    shares = {}
+    for bucket in sorted(histograms):
+        n = histograms[bucket].get(count, 0)
+        if n > keep:
+            shares[bucket] = keep
+        keep -= min(n, keep)
+    return shares

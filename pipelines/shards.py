@@ -22,17 +22,33 @@ from pipelines.files import join, remove, write_text_atomic, writing
 
 REJECTED_DIR = "rejected"
 SIZE_SUFFIXES = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+COUNT_SUFFIXES = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
 
 
 def byte_size(text: str) -> int:
     """`--max-record-bytes` values: a number of bytes with an optional K, M or G (binary) suffix;
     0 means no bound. `byte_size("16M")` -> 16777216."""
-    value = text.strip().lower().removesuffix("b").removesuffix("i")
+    return scaled_number(text, text.strip().lower().removesuffix("b").removesuffix("i"), SIZE_SUFFIXES,
+                         "a size", "bytes, or a number with K, M or G")
+
+
+def unique_count(text: str) -> int:
+    """`--max-unique` values: a positive number with an optional K, M or G (decimal: these are
+    pre-tokens, not bytes) suffix. `unique_count("1.5M")` -> 1500000."""
+    n = scaled_number(text, text.strip().lower(), COUNT_SUFFIXES, "a count", "a whole number, or a number with K, M or G")
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return n
+
+
+def scaled_number(text: str, value: str, scale: dict[str, int], what: str, how: str) -> int:
+    """`value` (`text` lowercased, unit stripped) as a number with an optional suffix of `scale`;
+    argparse's error when it is not one, or negative."""
     number, suffix = (value[:-1], value[-1]) if value and value[-1] in "kmg" else (value, "")
     try:
-        n = int(float(number) * SIZE_SUFFIXES[suffix])
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (bytes, or a number with K, M or G)") from None
+        n = int(float(number) * scale[suffix])
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(f"not {what}: {text!r} ({how})") from None
     if n < 0:
         raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
     return n

@@ -22,10 +22,12 @@ import sys
 import tempfile
 import threading
 import time
+from array import array
 from dataclasses import asdict
 from operator import mul
 
 from bpe_ops import formats, pretokenize
+from bpe_ops.count_table import budget_cut, tie_order
 from bpe_ops.text_rules import NORMAL_FORMS, TextRules, text_rules
 from bpe_ops.trainer import MAX_IDS
 from schemas import reports
@@ -34,7 +36,7 @@ from pipelines.command import Parser, implementation_from_environment, option_st
 from pipelines.errors import EXIT_INCOMPLETE, IncompleteRun, UserError, run_command, say, warn
 from pipelines.folders import claim_output, mark_output
 from pipelines.files import exists, join, open_atomic, read_json, remove, write_text_atomic
-from pipelines.shards import add_source_arguments, describe_shard_error, warn_mostly_rejected
+from pipelines.shards import add_source_arguments, describe_shard_error, unique_count, warn_mostly_rejected
 
 SUCCESS = "_SUCCESS"
 # The files the merge loop writes: a run removes the earlier run's before it starts, so a failed run
@@ -117,28 +119,80 @@ def import_counts_reader() -> None:
     importlib.import_module("schemas.tables")
 
 
-def load_counts(counts_dir: str) -> dict[bytes, int]:
-    """Read every counts/*.parquet into one {pretoken: count} table (the merge loop's input)."""
+def count_files(counts_dir: str) -> tuple[object, list[str]]:
+    """The filesystem of `counts_dir` and its counts/*.parquet, sorted."""
+    from pipelines.files import filesystem
+
+    fs, path = filesystem(counts_dir)
+    return fs, sorted(fs.glob(path.rstrip("/") + "/*.parquet"))
+
+
+def bucket_of(url: str, index: int) -> int:
+    """The bucket of a counts file (part-BBBBB-of-NNNNN.parquet), else its place in the sorted list."""
+    name = url.rsplit("/", 1)[-1]
+    number = name.removeprefix("part-").split("-of-", 1)[0]
+    return int(number) if name.startswith("part-") and number.isdigit() else index
+
+
+def load_counts(counts_dir: str, cut: dict | None = None) -> dict[bytes, int]:
+    """Read every counts/*.parquet into one {pretoken: count} table (the merge loop's input); with the
+    `cut` of a budget (`budget_of_counts`), only the pre-tokens it keeps, file by file."""
     import pyarrow.parquet as pq
 
     from schemas.tables import COUNTS_SCHEMA
 
-    from pipelines.files import filesystem
-
-    fs, path = filesystem(counts_dir)
-    files = sorted(f for f in fs.glob(path.rstrip("/") + "/*.parquet"))
+    fs, files = count_files(counts_dir)
     counts: dict[bytes, int] = {}
-    for f in files:
+    for index, f in enumerate(files):
         with fs.open(f, "rb") as fh:
             # ParquetFile, not read_table: read_table goes through pyarrow.dataset, whose import
             # alone costs more than reading sixteen small files.
             table = pq.ParquetFile(fh).read()
         if table.schema.names != COUNTS_SCHEMA.names:
             raise UserError(f"{f} is not a tokenbeam counts file (columns {table.schema.names})")
+        if cut is not None:
+            table = within_budget(table, cut, bucket_of(f, index))
         # Buckets never share a pre-token, but files copied together from two runs could: sum them.
         pretokenize.add_counts(counts, dict(zip(table.column("pretoken").to_pylist(),
                                                 table.column("count").to_pylist())))
     return counts
+
+
+def budget_of_counts(counts_dir: str, max_unique: int) -> dict:
+    """The cut of `--max-unique` over counts written earlier (bpe_ops.count_table.budget_cut), from
+    the histogram of each file's counts, read alone: what the counting pipeline would have kept."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    fs, files = count_files(counts_dir)
+    histograms: dict[int, dict[int, int]] = {}
+    for index, f in enumerate(files):
+        with fs.open(f, "rb") as fh:
+            found = pc.value_counts(pq.ParquetFile(fh).read(columns=["count"]).column("count"))
+        mine = histograms.setdefault(bucket_of(f, index), {})
+        for count, n in zip(found.field("values").to_pylist(), found.field("counts").to_pylist()):
+            mine[count] = mine.get(count, 0) + n
+    return budget_cut(histograms, max_unique)
+
+
+def within_budget(table, cut: dict, bucket: int):
+    """The rows of one bucket's counts table that a budget's `cut` keeps, in their order: those
+    counted more than its threshold, and of those counted exactly that, the bucket's share by
+    `tie_order` (all of them when the cut lists no share for the bucket). Arrow arrays are made from
+    buffers: `pa.array` asks for pandas, which the counting process hides."""
+    threshold, keep = cut["threshold"], cut["ties_kept_by_bucket"].get(bucket)
+    counts = table.column("count").to_pylist()
+    ties = [row for row, n in enumerate(counts) if n == threshold]
+    if keep is not None and keep < len(ties):
+        keys = table.column("pretoken").take(index_array(ties)).to_pylist()
+        ties = [ties[i] for i in sorted(range(len(keys)), key=lambda i: tie_order(keys[i]))[:keep]]
+    return table.take(index_array(sorted([*(row for row, n in enumerate(counts) if n > threshold), *ties])))
+
+
+def index_array(rows: list[int]):
+    import pyarrow as pa
+
+    return pa.Array.from_buffers(pa.uint64(), len(rows), [None, pa.py_buffer(array("Q", rows))])
 
 
 class ProgressBar:
@@ -230,6 +284,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a special token (repeatable): splits the text, never merged across")
     parser.add_argument("--min-frequency", type=int, default=2, help="stop when the best pair count is below this")
     parser.add_argument("--min-count", type=int, default=1, help="drop pre-tokens seen fewer times in the corpus")
+    parser.add_argument("--max-unique", type=unique_count, default=None, metavar="N",
+                        help="train on the N most frequent pre-tokens only (e.g. 3M), which bounds the merge "
+                             "loop's memory; ties at the cut are chosen by content")
     parser.add_argument("--count-threads", type=int, default=None, metavar="N",
                         help="threads that count each shard in a worker (default: the cores each local worker "
                              "has, 1 on other runners)")
@@ -464,7 +521,12 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
                                          indent=1, ensure_ascii=False) + "\n")
         raise failure
     warn_mostly_rejected(totals["records"], totals["rejected_by_reason"])
-    counts = load_counts(counts_dir)
+    if args.counts and args.max_unique is not None:
+        cut = budget_of_counts(counts_dir, args.max_unique)
+        totals = dict(totals, budget=reports.budget_report(cut, totals["pretokens"]))
+    else:
+        cut = None
+    counts = load_counts(counts_dir, cut)
     units = None
     if args.superword_transition is not None:
         from schemas.tables import SUPERWORD_DIR      # (pyarrow, imported while the counting ran)
@@ -473,6 +535,8 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
     if not counts:
         raise IncompleteRun(f"nothing to train on: {totals['records_counted']:,} records counted, but every "
                             f"pre-token was seen fewer than --min-count {args.min_count} times")
+    if totals.get("budget"):
+        say(describe_budget(totals["budget"]))
     say(f"merge loop: {len(counts):,} unique pre-tokens, target {args.vocab_size:,} ids"
         + (f"; superword units: {len(units):,} unique, from {args.superword_transition:,} ids"
            if units is not None else ""))
@@ -515,6 +579,7 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
         "merges": len(result.merges), "tied_merges": result.tied_merges,
         "duplicate_merges": result.duplicate_merges, "stop_reason": result.stop_reason,
         "compression_curve": curve, "superword": superword_report(args, result, totals, tok),
+        "budget": totals.get("budget"),
     }
     plotted = plot_curve(curve, join(args.output, "compression_curve.png"))
     timing["write"] = time.perf_counter() - t0
@@ -540,6 +605,13 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
         f"{report['shards_failed']} of {report['shards']} shard(s) failed) in {timing['total']:.1f}s -> {tokenizer_url}"
         + ("" if plotted else " (install the plot extra for compression_curve.png)"))
     return report
+
+
+def describe_budget(budget: dict) -> str:
+    """The one line about --max-unique."""
+    return (f"--max-unique {budget['max_unique']:,}: kept {budget['unique_after']:,} of {budget['unique_before']:,} "
+            f"unique pre-tokens (count {budget['threshold']:,} or more), {budget['share_kept']:.2%} of "
+            f"{budget['pretokens']:,} occurrences")
 
 
 def superword_curve(result, pretoken_bytes: int, unit_bytes: int, base_vocab: int) -> list[dict]:

@@ -2,7 +2,9 @@
 
     shards -> CountShardPretokens (one DoFn call per shard, a local counter per bundle) -> SumCounts
     (CombinePerKey, hot-key fan-out on distributed runners) -> PruneAndWriteCounts (--min-count,
-    counts/*.parquet by bucket) ; per-shard and per-bucket totals -> MergeTotals -> counts/_totals.json
+    --max-unique, counts/*.parquet by bucket) ; per-shard and per-bucket totals -> MergeTotals ->
+    counts/_totals.json ; each bucket's histogram of counts -> MergeHistograms -> counts/histogram.json
+    (and, with --max-unique, the cut that PruneAndWriteCounts applies: bpe_ops.count_table.budget_cut)
 
 With `--superword-transition` the same pass also counts SuperBPE's phase-two units
 (`pretokenize.superword_pattern`) beside the pre-tokens, under bucket keys of their own, into
@@ -29,22 +31,25 @@ import argparse
 from pipelines.beam_options import (beam, check_worker_paths, local_cores_per_worker, one_local_worker,
                                     pipeline_options, split_beam_args)
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from bpe_ops import pretokenize
-from bpe_ops.count_table import new_count_table
+from bpe_ops.count_table import budget_cut, new_count_table
 from bpe_ops.implementation import DEFAULT, Implementation
 from bpe_ops.stats import utf8_length
 from schemas import reports
+from schemas.reports import HISTOGRAM_FILE
 from schemas.tables import COUNTS_SCHEMA, SUPERWORD_DIR
 from pipelines.errors import UserError, debugging, os_error_reason, pipeline_failures, quiet_worker_stderr, say
 from pipelines.folders import claim_output, mark_output
 from pipelines.files import (filesystem, join, open_atomic, remove_stale_temporaries,
                              remove_tree, write_text_atomic, writing)
 from pipelines.shards import REJECTED_DIR, ShardReader, expand, source_options as make_source_options
+from pipelines.train import within_budget
 
 N_COUNT_BUCKETS = 16            # counts/part-XXXXX-of-00016.parquet
 HOT_KEY_FANOUT = 8               # SumCounts' fan-out on distributed runners (none on the local one)
@@ -283,35 +288,77 @@ class MergeTotals(beam.CombineFn):
         return acc
 
 
+def bucket_histogram(bucket_and_counts):
+    """`(bucket, {count: pre-tokens with that count})` of a pre-token bucket (nothing for the
+    superword units' buckets): exact, and small (a few distinct counts per thousand pre-tokens)."""
+    bucket, counts = bucket_and_counts
+    if bucket < N_COUNT_BUCKETS:
+        values = pa.Array.from_buffers(pa.int64(), len(counts), [None, pa.py_buffer(counts.count_values())])
+        found = pc.value_counts(values)
+        yield bucket, dict(zip(found.field("values").to_pylist(), found.field("counts").to_pylist()))
+
+
+class MergeHistograms(beam.CombineFn):
+    """The buckets' histograms of counts, kept by bucket (`{bucket: {count: n}}`): the budget shares
+    the pre-tokens at its threshold out bucket by bucket. Exact, so right on any runner."""
+
+    def create_accumulator(self):
+        return {}
+
+    def add_input(self, acc, bucket_and_histogram):
+        bucket, histogram = bucket_and_histogram
+        mine = acc.setdefault(bucket, {})
+        for count, n in histogram.items():
+            mine[count] = mine.get(count, 0) + n
+        return acc
+
+    def merge_accumulators(self, accs):
+        out = {}
+        for acc in accs:
+            for item in acc.items():
+                self.add_input(out, item)
+        return out
+
+    def extract_output(self, acc):
+        return acc
+
+
 def count_bucket(pretoken: bytes) -> int:
     """Stable bucket of a pre-token (crc32, not Python's salted hash: same files on every run)."""
     return zlib.crc32(pretoken) % N_COUNT_BUCKETS
 
 
 class WriteCountsBucket(beam.DoFn):
-    """Prune one bucket below `--min-count` and write it to `counts/part-BBBBB-of-NNNNN.parquet`,
-    sorted by pre-token; emit a totals record of its distinct pre-tokens before and after pruning.
-    The superword units' buckets (keys from N_COUNT_BUCKETS) go to counts/superword/ alike."""
+    """Prune one bucket below `--min-count` (and to the `cut` of --max-unique, a side input:
+    bpe_ops.count_table.budget_cut) and write it to `counts/part-BBBBB-of-NNNNN.parquet`, sorted by
+    pre-token; emit a totals record of its distinct pre-tokens before and after pruning.
+    The superword units' buckets (keys from N_COUNT_BUCKETS) go to counts/superword/ alike, never cut."""
 
     def __init__(self, counts_dir: str, min_count: int):
         self.counts_dir = counts_dir
         self.min_count = min_count
 
-    def process(self, bucket_and_counts):
+    def process(self, bucket_and_counts, cut=None):
         bucket, counts = bucket_and_counts
+        min_count, ties_kept = self.min_count, None
+        if cut is not None and bucket < N_COUNT_BUCKETS:
+            min_count, ties_kept = cut["threshold"], cut["ties_kept_by_bucket"].get(bucket)
         # Pruned and sorted by pre-token bytes where the table lives (the same files on every run),
         # handed to Arrow as buffers: no Python object per pre-token.
         schema, large = COUNTS_SCHEMA, False
         try:
-            rows, offsets, data, values = counts.columns(self.min_count)
+            rows, offsets, data, values = counts.columns(min_count)
         except OverflowError:    # over 2 GiB of pre-tokens in one bucket: Arrow's 64-bit offsets
             large = True
-            rows, offsets, data, values = counts.columns(self.min_count, large)
+            rows, offsets, data, values = counts.columns(min_count, large)
             schema = schema.set(schema.get_field_index("pretoken"), pa.field("pretoken", pa.large_binary(), False))
         table = pa.table({"pretoken": pa.Array.from_buffers(pa.large_binary() if large else pa.binary(), rows,
                                                             [None, pa.py_buffer(offsets), pa.py_buffer(data)]),
                           "count": pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(values)])},
                          schema=schema)
+        if ties_kept is not None:          # only some of the pre-tokens at the threshold are kept
+            table = within_budget(table, cut, bucket)
+            rows = table.num_rows
         units = bucket >= N_COUNT_BUCKETS
         folder = join(self.counts_dir, SUPERWORD_DIR) if units else self.counts_dir
         url = join(folder, f"part-{bucket % N_COUNT_BUCKETS:05d}-of-{N_COUNT_BUCKETS:05d}.parquet")
@@ -322,9 +369,19 @@ class WriteCountsBucket(beam.DoFn):
                                               f"unique_{kind}_after_pruning": rows})
 
 
-def write_totals(totals, counts_dir, text_options=None, units_pattern=None):
+def write_totals(totals, counts_dir, text_options=None, units_pattern=None, histograms=None, cut=None):
+    """counts/histogram.json (of `histograms`, the buckets' histograms of counts), then _totals.json,
+    which vouches for the folder; with the `cut` of --max-unique, the totals hold its account."""
+    merged: dict[int, int] = {}
+    for histogram in (histograms or {}).values():
+        for count, n in histogram.items():
+            merged[count] = merged.get(count, 0) + n
+    url = join(counts_dir, HISTOGRAM_FILE)
+    with writing(url):
+        write_text_atomic(url, json.dumps(reports.histogram_file(merged), separators=(",", ":")) + "\n")
+    budget = None if cut is None else reports.budget_report(cut, totals["pretokens"])
     totals = dict(totals, version=reports.TOTALS_VERSION, text_options=text_options or reports.text_options(),
-                  superword_pattern=units_pattern)
+                  superword_pattern=units_pattern, budget=budget)
     url = join(counts_dir, "_totals.json")
     with writing(url):
         write_text_atomic(url, json.dumps(totals, indent=1, sort_keys=True) + "\n")
@@ -332,9 +389,11 @@ def write_totals(totals, counts_dir, text_options=None, units_pattern=None):
 
 def build_count_pipeline(p, shards, source_options, pattern, special_tokens, output, min_count, hot_key_fanout=None,
                          fail_fast=False, count_threads=1, spread=True, implementation: Implementation = DEFAULT,
-                         normalizer=None, pre_tokenizer=None, text_options=None, units_pattern: str | None = None):
+                         normalizer=None, pre_tokenizer=None, text_options=None, units_pattern: str | None = None,
+                         max_unique: int | None = None):
     """The Beam graph of the counting stage (steps 1-4); returns nothing, writes OUTPUT/counts/ (and
-    counts/superword/ with `units_pattern`, SuperBPE's phase-two split).
+    counts/superword/ with `units_pattern`, SuperBPE's phase-two split). With `max_unique` only the
+    `max_unique` most frequent pre-tokens are written (bpe_ops.count_table.budget_cut).
     `normalizer` and `pre_tokenizer` are the tokenizer's HF components (bpe_ops/text_rules.py), and
     `text_options` the flags they came from, recorded in _totals.json."""
     counts_dir = join(output, "counts")
@@ -353,9 +412,19 @@ def build_count_pipeline(p, shards, source_options, pattern, special_tokens, out
     sum_counts = beam.CombinePerKey(SumCounts(implementation))
     if hot_key_fanout:
         sum_counts = sum_counts.with_hot_key_fanout(hot_key_fanout)
-    bucket_totals = (counted.counts
-                     | "SumCounts" >> sum_counts
-                     | "PruneAndWriteCounts" >> beam.ParDo(WriteCountsBucket(counts_dir, min_count)))
+    summed = counted.counts | "SumCounts" >> sum_counts
+    histograms = (summed
+                  | "BucketHistograms" >> beam.FlatMap(bucket_histogram)
+                  | "MergeHistograms" >> beam.CombineGlobally(MergeHistograms()).without_defaults())
+    if max_unique is None:
+        cut = None
+        bucket_totals = summed | "PruneAndWriteCounts" >> beam.ParDo(WriteCountsBucket(counts_dir, min_count))
+    else:
+        # The cut needs every bucket's histogram: the buckets wait for it (held by the runner
+        # meanwhile), where without a budget each is written as soon as it is summed.
+        cut = beam.pvalue.AsSingleton(histograms | "BudgetCut" >> beam.Map(budget_cut, max_unique, min_count),
+                                      default_value=None)
+        bucket_totals = summed | "PruneAndWriteCounts" >> beam.ParDo(WriteCountsBucket(counts_dir, min_count), cut=cut)
     # The shards' totals and the buckets' unique counts are one kind of record: one combine, one write
     # (every extra stage costs the local runner a fixed time). Every shard sends a totals
     # record, so the combine never runs on nothing and needs no default (Beam injects one through a
@@ -363,7 +432,8 @@ def build_count_pipeline(p, shards, source_options, pattern, special_tokens, out
     ((counted[CountShardPretokens.TOTALS], bucket_totals)
      | "AllTotals" >> beam.Flatten()
      | "MergeTotals" >> beam.CombineGlobally(MergeTotals()).without_defaults()
-     | "WriteTotals" >> beam.Map(write_totals, counts_dir, text_options, units_pattern))
+     | "WriteTotals" >> beam.Map(write_totals, counts_dir, text_options, units_pattern,
+                                 beam.pvalue.AsSingleton(histograms, default_value={}), cut))
 
 
 def clear_counts(counts_dir: str) -> None:
@@ -372,7 +442,7 @@ def clear_counts(counts_dir: str) -> None:
     totals go first, so an interrupted cleanup never leaves totals that vouch for partial counts."""
     fs, path = filesystem(counts_dir)
     path = path.rstrip("/")
-    stale = (fs.glob(path + "/_totals.json") + sorted(fs.glob(path + "/part-*.parquet"))
+    stale = (fs.glob(path + "/_totals.json") + fs.glob(f"{path}/{HISTOGRAM_FILE}") + sorted(fs.glob(path + "/part-*.parquet"))
              + sorted(fs.glob(f"{path}/{SUPERWORD_DIR}/part-*.parquet")))
     for f in stale:
         fs.rm(f)
@@ -414,7 +484,8 @@ def count_corpus(args: argparse.Namespace, rest: list[str], tool_options: list[s
                              hot_key_fanout=None if runner is not None else HOT_KEY_FANOUT,
                              spread=not one_local_worker(options, runner), implementation=implementation,
                              normalizer=rules.normalizer, pre_tokenizer=rules.pre_tokenizer,
-                             text_options=text_options_of(args), units_pattern=units_pattern_of(args))
+                             text_options=text_options_of(args), units_pattern=units_pattern_of(args),
+                             max_unique=getattr(args, "max_unique", None))
     return sorted(set(inputs))
 
 

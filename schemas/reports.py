@@ -1,8 +1,17 @@
-"""Layouts of the JSON files the train pipeline writes: `counts/_totals.json`, `train_report.json`."""
+"""Layouts of the JSON files the train pipeline writes: `counts/_totals.json`, `counts/histogram.json`,
+`train_report.json`."""
 from __future__ import annotations
 
-TRAIN_REPORT_VERSION = 1
-TOTALS_VERSION = 1
+# Version 2 added "budget" (train_report.json) and "budget" (_totals.json); readers take version-1
+# files as made without a budget.
+TRAIN_REPORT_VERSION = 2
+TOTALS_VERSION = 2
+HISTOGRAM_VERSION = 1
+HISTOGRAM_FILE = "histogram.json"
+# counts/histogram.json: the exact histogram of counts of every unique pre-token counted (before
+# --min-count and --max-unique): "histogram" is [[count, unique pre-tokens with that count], ...] by
+# count, "unique" their sum and "pretokens" the occurrences (sum of count x unique).
+HISTOGRAM_KEYS = ("version", "unique", "pretokens", "histogram")
 
 # Keys every train_report.json has (tests and users depend on them).
 TRAIN_REPORT_KEYS = (
@@ -12,8 +21,14 @@ TRAIN_REPORT_KEYS = (
     "unique_pretokens_before_pruning", "unique_pretokens_after_pruning", "merges", "tied_merges",
     "duplicate_merges", "stop_reason", "compression_curve", "timing_seconds", "peak_rss_mb",
     "peak_rss_mb_by_process", "max_token_length", "text_options", "normalizer", "pre_tokenizer", "tiktoken",
-    "superword",
+    "superword", "budget",
 )
+# train_report.json and _totals.json "budget" (null without --max-unique): the budget N, the unique
+# pre-tokens before it (at or above --min-count) and after (N, or all when fewer), the threshold count
+# (all above it kept; at it, `ties_kept` of `ties_at_threshold`, by bpe_ops.count_table.tie_order),
+# the occurrences kept and counted, and their exact share. counts/*.parquet holds the kept pre-tokens.
+BUDGET_KEYS = ("max_unique", "min_count", "unique_before", "unique_after", "threshold", "ties_at_threshold",
+               "ties_kept", "pretokens_kept", "pretokens", "share_kept")
 # train_report.json "superword" (null without --superword-transition): SuperBPE's transition T and
 # unit bound W, the units' split regex (the tokenizer's), the merges of each phase, and the units
 # counted (repeats included) and unique before / after --min-count.
@@ -33,6 +48,20 @@ def text_options(normalize: str | None = None, lowercase: bool = False, split_di
         split_digits, digit_group = True, None
     return {"normalize": normalize, "lowercase": bool(lowercase), "split_digits": bool(split_digits),
             "digit_group": digit_group}
+
+
+def budget_report(cut: dict, pretokens: int) -> dict:
+    """The "budget" (BUDGET_KEYS) of a cut (bpe_ops.count_table.budget_cut) of a corpus of
+    `pretokens` occurrences."""
+    report = dict(cut, pretokens=pretokens, share_kept=cut["pretokens_kept"] / pretokens if pretokens else 1.0)
+    return {key: report[key] for key in BUDGET_KEYS}
+
+
+def histogram_file(histogram: dict[int, int]) -> dict:
+    """counts/histogram.json of a `{count: unique pre-tokens}` histogram (HISTOGRAM_KEYS)."""
+    rows = sorted(histogram.items())
+    return {"version": HISTOGRAM_VERSION, "unique": sum(n for _, n in rows),
+            "pretokens": sum(c * n for c, n in rows), "histogram": [list(row) for row in rows]}
 
 
 def empty_totals() -> dict:

@@ -106,6 +106,16 @@ def test_compiled_table_equals_the_specification_on_random_tables(parts, min_cou
 
 
 @pytest.mark.parametrize("table_type", implementations())
+def test_count_values_are_every_count_once(table_type, multi_counts):
+    from array import array
+    table = table_type(pack_counts(multi_counts))
+    table.add_packed(pack_counts({key: 1 for key in list(multi_counts)[:50]}))
+    expected = [n + (key in list(multi_counts)[:50]) for key, n in multi_counts.items()]
+    assert sorted(array("q", table.count_values())) == sorted(expected)
+    assert table_type().count_values() == b""
+
+
+@pytest.mark.parametrize("table_type", implementations())
 @pytest.mark.parametrize("large", [False, True])
 def test_columns_wrap_as_arrow_arrays_in_byte_order(table_type, large, multi_counts):
     table = table_type(pack_counts(multi_counts))
