@@ -35,9 +35,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.beam_options import beam, check_worker_paths, one_local_worker, pipeline_options, split_beam_args
-from pipelines.command import Parser, option_strings
-from pipelines.errors import IncompleteRun, UserError, pipeline_failures, run_command, say, warn
+from pipelines.beam_options import beam, beam_option_names, check_worker_paths, one_local_worker, pipeline_options, split_beam_args
+from pipelines.command import Parser, add_quiet_argument, option_strings
+from pipelines.errors import IncompleteRun, UserError, pipeline_failures, run_command, say, set_quiet, warn
 from pipelines.files import (check_output_folder, filesystem, join, open_atomic, read_json, remove, remove_tree,
                              remove_stale_temporaries, write_text_atomic, writing)
 from pipelines.shards import byte_size
@@ -804,6 +804,7 @@ def token_id(text: str, flag: str, vocab_size: int, tok) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_quiet_argument(parser)
     parser.add_argument("--input", action="append", default=[], metavar="TOKENS",
                         help="the output folder of `tokenbeam tokenize`, or token Parquet files or globs (repeatable; "
                              "arguments after the options are inputs too)")
@@ -836,7 +837,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="tokenbeam pack", description=__doc__.split("\n")[0],
+    parser = Parser(prog="tokenbeam pack", other_options=beam_option_names, description=__doc__.split("\n")[0],
                     usage="tokenbeam pack --input TOKENS_DIR --output DIR --seq-len N [options] [INPUT ...]",
                     epilog="Any other --flag must be one of Beam's (--runner, --direct_num_workers, ...).")
     add_arguments(parser)
@@ -914,6 +915,7 @@ def decide(args, files: list[TokenFile]) -> tuple[PackOptions, dict]:
 
 def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str]) -> dict:
     started_at = time.time()
+    set_quiet(args.quiet)
     beam_args, bare = split_beam_args(rest, tool_options)
     check_numbers(args)
     files, stats_digests = find_inputs(list(args.input) + bare)

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, field
 
 from schemas.records import Rejected, ShardError, rejected_to_json
-from pipelines.errors import ShardFailure, UserError, say
+from pipelines.errors import ShardFailure, UserError, warn
 from pipelines.files import join, remove, write_text_atomic, writing
 
 REJECTED_DIR = "rejected"
@@ -127,6 +127,14 @@ def describe_shard_error(error: dict) -> str:
     return f"{error['source']}: {error['reason']} ({error['detail']}); {kept}"
 
 
+def warn_shard_errors(errors: list[dict], allowed: bool) -> None:
+    """A warning line for each shard that could not be read, said once: unless `allowed`
+    (--allow-shard-errors), the run fails with an error line naming the first, so that one gets no
+    warning of its own."""
+    for error in errors if allowed else errors[1:]:
+        warn(describe_shard_error(error))
+
+
 def fail_fast_failure(item: Rejected | ShardError) -> ShardFailure:
     """The one-line failure `--fail-fast` raises for the first rejected record or unreadable shard."""
     if isinstance(item, Rejected):
@@ -188,7 +196,6 @@ class ShardReader:
             else:   # ShardError: the rest of the file is unreadable; the rows before it stay
                 error = {"source": item.source, "rows_read": item.rows_read, "reason": item.reason,
                          "detail": item.detail}
-                say(f"shard error: {describe_shard_error(error)}")
                 account.shard_errors.append(error)
 
     def finish(self) -> ShardAccount:

@@ -32,8 +32,8 @@ from schemas import tables
 from bpe_ops.dropout import Dropout
 from bpe_ops.stats import Summary, digit_runs_batch
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
-from pipelines.command import Parser
-from pipelines.errors import UserError, say
+from pipelines.command import Parser, add_quiet_argument
+from pipelines.errors import UserError, say, set_quiet, shard_done
 from pipelines.files import join, remove_tree, write_text_atomic
 from pipelines.tokenizer_files import load_tokenizer
 
@@ -228,6 +228,12 @@ def one_dropout(dropouts: dict) -> Dropout | None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="tokenbeam stats", description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    return parser
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_quiet_argument(parser)
     parser.add_argument("inputs", nargs="+", metavar="GLOB", help="token Parquet files (paths, globs, fsspec URLs)")
     parser.add_argument("--tokenizer", required=True, help="the tokenizer.json they were made with (or its folder)")
     parser.add_argument("--output", default="stats.json", help="where to write stats.json (default: %(default)s)")
@@ -237,7 +243,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--window", metavar="DURATION",
                         help="also rebuild per-window statistics (windows/ beside --output) from the event_time "
                              "column (files tokenized with --timestamp-field): 15m, 1h, 1d, ...")
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -248,10 +253,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def rebuild(argv: list[str]) -> int:
+    return rebuild_parsed(build_parser().parse_args(argv))
+
+
+def rebuild_parsed(args: argparse.Namespace) -> int:
     from pipelines.windows import parse_duration
 
-    args = build_parser().parse_args(argv)
     started = time.time()
+    set_quiet(args.quiet)
     try:
         window_seconds = None if args.window is None else parse_duration(args.window)
         if args.group_field == "":
@@ -266,7 +275,7 @@ def rebuild(argv: list[str]) -> int:
         dropouts: dict = {}
         for url in urls:
             rows = add_file(summary, url, tok.sha256, breakdowns, tok.decode_bytes, dropouts)
-            say(f"read {url}: {rows:,} rows")
+            shard_done(f"read {url}: {rows:,} rows")
         facts = TokenizerFacts.of(tok, dropout=one_dropout(dropouts))
         output_dir = args.output.rsplit("/", 1)[0] if "/" in args.output else "."
         groups = breakdowns.write(output_dir, facts, args.tokenizer) if breakdowns is not None else None

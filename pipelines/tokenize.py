@@ -23,7 +23,7 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from functools import partial
 
-from pipelines.beam_options import (beam, check_worker_paths, local_cores_per_worker, one_local_worker,
+from pipelines.beam_options import (beam, beam_option_names, check_worker_paths, local_cores_per_worker, one_local_worker,
                                     pipeline_options, split_beam_args)
 import numpy as np
 import pyarrow as pa
@@ -33,14 +33,14 @@ from bpe_ops.dropout import DROPOUT_MODES, Dropout
 from bpe_ops.stats import Summary, measure_batch
 from schemas import tables
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
-from pipelines.command import (Parser, add_dropout_arguments, implementation_from_environment, option_strings,
-                               parse_dropout)
+from pipelines.command import (Parser, add_dropout_arguments, add_quiet_argument, implementation_from_environment,
+                               option_strings, parse_dropout)
 from pipelines.errors import (EXIT_DRIFT, EXIT_OK, IncompleteRun, ShardFailure, UserError, pipeline_failures,
-                              quiet_worker_stderr, run_command, say, warn)
+                              quiet_worker_stderr, run_command, say, set_quiet, shard_done)
 from pipelines.files import (check_output_folder, exists, filesystem, is_local, join, open_atomic, read_json,
                              remove, remove_stale_temporaries, remove_tree, write_text_atomic, writing)
 from pipelines.shards import REJECTED_DIR, ShardReader, add_source_arguments, describe_shard_error, expand, \
-    source_options as make_source_options
+    source_options as make_source_options, warn_shard_errors
 from pipelines.tokenizer_files import (TokenizerRef, identify_tokenizer, load_identified_tokenizer,
                                       parse_special_token, settle_heap, token_bytes_of)
 from pipelines.groups import GROUPS_FOLDER, GroupedSummaries, GroupStats, group_value
@@ -144,8 +144,8 @@ class TokenizeShard(beam.DoFn):
         partials = self.breakdowns.partials(self.tok.vocab_size, self.raw_byte_ids)
         if done is not None and done.get("fingerprint") == fingerprint and not done.get("shard_errors"):
             summary = self.summary_from_parquet(out_url, partials)
-            say(f"skipped {shard.relpath}: complete from an earlier run with the same inputs and options "
-                f"({done['rows']:,} rows)")
+            shard_done(f"skipped {shard.relpath}: complete from an earlier run with the same inputs and options "
+                       f"({done['rows']:,} rows)")
             entry = dict(done, reused=True)
         else:
             with writing(out_url):
@@ -217,8 +217,8 @@ class TokenizeShard(beam.DoFn):
                             ("bytes", summary.bytes), ("rejected", account.rejected)):
             self.counters[name].inc(value)
         elapsed = time.perf_counter() - started
-        say(f"tokenized {shard.relpath}: {account.records:,} rows, {summary.tokens:,} tokens, "
-            f"{account.rejected} rejected, {summary.bytes / 1e6 / max(elapsed, 1e-9):.2f} MB/s")
+        shard_done(f"tokenized {shard.relpath}: {account.records:,} rows, {summary.tokens:,} tokens, "
+                   f"{account.rejected} rejected, {summary.bytes / 1e6 / max(elapsed, 1e-9):.2f} MB/s")
         return summary, entry
 
     def new_row_group(self) -> "RowGroup":
@@ -723,6 +723,7 @@ def outcome_error(stats: dict, allow_shard_errors: bool) -> IncompleteRun | None
 # --- command line -------------------------------------------------------------------------------
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_quiet_argument(parser)
     parser.add_argument("--tokenizer", required=True,
                         help="tokenizer.json (ours, a byte-level BPE or a SentencePiece-style BPE one), or a folder holding one")
     parser.add_argument("--output", required=True, help="output folder (local or fsspec URL)")
@@ -761,7 +762,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="tokenbeam tokenize", description=__doc__.split("\n")[0],
+    parser = Parser(prog="tokenbeam tokenize", other_options=beam_option_names, description=__doc__.split("\n")[0],
                     usage="tokenbeam tokenize --tokenizer T --output DIR --input GLOB [options] [INPUT ...]",
                     epilog="Any other --flag must be one of Beam's (--runner, --direct_num_workers, ...).")
     add_arguments(parser)
@@ -804,6 +805,7 @@ def check_baseline(url: str, dropout: Dropout | None = None) -> None:
 
 def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str]) -> dict:
     started_at = time.time()
+    set_quiet(args.quiet)
     beam_args, bare = split_beam_args(rest, tool_options)
     inputs = list(args.input) + bare
     dropout = parse_dropout(args.dropout, args.seed)
@@ -887,8 +889,7 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
     stats = read_json(join(args.output, "stats.json"))
     manifest = read_json(join(args.output, SUCCESS)) if exists(join(args.output, SUCCESS)) else {}
     elapsed = time.time() - started_at
-    for error in stats["shard_errors"]:
-        warn(describe_shard_error(error))
+    warn_shard_errors(stats["shard_errors"], args.allow_shard_errors)
     untimed = (f", {manifest['untimed_records']:,} without a usable {args.timestamp_field}"
                if "untimed_records" in manifest else "")
     say(f"done: {stats['records_read']:,} records read, {stats['records']:,} written{untimed}, "
