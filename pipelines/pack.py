@@ -89,9 +89,10 @@ def read_token_file(shard) -> TokenFile:
         what = f"a tokenbeam '{meta['tokenbeam.schema']}' file" if "tokenbeam.schema" in meta else "not tokenbeam's"
         raise UserError(f"{shard.url} is not a token Parquet of `tokenbeam tokenize` ({what}); pack reads "
                         f"the output of tokenize")
-    if meta.get("tokenbeam.schema_version") != str(tables.TOKENS_SCHEMA_VERSION):
+    if meta.get("tokenbeam.schema_version") not in tables.READABLE_TOKENS_SCHEMA_VERSIONS:
         raise UserError(f"{shard.url}: token Parquet layout version {meta.get('tokenbeam.schema_version')}, "
-                        f"this tokenbeam reads version {tables.TOKENS_SCHEMA_VERSION}; rerun tokenize")
+                        f"this tokenbeam reads versions {', '.join(tables.READABLE_TOKENS_SCHEMA_VERSIONS)}; "
+                        f"rerun tokenize")
     missing = [k for k in (tables.TOKENIZER_SHA256_KEY, tables.VOCAB_SIZE_KEY) if k not in meta]
     ids_type = schema.field("token_ids").type if "token_ids" in schema.names else None
     if missing or "id" not in schema.names or ids_type is None or not pa.types.is_list(ids_type) or \

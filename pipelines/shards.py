@@ -167,8 +167,9 @@ class ShardReader:
     rejected nothing, and returns the `ShardAccount`.
     """
 
-    def __init__(self, shard, source_options, output: str, fail_fast: bool = False):
+    def __init__(self, shard, source_options, output: str, fail_fast: bool = False, check=None):
         self.shard = shard
+        self.check = check      # record -> (reason, detail) when the caller cannot use it, else None
         self.source_options = source_options
         self.output = output
         self.fail_fast = fail_fast
@@ -180,6 +181,9 @@ class ShardReader:
 
         account = self.account
         for item in read_shard(self.shard, self.source_options):
+            refused = self.check(item) if self.check is not None and isinstance(item, Record) else None
+            if refused is not None:
+                item = Rejected(self.shard.url, item.row, *refused, item.id)
             if isinstance(item, Record):
                 account.records_read += 1
                 account.records += 1

@@ -98,7 +98,7 @@ class Breakdowns:
     def group_column(self, names: list[str], footer_entry: dict, url: str) -> str:
         field = self.group_field
         if field in names and field not in RESERVED_COLUMNS:
-            return field                             # a kept field: JSON text of the record's value
+            return field                             # a kept field: the record's value (or its JSON text)
         read_fields = footer_entry.get("fingerprint", {}).get("source_options", {}).get("extra_fields", ())
         if tables.GROUP_COLUMN in names and field in read_fields:
             return tables.GROUP_COLUMN               # tokenized with --group-field FIELD: the group's name
@@ -118,7 +118,7 @@ class Breakdowns:
             values = batch.column(name).to_pylist()
             if name == tables.GROUP_COLUMN:
                 values = [None if v == NO_GROUP else v for v in values]
-            else:
+            elif tables.kept_column_is_json(batch.schema.field(name)):
                 values = [None if v is None else json.loads(v) for v in values]
             self.grouped.add_batch(values, *columns, id_arrays, record_ids=record_ids, digit_runs=runs)
 

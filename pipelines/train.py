@@ -32,7 +32,7 @@ from schemas import reports
 from bpe_ops.implementation import DEFAULT, Implementation
 from pipelines.command import (Parser, add_quiet_argument, check_special_token, implementation_from_environment,
                                option_strings, refuse_leftovers)
-from pipelines.errors import EXIT_INCOMPLETE, IncompleteRun, UserError, run_command, say, set_quiet, warn
+from pipelines.errors import EXIT_INCOMPLETE, IncompleteRun, UserError, is_quiet, run_command, say, set_quiet, warn
 from pipelines.files import check_output_folder, exists, join, open_atomic, read_json, remove, write_text_atomic
 from pipelines.shards import add_source_arguments, describe_shard_error, warn_shard_errors
 
@@ -150,6 +150,8 @@ class ProgressBar:
         self.interactive = stream.isatty()
 
     def __call__(self, done: int, pair: tuple[bytes, bytes], count: int) -> None:
+        if is_quiet():
+            return
         now = time.perf_counter()
         if now - self.last < (0.5 if self.interactive else 10.0) and done < self.total:
             return
@@ -163,7 +165,7 @@ class ProgressBar:
         self.stream.flush()
 
     def close(self) -> None:
-        if self.interactive:
+        if self.interactive and not is_quiet():
             self.stream.write("\n")
             self.stream.flush()
 
