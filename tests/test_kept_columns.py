@@ -100,7 +100,8 @@ def test_watching_needs_every_kept_field_typed(tmp_path, tokenizer_json):
     corpus(tmp_path / "in")
     with pytest.raises(UserError, match="--watch: give --keep-field pkg its type"):
         tokenize.run(["--tokenizer", tokenizer_json, "--input", str(tmp_path / "in" / "*.jsonl"), "--output",
-                      str(tmp_path / "out"), "--watch", "--keep-field", "n:int64", "--keep-field", "pkg"])
+                      str(tmp_path / "out"), "--watch", "--stop-when-idle", "1s", "--keep-field", "n:int64",
+                      "--keep-field", "pkg"])
 
 
 def test_keep_field_names_and_types_are_parsed():
