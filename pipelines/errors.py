@@ -119,8 +119,9 @@ def pipeline_failures(output: str) -> Iterator[None]:
 # `--quiet` is kept in the environment: the local runner's worker processes and train's counting
 # process inherit it, so their progress lines are silenced too.
 QUIET_VARIABLE = "TOKENBEAM_QUIET"
-# Per-shard progress is said at most once in this many seconds per process (the final summary
-# comes from the launcher), so 2,000 small shards do not make 2,000 lines.
+# Per-shard progress is said for a process's first shard (a sign of life), then at most once in this
+# many seconds per process (the final summary comes from the launcher), so 2,000 small shards do not
+# make 2,000 lines.
 PROGRESS_SECONDS = 5.0
 
 
@@ -151,18 +152,19 @@ def warn(message: str) -> None:
 
 
 class _ShardProgress:
-    """The shards this process has finished: a running count, said at most every PROGRESS_SECONDS."""
+    """The shards this process has finished: a running count, said at the first and then at most
+    every PROGRESS_SECONDS."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.done = 0
-        self.said = time.monotonic()
+        self.said: float | None = None
 
     def shard_done(self, line: str) -> None:
         with self.lock:
             self.done += 1
             now = time.monotonic()
-            if now - self.said < PROGRESS_SECONDS:
+            if self.said is not None and now - self.said < PROGRESS_SECONDS:
                 return
             self.said = now
             done = self.done
