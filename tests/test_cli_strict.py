@@ -145,7 +145,7 @@ def test_beam_commands_do_not_print_the_apitools_warning(tmp_path, sample, token
     result = cli("tokenize", "--tokenizer", tokenizer_json, "--input", sample / "*.jsonl", "--output", tmp_path / "o",
                  "--direct_running_mode", "multi_processing", "--direct_num_workers", 2)
     assert result.returncode == 0, result.stderr
-    assert "apitools" not in result.stderr and "tokenized sample-000-of-002.jsonl" in result.stderr
+    assert "apitools" not in result.stderr and "tokenized sample-00" in result.stderr     # a worker's line
 
 
 def test_the_pipelines_import_graph_has_no_cycle():
