@@ -59,7 +59,7 @@ def _ask_ipython_only_when_loaded() -> None:
 
 _ask_ipython_only_when_loaded()
 
-__all__ = ["beam", "split_beam_args", "pipeline_options", "one_local_worker", "local_cores_per_worker",
+__all__ = ["beam", "beam_option_names", "split_beam_args", "pipeline_options", "one_local_worker", "local_cores_per_worker",
            "check_worker_paths"]
 
 SUPPORTED_RUNNING_MODES = ("in_memory", "multi_processing")
@@ -76,6 +76,11 @@ def beam_parser() -> argparse.ArgumentParser:
         with contextlib.suppress(argparse.ArgumentError):
             cls._add_argparse_args(parser)   # noqa: SLF001  (Beam's own way to list its flags)
     return parser
+
+
+def beam_option_names() -> list[str]:
+    """Every `--flag` of Beam's PipelineOptions."""
+    return [name for name in beam_parser()._option_string_actions if name.startswith("--")]  # noqa: SLF001
 
 
 def split_beam_args(rest: list[str], tool_options: list[str]) -> tuple[list[str], list[str]]:

@@ -47,6 +47,22 @@ def encode(args: argparse.Namespace) -> None:
         print(f"{i}\t{tok.decode_bytes([i])!r}")
 
 
+def version() -> str:
+    """tokenbeam's version: the installed package's, else (running from a source tree) setup.py's."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("tokenbeam")
+    except metadata.PackageNotFoundError:
+        import pathlib
+        import re
+
+        setup_py = pathlib.Path(__file__).resolve().parent.parent / "setup.py"
+        found = re.search(r"""version\s*=\s*["']([^"']+)["']""", setup_py.read_text(encoding="utf-8")) \
+            if setup_py.exists() else None
+        return found.group(1) if found else "unknown"
+
+
 def build_parser() -> tuple[Parser, dict[str, argparse.ArgumentParser]]:
     """The `tokenbeam` parser and its subcommands' parsers. The pipeline modules are imported only
     for the subcommand that runs (importing tokenize imports Beam)."""
@@ -73,16 +89,15 @@ def build_parser() -> tuple[Parser, dict[str, argparse.ArgumentParser]]:
                                                    "time): did tokenization drift?",
                                      usage="tokenbeam drift BASELINE CURRENT [CURRENT ...] [options]"),
         "stats": commands.add_parser("stats", help="rebuild stats.json from existing token Parquet files",
-                                     add_help=False),
+                                     usage="tokenbeam stats GLOB [GLOB ...] --tokenizer T [options]"),
         "estimate": commands.add_parser("estimate", help="count a dataset's tokens from a sample of its records, "
                                                          "with 95% intervals, before you run",
                                         usage="tokenbeam estimate --tokenizer T --input GLOB [--sample 0.5%] [options] "
                                               "[INPUT ...]"),
         "encode": commands.add_parser("encode", help="show how a tokenizer splits a text"),
     }
+    parser.add_argument("--version", action="version", version=f"tokenbeam {version()}")
     add_encode_arguments(subparsers["encode"])
-    # stats parses its own arguments.
-    subparsers["stats"].add_argument("arguments", nargs=argparse.REMAINDER)
     return parser, subparsers
 
 
@@ -106,10 +121,14 @@ def main(argv: list[str] | None = None) -> int:
         from pipelines import evaluate as module
     elif command == "drift":
         from pipelines import drift as module
+    elif command == "stats":
+        from pipelines import stats_cmd as module
     elif command == "estimate":
         from pipelines import estimate as module
     if module is not None:
         module.add_arguments(subparsers[command])
+    if command in ("train", "tokenize", "pack", "evaluate"):     # they hand other flags on to Beam
+        subparsers[command].other_options = module.beam_option_names
 
     def run():
         args, rest = parser.parse_known_args(argv)
@@ -119,12 +138,16 @@ def main(argv: list[str] | None = None) -> int:
             return module.run_parsed(args, rest, option_strings(subparsers[args.command])) and None
         if args.command == "drift":
             return module.run_parsed(args, rest)
+        if args.command is None:
+            refuse_leftovers(rest, parser, "give a command first")
+            raise UserError(f"unknown command {rest[0]!r} (see `tokenbeam --help`)" if rest
+                            else "no command given (see `tokenbeam --help`)")
         if args.command == "estimate":
             refuse_leftovers(rest, subparsers["estimate"], "estimate runs no Beam pipeline")
             return module.run(args)
         if args.command == "stats":
-            from pipelines import stats_cmd
-            return stats_cmd.main(args.arguments)
+            refuse_leftovers(rest, subparsers["stats"], "stats takes token Parquet files and its own options")
+            return module.rebuild_parsed(args)
         refuse_leftovers(rest, subparsers["encode"], "encode takes the text after its options")
         return encode(args)
 

@@ -9,20 +9,55 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
+import sys
+from typing import Callable
 
 from pipelines.errors import UserError
 
 
 class Parser(argparse.ArgumentParser):
     """argparse without abbreviations (a prefix of a tool flag could be a Beam flag's name) and
-    with its errors raised as UserError, so every command prints them the same way."""
+    with its errors raised as UserError, so every command prints them the same way.
 
-    def __init__(self, *args, **kwargs):
+    `other_options`: for a command that hands the flags it does not know on to Beam, a function
+    giving Beam's flags (called only on the error path: it imports Beam); without it, every flag
+    must be the parser's own. When argparse finds an error (a required flag missing,
+    say) and the command line holds a flag that is neither the parser's nor Beam's, that misspelt
+    flag is the error named, with the flag probably meant: `--tokenizr` says "did you mean
+    --tokenizer?", not "--tokenizer is required"."""
+
+    def __init__(self, *args, other_options: Callable[[], list[str]] | None = None, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+        self.other_options = other_options
+        self.given: list[str] = []
+
+    def parse_known_args(self, args=None, namespace=None):
+        self.given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str):
+        misspelt = self.unknown_option()
+        if misspelt is not None:
+            raise misspelt
         raise UserError(f"{message} (see `{self.prog} --help`)")
+
+    def unknown_option(self) -> UserError | None:
+        """The error for the first `--flag` given that is neither this parser's nor one of
+        `other_options`, or None."""
+        own = option_strings(self)
+        for arg in self.given:
+            if arg == "--":
+                break
+            name = arg.partition("=")[0]
+            if not name.startswith("--") or name in own:
+                continue
+            if self.other_options is None:
+                return unknown_option_error(name, own, what=f"not an option of {self.prog}")
+            other = self.other_options()
+            if name not in other:
+                return unknown_option_error(name, own, other)
+        return None
 
 
 def option_strings(parser: argparse.ArgumentParser) -> list[str]:
@@ -33,11 +68,15 @@ def option_strings(parser: argparse.ArgumentParser) -> list[str]:
 def closest_option(name: str, tool_options: list[str], other_options: list[str] = ()) -> str | None:
     """The option the user probably meant: the tool's flag spelled with dashes (`--min_count` ->
     `--min-count`), Beam's spelled with underscores (`--temp-location` -> `--temp_location`), else
+    the one tool flag it abbreviates (`--vocab` -> `--vocab-size`; flags are never abbreviated), else
     the closest by spelling."""
     if name.replace("_", "-") in tool_options:
         return name.replace("_", "-")
     if name.replace("-", "_") in other_options:
         return name.replace("-", "_")
+    longer = [option for option in tool_options if option.startswith(name.replace("_", "-"))]
+    if len(longer) == 1:
+        return longer[0]
     close = difflib.get_close_matches(name, list(tool_options) + list(other_options), n=1, cutoff=0.75)
     return close[0] if close else None
 
@@ -88,6 +127,23 @@ def parse_dropout(p: str | None, seed: str | None):
     except ValueError:
         raise UserError(f"--seed must be a non-negative integer, got {seed!r}") from None
     return Dropout(value, seed_value) if value else None
+
+
+def check_special_token(token: str, given: str) -> str:
+    """A special token from the command line (`given` is the flag's value, for the message); UserError
+    when it is empty or only whitespace. Text is split on every special token (when training, and when
+    encoding with specials allowed): an empty one would split every text between each two characters,
+    and a whitespace-only one at each such run of whitespace (` ` would strip the leading space from
+    every word's pre-token), which no one means."""
+    if not token.strip():
+        raise UserError(f"--special-token {given!r}: a special token must not be empty or only whitespace (text "
+                        f"is split on each special token, so it would cut every text apart)")
+    return token
+
+
+def add_quiet_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quiet", action="store_true",
+                        help="print errors and warnings only (no progress, no summary)")
 
 
 def add_dropout_arguments(parser: argparse.ArgumentParser) -> None:

@@ -20,6 +20,7 @@ import re
 import signal
 import sys
 import threading
+import time
 import traceback
 from typing import Callable, Iterator
 
@@ -138,13 +139,73 @@ def pipeline_failures(output: str) -> Iterator[None]:
             logger.removeFilter(hide)
 
 
+# `--quiet` is kept in the environment: the local runner's worker processes and train's counting
+# process inherit it, so their progress lines are silenced too.
+QUIET_VARIABLE = "TOKENBEAM_QUIET"
+# Per-shard progress is said for a process's first shard (a sign of life), then at most once in this
+# many seconds per process (the final summary comes from the launcher), so 2,000 small shards do not
+# make 2,000 lines.
+PROGRESS_SECONDS = 5.0
+
+
+def set_quiet(quiet: bool) -> None:
+    """`--quiet`: from now on only errors and warnings are printed, here and in the processes started
+    from here; otherwise progress and summaries too."""
+    if quiet:
+        os.environ[QUIET_VARIABLE] = "1"
+    else:
+        os.environ.pop(QUIET_VARIABLE, None)
+    reset_progress()
+
+
+def is_quiet() -> bool:
+    return os.environ.get(QUIET_VARIABLE) == "1"
+
+
 def say(message: str) -> None:
-    """A progress/summary line on stderr (stdout stays clean for machine-readable output)."""
-    print(message, file=sys.stderr, flush=True)
+    """A progress/summary line on stderr (stdout stays clean for machine-readable output); none
+    under `--quiet`."""
+    if not is_quiet():
+        print(message, file=sys.stderr, flush=True)
 
 
 def warn(message: str) -> None:
-    say(f"{PREFIX}warning: {message}")
+    """A warning line on stderr, printed under `--quiet` too."""
+    print(f"{PREFIX}warning: {message}", file=sys.stderr, flush=True)
+
+
+class _ShardProgress:
+    """The shards this process has finished: a running count, said at the first and then at most
+    every PROGRESS_SECONDS."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.done = 0
+        self.said: float | None = None
+
+    def shard_done(self, line: str) -> None:
+        with self.lock:
+            self.done += 1
+            now = time.monotonic()
+            if self.said is not None and now - self.said < PROGRESS_SECONDS:
+                return
+            self.said = now
+            done = self.done
+        say(f"{done:,} shard(s) done so far by this process; the last: {line}")
+
+
+_PROGRESS = _ShardProgress()
+
+
+def shard_done(line: str) -> None:
+    """A worker finished a shard (`line` says how it went): counted, and said within the bound."""
+    _PROGRESS.shard_done(line)
+
+
+def reset_progress() -> None:
+    """A new run starts in this process: its count starts from zero."""
+    global _PROGRESS
+    _PROGRESS = _ShardProgress()
 
 
 # What Beam's local worker processes print on their inherited stderr and we do not pass on: the

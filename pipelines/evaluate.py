@@ -24,21 +24,21 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from pipelines.beam_options import (beam, check_worker_paths, local_cores_per_worker, one_local_worker,
+from pipelines.beam_options import (beam, beam_option_names, check_worker_paths, local_cores_per_worker, one_local_worker,
                                     pipeline_options, split_beam_args)
 from bpe_ops.evaluation import (TokenTally, WordTally, iter_words, merge_count_for_vocab_size, raw_byte_ids,
                                 truncated, whitespace_ids, word_pieces, id_mask)
 from bpe_ops.stats import batch_stats
 from schemas.evaluate import DEFINITIONS, EVALUATE_KIND, EVALUATE_SCHEMA_VERSION, validate_evaluate
-from pipelines.command import Parser, implementation_from_environment, option_strings
+from pipelines.command import Parser, add_quiet_argument, implementation_from_environment, option_strings
 from pipelines.errors import IncompleteRun, ShardFailure, UserError, pipeline_failures, quiet_worker_stderr, \
-    run_command, say, warn
+    run_command, say, set_quiet, shard_done
 from pipelines.folders import claim_output, mark_output
 from pipelines.files import (exists, join, open_atomic, read_json, remove, remove_stale_temporaries,
                              remove_tree, write_text_atomic, writing)
 from pipelines.groups import group_value
 from pipelines.shards import REJECTED_DIR, ShardReader, add_source_arguments, describe_shard_error, expand, \
-    source_options as make_source_options, warn_mostly_rejected
+    source_options as make_source_options, warn_mostly_rejected, warn_shard_errors
 from pipelines.tokenizer_files import TokenizerRef, identify_tokenizer, load_identified_tokenizer, parse_special_token
 
 ENCODE_BATCH_RECORDS = 256        # records encoded per encode_arrays call
@@ -120,8 +120,8 @@ class EvaluateShard(beam.DoFn):
         yield from self.flush_words()
         yield from self.tallies.items()
         yield beam.pvalue.TaggedOutput(self.ACCOUNTS, account)
-        say(f"evaluated {shard.relpath}: {account.records:,} records with {len(self.toks)} tokenizer(s), "
-            f"{account.rejected} rejected")
+        shard_done(f"evaluated {shard.relpath}: {account.records:,} records with {len(self.toks)} tokenizer(s), "
+                   f"{account.rejected} rejected")
 
     def add_batch(self, batch) -> None:
         if not batch:
@@ -489,6 +489,7 @@ class _OfTokenizer(argparse.Action):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_quiet_argument(parser)
     parser.add_argument("--tokenizer", action=_NewTokenizer, dest="tokenizers", metavar="T",
                         help="a tokenizer to evaluate (tokenizer.json, a folder holding one, or a tiktoken rank "
                              "file; repeatable); the flags after it up to the next --tokenizer are its own")
@@ -510,7 +511,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="tokenbeam evaluate", description=__doc__.split("\n")[0],
+    parser = Parser(prog="tokenbeam evaluate", other_options=beam_option_names, description=__doc__.split("\n")[0],
                     usage="tokenbeam evaluate --tokenizer A [--tokenizer B ...] --output DIR --input GLOB [options]",
                     epilog="Any other --flag must be one of Beam's (--runner, --direct_num_workers, ...).")
     add_arguments(parser)
@@ -607,6 +608,7 @@ def clear_output(output: str) -> None:
 
 def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str]) -> dict:
     started_at = time.time()
+    set_quiet(args.quiet)
     beam_args, bare = split_beam_args(rest, tool_options)
     inputs = list(args.input) + bare
     specs = getattr(args, "tokenizers", None) or []
@@ -630,8 +632,7 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
                                 args.fail_fast, args.encode_threads or local_cores_per_worker(options, runner),
                                 spread=not one_local_worker(options, runner))
     report = read_json(join(args.output, "evaluate.json"))
-    for error in report["shard_errors"]:
-        warn(describe_shard_error(error))
+    warn_shard_errors(report["shard_errors"], args.allow_shard_errors)
     for row in report["rows"]:
         if row["group"] is None:
             say(f"  {row['tokenizer']}: {_cell(row['bytes_per_token'], 'ratio')} bytes/token, "

@@ -20,7 +20,7 @@ import json
 import re
 from typing import Iterable, Iterator, Mapping, Sequence
 
-import apache_beam as beam
+from pipelines.beam_options import beam  # first: it hides Beam's import-time apitools warning
 
 from bpe_ops.stats import Summary
 from pipelines.windows import MergeSummaries, count_ids

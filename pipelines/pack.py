@@ -35,9 +35,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.beam_options import beam, check_worker_paths, one_local_worker, pipeline_options, split_beam_args
-from pipelines.command import Parser, option_strings
-from pipelines.errors import IncompleteRun, UserError, pipeline_failures, run_command, say, warn
+from pipelines.beam_options import beam, beam_option_names, check_worker_paths, one_local_worker, pipeline_options, split_beam_args
+from pipelines.command import Parser, add_quiet_argument, option_strings
+from pipelines.errors import IncompleteRun, UserError, pipeline_failures, run_command, say, set_quiet, warn
 from pipelines.files import (filesystem, inside, join, names_in, open_atomic, read_json, remove,
                              remove_tree, remove_stale_temporaries, write_text_atomic, writing)
 from pipelines.folders import check_finished, claim_output, mark_output
@@ -90,9 +90,10 @@ def read_token_file(shard) -> TokenFile:
         what = f"a tokenbeam '{meta['tokenbeam.schema']}' file" if "tokenbeam.schema" in meta else "not tokenbeam's"
         raise UserError(f"{shard.url} is not a token Parquet of `tokenbeam tokenize` ({what}); pack reads "
                         f"the output of tokenize")
-    if meta.get("tokenbeam.schema_version") != str(tables.TOKENS_SCHEMA_VERSION):
+    if meta.get("tokenbeam.schema_version") not in tables.READABLE_TOKENS_SCHEMA_VERSIONS:
         raise UserError(f"{shard.url}: token Parquet layout version {meta.get('tokenbeam.schema_version')}, "
-                        f"this tokenbeam reads version {tables.TOKENS_SCHEMA_VERSION}; rerun tokenize")
+                        f"this tokenbeam reads versions {', '.join(tables.READABLE_TOKENS_SCHEMA_VERSIONS)}; "
+                        f"rerun tokenize")
     if tables.repeated_column(schema.names) is not None:
         raise UserError(f"{shard.url} holds the column {tables.repeated_column(schema.names)!r} twice; pack reads "
                         f"the output of tokenize")
@@ -822,6 +823,7 @@ def token_id(text: str, flag: str, vocab_size: int, tok) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_quiet_argument(parser)
     parser.add_argument("--input", action="append", default=[], metavar="TOKENS",
                         help="the output folder of `tokenbeam tokenize`, or token Parquet files or globs (repeatable; "
                              "arguments after the options are inputs too)")
@@ -854,7 +856,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="tokenbeam pack", description=__doc__.split("\n")[0],
+    parser = Parser(prog="tokenbeam pack", other_options=beam_option_names, description=__doc__.split("\n")[0],
                     usage="tokenbeam pack --input TOKENS_DIR --output DIR --seq-len N [options] [INPUT ...]",
                     epilog="Any other --flag must be one of Beam's (--runner, --direct_num_workers, ...).")
     add_arguments(parser)
@@ -947,6 +949,7 @@ def decide(args, files: list[TokenFile]) -> tuple[PackOptions, dict]:
 
 def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str]) -> dict:
     started_at = time.time()
+    set_quiet(args.quiet)
     beam_args, bare = split_beam_args(rest, tool_options)
     check_numbers(args)
     files, stats_digests = find_inputs(list(args.input) + bare)

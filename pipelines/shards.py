@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, field
 
 from schemas.records import Rejected, ShardError, rejected_to_json
-from pipelines.errors import ShardFailure, UserError, say, warn
+from pipelines.errors import ShardFailure, UserError, warn
 from pipelines.files import join, remove, write_text_atomic, writing
 
 REJECTED_DIR = "rejected"
@@ -154,6 +154,14 @@ def warn_mostly_rejected(records_read: int, rejected_by_reason: dict[str, int]) 
              f"{hint}; see rejected/")
 
 
+def warn_shard_errors(errors: list[dict], allowed: bool) -> None:
+    """A warning line for each shard that could not be read, said once: unless `allowed`
+    (--allow-shard-errors), the run fails with an error line naming the first, so that one gets no
+    warning of its own."""
+    for error in errors if allowed else errors[1:]:
+        warn(describe_shard_error(error))
+
+
 def fail_fast_failure(item: Rejected | ShardError) -> ShardFailure:
     """The one-line failure `--fail-fast` raises for the first rejected record or unreadable shard."""
     if isinstance(item, Rejected):
@@ -186,8 +194,9 @@ class ShardReader:
     rejected nothing, and returns the `ShardAccount`.
     """
 
-    def __init__(self, shard, source_options, output: str, fail_fast: bool = False):
+    def __init__(self, shard, source_options, output: str, fail_fast: bool = False, check=None):
         self.shard = shard
+        self.check = check      # record -> (reason, detail) when the caller cannot use it, else None
         self.source_options = source_options
         self.output = output
         self.fail_fast = fail_fast
@@ -199,6 +208,9 @@ class ShardReader:
 
         account = self.account
         for item in read_shard(self.shard, self.source_options):
+            refused = self.check(item) if self.check is not None and isinstance(item, Record) else None
+            if refused is not None:
+                item = Rejected(self.shard.url, item.row, *refused, item.id)
             if isinstance(item, Record):
                 account.records_read += 1
                 account.records += 1
@@ -215,7 +227,6 @@ class ShardReader:
             else:   # ShardError: the rest of the file is unreadable; the rows before it stay
                 error = {"source": item.source, "rows_read": item.rows_read, "reason": item.reason,
                          "detail": item.detail}
-                say(f"shard error: {describe_shard_error(error)}")
                 account.shard_errors.append(error)
 
     def finish(self) -> ShardAccount:

@@ -576,10 +576,14 @@ def _utf8_detail(exc: UnicodeDecodeError, where: str) -> str:
 
 
 def _record_id(value, shard: Shard, row: int) -> str:
-    """A record's own id as a string, or `<relpath>:<row>` when it has none."""
+    """A record's own id as a string, or `<relpath>:<row>` when it has none (missing or null). A
+    string is the id as it is; any other value is its compact JSON text (`["a",1]`, `12`, `true`),
+    which any other tool writes alike, never a Python repr."""
     if value is None:
         return f"{shard.relpath}:{row}"
-    return value if isinstance(value, str) else str(value)
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
 def _json_type(value) -> str:

@@ -31,8 +31,8 @@ from schemas import tables
 from bpe_ops.dropout import Dropout
 from bpe_ops.stats import Summary, digit_runs_batch
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
-from pipelines.command import Parser
-from pipelines.errors import UserError, say
+from pipelines.command import Parser, add_quiet_argument
+from pipelines.errors import UserError, say, set_quiet, shard_done
 from pipelines.files import glob, isdir, join, open_read, remove_tree, write_text_atomic
 from pipelines.folders import check_finished, owner
 from pipelines.tokenizer_files import load_tokenizer
@@ -92,7 +92,7 @@ class Breakdowns:
     def group_column(self, names: list[str], footer_entry: dict, url: str) -> str:
         field = self.group_field
         if field in names and field not in RESERVED_COLUMNS:
-            return field                             # a kept field: JSON text of the record's value
+            return field                             # a kept field: the record's value (or its JSON text)
         read_fields = footer_entry.get("fingerprint", {}).get("source_options", {}).get("extra_fields", ())
         if tables.GROUP_COLUMN in names and field in read_fields:
             return tables.GROUP_COLUMN               # tokenized with --group-field FIELD: the group's name
@@ -112,7 +112,7 @@ class Breakdowns:
             values = batch.column(name).to_pylist()
             if name == tables.GROUP_COLUMN:
                 values = [None if v == NO_GROUP else v for v in values]
-            else:
+            elif tables.kept_column_is_json(batch.schema.field(name)):
                 values = [None if v is None else json.loads(v) for v in values]
             self.grouped.add_batch(values, *columns, id_arrays, record_ids=record_ids, digit_runs=runs)
 
@@ -244,6 +244,12 @@ def one_dropout(dropouts: dict) -> Dropout | None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="tokenbeam stats", description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    return parser
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_quiet_argument(parser)
     parser.add_argument("inputs", nargs="+", metavar="GLOB", help="token Parquet files (paths, globs, fsspec URLs)")
     parser.add_argument("--tokenizer", required=True, help="the tokenizer.json they were made with (or its folder)")
     parser.add_argument("--output", default="stats.json", help="where to write stats.json (default: %(default)s)")
@@ -253,7 +259,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--window", metavar="DURATION",
                         help="also rebuild per-window statistics (windows/ beside --output) from the event_time "
                              "column (files tokenized with --timestamp-field): 15m, 1h, 1d, ...")
-    return parser
 
 
 def stats_output(url: str) -> str:
@@ -277,10 +282,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def rebuild(argv: list[str]) -> int:
+    return rebuild_parsed(build_parser().parse_args(argv))
+
+
+def rebuild_parsed(args: argparse.Namespace) -> int:
     from pipelines.windows import parse_duration
 
-    args = build_parser().parse_args(argv)
     started = time.time()
+    set_quiet(args.quiet)
     try:
         window_seconds = None if args.window is None else parse_duration(args.window)
         if args.group_field == "":
@@ -298,7 +307,7 @@ def rebuild(argv: list[str]) -> int:
         dropouts: dict = {}
         for url in urls:
             rows = add_file(summary, url, tok.sha256, breakdowns, tok.decode_bytes, dropouts)
-            say(f"read {url}: {rows:,} rows")
+            shard_done(f"read {url}: {rows:,} rows")
         facts = TokenizerFacts.of(tok, dropout=one_dropout(dropouts))
         output_dir = args.output.rsplit("/", 1)[0] if "/" in args.output else "."
         groups = breakdowns.write(output_dir, facts, args.tokenizer) if breakdowns is not None else None

@@ -24,7 +24,7 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from functools import partial
 
-from pipelines.beam_options import (beam, check_worker_paths, local_cores_per_worker, one_local_worker,
+from pipelines.beam_options import (beam, beam_option_names, check_worker_paths, local_cores_per_worker, one_local_worker,
                                     pipeline_options, split_beam_args)
 import numpy as np
 import pyarrow as pa
@@ -34,15 +34,15 @@ from bpe_ops.dropout import DROPOUT_MODES, Dropout
 from bpe_ops.stats import Summary, measure_batch
 from schemas import tables
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
-from pipelines.command import (Parser, add_dropout_arguments, implementation_from_environment, option_strings,
-                               parse_dropout)
+from pipelines.command import (Parser, add_dropout_arguments, add_quiet_argument, implementation_from_environment,
+                               option_strings, parse_dropout)
 from pipelines.errors import (EXIT_DRIFT, EXIT_OK, IncompleteRun, ShardFailure, UserError, os_error_reason,
-                              pipeline_failures, quiet_worker_stderr, run_command, say, warn)
+                              pipeline_failures, quiet_worker_stderr, run_command, say, set_quiet, shard_done, warn)
 from pipelines.files import (canonical, exists, filesystem, inside, is_local, join, open_atomic,
                              read_json, remove, remove_stale_temporaries, remove_tree, write_text_atomic, writing)
 from pipelines.folders import check_finished, claim_output, mark_output
 from pipelines.shards import REJECTED_DIR, ShardReader, add_source_arguments, describe_shard_error, expand, \
-    source_options as make_source_options, warn_mostly_rejected
+    source_options as make_source_options, warn_mostly_rejected, warn_shard_errors
 from pipelines.tokenizer_files import (TokenizerRef, identify_tokenizer, load_identified_tokenizer,
                                       parse_special_token, settle_heap, token_bytes_of)
 from pipelines.groups import GROUPS_FOLDER, NO_GROUP, GroupedSummaries, GroupStats, group_value
@@ -107,8 +107,9 @@ class TokenizeShard(beam.DoFn):
 
     def __init__(self, tokenizer: TokenizerRef, source_options, output: str, eos_token: str | None,
                  fail_fast: bool = False, encode_threads: int = 1, breakdowns: "Breakdowns | None" = None,
-                 judged: bool = False, dropout: Dropout | None = None):
+                 judged: bool = False, dropout: Dropout | None = None, kept_types: dict[str, str] | None = None):
         self.tokenizer = tokenizer
+        self.kept_types = kept_types or {}      # --keep-field types given on the command line
         self.dropout = dropout
         self.breakdowns = breakdowns or Breakdowns()
         self.judged = judged
@@ -132,23 +133,28 @@ class TokenizeShard(beam.DoFn):
             settle_heap()
         self.raw_byte_ids = self.tok.raw_byte_ids
         self.eos_id = self.tok.special_tokens[self.eos_token] if self.eos_token else None
-        self.schema = tables.tokens_schema(self.tok.vocab_size, self.source_options.keep_fields, {
-            tables.TOKENIZER_SHA256_KEY: self.sha256, tables.VOCAB_SIZE_KEY: str(self.tok.vocab_size)},
-            event_time=self.breakdowns.windowing is not None, group=self.breakdowns.group_field is not None)
         self.counters = {name: beam.metrics.Metrics.counter("tokenbeam", name)
                          for name in ("records", "bytes", "tokens", "rejected")}
 
-    def process(self, shard):
+    def process(self, shard, inferred_types: dict[str, str] | None = None):
+        """`inferred_types`: the kept fields' types inferred from the whole input (a side input),
+        when they were not all given on the command line."""
         from pipelines.sources import output_name
 
+        self.shard_types = {name: (inferred_types or {}).get(name) or self.kept_types[name]
+                            for name in self.source_options.keep_fields}
+        self.schema = tables.tokens_schema(self.tok.vocab_size, self.shard_types, {
+            tables.TOKENIZER_SHA256_KEY: self.sha256, tables.VOCAB_SIZE_KEY: str(self.tok.vocab_size)},
+            event_time=self.breakdowns.windowing is not None, group=self.breakdowns.group_field is not None)
         out_url = join(self.output, output_name(shard.relpath))
-        fingerprint = shard_fingerprint(shard, self.source_options, self.sha256, self.eos_token, self.dropout)
+        fingerprint = shard_fingerprint(shard, self.source_options, self.sha256, self.eos_token, self.dropout,
+                                        self.shard_types)
         done = read_shard_metadata(out_url)
         partials = self.breakdowns.partials(self.tok.vocab_size, self.raw_byte_ids)
         if done is not None and done.get("fingerprint") == fingerprint and not done.get("shard_errors"):
             summary = self.summary_from_parquet(out_url, partials)
-            say(f"skipped {shard.relpath}: complete from an earlier run with the same inputs and options "
-                f"({done['rows']:,} rows)")
+            shard_done(f"skipped {shard.relpath}: complete from an earlier run with the same inputs and options "
+                       f"({done['rows']:,} rows)")
             entry = dict(done, reused=True)
         else:
             with writing(out_url):
@@ -173,7 +179,8 @@ class TokenizeShard(beam.DoFn):
         started = time.perf_counter()
         summary = Summary(self.tok.vocab_size, raw_byte_ids=self.raw_byte_ids)
         summary.add_shard(shard.relpath)
-        reader = ShardReader(shard, self.source_options, self.output, self.fail_fast)
+        reader = ShardReader(shard, self.source_options, self.output, self.fail_fast,
+                             check=partial(kept_type_mismatch, self.shard_types))
         batch: list = []
         group = self.new_row_group()
         # The writer is a context too: a failure mid-shard closes it before its file goes, rather than
@@ -221,13 +228,13 @@ class TokenizeShard(beam.DoFn):
                             ("bytes", summary.bytes), ("rejected", account.rejected)):
             self.counters[name].inc(value)
         elapsed = time.perf_counter() - started
-        say(f"tokenized {shard.relpath}: {account.records:,} rows, {summary.tokens:,} tokens, "
-            f"{account.rejected} rejected, {summary.bytes / 1e6 / max(elapsed, 1e-9):.2f} MB/s")
+        shard_done(f"tokenized {shard.relpath}: {account.records:,} rows, {summary.tokens:,} tokens, "
+                   f"{account.rejected} rejected, {summary.bytes / 1e6 / max(elapsed, 1e-9):.2f} MB/s")
         return summary, entry
 
     def new_row_group(self) -> "RowGroup":
         windowing = self.breakdowns.windowing
-        return RowGroup(self.source_options.keep_fields, windowing and windowing.field, self.breakdowns.group_field)
+        return RowGroup(self.shard_types, windowing and windowing.field, self.breakdowns.group_field)
 
     def submit(self, chunk, pending: deque, ahead: int, group: "RowGroup", summary, partials, writer) -> "RowGroup":
         """Start encoding `chunk` in the background after the chunks `pending`, first adding the
@@ -443,10 +450,11 @@ def _text_size(batch) -> int:
 
 
 def shard_fingerprint(shard, source_options, tokenizer_sha256: str, eos_token: str | None,
-                      dropout: Dropout | None = None) -> dict:
+                      dropout: Dropout | None = None, kept_types: dict[str, str] | None = None) -> dict:
     """Everything that shapes a shard's output: a rerun reuses the output only when all of it matches
     (the input file and its version, how it is read, the tokenizer, the EOS token, BPE-dropout, the
-    layout). Without dropout the key is absent, so outputs made before it existed are still reused."""
+    kept columns' types, the layout). Without dropout or kept fields their key is absent, so outputs
+    made before they existed are still reused."""
     from pipelines.sources import InputError, shard_format
 
     options = json.loads(json.dumps(asdict(source_options)))     # tuples as lists, as the footer holds them
@@ -460,7 +468,40 @@ def shard_fingerprint(shard, source_options, tokenizer_sha256: str, eos_token: s
                    "tokenizer_sha256": tokenizer_sha256, "eos_token": eos_token}
     if dropout is not None:
         fingerprint["dropout"] = dropout.to_json()
+    if kept_types:
+        fingerprint["kept_types"] = dict(kept_types)
     return fingerprint
+
+
+def kept_type_mismatch(kept_types: dict[str, str], record) -> tuple[str, str] | None:
+    """Why a record is rejected when a kept field does not fit the type given for it (`--keep-field
+    NAME:TYPE`): (reason, detail); None when every kept value fits (inferred types fit every value)."""
+    from schemas.records import KEPT_FIELD_TYPE
+
+    for name, type_name in kept_types.items():
+        value = record.keep.get(name)
+        if not tables.fits(value, type_name):
+            return KEPT_FIELD_TYPE, (f"field {name!r} holds a {tables.value_kind(value)} value, not {type_name} "
+                                     f"(--keep-field {name}:{type_name})")
+    return None
+
+
+def kept_field_kinds(shard, source_options, fields: tuple[str, ...]) -> set[tuple[str, str]]:
+    """The kinds of value (`tables.value_kind`) each of `fields` takes in the records of a shard:
+    {(field, kind)}, from which the whole dataset's kept column types are inferred."""
+    from pipelines.sources import Record, read_shard
+
+    return {(name, tables.value_kind(item.keep.get(name))) for item in read_shard(shard, source_options)
+            if isinstance(item, Record) for name in fields}
+
+
+def union_all(sets) -> set:
+    return set().union(*sets)
+
+
+def inferred_types(kinds: set[tuple[str, str]], fields: tuple[str, ...]) -> dict[str, str]:
+    """{field: its kept column type} from the kinds every shard found (`tables.kept_type`)."""
+    return {name: tables.kept_type(kind for field, kind in kinds if field == name) for name in fields}
 
 
 def add_account(summary: Summary, account) -> None:
@@ -488,9 +529,10 @@ class RowGroup:
     uint32 `array` (`Tokenizer.encode_array`), and the row group's ids reach Arrow as one flat
     buffer, with no Python object per id."""
 
-    def __init__(self, keep_fields: tuple[str, ...], timestamp_field: str | None = None,
+    def __init__(self, keep_types: dict[str, str], timestamp_field: str | None = None,
                  group_field: str | None = None):
-        self.keep_fields = keep_fields
+        self.keep_types = keep_types
+        self.keep_fields = tuple(keep_types)
         self.timestamp_field = timestamp_field
         self.group_field = group_field
         self.groups: list[str] = []
@@ -498,7 +540,7 @@ class RowGroup:
         self.ids: list[str] = []
         self.token_ids: list[array.array] = []
         self.stats: list[list[int]] = [[] for _ in tables.STAT_COLUMNS]
-        self.keep: dict[str, list] = {k: [] for k in keep_fields}
+        self.keep: dict[str, list] = {k: [] for k in self.keep_fields}
         self.tokens = 0
 
     @property
@@ -514,7 +556,7 @@ class RowGroup:
         for column, values in zip(self.stats, stats):
             column += values
         for k in self.keep_fields:
-            self.keep[k] += [None if r.keep.get(k) is None else json_field(r.keep[k]) for r in records]
+            self.keep[k] += [tables.kept_value(r.keep.get(k), self.keep_types[k]) for r in records]
         if self.timestamp_field:
             seconds = (parse_timestamp(r.keep.get(self.timestamp_field)) for r in records)
             self.event_times += [None if s is None else round(s * 1e6) for s in seconds]
@@ -545,18 +587,8 @@ class RowGroup:
             columns.append(pa.array(self.event_times, pa.int64()).cast(tables.EVENT_TIME_TYPE))
         if self.group_field:
             columns.append(pa.array(self.groups, pa.string()))
-        columns += [pa.array(self.keep[k], pa.string()) for k in self.keep_fields]
+        columns += [pa.array(self.keep[k], schema.field(k).type) for k in self.keep_fields]
         return pa.Table.from_arrays(columns, schema=schema)
-
-
-def json_field(value) -> str:
-    """A pass-through field as JSON text; lone surrogates (valid in JSON, not in UTF-8) stay escaped."""
-    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return json.dumps(value, sort_keys=True)
 
 
 def write_stats(summary, tokenizer: TokenizerFacts, tokenizer_url: str, output: str, inputs: list[str],
@@ -686,11 +718,16 @@ def build_tokenize_pipeline(p, shards, tokenizer: TokenizerRef, facts: Tokenizer
                             output: str, eos_token: str | None, inputs: list[str], started_at: float,
                             fail_fast: bool = False, encode_threads: int = 1, spread: bool = True,
                             allow_shard_errors: bool = False, breakdowns: Breakdowns = Breakdowns(),
-                            watching: Watching | None = None, dropout: Dropout | None = None):
+                            watching: Watching | None = None, dropout: Dropout | None = None,
+                            kept_types: dict[str, str | None] | None = None):
     """The tokenize pipeline for a tokenizer the launcher loaded: `tokenizer` names it (and carries its
     sha256), `facts` is what stats.json needs of it, so no worker computes either again. The shards
     are `shards` (batch), or what `watching.source` finds as they land (watch mode): the same
-    per-shard transform, windows and whole-run results serve both."""
+    per-shard transform, windows and whole-run results serve both. `kept_types`: the --keep-field
+    types given, None for those to infer from every record of the input (batch runs only: a stage
+    reads the kept fields of every shard before any is tokenized)."""
+    kept_types = kept_types or {}
+    to_infer = tuple(name for name, type_name in kept_types.items() if type_name is None)
     if watching is None:
         # One element per shard, spread over the workers unless they are this one process.
         shard_elements = p | "Shards" >> beam.Create(shards)
@@ -698,12 +735,20 @@ def build_tokenize_pipeline(p, shards, tokenizer: TokenizerRef, facts: Tokenizer
             shard_elements = shard_elements | "SpreadShards" >> beam.Reshuffle()
     else:
         shard_elements = p | "WatchShards" >> watching.source
+    inferred = ()
+    if to_infer:
+        inferred = (beam.pvalue.AsSingleton(
+            shard_elements
+            | "KeptFieldKinds" >> beam.Map(kept_field_kinds, source_options, to_infer)
+            | "AllKinds" >> beam.CombineGlobally(union_all)
+            | "KeptFieldTypes" >> beam.Map(inferred_types, to_infer)),)
     results = (shard_elements
                | "TokenizeShard" >> beam.ParDo(TokenizeShard(tokenizer, source_options, output, eos_token,
                                                              fail_fast, encode_threads, breakdowns,
                                                              judged=bool(watching and watching.baseline),
-                                                             dropout=dropout)
-                                               ).with_outputs(TokenizeShard.MANIFEST, TokenizeShard.WINDOWS,
+                                                             dropout=dropout,
+                                                             kept_types={k: v for k, v in kept_types.items() if v}),
+                                               *inferred).with_outputs(TokenizeShard.MANIFEST, TokenizeShard.WINDOWS,
                                                               TokenizeShard.GROUPS, TokenizeShard.JUDGED,
                                                               TokenizeShard.IDS, main="summaries"))
     windowing = breakdowns.windowing
@@ -850,6 +895,7 @@ def repeated_ids_line(repeated: dict, where: str) -> str:
 # --- command line -------------------------------------------------------------------------------
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_quiet_argument(parser)
     parser.add_argument("--tokenizer", required=True,
                         help="tokenizer.json (ours, a byte-level BPE or a SentencePiece-style BPE one), or a folder holding one")
     parser.add_argument("--output", required=True, help="output folder (local or fsspec URL)")
@@ -858,8 +904,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "cl100k_base, ... or a regex)")
     parser.add_argument("--special-token", action="append", default=[], metavar="TOKEN=ID",
                         help="with a tiktoken rank file: a special token and its id (repeatable)")
-    parser.add_argument("--keep-field", action="append", default=[], metavar="NAME",
-                        help="copy this input field into the Parquet (JSON-encoded string column; repeatable)")
+    parser.add_argument("--keep-field", action="append", default=[], metavar="NAME[:TYPE]",
+                        help="copy this input field into the Parquet (repeatable), as a column of TYPE: string, "
+                             "int64, float64, bool, or json (JSON text); without TYPE, the one type that fits "
+                             "every value of the field in the input (ints with floats: float64; other mixes "
+                             "and lists/objects: json; no value at all: string), found by reading the kept "
+                             "fields of every shard first")
     parser.add_argument("--eos-token", default=None, metavar="TOKEN", help="end every record with this special token")
     add_dropout_arguments(parser)
     parser.add_argument("--encode-threads", type=int, default=None, metavar="N",
@@ -888,7 +938,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="tokenbeam tokenize", description=__doc__.split("\n")[0],
+    parser = Parser(prog="tokenbeam tokenize", other_options=beam_option_names, description=__doc__.split("\n")[0],
                     usage="tokenbeam tokenize --tokenizer T --output DIR --input GLOB [options] [INPUT ...]",
                     epilog="Any other --flag must be one of Beam's (--runner, --direct_num_workers, ...).")
     add_arguments(parser)
@@ -901,6 +951,23 @@ def run(argv: list[str]) -> dict:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     return run_parsed(args, rest, option_strings(parser))
+
+
+def parse_keep_fields(specs: list[str]) -> dict[str, str | None]:
+    """`--keep-field NAME[:TYPE]` values -> {NAME: TYPE, or None to infer it}; a NAME holding ':' is
+    taken whole unless what follows its last ':' is a type. UserError for an empty name or a field
+    given twice with two types."""
+    kept: dict[str, str | None] = {}
+    for spec in specs:
+        name, sep, type_name = spec.rpartition(":")
+        if not sep or type_name not in tables.KEPT_TYPES:
+            name, type_name = spec, None
+        if not name:
+            raise UserError(f"--keep-field {spec!r}: the field name is empty")
+        if name in kept and kept[name] != type_name:
+            raise UserError(f"--keep-field {name} is given twice, with different types")
+        kept[name] = type_name
+    return kept
 
 
 def duration(flag: str, text: str | None) -> float | None:
@@ -941,6 +1008,7 @@ def check_baseline(url: str, output: str, dropout: Dropout | None = None) -> str
 
 def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str]) -> dict:
     started_at = time.time()
+    set_quiet(args.quiet)
     beam_args, bare = split_beam_args(rest, tool_options)
     inputs = list(args.input) + bare
     dropout = parse_dropout(args.dropout, args.seed)
@@ -965,14 +1033,19 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
     if args.eos_token is not None and args.eos_token not in tok.special_tokens:
         known = ", ".join(sorted(tok.special_tokens)) or "none"
         raise UserError(f"--eos-token {args.eos_token!r} is not a special token of {args.tokenizer} (it has: {known})")
+    kept_types = parse_keep_fields(args.keep_field)
     try:
-        tables.tokens_schema(tok.vocab_size, tuple(args.keep_field), event_time=windowing is not None,
+        tables.tokens_schema(tok.vocab_size, dict.fromkeys(kept_types, "json"), event_time=windowing is not None,
                              group=args.group_field is not None)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    untyped = [name for name, type_name in kept_types.items() if type_name is None]
+    if args.watch and untyped:
+        raise UserError(f"--watch: give --keep-field {untyped[0]} its type ({untyped[0]}:TYPE, TYPE one of "
+                        f"{', '.join(tables.KEPT_TYPES)}): the shards to come cannot be read ahead to infer it")
     if args.encode_threads is not None and args.encode_threads < 1:
         raise UserError(f"--encode-threads must be at least 1, got {args.encode_threads}")
-    source_options = make_source_options(args, tuple(args.keep_field),
+    source_options = make_source_options(args, tuple(kept_types),
                                          tuple(f for f in (args.timestamp_field, args.group_field) if f))
     watching = None
     if args.watch:
@@ -1014,7 +1087,7 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
                                     spread=not one_local_worker(options, runner) and not watching,
                                     allow_shard_errors=args.allow_shard_errors,
                                     breakdowns=Breakdowns(windowing, args.group_field),
-                                    watching=watching, dropout=dropout)
+                                    watching=watching, dropout=dropout, kept_types=kept_types)
     finally:
         restore()
         if watching:
@@ -1025,8 +1098,7 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
     stats = read_json(join(args.output, "stats.json"))
     manifest = read_json(join(args.output, SUCCESS)) if exists(join(args.output, SUCCESS)) else {}
     elapsed = time.time() - started_at
-    for error in stats["shard_errors"]:
-        warn(describe_shard_error(error))
+    warn_shard_errors(stats["shard_errors"], args.allow_shard_errors)
     untimed = (f", {manifest['untimed_records']:,} without a usable {args.timestamp_field}"
                if "untimed_records" in manifest else "")
     say(f"done: {stats['records_read']:,} records read, {stats['records']:,} written{untimed}, "

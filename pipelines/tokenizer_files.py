@@ -79,15 +79,25 @@ def token_bytes_of(ref: TokenizerRef) -> dict[int, bytes]:
     return _TOKEN_BYTES[ref]
 
 
-def _tokenizer_path(fs, path: str) -> str:
-    return path.rstrip("/") + "/tokenizer.json" if fs.isdir(path) else path
+def _tokenizer_path(fs, path: str, url: str) -> str:
+    """The file a `--tokenizer` names: the path itself, or the tokenizer.json of the folder it names.
+    UserError when there is no such file, or the folder holds no tokenizer.json."""
+    if fs.isdir(path):
+        inside = path.rstrip("/") + "/tokenizer.json"
+        if not fs.isfile(inside):
+            raise UserError(f"cannot use tokenizer {url}: the folder holds no tokenizer.json (give a "
+                            f"tokenizer.json, a folder holding one, or a tiktoken rank file with --pattern)")
+        return inside
+    if not fs.exists(path):
+        raise UserError(f"cannot use tokenizer {url}: no such file")
+    return path
 
 
 def tokenizer_file_sha256(url: str) -> str:
     """Hex SHA-256 of the raw bytes of the tokenizer file at `url` (or the tokenizer.json in the folder `url`)."""
     fs, path = filesystem(url)
     try:
-        with fs.open(_tokenizer_path(fs, path), "rb") as f:
+        with fs.open(_tokenizer_path(fs, path, url), "rb") as f:
             return hashlib.sha256(f.read()).hexdigest()
     except OSError as exc:
         raise UserError(f"cannot use tokenizer {url}: {os_error_reason(exc)}") from None
@@ -108,13 +118,15 @@ def parse_special_token(spec: str) -> tuple[str, int]:
     token may contain `=`. UserError when malformed."""
     from bpe_ops.formats import MAX_ID
 
+    from pipelines.command import check_special_token
+
     token, sep, number = spec.rpartition("=")
-    if not sep or not token or not number.isascii() or not number.isdigit():
+    if not sep or not number.isascii() or not number.isdigit():
         raise UserError(f"--special-token {spec!r}: expected TOKEN=ID with a non-negative integer ID, "
                         f"e.g. --special-token '<|endoftext|>=100257'")
     if int(number) > MAX_ID:
         raise UserError(f"--special-token {spec!r}: the ID does not fit uint32 (0 to {MAX_ID:,})")
-    return token, int(number)
+    return check_special_token(token, spec), int(number)
 
 
 def load_tokenizer(url: str, implementation: Implementation = DEFAULT, pattern: str | None = None,
@@ -152,19 +164,13 @@ def load_tokenizer(url: str, implementation: Implementation = DEFAULT, pattern: 
 
     local = None
     try:
-        if is_local(url):
-            local = url[len("file://"):] if url.startswith("file://") else url
-            if os.path.isdir(local):
-                local = os.path.join(local, "tokenizer.json")
-            if not os.path.exists(local):
-                raise UserError(f"cannot use tokenizer {url}: no such file")
-            if os.path.isdir(local):
-                raise UserError(f"cannot use tokenizer {url}: a folder without tokenizer.json")
-            return load(local)
         fs, path = filesystem(url)
+        found = _tokenizer_path(fs, path, url)
+        if is_local(url):
+            return load(found)
         with tempfile.TemporaryDirectory() as tmp:
             local = os.path.join(tmp, "tokenizer")     # named in errors as `url`
-            fs.get(_tokenizer_path(fs, path), local)
+            fs.get(found, local)
             return load(local)
     except UserError:
         raise

@@ -32,11 +32,13 @@ from bpe_ops.text_rules import NORMAL_FORMS, TextRules, text_rules
 from bpe_ops.trainer import MAX_IDS
 from schemas import reports
 from bpe_ops.implementation import DEFAULT, Implementation
-from pipelines.command import Parser, implementation_from_environment, option_strings, refuse_leftovers
-from pipelines.errors import EXIT_INCOMPLETE, IncompleteRun, UserError, run_command, say, warn
+from pipelines.command import (Parser, add_quiet_argument, check_special_token, implementation_from_environment,
+                               option_strings, refuse_leftovers)
+from pipelines.errors import EXIT_INCOMPLETE, IncompleteRun, UserError, is_quiet, run_command, say, set_quiet, warn
 from pipelines.folders import claim_output, mark_output
 from pipelines.files import exists, join, open_atomic, read_json, remove, write_text_atomic
-from pipelines.shards import add_source_arguments, describe_shard_error, unique_count, warn_mostly_rejected
+from pipelines.shards import add_source_arguments, describe_shard_error, unique_count, warn_mostly_rejected, \
+    warn_shard_errors
 
 SUCCESS = "_SUCCESS"
 # The files the merge loop writes: a run removes the earlier run's before it starts, so a failed run
@@ -204,6 +206,8 @@ class ProgressBar:
         self.interactive = stream.isatty()
 
     def __call__(self, done: int, pair: tuple[bytes, bytes], count: int) -> None:
+        if is_quiet():
+            return
         now = time.perf_counter()
         if now - self.last < (0.5 if self.interactive else 10.0) and done < self.total:
             return
@@ -217,7 +221,7 @@ class ProgressBar:
         self.stream.flush()
 
     def close(self) -> None:
-        if self.interactive:
+        if self.interactive and not is_quiet():
             self.stream.write("\n")
             self.stream.flush()
 
@@ -275,7 +279,16 @@ def upload_tokenizer(tok, output: str) -> str:
 
 # --- command line -------------------------------------------------------------------------------
 
+def beam_option_names() -> list[str]:
+    """Beam's flags, which train hands on to its counting process: asked only to name a misspelt
+    flag (it imports Beam, which this launcher otherwise never does)."""
+    from pipelines.beam_options import beam_option_names as names
+
+    return names()
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_quiet_argument(parser)
     parser.add_argument("--output", required=True, help="output folder (local or fsspec URL)")
     parser.add_argument("--vocab-size", type=int, required=True, help="ids in all: 256 bytes + merges + specials")
     parser.add_argument("--pattern", default="gpt4",
@@ -314,7 +327,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="tokenbeam train", description=__doc__.split("\n")[0],
+    parser = Parser(prog="tokenbeam train", other_options=beam_option_names, description=__doc__.split("\n")[0],
                     usage="tokenbeam train --output DIR --vocab-size N --input GLOB [options] [INPUT ...]",
                     epilog="Any other --flag must be one of Beam's (--runner, --direct_num_workers, ...).")
     add_arguments(parser)
@@ -328,6 +341,8 @@ def check_args(args: argparse.Namespace, rest: list[str], parser: argparse.Argum
             raise UserError("--counts trains from counts written earlier and reads no corpus: "
                             "give either --counts or --input, not both")
         refuse_leftovers(rest, parser, "with --counts no corpus is read and no Beam pipeline runs")
+    for token in args.special_token:
+        check_special_token(token, token)
     if args.vocab_size < 1:
         raise UserError("--vocab-size must be positive")
     if args.vocab_size > MAX_IDS + len(set(args.special_token)):
@@ -464,6 +479,7 @@ def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.Argum
     """The training job of parsed flags; `rest` is what the parser left, for the counting process to
     sort into Beam's flags and more inputs (this process never imports Beam)."""
     parser = parser or build_parser()
+    set_quiet(args.quiet)
     check_args(args, rest, parser)
     warming: list[threading.Thread] = []
     try:
@@ -511,8 +527,7 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
     if totals["records"] != totals["records_counted"] + totals["records_rejected"]:
         raise RuntimeError(f"record accounting is broken: {totals['records']} read != "
                            f"{totals['records_counted']} counted + {totals['records_rejected']} rejected")
-    for error in totals["shard_errors"]:
-        warn(describe_shard_error(error))
+    warn_shard_errors(totals["shard_errors"], args.allow_shard_errors)
     failure = incomplete_counts(totals, args.allow_shard_errors)
     if failure is not None:
         if counting is not None:

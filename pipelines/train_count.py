@@ -44,7 +44,8 @@ from bpe_ops.stats import utf8_length
 from schemas import reports
 from schemas.reports import HISTOGRAM_FILE
 from schemas.tables import COUNTS_SCHEMA, SUPERWORD_DIR
-from pipelines.errors import UserError, debugging, os_error_reason, pipeline_failures, quiet_worker_stderr, say
+from pipelines.errors import (UserError, debugging, os_error_reason, pipeline_failures, quiet_worker_stderr, say,
+                              shard_done)
 from pipelines.folders import claim_output, mark_output
 from pipelines.files import (filesystem, join, open_atomic, remove_stale_temporaries,
                              remove_tree, write_text_atomic, writing)
@@ -128,8 +129,8 @@ class CountShardPretokens(beam.DoFn):
         self.bytes.inc(totals["bytes"])
         self.rejected.inc(totals["records_rejected"])
         elapsed = time.perf_counter() - started
-        say(f"read {shard.relpath}: {totals['records_counted']:,} records, {totals['bytes'] / 1e6:.1f} MB, "
-            f"{totals['records_rejected']} rejected, {totals['bytes'] / 1e6 / max(elapsed, 1e-9):.1f} MB/s")
+        shard_done(f"read {shard.relpath}: {totals['records_counted']:,} records, {totals['bytes'] / 1e6:.1f} MB, "
+                   f"{totals['records_rejected']} rejected, {totals['bytes'] / 1e6 / max(elapsed, 1e-9):.1f} MB/s")
         yield beam.pvalue.TaggedOutput(self.TOTALS, totals)
 
     def finish_bundle(self):

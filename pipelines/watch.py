@@ -60,7 +60,7 @@ import time
 import uuid
 from typing import Callable, Sequence
 
-import apache_beam as beam
+from pipelines.beam_options import beam  # first: it hides Beam's import-time apitools warning
 from apache_beam import coders
 from apache_beam.io.watch import PollResult, TerminationCondition, Watch
 from apache_beam.transforms import trigger, window

@@ -42,7 +42,7 @@ import math
 import re
 from typing import Iterable, Iterator, Mapping, Sequence
 
-import apache_beam as beam
+from pipelines.beam_options import beam  # first: it hides Beam's import-time apitools warning
 import numpy as np
 from apache_beam.transforms import trigger, window
 from apache_beam.utils.timestamp import Duration, Timestamp

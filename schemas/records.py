@@ -18,7 +18,9 @@ MISSING_TEXT_FIELD = "missing_text_field"   # an object without the text field
 TEXT_NOT_A_STRING = "text_not_a_string"     # the text field is null, a number, a list...
 INVALID_UTF8 = "invalid_utf8"               # bytes that are not UTF-8, under invalid_utf8="reject"
 RECORD_TOO_LARGE = "record_too_large"       # above --max-record-bytes: rejected before it is held whole
-ROW_REASONS = (BAD_JSON, NOT_AN_OBJECT, MISSING_TEXT_FIELD, TEXT_NOT_A_STRING, INVALID_UTF8, RECORD_TOO_LARGE)
+KEPT_FIELD_TYPE = "kept_field_type"         # tokenize: a kept field's value does not fit --keep-field NAME:TYPE
+ROW_REASONS = (BAD_JSON, NOT_AN_OBJECT, MISSING_TEXT_FIELD, TEXT_NOT_A_STRING, INVALID_UTF8, RECORD_TOO_LARGE,
+               KEPT_FIELD_TYPE)
 
 # Shard-level reasons: the file (or what is left of it) cannot be read.
 TRUNCATED_OR_CORRUPT = "truncated_or_corrupt"       # a compressed stream ends early or is damaged

@@ -6,11 +6,14 @@ tables with these schemas and readers validate against them.
 from __future__ import annotations
 
 import json
+from typing import Iterable, Mapping
 
 import pyarrow as pa
 
 COUNTS_SCHEMA_VERSION = 1
-TOKENS_SCHEMA_VERSION = 1
+# 2: kept fields are typed columns (version 1 stored every kept field as JSON text); both are read.
+TOKENS_SCHEMA_VERSION = 2
+READABLE_TOKENS_SCHEMA_VERSIONS = ("1", "2")
 
 # counts/*.parquet: one row per distinct pre-token (UTF-8 bytes), sorted by pretoken within a file.
 COUNTS_SCHEMA = pa.schema(
@@ -37,18 +40,84 @@ EVENT_TIME_TYPE = pa.timestamp("us", tz="UTC")
 GROUP_COLUMN = "group"
 
 
+# --keep-field columns. Each kept field has one type for the whole dataset (every shard's file has the
+# same schema): the one given as `--keep-field NAME:TYPE`, else the one inferred from every value of
+# the field in every input record (`kept_type`). "json" is a string column of each value's compact
+# JSON text, for nested values (lists, objects) and fields whose values mix kinds.
+KEPT_TYPES = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_(),
+              "json": pa.string()}
+KEPT_TYPE_KEY = b"tokenbeam.kept_type"      # field metadata of a kept column: its KEPT_TYPES name
+_INT64 = (-2**63, 2**63 - 1)
+
+
+def value_kind(value) -> str:
+    """What a kept value is, for `kept_type`: "null", "bool", "int64", "float64", "string", or "json"
+    (a list, an object, an integer beyond int64, anything else)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int64" if _INT64[0] <= value <= _INT64[1] else "json"
+    if isinstance(value, float):
+        return "float64"
+    if isinstance(value, str):
+        return "string"
+    return "json"
+
+
+def kept_type(kinds: Iterable[str]) -> str:
+    """The column type of a field whose values are of these kinds (`value_kind`), by a fixed rule
+    that any order of shards and records gives alike: nulls fit every type; one kind is its own
+    type; integers and floats together widen to float64; any other mix is json; a field with no
+    value at all (missing or null everywhere) is a string column of nulls."""
+    kinds = set(kinds) - {"null"}
+    if kinds == {"int64", "float64"}:
+        return "float64"
+    if len(kinds) == 1:
+        return kinds.pop()
+    return "json" if kinds else "string"
+
+
+def fits(value, type_name: str) -> bool:
+    """Whether a value can be stored in a kept column of this type (null fits every type; an
+    integer fits float64)."""
+    kind = value_kind(value)
+    return kind == "null" or type_name == "json" or kind == type_name or (type_name, kind) == ("float64", "int64")
+
+
+def kept_value(value, type_name: str):
+    """A value as its kept column of this type stores it (`fits` must hold): json -> its compact JSON
+    text (keys sorted; lone surrogates, valid in JSON but not in UTF-8, stay escaped); float64 ->
+    a float; the rest as they are."""
+    if value is None:
+        return None
+    if type_name == "json":
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
+        try:
+            text.encode("utf-8")
+            return text
+        except UnicodeEncodeError:
+            return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return float(value) if type_name == "float64" else value
+
+
+def kept_column_is_json(field: pa.Field) -> bool:
+    """Whether a kept column of a token Parquet file holds JSON text: a json column, and every kept
+    column of a version 1 file (which has no type in its field metadata)."""
+    return (field.metadata or {}).get(KEPT_TYPE_KEY, b"json") == b"json"
+
+
 def token_id_type(vocab_size: int) -> pa.DataType:
     """uint16 when every id fits (vocab_size <= 65,536), else uint32."""
     return pa.uint16() if vocab_size <= UINT16_MAX_VOCAB else pa.uint32()
 
 
-def tokens_schema(vocab_size: int, keep_fields: tuple[str, ...] = (), metadata: dict[str, str] | None = None,
+def tokens_schema(vocab_size: int, keep_fields: Mapping[str, str] = {}, metadata: dict[str, str] | None = None,
                   event_time: bool = False, group: bool = False) -> pa.Schema:
     """Schema of a token Parquet file: id, token_ids, the per-record statistics, the event time (with
-    `event_time`), pass-through fields.
-
-    Pass-through (`--keep-field`) columns are stored as JSON-encoded strings, so a field whose type
-    varies across records (a number here, a list there) never breaks a file.
+    `event_time`), pass-through fields (`--keep-field`) given as {name: KEPT_TYPES name}, each
+    column's type name in its field metadata.
     """
     fields = [
         pa.field("id", pa.string(), nullable=False),
@@ -62,7 +131,8 @@ def tokens_schema(vocab_size: int, keep_fields: tuple[str, ...] = (), metadata: 
     for name in keep_fields:
         if name in reserved:
             raise ValueError(f"--keep-field {name!r} clashes with a column tokenbeam writes; rename it")
-        fields.append(pa.field(name, pa.string(), nullable=True))
+        fields.append(pa.field(name, KEPT_TYPES[keep_fields[name]], nullable=True,
+                               metadata={KEPT_TYPE_KEY: keep_fields[name].encode()}))
     meta = {"tokenbeam.schema": "tokens", "tokenbeam.schema_version": str(TOKENS_SCHEMA_VERSION)}
     meta.update(metadata or {})
     return pa.schema(fields, metadata={k.encode(): v.encode() for k, v in meta.items()})

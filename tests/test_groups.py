@@ -136,7 +136,7 @@ def test_stats_refuses_a_breakdown_the_files_cannot_give(tmp_path, sample, token
     for extra, message in ((["--group-field", "src"], "holds no field 'src' to group by"),
                            (["--window", "1h"], "no event_time column for --window"),
                            (["--window", "1"], "add a unit"),
-                           (["--group", "src"], "unrecognized arguments")):
+                           (["--group", "src"], "unknown option --group: did you mean --group-field?")):
         assert stats_cmd.main(base + extra) == 2, extra
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("tokenbeam: error:") and message in err, err

@@ -92,8 +92,8 @@ def test_row_group_table_equals_the_plain_arrow_table(vocab_size):
     records = [Record(f"r{i}", "x" * rng.randrange(5), i, keep={"meta": {"n": i}} if i % 3 else {})
                for i in range(300)]
     id_lists = [[rng.randrange(vocab_size) for _ in range(rng.choice([0, 1, 2, 50]))] for _ in records]
-    schema = tables.tokens_schema(vocab_size, ("meta",))
-    group, summary = tokenize.RowGroup(("meta",)), Summary(vocab_size)
+    schema = tables.tokens_schema(vocab_size, {"meta": "json"})
+    group, summary = tokenize.RowGroup({"meta": "json"}), Summary(vocab_size)
     for start in range(0, len(records), 128):      # several batches into one row group
         chunk, ids = records[start:start + 128], id_lists[start:start + 128]
         group.extend(chunk, ids, batch_stats([r.text for r in chunk], ids))
@@ -105,7 +105,7 @@ def test_row_group_table_equals_the_plain_arrow_table(vocab_size):
         "n_bytes": pa.array([len(r.text) for r in records], pa.int32()),
         "n_chars": pa.array([len(r.text) for r in records], pa.int32()),
         "n_words": pa.array([len(r.text.split()) for r in records], pa.int32()),
-        "meta": [json.dumps(r.keep["meta"]) if "meta" in r.keep else None for r in records],
+        "meta": [json.dumps(r.keep["meta"], separators=(",", ":")) if "meta" in r.keep else None for r in records],
     }, schema=schema)
     assert table.equals(expected)
     counts = [0] * vocab_size

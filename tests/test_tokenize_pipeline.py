@@ -142,7 +142,7 @@ def test_rejected_records_are_listed_and_counted(tmp_path, trained):
     stats = run_tokenize("--tokenizer", trained, "--input", shard, "--output", out, "--keep-field", "meta")
     rows = pq.read_table(out / "bad.parquet")
     assert rows.column("id").to_pylist() == ["a", "e"]
-    assert rows.column("meta").to_pylist() == ['{"k": [1, 2]}', None]
+    assert rows.column("meta").to_pylist() == ['{"k":[1,2]}', None]
     rejected = [json.loads(l) for l in (out / "rejected" / "bad.jsonl").read_text().splitlines()]
     assert [r["reason"] for r in rejected] == ["bad_json", "text_not_a_string", "missing_text_field"]
     assert stats["records"] == 2
