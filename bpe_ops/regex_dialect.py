@@ -38,7 +38,7 @@ import regex
 __all__ = ["from_oniguruma", "to_oniguruma", "reads_differently", "regexes_read_differently"]
 
 # `{n}`, `{n,}`, `{,m}`, `{n,m}`: an interval, in both engines.
-_INTERVAL = regex.compile(r"\{(\d*)(?:(,)(\d*))?\}")
+_INTERVAL = regex.compile(r"\{(?=\d|,\d)(\d*)(?:(,)\d*)?\}")
 _INLINE_FLAGS = regex.compile(r"\(\?([a-zA-Z]*)(?:-([a-zA-Z]*))?([:)])")
 _HEX = "0-9a-fA-F"
 
@@ -144,7 +144,7 @@ def _rewrite(pattern: str, direction: str) -> str:
             if then == "+" and direction == _FROM_ONIGURUMA:
                 # Oniguruma: the interval, then `+` repeating it.
                 i += 1
-                low, comma, high = interval.group(1), interval.group(2), interval.group(3)
+                low, comma = interval.group(1), interval.group(2)
                 if single[-1] and low in ("", "0", "1") and (comma or low != "0"):
                     # `(?:X{1,m})+` is `X+` and `(?:X{0,m})+` is `X*`: the same lengths, longest first.
                     units[-1] += "+" if low == "1" else "*"
