@@ -1,7 +1,7 @@
 """Every command with `s3://` URLs for its inputs, tokenizer and outputs, against an S3 server on
 127.0.0.1 (test_s3.py's moto server, one for this module), gives the outputs of the same command on
 local paths: train, tokenize (batch, --window, --group-field, rejected records, --baseline, --watch),
-pack (every format), evaluate, stats and drift. `gs://` goes through the same layer: drift and
+pack (every format), evaluate, stats, drift and estimate. `gs://` goes through the same layer: drift and
 tokenize --baseline read it from an in-process filesystem registered under "gs" in fsspec's registry
 (gcsfs and a GCS emulator are not installed here: this proves the routing, not gcsfs).
 
@@ -107,6 +107,8 @@ def commands(root: str) -> dict[str, list]:
         "drift": ["drift", f"{root}/tokens/stats.json", f"{root}/rebuilt", "--report", f"{root}/drift"],
         "baseline": ["tokenize", "--tokenizer", f"{root}/tok/tokenizer.json", "--input", f"{root}/corpus/tiny-000*",
                      "--output", f"{root}/judged", "--baseline", f"{root}/tokens/stats.json"],
+        "estimate": ["estimate", "--tokenizer", f"{root}/tok", "--input", corpus, "--seed", 3,
+                     "--output", f"{root}/estimate/estimate.json"],
     }
 
 
@@ -194,6 +196,20 @@ def test_every_command_ends_as_on_local_paths(walk, local_root, name):
     assert local_code == 0, local_stderr
     assert code == 0, stderr
     assert stdout.replace(REMOTE, "ROOT") == local_stdout.replace(str(local_root), "ROOT")
+
+
+def test_estimate_on_s3_draws_the_same_records_as_on_local_paths(s3, walk, local_root):
+    """The same seed draws the same byte offsets (the files have the same sizes) and reads the gzipped
+    shard through: the same figures. Its time and the projection from it are measurements."""
+    (code, _, stderr), (local_code, _, local_stderr) = walk["s3"]["estimate"], walk["local"]["estimate"]
+    assert local_code == 0 and code == 0, (local_stderr, stderr)
+    ours = json.loads(remote_files(s3, "estimate")["estimate.json"])
+    theirs = json.loads((local_root / "estimate" / "estimate.json").read_text())
+    assert ours["read_through"] == 1 and ours["sampled_by_offset"] >= 1
+    for report in (ours, theirs):
+        for key in ("seconds", "projection", "tokenizer"):
+            report.pop(key)
+    assert ours == theirs
 
 
 def test_trained_files_equal_the_local_run(s3, walk, local_root):
