@@ -1,4 +1,4 @@
-"""Nothing silently wrong (issue 12): every ordinary mistake of a new user ends in a correct result or
+"""Nothing silently wrong: every ordinary mistake of a new user ends in a correct result or
 a non-zero exit with one clear line. Each test is one row of the issue's probe tables, on the in-repo
 `sample/` (no ../shared needed)."""
 import ast

@@ -1,4 +1,4 @@
-"""`tokenbeam evaluate` (issue 16, item 4): known answers, equality with tokenize's stats.json, a merge
+"""`tokenbeam evaluate`: known answers, equality with tokenize's stats.json, a merge
 list cut to several sizes, the shard accounting and one-line refusals."""
 import gzip
 import json

@@ -1,4 +1,4 @@
-"""`tokenize --group-field` and drift per group (issue 13, item 3)."""
+"""`tokenize --group-field` and drift per group."""
 import json
 
 import pytest

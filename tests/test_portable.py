@@ -3,9 +3,9 @@ job service started here, `--runner PortableRunner --environment_type LOOPBACK`.
 byte-identical to the local runner's on the real `tiny/` corpus.
 
 The job service is Beam's own `local_job_service_main`; Flink's and Spark's job servers speak the same
-Job API, so the same submission goes to them. (`multi_processing` with two workers,
-the other half of issue 7's portability proof, is run by test_train_pipeline and
-test_tokenize_pipeline.)"""
+Job API, so the same submission goes to them (untested here: their jars are not served to this project's
+machines). `multi_processing` with two workers, the other half of the proof that nothing depends on
+the launcher's process, is run by test_train_pipeline and test_tokenize_pipeline."""
 import json
 import re
 import socket

@@ -1,4 +1,4 @@
-"""`tokenize --window` and `tokenize --watch` end to end (issue 13, items 4 and 5): real files dropped
+"""`tokenize --window` and `tokenize --watch` end to end: real files dropped
 into a folder while the command runs, judged against a baseline of the same collection."""
 import json
 import os
