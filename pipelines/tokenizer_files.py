@@ -167,6 +167,7 @@ def load_tokenizer(url: str, implementation: Implementation = DEFAULT, pattern: 
         fs, path = filesystem(url)
         found = _tokenizer_path(fs, path, url)
         if is_local(url):
+            local = found                              # named in errors as `url`
             return load(found)
         with tempfile.TemporaryDirectory() as tmp:
             local = os.path.join(tmp, "tokenizer")     # named in errors as `url`

@@ -18,7 +18,7 @@ with harness.instrumented(__name__ == "__main__"):
 
 
 def check(data: bytes) -> None:
-    path = harness.scratch("tokenizer.model" if data[:1] == b"\n" else "tokenizer.json", data)
+    path = harness.scratch("tokenizer.model" if data[:1] == b"\n" else "tokenizer.json", data, folder="tokenizer")
     harness.exercise_tokenizer(
         lambda implementation: harness.expect_refusal_or(lambda: load_tokenizer(path, implementation), path), path)
 

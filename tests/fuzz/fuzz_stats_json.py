@@ -30,11 +30,11 @@ GROUPS = HERE / "data" / "groups"
 
 
 def check(data: bytes) -> None:
-    bad = harness.scratch("stats.json", data)
-    good = harness.scratch("good.stats.json", GOOD.read_bytes())
+    bad = harness.scratch("stats.json", data, folder="stats_json")
+    good = harness.scratch("good.stats.json", GOOD.read_bytes(), folder="stats_json")
     os.makedirs(os.path.join(os.path.dirname(good), "groups"), exist_ok=True)
     for group in GROUPS.iterdir():
-        harness.scratch(f"groups/{group.name}", group.read_bytes())
+        harness.scratch(f"groups/{group.name}", group.read_bytes(), folder="stats_json")
     for argv in ([bad, good], [good, bad]):
         args, rest = drift.build_parser().parse_known_args(argv)
         with contextlib.redirect_stdout(io.StringIO()):

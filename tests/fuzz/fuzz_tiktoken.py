@@ -19,7 +19,7 @@ SPECIALS = {"<|endoftext|>": 299}       # the id after the seed's last rank
 
 
 def check(data: bytes) -> None:
-    path = harness.scratch("tokenizer.tiktoken", data)
+    path = harness.scratch("tokenizer.tiktoken", data, folder="tokenizer")
     harness.exercise_tokenizer(lambda implementation: harness.expect_refusal_or(
         lambda: load_tokenizer(path, implementation, "gpt4", SPECIALS), path), path)
 

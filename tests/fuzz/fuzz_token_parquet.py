@@ -106,13 +106,13 @@ def build(recipe: bytes, path: str) -> list[str]:
 
 
 def check(data: bytes) -> None:
-    path, options = harness.scratch("part.parquet", data), []
+    path, options = harness.scratch("part.parquet", data, folder="token_parquet"), []
     if not data.startswith(b"PAR1"):
         try:
             options = build(data, path)
         except (pa.ArrowException, ValueError, UnicodeEncodeError):
             return                              # a recipe pyarrow cannot write: no file to read
-    output = harness.scratch("stats.json", b"")
+    output = harness.scratch("stats.json", b"", folder="token_parquet_output")
     with contextlib.redirect_stderr(io.StringIO()):
         harness.expect_refusal_or(
             lambda: stats_cmd.rebuild([path, "--tokenizer", str(TOKENIZER), "--output", output, *options]), path)

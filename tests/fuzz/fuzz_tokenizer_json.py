@@ -17,7 +17,7 @@ with harness.instrumented(__name__ == "__main__"):
 
 
 def check(data: bytes) -> None:
-    path = harness.scratch("tokenizer.json", data)
+    path = harness.scratch("tokenizer.json", data, folder="tokenizer")
     harness.exercise_tokenizer(
         lambda implementation: harness.expect_refusal_or(lambda: load_tokenizer(path, implementation), path), path)
 

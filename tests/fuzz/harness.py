@@ -30,9 +30,12 @@ _SCRATCH = tempfile.mkdtemp(prefix="tokenbeam-fuzz-")
 atexit.register(shutil.rmtree, _SCRATCH, True)
 
 
-def scratch(name: str, data: bytes) -> str:
-    """`data` written to the file `name` in this process's scratch folder; its path."""
-    path = os.path.join(_SCRATCH, name)
+def scratch(name: str, data: bytes, folder: str) -> str:
+    """`data` written to the file `name` in `folder` (the target's own) of this process's scratch
+    folder; its path. Targets keep apart: a tokenizer.json or a token Parquet beside a stats.json would
+    make that folder another command's output to the readers of stats.json."""
+    path = os.path.join(_SCRATCH, folder, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as f:
         f.write(data)
     return path
