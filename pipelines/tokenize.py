@@ -878,7 +878,7 @@ def holds_a_value(url: str, name: str) -> bool:
 
 def warn_doubtful_run(args: argparse.Namespace, inputs: list[str], stats: dict, manifest: dict) -> None:
     """Warnings for a run that is legal but probably not what was meant."""
-    for what in absent_fields(args.output, manifest, args.keep_field, stats, args.group_field):
+    for what in absent_fields(args.output, manifest, list(parse_keep_fields(args.keep_field)), stats, args.group_field):
         warn(f"{what}; is the name right?")
     for text in changed_inputs(inputs, manifest):
         warn(f"{text} changed after it was tokenized: the output holds it as it was; rerun to tokenize it again")

@@ -8,6 +8,7 @@ import gc
 import json
 import random
 
+import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -129,7 +130,8 @@ def test_worker_takes_the_sha256_from_the_launcher_and_writes_stats_without_the_
     frozen = gc.get_freeze_count()
     fn.setup()
     assert gc.get_freeze_count() == frozen      # only a worker process of its own freezes its heap
-    summary, _manifest = list(fn.process(Shard(str(src), "in.txt", src.stat().st_size)))
+    (summary,) = [out for out in fn.process(Shard(str(src), "in.txt", src.stat().st_size))
+                  if not isinstance(out, beam.pvalue.TaggedOutput)]
     fn.finish_bundle()                          # the file is finished in the background by the bundle's end
     meta = pq.read_schema(tmp_path / "out" / "in.parquet").metadata
     assert meta[tables.TOKENIZER_SHA256_KEY.encode()].decode() == ref.sha256
