@@ -361,8 +361,9 @@ def interrupt_when(argv: list[str], started) -> tuple[int, str]:
     return run.returncode, "".join(lines)
 
 
-def has_line(prefix: str):
-    return lambda lines: any(line.startswith(prefix) for line in lines)
+def has_line(words: str):
+    """A line that holds `words`: a shard's progress line (the first shard done is always said)."""
+    return lambda lines: any(words in line for line in lines)
 
 
 @pytest.mark.parametrize("command", ["tokenize", "evaluate", "pack"])
