@@ -305,9 +305,10 @@ def gcs():
 
 
 def test_drift_and_baseline_read_gs_urls_like_local_paths(s3, walk, local_root, gcs):
-    for folder in ("tokens", "rebuilt"):
-        for path in (local_root / folder).rglob("*.json"):
-            gcs.pipe_file(f"gs://bkt/{path.relative_to(local_root).as_posix()}", path.read_bytes())
+    for folder in ("tokens", "rebuilt"):          # the JSON files, and the run's _SUCCESS: drift reads finished runs
+        for path in (local_root / folder).rglob("*"):
+            if path.is_file() and path.suffix != ".parquet":
+                gcs.pipe_file(f"gs://bkt/{path.relative_to(local_root).as_posix()}", path.read_bytes())
     code, stdout, stderr = run("drift", "gs://bkt/tokens/stats.json", "gs://bkt/rebuilt")
     local_code, local_stdout, _ = walk["local"]["drift"]
     assert (code, stdout.replace("gs://bkt", "ROOT")) == (local_code, local_stdout.replace(str(local_root), "ROOT"))
@@ -346,10 +347,11 @@ def test_watch_on_s3_tokenizes_shards_as_they_land_like_a_batch_run(s3, walk):
                           "--output", f"{REMOTE}/batch", "--eos-token", SPECIAL)
     assert code == 0, stderr
     watched, batch = remote_files(s3, "watched"), remote_files(s3, "batch")
-    assert sorted(watched) == sorted(batch) == ["_SUCCESS", "rejected/tiny-000-of-002.jsonl",
+    assert sorted(watched) == sorted(batch) == [".tokenbeam.json", "_SUCCESS", "rejected/tiny-000-of-002.jsonl",
                                                 "rejected/tiny-001-of-002.jsonl", "stats.json",
                                                 "tiny-000-of-002.parquet", "tiny-001-of-002.parquet"]
-    for name in ("tiny-000-of-002.parquet", "tiny-001-of-002.parquet", "_SUCCESS", "rejected/tiny-000-of-002.jsonl"):
+    for name in ("tiny-000-of-002.parquet", "tiny-001-of-002.parquet", "_SUCCESS", "rejected/tiny-000-of-002.jsonl",
+                 ".tokenbeam.json"):
         assert watched[name] == batch[name], name
     assert without_volatile(json.loads(watched["stats.json"])) == without_volatile(json.loads(batch["stats.json"]))
 
