@@ -32,6 +32,10 @@ def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     import fsspec
 
     fs, path = fsspec.core.url_to_fs(url)
+    if not is_local(url):
+        # fsspec shares one filesystem instance per store in a process, with its listings cached: a file
+        # that another process (a Beam worker) wrote or removed since would be missed, or seen.
+        fs.invalidate_cache(path)
     return fs, path
 
 

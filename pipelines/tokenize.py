@@ -1094,7 +1094,7 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
             remove(join(args.output, STOP_FILE))
     if not exists(join(args.output, "stats.json")):
         raise IncompleteRun(f"the watch ended before any shard matching {', '.join(inputs)} arrived; nothing "
-                            f"was written")
+                            f"was written" if watching else f"{join(args.output, 'stats.json')} was not written")
     stats = read_json(join(args.output, "stats.json"))
     manifest = read_json(join(args.output, SUCCESS)) if exists(join(args.output, SUCCESS)) else {}
     elapsed = time.time() - started_at
