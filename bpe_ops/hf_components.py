@@ -4,7 +4,7 @@ Byte-level BPE files written by others may normalize the text first (NFC, Lowerc
 split it with a `Sequence` of several pre-tokenizers (Splits with any behaviour, Digits, ByteLevel)
 instead of the single `Split(regex)` the encoder's fast path runs. This module is the specification of
 those components, written from `tokenizers`' Rust sources (normalizers/*.rs, pre_tokenizers/*.rs,
-`NormalizedString::split`) and held to `tokenizers` itself by tests/test_hf_components.py:
+`NormalizedString::split`) and held to `tokenizers` itself by tests/bpe_ops/test_hf_components.py:
 
   - a normalizer is `str -> str`;
   - a pre-tokenizer step maps every piece to its sub-pieces; empty pieces are dropped, as HF does.

@@ -2,7 +2,7 @@
 
 A decoder maps the list of token strings to a list of strings (`decode_chain`), which are then
 joined. Written from `tokenizers`' decoders/*.rs and held to `Tokenizer.decode` by
-tests/test_sentencepiece_bpe.py:
+tests/bpe_ops/test_sentencepiece_bpe.py:
 
     >>> decode = decoder({"type": "Sequence", "decoders": [
     ...     {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},

@@ -68,7 +68,7 @@ QWEN2_PATTERN = LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
 HF_GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 # Patterns that `_split_scan.h` splits by hand, PCRE2 taking only the pieces it cannot decide (a
 # contraction, a character beyond the BMP): (family, longest digit run or 0, `\s+$` first). The same
-# pieces as PCRE2 (tests/test_split_scan.py), several times faster: the split was a third of encoding.
+# pieces as PCRE2 (tests/bpe_ops/test_split_scan.py), several times faster: the split was a third of encoding.
 SCANNED_PATTERNS = {
     GPT2_PATTERN: ("gpt2", 0, False),
     HF_GPT2_PATTERN: ("gpt2", 0, False),

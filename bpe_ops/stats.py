@@ -232,7 +232,7 @@ def count_words(text: str, chunk: int = WORD_COUNT_CHUNK) -> int:
 
 
 # What `str.split()` separates on (`str.isspace`, Python 3.11): ASCII 9-13, 28-31 and 32, and
-# these non-ASCII characters (`tests/test_stats.py` checks the list against every code point).
+# these non-ASCII characters (`tests/bpe_ops/test_stats.py` checks the list against every code point).
 UNICODE_SPACES = "\x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"
 # The UTF-8 encodings of the non-ASCII separators (2 or 3 bytes each).
 _WIDE_SPACES = tuple(c.encode() for c in UNICODE_SPACES)

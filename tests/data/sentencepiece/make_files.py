@@ -1,5 +1,5 @@
 """Make the SentencePiece BPE models and their tokenizer.json conversions that
-tests/test_sentencepiece_bpe.py checks (the files beside this script).
+tests/bpe_ops/test_sentencepiece_bpe.py checks (the files beside this script).
 
 `transformers`' converter reads the SentencePiece model through protobuf >= 7, newer than Apache Beam
 allows, so this runs in a separate virtual environment; the generated files are committed:

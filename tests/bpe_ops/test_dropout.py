@@ -11,7 +11,7 @@ from bpe_ops.encoder import _piece_merge
 from bpe_ops.implementation import Implementation
 from bpe_ops.dropout import GOLDEN, DropoutStream, splitmix64, stream_key, threshold
 from tests.conftest import read_jsonl_texts
-from tests.test_encoder import HAND_MERGES
+from tests.bpe_ops.test_encoder import HAND_MERGES
 
 
 class Never:

@@ -14,13 +14,13 @@ from pipelines import cli
 from tests.fuzz import (fuzz_sentencepiece, fuzz_stats_json, fuzz_tiktoken, fuzz_token_parquet,
                         fuzz_tokenizer_json)
 
-FUZZ = Path(__file__).parent / "fuzz"
+FUZZ = Path(__file__).resolve().parents[1] / "fuzz"
 TARGETS = {"tokenizer_json": fuzz_tokenizer_json, "tiktoken": fuzz_tiktoken, "sentencepiece": fuzz_sentencepiece,
            "stats_json": fuzz_stats_json, "token_parquet": fuzz_token_parquet}
 CASES = [(target, path) for target in TARGETS for folder in ("corpus", "regressions")
          for path in sorted((FUZZ / folder / target).glob("*"))]
 IDS = [f"{path.parent.parent.name}/{target}/{path.name}" for target, path in CASES]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_target_has_seeds_and_regressions():

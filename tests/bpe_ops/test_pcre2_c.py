@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from bpe_ops import Tokenizer, pretokenize
 from tests.conftest import read_jsonl_texts
-from tests.test_pretokenize import ADVERSARIAL
+from tests.bpe_ops.test_pretokenize import ADVERSARIAL
 
 pcre2 = pretokenize._pcre2_module()
 pytestmark = pytest.mark.skipif(pcre2 is None and os.environ.get("TOKENBEAM_REQUIRE_PCRE2") != "1",

@@ -42,7 +42,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 from pipelines import cli
 from pipelines.watch import is_temporary_name
 from tests.conftest import ROOT
-from tests.test_s3 import BUCKET, s3  # noqa: F401  (the module's S3 server: a fixture)
+from tests.system.test_s3 import BUCKET, s3  # noqa: F401  (the module's S3 server: a fixture)
 
 REMOTE = f"s3://{BUCKET}"
 SPECIAL = "<|endoftext|>"

@@ -23,7 +23,7 @@ from pipelines import folders, pack
 from schemas import pack as layout
 from schemas import tables
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SHA_A, SHA_B = "a" * 64, "b" * 64
 EOS = 0
 

@@ -26,7 +26,7 @@ except ImportError:
     _native = None
 pcre2 = pretokenize._pcre2_module()
 HAS_COMPILER = shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]) is not None
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -175,7 +175,7 @@ def test_a_bad_file_is_refused_the_same_way_with_a_cache(tmp_path):
     assert not (tmp_path / "cache").exists()
 
 
-SENTENCEPIECE_FILES = sorted((Path(__file__).parent / "data" / "sentencepiece").glob("*.json"))
+SENTENCEPIECE_FILES = sorted((Path(__file__).resolve().parents[1] / "data" / "sentencepiece").glob("*.json"))
 
 
 @pytest.mark.parametrize("path", SENTENCEPIECE_FILES, ids=lambda p: p.stem)

@@ -14,7 +14,7 @@ from pipelines.errors import EXIT_INCOMPLETE, EXIT_USAGE, UserError
 from pipelines.sources import Record, Shard, SourceOptions, read_shard
 from pipelines.tokenizer_files import load_tokenizer
 from tests.conftest import ROOT
-from tests.test_cli_strict import cli, one_error_line
+from tests.pipelines.test_cli_strict import cli, one_error_line
 
 COMMANDS = ("train", "tokenize", "pack", "evaluate", "drift", "stats", "encode")
 MODULES = ("train", "tokenize", "pack", "evaluate", "drift", "stats_cmd")

@@ -20,7 +20,7 @@ from pipelines import train
 from pipelines.errors import UserError
 from schemas.reports import SUPERWORD_KEYS
 from tests.conftest import ROOT, read_jsonl_texts
-from tests.test_trainer import IMPLEMENTATIONS, implementation
+from tests.bpe_ops.test_trainer import IMPLEMENTATIONS, implementation
 
 TIE_BREAKS = ["largest", "smallest", "hf"]
 

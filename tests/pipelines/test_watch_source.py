@@ -45,7 +45,7 @@ with beam.Pipeline(runner=FnApiRunner(), options=PipelineOptions(["--streaming"]
     shards = p | "WatchShards" >> WatchShards(cfg["patterns"], poll_interval=cfg["poll"], stop_after=cfg.get("stop_after"),
                                               stop_when_idle=cfg.get("stop_when_idle"), stop=stop)
     if cfg.get("windows"):
-        from tests.test_watch_source import add_windowed_stats
+        from tests.pipelines.test_watch_source import add_windowed_stats
         add_windowed_stats(shards, **cfg["windows"])
     else:
         shards | "Handle" >> beam.Map(handle)

@@ -21,7 +21,7 @@ from bpe_ops.sentencepiece_bpe import PieceModel, byte_piece, merge_heap
 from pipelines import tokenize
 from tests.conftest import ROOT, read_jsonl_texts
 
-DATA = Path(__file__).parent / "data" / "sentencepiece"
+DATA = Path(__file__).resolve().parents[1] / "data" / "sentencepiece"
 CONVERTED = ["llama", "llama-legacy", "gemma", "unk"]
 HOSTILE = [
     "", " ", "  ", "  leading and trailing  ", "a  b   c    d", "\n", "\n\nnew\nlines\r\n\r\n", "tabs\t\tand\t\t\tmore",

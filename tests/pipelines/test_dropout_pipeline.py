@@ -12,8 +12,8 @@ import pytest
 from bpe_ops import Tokenizer
 from pipelines import drift, stats_cmd
 from tests.conftest import ROOT
-from tests.test_determinism import stats_without_timing
-from tests.test_tokenize_pipeline import read_rows, run_tokenize, trained  # noqa: F401  (a fixture)
+from tests.system.test_determinism import stats_without_timing
+from tests.pipelines.test_tokenize_pipeline import read_rows, run_tokenize, trained  # noqa: F401  (a fixture)
 
 
 def parquet_bytes(out):
