@@ -91,8 +91,8 @@ def build_parser() -> tuple[Parser, dict[str, argparse.ArgumentParser]]:
         "stats": commands.add_parser("stats", help="rebuild stats.json from existing token Parquet files",
                                      usage="tokenbeam stats GLOB [GLOB ...] --tokenizer T [options]"),
         "estimate": commands.add_parser("estimate", help="count a dataset's tokens from a sample of its records, "
-                                                         "with 95% intervals, before you run",
-                                        usage="tokenbeam estimate --tokenizer T --input GLOB [--sample 0.5%] [options] "
+                                                         "with 95%% intervals, before you run",
+                                        usage="tokenbeam estimate --tokenizer T --input GLOB [--sample 0.5%%] [options] "
                                               "[INPUT ...]"),
         "encode": commands.add_parser("encode", help="show how a tokenizer splits a text"),
     }

@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with a tiktoken rank file as --tokenizer: its split pattern")
     add_source_arguments(parser)
     parser.add_argument("--sample", type=sample_fraction, default=sample_fraction(DEFAULT_SAMPLE), metavar="SHARE",
-                        help=f"share of the dataset's bytes to read, e.g. 0.5%% or 0.005 (default {DEFAULT_SAMPLE}); at "
+                        help=f"share of the dataset's bytes to read, e.g. 0.5%% or 0.005 (default {DEFAULT_SAMPLE}%); at "
                              f"least {MIN_DRAWS} records are drawn")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random sample (default 0)")
     parser.add_argument("--output", default=None, metavar="FILE",

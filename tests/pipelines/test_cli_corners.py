@@ -16,8 +16,8 @@ from pipelines.tokenizer_files import load_tokenizer
 from tests.conftest import ROOT
 from tests.pipelines.test_cli_strict import cli, one_error_line
 
-COMMANDS = ("train", "tokenize", "pack", "evaluate", "drift", "stats", "encode")
-MODULES = ("train", "tokenize", "pack", "evaluate", "drift", "stats_cmd")
+COMMANDS = ("train", "tokenize", "pack", "evaluate", "drift", "stats", "estimate", "encode")
+MODULES = ("train", "tokenize", "pack", "evaluate", "drift", "stats_cmd", "estimate")
 
 
 def python_m(module, *argv):
@@ -38,6 +38,14 @@ def test_every_command_prints_its_help_and_exits_0_without_beams_warning(command
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("usage: tokenbeam") and "--help" in result.stdout
     assert result.stderr == ""
+
+
+def test_the_command_list_prints_and_exits_0():
+    # A `%` in any command's help line is argparse's format character: the whole list would fail.
+    result = cli("--help")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: tokenbeam")
+    assert all(f"    {command} " in result.stdout for command in COMMANDS)
 
 
 @pytest.mark.parametrize("module", MODULES)
