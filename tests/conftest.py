@@ -49,6 +49,44 @@ def gpt2_files(shared_dir) -> tuple[Path, Path]:
     return d / "gpt2_vocab.json", d / "gpt2_merges.txt"
 
 
+@pytest.fixture(scope="session")
+def trained_tokenizer(tmp_path_factory, sample, corpora_if_needed):
+    """A function giving the folder of a tokenizer trained by the real `train` pipeline, once per run
+    for each set of arguments: `trained_tokenizer("sample", 300)` or `trained_tokenizer("tiny", 1000,
+    "--special-token", "<|endoftext|>")`. The corpus is the in-repo `sample/` or a folder of
+    ../shared/corpora. Tests must not write into the folder it returns."""
+    from pipelines import train
+
+    made: dict[tuple, Path] = {}
+
+    def trained(corpus: str, vocab_size: int, *options: str) -> Path:
+        key = (corpus, vocab_size, *options)
+        if key not in made:
+            folder = sample if corpus == "sample" else corpora_if_needed() / corpus
+            out = tmp_path_factory.mktemp(f"tok-{corpus}-{vocab_size}")
+            train.run(["--input", str(folder / "*.jsonl"), "--output", str(out), "--vocab-size", str(vocab_size),
+                       "--quiet", *options])
+            made[key] = out
+        return made[key]
+
+    return trained
+
+
+@pytest.fixture(scope="session")
+def corpora_if_needed():
+    """../shared/corpora, asked for only when a test needs it (a fixture that may not need it)."""
+    return lambda: _need(SHARED / "corpora")
+
+
+def pytest_collection_modifyitems(items):
+    """Everything under tests/system/ is a system test, and slow."""
+    system = Path(__file__).resolve().parent / "system"
+    for item in items:
+        if system in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.system)
+            item.add_marker(pytest.mark.slow)
+
+
 def read_jsonl_texts(folder: Path, limit: int | None = None) -> list[str]:
     """The `text` field of every record of every `*.jsonl` shard in `folder`, in shard order."""
     texts = []
