@@ -257,6 +257,8 @@ def save_figure(fig, url: str) -> None:
         fig.savefig(f, dpi=100, format="png")
 
 
+# ---- a pair (and its groups' lines): shown, and the files of every kind written --------------
+
 def show_pair(baseline: dict, baseline_path: str, current: dict, current_path: str,
               thresholds: Thresholds = Thresholds(), allow_different_tokenizers: bool = False
               ) -> tuple[DriftReport, list[GroupComparison]]:

@@ -199,8 +199,8 @@ class StatsError(Exception):
     `tokenbeam stats` prints it and exits 2)."""
 
 
-def add_batch(summary: Summary, batch: pa.RecordBatch, where: str, breakdowns: BreakdownSummaries | None = None,
-              decode_bytes=None) -> None:
+def add_record_batch(summary: Summary, batch: pa.RecordBatch, where: str,
+                     breakdowns: BreakdownSummaries | None = None, decode_bytes=None) -> None:
     """Add one record batch: id frequencies and per-record figures, a column at a time; each record
     calibrated with its id and token ids (views into the flat id buffer, no copy per record) and,
     given the tokenizer's `decode_bytes`, with the number formats of its text decoded from them."""
@@ -239,7 +239,7 @@ def add_batch(summary: Summary, batch: pa.RecordBatch, where: str, breakdowns: B
 
 def add_file(summary: Summary, url: str, sha256: str, breakdowns: BreakdownSummaries | None = None,
              decode_bytes=None, dropouts: dict | None = None) -> int:
-    """Add one token Parquet file; returns its rows (`decode_bytes`: see `add_batch`). `dropouts`
+    """Add one token Parquet file; returns its rows (`decode_bytes`: see `add_record_batch`). `dropouts`
     collects `{url: the BPE-dropout {p, seed} its footer says the file was encoded with, or None}`."""
     rows = 0
     try:
@@ -254,7 +254,7 @@ def add_file(summary: Summary, url: str, sha256: str, breakdowns: BreakdownSumma
             shard = tables.shard_record(tables.file_metadata(pf.metadata.metadata))
             extra_columns = breakdowns.parquet_columns(pf, shard, url) if breakdowns is not None else []
             for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=list(COLUMNS) + extra_columns):
-                add_batch(summary, batch, url, breakdowns, decode_bytes)
+                add_record_batch(summary, batch, url, breakdowns, decode_bytes)
                 rows += batch.num_rows
     except (pa.ArrowException, OSError) as exc:
         raise StatsError(f"cannot read {url}: {str(exc).splitlines()[0]}") from None

@@ -12,7 +12,7 @@ def test_every_worked_example_of_the_drift_statistics_holds():
 
 def test_every_public_function_and_class_of_the_drift_statistics_shows_a_worked_example():
     finder = doctest.DocTestFinder()
-    public = [name for name, value in vars(drift_stats).items()
-              if not name.startswith("_") and callable(value) and getattr(value, "__module__", None) == drift_stats.__name__]
+    public = [name for name, value in vars(drift_stats).items() if not name.startswith("_") and callable(value)
+              and getattr(value, "__module__", None) == drift_stats.__name__]
     without = [name for name in public if not any(t.examples for t in finder.find(getattr(drift_stats, name), name))]
     assert public and without == []
