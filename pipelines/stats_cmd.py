@@ -29,7 +29,7 @@ from pipelines.command import Parser, add_quiet_argument
 from pipelines.errors import UserError, say, set_quiet, shard_done
 from pipelines.files import glob, isdir, join, write_text_atomic
 from pipelines.folders import check_finished, owner
-from pipelines.summaries import Breakdowns, StatsError, Windowing, add_file
+from pipelines.breakdowns import Breakdowns, StatsError, Windowing, add_file
 from pipelines.tokenizer_files import load_tokenizer
 
 

@@ -50,7 +50,8 @@ from pipelines.drift_judging import (Thresholds, check_calibrated, check_same_dr
                                      stats_paths)
 from pipelines.drift_reports import show_pair
 from pipelines.groups import GROUPS_FOLDER, NO_GROUP, GroupStats, group_value
-from pipelines.summaries import BreakdownSummaries, Breakdowns, MergeSummaries, Windowing, add_file
+from pipelines.breakdowns import BreakdownSummaries, Breakdowns, Windowing, add_file
+from pipelines.summaries import MergeSummaries
 from pipelines.watch import StopSignal, WatchShards, WholeRun, install_stop_handlers
 from pipelines.windows import WINDOWS_FOLDER, WindowStats, format_utc, parse_duration, parse_timestamp
 

@@ -40,5 +40,5 @@ def test_tokenize_imports_no_command_module_even_inside_a_function():
 
 
 def test_tokenize_judges_and_summarises_through_the_libraries():
-    assert {"pipelines.drift_judging", "pipelines.drift_reports", "pipelines.summaries"} <= \
-        modules_loaded_by("pipelines.tokenize")
+    libraries = {"pipelines.drift_judging", "pipelines.drift_reports", "pipelines.summaries", "pipelines.breakdowns"}
+    assert libraries <= modules_loaded_by("pipelines.tokenize")
