@@ -40,7 +40,8 @@ sys.path.insert(0, str(ROOT))
 from bpe_ops import Tokenizer  # noqa: E402
 from bpe_ops.pretokenize import GPT2_PATTERN  # noqa: E402
 from bpe_ops.stats import Summary, record_stats, single_byte_ids  # noqa: E402
-from pipelines import drift, stats_cmd  # noqa: E402
+from pipelines import drift, drift_judging, stats_cmd  # noqa: E402
+from pipelines.breakdowns import add_file  # noqa: E402
 from schemas.stats import TOKENS_PER_RECORD_EDGES, dump_stats, load_stats, stats_json  # noqa: E402
 
 SHARED = Path(os.environ.get("TOKENBEAM_SHARED", ROOT.parent / "shared"))
@@ -71,7 +72,7 @@ def best_of(repeat: int, fn):
 def ours_stats(tok: Tokenizer, folder: Path) -> dict:
     summary = Summary(tok.vocab_size, raw_byte_ids=single_byte_ids(tok.vocab))
     for url in stats_cmd.expand_globs([str(folder / "*.parquet")]):
-        stats_cmd.add_file(summary, url, tok.sha256)
+        add_file(summary, url, tok.sha256)
     return stats_json(summary, tok)
 
 
@@ -117,7 +118,7 @@ def duckdb_drift(con, a: Path, b: Path) -> tuple:
 def ours_drift(a: Path, b: Path):
     with contextlib.redirect_stdout(io.StringIO()):
         code = drift.main([str(a), str(b)])
-    return code, drift.compare(load_stats(a), load_stats(b))
+    return code, drift_judging.compare(load_stats(a), load_stats(b))
 
 
 def main() -> int:

@@ -11,7 +11,7 @@ multi/ is encoded once, and each compared sample is built in-process as the pipe
 
 - false alarms: seeded disjoint splits of one corpus into two samples of N documents (held-out
   English, and code/ and multi/, which nothing was tuned on): the share of comparisons that
-  `drift.compare` with the default settings calls drift;
+  `drift_judging.compare` with the default settings calls drift;
 - detection: N held-out English documents against N other documents changed one way: python
   code (code/), multilingual text (multi/), English with 30% of its documents replaced by code,
   upper-cased English, English with every whitespace run collapsed to one space or newline,
@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from bpe_ops import Tokenizer, train_bpe  # noqa: E402
 from bpe_ops.stats import Summary, batch_stats, digit_runs_batch, single_byte_ids  # noqa: E402
-from pipelines import drift  # noqa: E402
+from pipelines import drift_judging  # noqa: E402
 from schemas.stats import TokenizerFacts, stats_json, validate_stats  # noqa: E402
 
 SHARED = Path(os.environ.get("TOKENBEAM_SHARED", ROOT.parent / "shared"))
@@ -135,21 +135,21 @@ SHIFTS = ("python code", "multilingual", "30% code mixed in", "upper-cased Engli
 # ---- the runs ---------------------------------------------------------------------------------------
 
 def false_alarm_rate(sampler: Sampler, pool: Encoded, n: int, repeats: int, seed: int,
-                     thresholds: drift.Thresholds = drift.Thresholds(), m: int | None = None) -> tuple[float, Counter]:
+                     thresholds: drift_judging.Thresholds = drift_judging.Thresholds(), m: int | None = None) -> tuple[float, Counter]:
     """Share of same-distribution comparisons (n baseline documents, m current ones) called drift,
     and which figures fired."""
     rng = random.Random(seed)
     alarms, fired = 0, Counter()
     for _ in range(repeats):
         a, b = disjoint_split(pool, n, rng, m)
-        report = drift.compare(sampler.stats(a), sampler.stats(b), thresholds)
+        report = drift_judging.compare(sampler.stats(a), sampler.stats(b), thresholds)
         alarms += report.drift
         fired.update(m.name for m in report.flagged)
     return alarms / repeats, fired
 
 
 def detection_rate(sampler: Sampler, name: str, n: int, repeats: int, seed: int, english: Encoded,
-                   others: dict[str, Encoded], thresholds: drift.Thresholds = drift.Thresholds()):
+                   others: dict[str, Encoded], thresholds: drift_judging.Thresholds = drift_judging.Thresholds()):
     """Share of comparisons (N English vs N shifted) called drift, which figures fired, and the
     reports (for the figures' medians)."""
     rng = random.Random(seed)
@@ -158,7 +158,7 @@ def detection_rate(sampler: Sampler, name: str, n: int, repeats: int, seed: int,
         base_idx = rng.sample(range(len(english)), n)
         base = [(english, i) for i in base_idx]
         cur = shifted_sample(name, n, rng, english, set(base_idx), others)
-        report = drift.compare(sampler.stats(base), sampler.stats(cur), thresholds)
+        report = drift_judging.compare(sampler.stats(base), sampler.stats(cur), thresholds)
         hits += report.drift
         fired.update(m.name for m in report.flagged)
         reports.append(report)

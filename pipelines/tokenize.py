@@ -33,22 +33,27 @@ import pyarrow.parquet as pq
 from bpe_ops.dropout import DROPOUT_MODES, Dropout
 from bpe_ops.stats import Summary, measure_batch
 from schemas import tables
-from schemas.stats import TokenizerFacts, dump_stats, stats_json
+from schemas.stats import TokenizerFacts, dump_stats, load_stats, stats_json
 from pipelines.command import (Parser, add_dropout_arguments, add_quiet_argument, implementation_from_environment,
                                option_strings, parse_dropout)
-from pipelines.errors import (EXIT_DRIFT, EXIT_OK, IncompleteRun, ShardFailure, UserError, os_error_reason,
+from pipelines.errors import (EXIT_DRIFT, IncompleteRun, ShardFailure, UserError, os_error_reason,
                               pipeline_failures, quiet_worker_stderr, run_command, say, set_quiet, shard_done, warn)
-from pipelines.files import (canonical, exists, filesystem, inside, is_local, join, open_atomic,
+from pipelines.files import (canonical, exists, filesystem, inside, join, open_atomic,
                              read_json, remove, remove_stale_temporaries, remove_tree, write_text_atomic, writing)
 from pipelines.folders import check_finished, claim_output, mark_output
 from pipelines.shards import REJECTED_DIR, ShardReader, add_source_arguments, describe_shard_error, expand, \
     source_options as make_source_options, warn_mostly_rejected, warn_shard_errors
 from pipelines.tokenizer_files import (TokenizerRef, identify_tokenizer, load_identified_tokenizer,
                                       parse_special_token, settle_heap, token_bytes_of)
-from pipelines.groups import GROUPS_FOLDER, NO_GROUP, GroupedSummaries, GroupStats, group_value
+from pipelines.alerts import ALERTS, ALERTS_DIR, JudgeShard, gather_alerts
+from pipelines.drift_judging import (Thresholds, check_calibrated, check_same_dropout, judging_errors, pair_drifted,
+                                     stats_paths)
+from pipelines.drift_reports import show_pair
+from pipelines.groups import GROUPS_FOLDER, NO_GROUP, GroupStats, group_value
+from pipelines.breakdowns import BreakdownSummaries, Breakdowns, Windowing, add_file
+from pipelines.summaries import MergeSummaries
 from pipelines.watch import StopSignal, WatchShards, WholeRun, install_stop_handlers
-from pipelines.windows import (WINDOWS_FOLDER, MergeSummaries, WindowedSummaries, WindowStats, format_utc,
-                               parse_duration, parse_timestamp)
+from pipelines.windows import WINDOWS_FOLDER, WindowStats, format_utc, parse_duration, parse_timestamp
 
 # Row groups are cut only after a whole number of batches of this many records (with the bounds
 # below), as when a batch of this many records was the unit of encoding: the files keep that layout.
@@ -150,7 +155,7 @@ class TokenizeShard(beam.DoFn):
         fingerprint = shard_fingerprint(shard, self.source_options, self.sha256, self.eos_token, self.dropout,
                                         self.shard_types)
         done = read_shard_metadata(out_url)
-        partials = self.breakdowns.partials(self.tok.vocab_size, self.raw_byte_ids)
+        partials = ShardPartials(self.breakdowns, self.tok.vocab_size, self.raw_byte_ids)
         if done is not None and done.get("fingerprint") == fingerprint and not done.get("shard_errors"):
             summary = self.summary_from_parquet(out_url, partials)
             shard_done(f"skipped {shard.relpath}: complete from an earlier run with the same inputs and options "
@@ -336,13 +341,9 @@ class TokenizeShard(beam.DoFn):
     def summary_from_parquet(self, url: str, partials: "ShardPartials"):
         """Rebuild a finished shard's Summary, and its window and group partials, from its Parquet
         rows and footer in one read (no re-encoding; the texts' number formats from the ids)."""
-        from pipelines.stats_cmd import Breakdowns, add_file
-
         summary = Summary(self.tok.vocab_size, raw_byte_ids=self.raw_byte_ids)
-        breakdowns = None
-        if partials.windowed or partials.grouped:
-            breakdowns = Breakdowns(self.breakdowns.group_field, partials.grouped or None, partials.windowed or None)
-        add_file(summary, url, self.sha256, breakdowns, decode_bytes=self.tok.decode_bytes)
+        add_file(summary, url, self.sha256, partials if partials.windowed or partials.grouped else None,
+                 decode_bytes=self.tok.decode_bytes)
         fs, path = filesystem(url)
         with fs.open(path, "rb") as f:
             partials.add_ids(pq.read_table(f, columns=["id"]).column("id").to_pylist())
@@ -391,34 +392,13 @@ def add_pairs(pairs) -> tuple[int, int]:
     return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
 
 
-@dataclass(frozen=True)
-class Windowing:
-    """`--timestamp-field F --window DURATION`: which field dates a record, and the window length."""
-    field: str
-    seconds: float
-
-
-@dataclass(frozen=True)
-class Breakdowns:
-    """The statistics kept besides the dataset's: per event-time window (`--window`) and per group
-    (`--group-field`)."""
-    windowing: Windowing | None = None
-    group_field: str | None = None
-
-    def partials(self, vocab_size: int, raw_byte_ids) -> "ShardPartials":
-        return ShardPartials(self, vocab_size, raw_byte_ids)
-
-
-class ShardPartials:
+class ShardPartials(BreakdownSummaries):
     """One shard's partial summaries per window and per group, fed batch by batch as it is encoded,
     or rebuilt from its Parquet (the `event_time` and `group` columns, by `summary_from_parquet`)
-    when a rerun reuses it."""
+    when a rerun reuses it; and the hashes of its record ids, to count the ids repeated in the run."""
 
     def __init__(self, breakdowns: Breakdowns, vocab_size: int, raw_byte_ids):
-        self.breakdowns = breakdowns
-        windowing = breakdowns.windowing
-        self.windowed = windowing and WindowedSummaries(vocab_size, windowing.seconds, raw_byte_ids=raw_byte_ids)
-        self.grouped = breakdowns.group_field and GroupedSummaries(vocab_size, raw_byte_ids=raw_byte_ids)
+        super().__init__(breakdowns, vocab_size, raw_byte_ids)
         self.ids: list[np.ndarray] = []
 
     def add_ids(self, record_ids) -> None:
@@ -432,17 +412,6 @@ class ShardPartials:
         buckets = hashes[:, 0] % ID_BUCKETS
         for bucket in np.unique(buckets):
             yield int(bucket), hashes[buckets == bucket]
-
-    def add_batch(self, fields: list[dict], stats, id_arrays, record_ids, digit_runs=None) -> None:
-        """A batch of encoded records, with the fields read beside their text."""
-        if self.windowed:
-            field = self.breakdowns.windowing.field
-            self.windowed.add_batch([f.get(field) for f in fields], *stats, id_arrays, record_ids=record_ids,
-                                    digit_runs=digit_runs)
-        if self.grouped:
-            field = self.breakdowns.group_field
-            self.grouped.add_batch([f.get(field) for f in fields], *stats, id_arrays, record_ids=record_ids,
-                                   digit_runs=digit_runs)
 
 
 def _text_size(batch) -> int:
@@ -640,71 +609,6 @@ def write_success(entries: list[dict], stats_url: str, output: str, tokenizer_sh
     with writing(url):
         write_text_atomic(url, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return True
-
-
-class JudgeShard(beam.DoFn):
-    """Watch mode: judge each shard's statistics against the baseline as soon as the shard is written
-    and say so at once, on the console and as one line of `OUTPUT/alerts.jsonl` (shard, its windows,
-    verdict, flagged metrics, headline). A local output gets the line appended as it is judged; on an
-    object store each shard's line is its own file under `alerts/`, gathered into `alerts.jsonl` when
-    the watch ends."""
-
-    def __init__(self, baseline_url: str, facts: TokenizerFacts, output: str):
-        self.baseline_url = baseline_url
-        self.facts = facts
-        self.output = output
-
-    def setup(self):
-        self.baseline = read_json(self.baseline_url)
-
-    def process(self, entry_and_summary):
-        from pipelines import drift
-
-        entry, summary = entry_and_summary
-        current = json.loads(dump_stats(stats_json(summary, self.facts)))
-        alert = {"shard": entry["relpath"], "windows": entry.get("windows", []), "records": summary.records,
-                 "at": round(time.time(), 3)}
-        try:
-            report = drift.compare(self.baseline, current)
-        except ValueError as exc:     # too few records to judge, say: reported, never an alert
-            alert.update(verdict="not judged", drift=False, flagged=[], headline=str(exc))
-        else:
-            alert.update(verdict=report.verdict, drift=report.drift, flagged=[m.name for m in report.flagged],
-                         headline=drift.headline(report))
-        line = json.dumps(alert, sort_keys=True)
-        say(f"{'ALERT' if alert['drift'] else 'ok'} {entry['relpath']}: {alert['headline']}")
-        write_alert(self.output, entry["relpath"], line)
-        yield alert
-
-
-ALERTS = "alerts.jsonl"
-ALERTS_DIR = "alerts"
-
-
-def write_alert(output: str, relpath: str, line: str) -> None:
-    from pipelines.sources import output_name
-
-    url = join(output, ALERTS_DIR, output_name(relpath, ".json"))
-    with writing(url):
-        write_text_atomic(url, line + "\n")
-        if is_local(output):
-            path = join(output, ALERTS)
-            with open(path[len("file://"):] if path.startswith("file://") else path, "a", encoding="utf-8") as f:
-                f.write(line + "\n")      # one short line per write: appended whole
-
-
-def gather_alerts(output: str) -> int:
-    """`alerts.jsonl` from the per-shard alert files, in the order they were judged (an object store
-    output has no appendable file). Returns how many alerts said drift."""
-    fs, root = filesystem(join(output, ALERTS_DIR))
-    alerts = []
-    if fs.exists(root):
-        for f in sorted(f for f in fs.find(root) if f.endswith(".json")):
-            with fs.open(f, "rb") as fh:
-                alerts.append(json.loads(fh.read()))
-    alerts.sort(key=lambda a: (a["at"], a["shard"]))
-    write_text_atomic(join(output, ALERTS), "".join(json.dumps(a, sort_keys=True) + "\n" for a in alerts))
-    return sum(a["drift"] for a in alerts)
 
 
 @dataclass(frozen=True)
@@ -983,18 +887,17 @@ def check_baseline(url: str, output: str, dropout: Dropout | None = None) -> str
     """A baseline to judge against must be a readable, calibrated stats.json (or a folder holding one),
     of data encoded with the same BPE-dropout, and not a file this run replaces: refused at launch,
     not after the run. Returns the stats.json's URL."""
-    from pipelines import drift
     from schemas.stats import validate_stats
 
     if not exists(url):
         raise UserError(f"--baseline {url}: no such file")
     check_finished(url, "--baseline", "tokenize --baseline")
     try:
-        (path,) = drift.stats_paths(url, many=False)
+        (path,) = stats_paths(url, many=False)
         stats = read_json(path)
         validate_stats(stats)
-        drift.check_calibrated(stats, "baseline")
-        drift.check_same_dropout(stats.get("dropout"), dropout and dropout.to_json())
+        check_calibrated(stats, "baseline")
+        check_same_dropout(stats.get("dropout"), dropout and dropout.to_json())
     except OSError as exc:
         raise UserError(f"--baseline {url}: {os_error_reason(exc)}") from None
     except ValueError as exc:
@@ -1115,12 +1018,21 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
             f"({join(args.output, ALERTS)})")
         if drifted:
             raise SystemExit(EXIT_DRIFT)
-    elif args.baseline:
-        from pipelines import drift
-        code = drift.main([args.baseline, join(args.output, "stats.json")])
-        if code != EXIT_OK:
-            raise SystemExit(code)
+    elif args.baseline and judge_against_baseline(args.baseline, join(args.output, "stats.json")):
+        raise SystemExit(EXIT_DRIFT)
     return stats
+
+
+def judge_against_baseline(baseline: str, stats_url: str) -> bool:
+    """A batch run's stats.json judged against the baseline (`check_baseline`'s) as `tokenbeam drift
+    BASELINE STATS` judges it, the report printed the same way; whether it drifted. UserError when a
+    file cannot be read or judged."""
+    with judging_errors():
+        (baseline,) = stats_paths(baseline, many=False)     # still there, as when the run started
+        for path in (baseline, stats_url):
+            check_finished(path, "input", "drift")
+        report, groups = show_pair(load_stats(baseline), baseline, load_stats(stats_url), stats_url, Thresholds())
+    return pair_drifted(report, groups)
 
 
 def main(argv: list[str] | None = None) -> int:

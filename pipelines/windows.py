@@ -43,12 +43,13 @@ import re
 from typing import Iterable, Iterator, Mapping, Sequence
 
 from pipelines.beam_options import beam  # first: it hides Beam's import-time apitools warning
-import numpy as np
 from apache_beam.transforms import trigger, window
 from apache_beam.utils.timestamp import Duration, Timestamp
 
 from bpe_ops.stats import Summary
+from pipelines.summaries import MergeSummaries, count_ids
 
+# MergeSummaries is pipelines.summaries' (the merge of every tokenize run), importable from here too.
 __all__ = ["parse_duration", "parse_timestamp", "format_utc", "window_start_micros", "window_file_name",
            "WindowedSummaries", "MergeSummaries", "MergePerWindow", "WindowStats", "WriteWindowStats",
            "merged_windows",
@@ -66,9 +67,6 @@ _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _DURATION = re.compile(r"(?:\d+(?:\.\d+)?[smhdw])+")
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
-# Below this many ids in a window's part of a batch, ids are counted sparsely (a dict of the ids
-# used); above it, densely (one bincount over the whole vocabulary is cheaper than a large dict).
-_SPARSE_FRACTION = 8
 
 
 # ---------------------------------------------------------------------------- parsing
@@ -236,45 +234,7 @@ class WindowedSummaries:
         return sum(s.records for s in self.windows.values())
 
 
-def count_ids(summary: Summary, id_arrays: Sequence[Sequence[int]]) -> None:
-    arrays = [np.asarray(ids, dtype=np.uint32) for ids in id_arrays if len(ids)]
-    if not arrays:
-        return
-    values = np.concatenate(arrays)
-    if len(values) * _SPARSE_FRACTION < summary.vocab_size:
-        ids, counts = np.unique(values, return_counts=True)
-        summary.add_id_counts(dict(zip(ids.tolist(), counts.tolist())))
-    else:
-        summary.add_dense_id_counts(np.bincount(values, minlength=summary.vocab_size))
-
-
 # ---------------------------------------------------------------------------- the transform
-
-class MergeSummaries(beam.CombineFn):
-    """The exact merge of partial Summaries. Its empty accumulator is a valid, empty Summary: an
-    early-firing trigger can fire a pane with no input, and that pane must combine to something."""
-
-    def __init__(self, vocab_size: int):
-        self.vocab_size = vocab_size
-
-    def create_accumulator(self):
-        return Summary(self.vocab_size)
-
-    def add_input(self, acc, summary):
-        return acc.merge(summary)
-
-    def merge_accumulators(self, accs):
-        accs = iter(accs)
-        out = next(accs, None)
-        if out is None:
-            return Summary(self.vocab_size)
-        for acc in accs:
-            out.merge(acc)
-        return out
-
-    def extract_output(self, acc):
-        return acc
-
 
 class WriteWindowStats(beam.DoFn):
     """Write one pane of one window as `OUTPUT/windows/<UTC start>.stats.json`, atomically; emits the

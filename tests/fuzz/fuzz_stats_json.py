@@ -17,14 +17,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.fuzz import harness  # noqa: E402
 
 with harness.instrumented(__name__ == "__main__"):
+    from bpe_ops import drift_stats
     from pipelines import drift
     from schemas import stats  # noqa: F401  (instrumented: drift reads stats.json through it)
 
 if __name__ == "__main__":
     # Fuzzing only (never on import: the regression test shares its process with drift's own tests):
     # 19 no-drift draws instead of 499, the same code, five times as many inputs a second.
-    for null in (drift.js_null, drift.psi_null):
-        null.__defaults__ = tuple(19 if v == drift.NULL_DRAWS else v for v in null.__defaults__)
+    for null in (drift_stats.js_null, drift_stats.psi_null):
+        null.__defaults__ = tuple(19 if v == drift_stats.NULL_DRAWS else v for v in null.__defaults__)
 HERE = Path(__file__).resolve().parent
 # The valid side: a stats.json with a groups index, whose group files drift reads too.
 GOOD = HERE / "corpus" / "stats_json" / "grouped.stats.json"

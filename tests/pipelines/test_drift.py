@@ -20,8 +20,10 @@ import tiktoken
 from bpe_ops import Tokenizer
 from bpe_ops.pretokenize import GPT2_PATTERN
 from bpe_ops.stats import Summary, single_byte_ids
-from pipelines import drift
-from pipelines.drift import Thresholds, compare, holm, js_divergence, psi, ratio_estimate
+from bpe_ops import drift_stats
+from bpe_ops.drift_stats import holm, js_divergence, psi, ratio_estimate
+from pipelines import drift, drift_judging, drift_reports
+from pipelines.drift_judging import compare
 from schemas import drift as layout
 from schemas.stats import STATS_SCHEMA_VERSION, dump_stats, stats_json
 
@@ -78,7 +80,7 @@ def load(path):
 def table_verdicts(out: str) -> dict[str, str]:
     """{metric label: verdict} from the terminal table (columns are separated by 2+ spaces)."""
     rows = [re.split(r"\s{2,}", line.strip()) for line in out.splitlines()]
-    return {r[0]: r[-1] for r in rows if len(r) == len(drift.HEADER)}
+    return {r[0]: r[-1] for r in rows if len(r) == len(drift_reports.HEADER)}
 
 
 def run(capsys, *argv):
@@ -190,7 +192,7 @@ def test_english_against_other_text_drifts_in_the_expected_direction(stats_files
 
 def test_headline_names_exactly_the_flagged_metrics(stats_files):
     report = compare(load(stats_files["en_a"]), load(stats_files["code"]))
-    line = drift.headline(report)
+    line = drift_judging.headline(report)
     named = set()
     for part in line.split(" - ", 1)[1].split("; "):
         if "drifted: " in part:
@@ -344,14 +346,14 @@ def test_the_no_drift_variance_pools_both_sides_records():
     r = sum(y for _, y in pooled) / sum(x for x, _ in pooled)
     xbar = sum(x for x, _ in pooled) / len(pooled)
     s2 = sum((y - r * x) ** 2 for x, y in pooled) / ((len(pooled) - 1) * xbar ** 2)
-    null = drift.pooled_ratio_null(_moments(a), _moments(b), "bytes", "tokens")
+    null = drift_stats.pooled_ratio_null(_moments(a), _moments(b), "bytes", "tokens")
     assert null.value == pytest.approx(r)
     assert null.variance == pytest.approx(s2 * (1 / len(a) + 1 / len(b)))
     # The mean per record (no denominator): the pooled sample variance of the lengths.
     lengths = [x for x, _ in pooled]
     mean = sum(lengths) / len(lengths)
     var = sum((t - mean) ** 2 for t in lengths) / (len(lengths) - 1)
-    assert drift.pooled_ratio_null(_moments(a), _moments(b), "tokens", None).variance == \
+    assert drift_stats.pooled_ratio_null(_moments(a), _moments(b), "tokens", None).variance == \
         pytest.approx(var * (1 / len(a) + 1 / len(b)))
 
 
@@ -366,11 +368,11 @@ def test_a_small_side_that_missed_the_long_tail_is_not_drift():
         return t, 4 * t
     big = [record() for _ in range(600)]
     small = [(t, 4 * t) for t in (rng.randint(50, 150) for _ in range(40))]    # no long one drawn
-    base = drift.ratio_estimate(_moments(big), "tokens", None)
-    cur = drift.ratio_estimate(_moments(small), "tokens", None)
-    welch_only = drift._ratio_test("m", "m", drift.DATA, base, cur, 0.25)
-    pooled = drift._ratio_test("m", "m", drift.DATA, base, cur, 0.25,
-                               null=drift.pooled_ratio_null(_moments(big), _moments(small), "tokens", None))
+    base = drift_stats.ratio_estimate(_moments(big), "tokens", None)
+    cur = drift_stats.ratio_estimate(_moments(small), "tokens", None)
+    welch_only = drift_judging._ratio_test("m", "m", drift_judging.DATA, base, cur, 0.25)
+    pooled = drift_judging._ratio_test("m", "m", drift_judging.DATA, base, cur, 0.25,
+                               null=drift_stats.pooled_ratio_null(_moments(big), _moments(small), "tokens", None))
     assert welch_only.p_value < 0.01 < pooled.p_value
 
 

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import bench_drift_calibration as calib  # noqa: E402
 
 from bpe_ops import train_bpe  # noqa: E402
-from pipelines import drift  # noqa: E402
+from pipelines import drift_judging  # noqa: E402
 from schemas.stats import validate_stats  # noqa: E402
 
 
@@ -54,7 +54,7 @@ def test_constructed_shifts_are_flagged(setup, shift):
     sampler, english, others = setup
     rate, fired, reports = calib.detection_rate(sampler, shift, 60, 4, 7, english, others)
     assert rate == 1.0, fired
-    assert all(r.section_flagged(drift.TOKENIZATION) for r in reports)      # the tokenizer's fit moved
+    assert all(r.section_flagged(drift_judging.TOKENIZATION) for r in reports)      # the tokenizer's fit moved
 
 
 def test_thousands_separators_are_a_data_change_flagged_by_number_formats(setup):

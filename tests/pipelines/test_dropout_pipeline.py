@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bpe_ops import Tokenizer
-from pipelines import drift, stats_cmd
+from pipelines import drift_judging, stats_cmd
 from tests.conftest import ROOT
 from tests.system.test_determinism import stats_without_timing
 from tests.pipelines.test_tokenize_pipeline import read_rows, run_tokenize, trained  # noqa: F401  (a fixture)
@@ -100,10 +100,10 @@ def test_p0_is_the_deterministic_run_and_p1_gives_bytes(tmp_path, runs, inputs, 
 def test_drift_refuses_dropout_against_none_but_takes_another_seed(tmp_path, runs, inputs, trained):  # noqa: F811
     dropout, plain = runs["in_memory"][0] / "stats.json", runs["deterministic"][0] / "stats.json"
     with pytest.raises(ValueError, match="with BPE-dropout p=0.1 .* not a drift question"):
-        drift.compare(json.loads(plain.read_text()), json.loads(dropout.read_text()))
+        drift_judging.compare(json.loads(plain.read_text()), json.loads(dropout.read_text()))
     reseeded = tmp_path / "seed8"
     run_tokenize("--tokenizer", trained, "--output", reseeded, *flags(inputs), "--dropout", "0.1", "--seed", "8")
-    report = drift.compare(json.loads(dropout.read_text()), json.loads((reseeded / "stats.json").read_text()))
+    report = drift_judging.compare(json.loads(dropout.read_text()), json.loads((reseeded / "stats.json").read_text()))
     # Another seed is another draw from the same distribution: judged, and no drift.
     assert report.judged and not report.drift, report.flagged
     # `tokenbeam stats` rebuilds the same stats.json from the Parquet, dropout included; it refuses a mix.

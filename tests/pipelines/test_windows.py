@@ -15,8 +15,9 @@ from apache_beam.transforms.window import IntervalWindow, TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
 from bpe_ops.stats import Summary
+from pipelines.summaries import MergeSummaries
 from pipelines.windows import (
-    MergePerWindow, MergeSummaries, WindowedSummaries, WindowStats, WriteWindowStats, format_utc,
+    MergePerWindow, WindowedSummaries, WindowStats, WriteWindowStats, format_utc,
     merged_windows, parse_duration, parse_timestamp, window_file_name,
 )
 from schemas.stats import TokenizerFacts, load_stats, stats_json
