@@ -4,7 +4,7 @@ sampling variances, Student's t and normal tail areas, Welch's degrees of freedo
 and the no-drift distributions of the divergences drawn from the random groups of stats.json.
 
 `pipelines/drift_judging.py` turns them into verdicts. Every public function shows a worked example
-that runs (tests/test_drift_stats.py runs them as doctests).
+that runs (tests/bpe_ops/test_drift_stats.py runs them as doctests).
 """
 from __future__ import annotations
 
