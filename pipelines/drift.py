@@ -1075,19 +1075,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="compare stats made with different tokenizers (token-id figures left out)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from pipelines.command import Parser
-
-    parser = Parser(
-        prog="tokenbeam drift", description="Compare stats.json files and say whether tokenization drifted.",
-        epilog="A figure is flagged when its change is beyond sampling noise (Holm-Bonferroni at --level over "
-               "the judged figures) and past its threshold. Verdicts: ok (within noise), moderate (beyond "
-               "noise, within the threshold), significant (both). Exit code: 0 no drift, 1 drift (in any "
-               "file judged), 2 error (unreadable, old or incompatible stats files).")
-    add_arguments(parser)
-    return parser
-
-
 GLOB_CHARS = "*?["
 
 
@@ -1309,14 +1296,11 @@ def render_groups(groups: list[GroupComparison]) -> str:
     return "\n".join(lines)
 
 
-def run_parsed(args: argparse.Namespace, rest: list[str] = ()) -> int:
-    """`tokenbeam drift` of parsed flags: 0 no drift, 1 drift; a ValueError/OSError is the caller's
-    one-line error (exit 2)."""
-    from pipelines.command import refuse_leftovers
-    from pipelines.errors import UserError
+def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> int:
+    """`tokenbeam drift` of parsed flags: 0 no drift, 1 drift; a ValueError/OSError is one line (exit 2)."""
+    from pipelines.errors import UserError, os_error_reason
     from pipelines.folders import check_finished
 
-    refuse_leftovers(list(rest), build_parser(), "drift takes stats.json files and its own options")
     thresholds = Thresholds(bytes_per_token=args.bytes_per_token, tokens_per_word=args.tokens_per_word,
                             tokens_per_record=args.tokens_per_record, psi=args.psi, js=args.js,
                             raw_byte_share=args.raw_byte_share, rejected_rate=args.rejected_rate,
@@ -1360,26 +1344,30 @@ def run_parsed(args: argparse.Namespace, rest: list[str] = ()) -> int:
                 print(f"wrote {path}", file=sys.stderr)
         if any(g.drift for g in groups):
             return 1
-    except (OSError, ValueError) as exc:
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if isinstance(exc, OSError):
-            message = exc.strerror or message
-            if exc.filename and str(exc.filename) not in message:
-                message = f"{exc.filename}: {message}"
-        raise UserError(message) from None
+    except OSError as exc:
+        raise UserError(os_error_reason(exc)) from None
+    except ValueError as exc:
+        raise UserError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
     return 1 if report.drift else 0
+
+
+from pipelines import command  # noqa: E402  (here, with the command line: the rest of the module needs neither)
+from pipelines.command import Command  # noqa: E402
+
+COMMAND = Command(
+    name="drift", help="compare stats.json files (two, or a baseline and windows over time): did tokenization drift?",
+    usage="tokenbeam drift BASELINE CURRENT [CURRENT ...] [options]",
+    description="Compare stats.json files and say whether tokenization drifted.",
+    epilog="A figure is flagged when its change is beyond sampling noise (Holm-Bonferroni at --level over the judged "
+           "figures) and past its threshold. Verdicts: ok (within noise), moderate (beyond noise, within the "
+           "threshold), significant (both). Exit code: 0 no drift, 1 drift (in any file judged), 2 error "
+           "(unreadable, old or incompatible stats files).",
+    add_arguments=add_arguments, run=run_parsed, leftovers="drift takes stats.json files and its own options")
 
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m pipelines.drift ARGV` (the same as `tokenbeam drift ARGV`)."""
-    from pipelines.errors import run_command
-
-    def run():
-        parser = build_parser()
-        args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
-        return run_parsed(args, rest)
-
-    return run_command(run)
+    return command.main(COMMAND, argv)
 
 
 if __name__ == "__main__":

@@ -24,15 +24,16 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from pipelines.beam_options import (beam, beam_option_names, check_worker_paths, local_cores_per_worker, one_local_worker,
+from pipelines.beam_options import (beam, check_worker_paths, local_cores_per_worker, one_local_worker,
                                     pipeline_options, split_beam_args)
 from bpe_ops.evaluation import (TokenTally, WordTally, iter_words, merge_count_for_vocab_size, raw_byte_ids,
                                 truncated, whitespace_ids, word_pieces, id_mask)
 from bpe_ops.stats import batch_stats
 from schemas.evaluate import DEFINITIONS, EVALUATE_KIND, EVALUATE_SCHEMA_VERSION, validate_evaluate
-from pipelines.command import Parser, add_quiet_argument, implementation_from_environment, option_strings
+from pipelines import command
+from pipelines.command import Command, add_quiet_argument, implementation_from_environment, option_strings
 from pipelines.errors import IncompleteRun, ShardFailure, UserError, pipeline_failures, quiet_worker_stderr, \
-    run_command, say, set_quiet, shard_done
+    say, set_quiet, shard_done
 from pipelines.folders import claim_output, mark_output
 from pipelines.files import (exists, join, open_atomic, read_json, remove, remove_stale_temporaries,
                              remove_tree, write_text_atomic, writing)
@@ -510,20 +511,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_source_arguments(parser)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="tokenbeam evaluate", other_options=beam_option_names, description=__doc__.split("\n")[0],
-                    usage="tokenbeam evaluate --tokenizer A [--tokenizer B ...] --output DIR --input GLOB [options]",
-                    epilog="Any other --flag must be one of Beam's (--runner, --direct_num_workers, ...).")
-    add_arguments(parser)
-    return parser
-
-
 def run(argv: list[str]) -> dict:
     """Run `tokenbeam evaluate ARGV`; returns evaluate.json's content. UserError for bad usage,
     IncompleteRun when the output is not complete."""
-    parser = build_parser()
-    args, rest = parser.parse_known_args(argv)
-    return run_parsed(args, rest, option_strings(parser))
+    return command.run(COMMAND, argv)
 
 
 def load_variants(specs: list[TokenizerSpec]):
@@ -606,10 +597,10 @@ def clear_output(output: str) -> None:
     remove_stale_temporaries(output)
 
 
-def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str]) -> dict:
+def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> dict:
     started_at = time.time()
     set_quiet(args.quiet)
-    beam_args, bare = split_beam_args(rest, tool_options)
+    beam_args, bare = split_beam_args(rest, option_strings(parser))
     inputs = list(args.input) + bare
     specs = getattr(args, "tokenizers", None) or []
     if not specs:
@@ -654,9 +645,16 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
     return report
 
 
+COMMAND = Command(name="evaluate", help="tokenizers side by side on a dataset: compression, fertility, words kept "
+                                         "whole, raw bytes (Beam)",
+                  usage="tokenbeam evaluate --tokenizer A [--tokenizer B ...] --output DIR --input GLOB [options] "
+                        "[INPUT ...]",
+                  description=__doc__.split("\n")[0], add_arguments=add_arguments, run=run_parsed, beam=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m pipelines.evaluate ARGV` (the same as `tokenbeam evaluate ARGV`)."""
-    return run_command(lambda: run(sys.argv[1:] if argv is None else argv))
+    return command.main(COMMAND, argv)
 
 
 if __name__ == "__main__":

@@ -35,9 +35,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.beam_options import beam, beam_option_names, check_worker_paths, one_local_worker, pipeline_options, split_beam_args
-from pipelines.command import Parser, add_quiet_argument, option_strings
-from pipelines.errors import IncompleteRun, UserError, pipeline_failures, run_command, say, set_quiet, warn
+from pipelines.beam_options import beam, check_worker_paths, one_local_worker, pipeline_options, split_beam_args
+from pipelines import command
+from pipelines.command import Command, add_quiet_argument, option_strings
+from pipelines.errors import IncompleteRun, UserError, pipeline_failures, say, set_quiet, warn
 from pipelines.files import (filesystem, inside, join, names_in, open_atomic, read_json, remove,
                              remove_tree, remove_stale_temporaries, write_text_atomic, writing)
 from pipelines.folders import check_finished, claim_output, mark_output
@@ -855,20 +856,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                           f"{DEFAULT_MAX_TOKENS_PER_FILE}, K/M/G are powers of 2)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="tokenbeam pack", other_options=beam_option_names, description=__doc__.split("\n")[0],
-                    usage="tokenbeam pack --input TOKENS_DIR --output DIR --seq-len N [options] [INPUT ...]",
-                    epilog="Any other --flag must be one of Beam's (--runner, --direct_num_workers, ...).")
-    add_arguments(parser)
-    return parser
-
-
 def run(argv: list[str]) -> dict:
     """Run `tokenbeam pack ARGV`; returns pack.json's content. UserError for bad usage, IncompleteRun
     when the output is not complete."""
-    parser = build_parser()
-    args, rest = parser.parse_known_args(argv)
-    return run_parsed(args, rest, option_strings(parser))
+    return command.run(COMMAND, argv)
 
 
 def check_numbers(args) -> None:
@@ -947,10 +938,10 @@ def decide(args, files: list[TokenFile]) -> tuple[PackOptions, dict]:
     return options, shaping
 
 
-def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str]) -> dict:
+def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> dict:
     started_at = time.time()
     set_quiet(args.quiet)
-    beam_args, bare = split_beam_args(rest, tool_options)
+    beam_args, bare = split_beam_args(rest, option_strings(parser))
     check_numbers(args)
     files, stats_digests = find_inputs(list(args.input) + bare)
     records = sum(sum(f.rows) for f in files)
@@ -1004,9 +995,14 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
     return manifest
 
 
+COMMAND = Command(name="pack", help="pack token Parquet into shuffled fixed-length sequences (Beam)",
+                  usage="tokenbeam pack --input TOKENS_DIR --output DIR --seq-len N [options] [INPUT ...]",
+                  description=__doc__.split("\n")[0], add_arguments=add_arguments, run=run_parsed, beam=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m pipelines.pack ARGV` (the same as `tokenbeam pack ARGV`)."""
-    return run_command(lambda: run(sys.argv[1:] if argv is None else argv))
+    return command.main(COMMAND, argv)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,8 @@ from schemas import tables
 from bpe_ops.dropout import Dropout
 from bpe_ops.stats import Summary, digit_runs_batch
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
-from pipelines.command import Parser, add_quiet_argument
+from pipelines import command
+from pipelines.command import Command, add_quiet_argument
 from pipelines.errors import UserError, say, set_quiet, shard_done
 from pipelines.files import glob, isdir, join, open_read, remove_tree, write_text_atomic
 from pipelines.folders import check_finished, owner
@@ -242,12 +243,6 @@ def one_dropout(dropouts: dict) -> Dropout | None:
     return Dropout(**setting) if setting else None
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="tokenbeam stats", description=__doc__.split("\n")[0])
-    add_arguments(parser)
-    return parser
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_quiet_argument(parser)
     parser.add_argument("inputs", nargs="+", metavar="GLOB", help="token Parquet files (paths, globs, fsspec URLs)")
@@ -274,18 +269,12 @@ def stats_output(url: str) -> str:
     return url
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`tokenbeam stats`: 0 when written, 2 with one line `tokenbeam: error: ...` otherwise."""
-    from pipelines.errors import run_command
-
-    return run_command(lambda: rebuild(sys.argv[1:] if argv is None else argv))
-
-
 def rebuild(argv: list[str]) -> int:
-    return rebuild_parsed(build_parser().parse_args(argv))
+    """Run `tokenbeam stats ARGV`: 0 when written; UserError otherwise."""
+    return command.run(COMMAND, argv)
 
 
-def rebuild_parsed(args: argparse.Namespace) -> int:
+def rebuild_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> int:
     from pipelines.windows import parse_duration
 
     started = time.time()
@@ -322,6 +311,18 @@ def rebuild_parsed(args: argparse.Namespace) -> int:
     say(f"{stats['records']:,} records, {stats['tokens']:,} tokens -> {args.output}"
         + (f"; {len(groups):,} group(s)" if groups is not None else ""))
     return 0
+
+
+COMMAND = Command(name="stats", help="rebuild stats.json from existing token Parquet files",
+                  usage="tokenbeam stats GLOB [GLOB ...] --tokenizer T [options]", description=__doc__.split("\n")[0],
+                  add_arguments=add_arguments, run=rebuild_parsed,
+                  leftovers="stats takes token Parquet files and its own options")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m pipelines.stats_cmd ARGV` (the same as `tokenbeam stats ARGV`): 0 when written, 2 with one
+    line `tokenbeam: error: ...` otherwise."""
+    return command.main(COMMAND, argv)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from functools import partial
 
-from pipelines.beam_options import (beam, beam_option_names, check_worker_paths, local_cores_per_worker, one_local_worker,
+from pipelines.beam_options import (beam, check_worker_paths, local_cores_per_worker, one_local_worker,
                                     pipeline_options, split_beam_args)
 import numpy as np
 import pyarrow as pa
@@ -34,10 +34,11 @@ from bpe_ops.dropout import DROPOUT_MODES, Dropout
 from bpe_ops.stats import Summary, measure_batch
 from schemas import tables
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
-from pipelines.command import (Parser, add_dropout_arguments, add_quiet_argument, implementation_from_environment,
+from pipelines import command
+from pipelines.command import (Command, add_dropout_arguments, add_quiet_argument, implementation_from_environment,
                                option_strings, parse_dropout)
 from pipelines.errors import (EXIT_DRIFT, EXIT_OK, IncompleteRun, ShardFailure, UserError, os_error_reason,
-                              pipeline_failures, quiet_worker_stderr, run_command, say, set_quiet, shard_done, warn)
+                              pipeline_failures, quiet_worker_stderr, say, set_quiet, shard_done, warn)
 from pipelines.files import (canonical, exists, filesystem, inside, is_local, join, open_atomic,
                              read_json, remove, remove_stale_temporaries, remove_tree, write_text_atomic, writing)
 from pipelines.folders import check_finished, claim_output, mark_output
@@ -937,20 +938,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_source_arguments(parser)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="tokenbeam tokenize", other_options=beam_option_names, description=__doc__.split("\n")[0],
-                    usage="tokenbeam tokenize --tokenizer T --output DIR --input GLOB [options] [INPUT ...]",
-                    epilog="Any other --flag must be one of Beam's (--runner, --direct_num_workers, ...).")
-    add_arguments(parser)
-    return parser
-
-
 def run(argv: list[str]) -> dict:
     """Run `tokenbeam tokenize ARGV`; returns stats.json's content. UserError for bad usage,
     IncompleteRun when the output is not complete."""
-    parser = build_parser()
-    args, rest = parser.parse_known_args(argv)
-    return run_parsed(args, rest, option_strings(parser))
+    return command.run(COMMAND, argv)
 
 
 def parse_keep_fields(specs: list[str]) -> dict[str, str | None]:
@@ -1006,10 +997,10 @@ def check_baseline(url: str, output: str, dropout: Dropout | None = None) -> str
     return path
 
 
-def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str]) -> dict:
+def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> dict:
     started_at = time.time()
     set_quiet(args.quiet)
-    beam_args, bare = split_beam_args(rest, tool_options)
+    beam_args, bare = split_beam_args(rest, option_strings(parser))
     inputs = list(args.input) + bare
     dropout = parse_dropout(args.dropout, args.seed)
     if args.dropout is not None and dropout is None:
@@ -1123,9 +1114,14 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
     return stats
 
 
+COMMAND = Command(name="tokenize", help="tokenize sharded text into Parquet with statistics (Beam)",
+                  usage="tokenbeam tokenize --tokenizer T --output DIR --input GLOB [options] [INPUT ...]",
+                  description=__doc__.split("\n")[0], add_arguments=add_arguments, run=run_parsed, beam=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m pipelines.tokenize ARGV` (the same as `tokenbeam tokenize ARGV`)."""
-    return run_command(lambda: run(sys.argv[1:] if argv is None else argv))
+    return command.main(COMMAND, argv)
 
 
 if __name__ == "__main__":

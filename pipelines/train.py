@@ -32,9 +32,10 @@ from bpe_ops.text_rules import NORMAL_FORMS, TextRules, text_rules
 from bpe_ops.trainer import MAX_IDS
 from schemas import reports
 from bpe_ops.implementation import DEFAULT, Implementation
-from pipelines.command import (Parser, add_quiet_argument, check_special_token, implementation_from_environment,
+from pipelines import command
+from pipelines.command import (Command, add_quiet_argument, check_special_token, implementation_from_environment,
                                option_strings, refuse_leftovers)
-from pipelines.errors import EXIT_INCOMPLETE, IncompleteRun, UserError, is_quiet, run_command, say, set_quiet, warn
+from pipelines.errors import EXIT_INCOMPLETE, IncompleteRun, UserError, is_quiet, say, set_quiet, warn
 from pipelines.folders import claim_output, mark_output
 from pipelines.files import exists, join, open_atomic, read_json, remove, write_text_atomic
 from pipelines.shards import add_source_arguments, describe_shard_error, unique_count, warn_mostly_rejected, \
@@ -279,14 +280,6 @@ def upload_tokenizer(tok, output: str) -> str:
 
 # --- command line -------------------------------------------------------------------------------
 
-def beam_option_names() -> list[str]:
-    """Beam's flags, which train hands on to its counting process: asked only to name a misspelt
-    flag (it imports Beam, which this launcher otherwise never does)."""
-    from pipelines.beam_options import beam_option_names as names
-
-    return names()
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_quiet_argument(parser)
     parser.add_argument("--output", required=True, help="output folder (local or fsspec URL)")
@@ -324,14 +317,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="SuperBPE: pre-tokens per superword unit at most (default "
                              f"{pretokenize.SUPERWORD_MAX_WORDS})")
     add_source_arguments(parser)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="tokenbeam train", other_options=beam_option_names, description=__doc__.split("\n")[0],
-                    usage="tokenbeam train --output DIR --vocab-size N --input GLOB [options] [INPUT ...]",
-                    epilog="Any other --flag must be one of Beam's (--runner, --direct_num_workers, ...).")
-    add_arguments(parser)
-    return parser
 
 
 def check_args(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> None:
@@ -470,15 +455,12 @@ def import_plotting_in_background() -> threading.Thread:
 def run(argv: list[str]) -> dict:
     """Run `tokenbeam train ARGV`; returns the train report. UserError for bad usage, IncompleteRun
     when no tokenizer could be trained on the whole corpus."""
-    parser = build_parser()
-    args, rest = parser.parse_known_args(argv)
-    return run_parsed(args, rest, parser)
+    return command.run(COMMAND, argv)
 
 
-def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser | None = None) -> dict:
+def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> dict:
     """The training job of parsed flags; `rest` is what the parser left, for the counting process to
     sort into Beam's flags and more inputs (this process never imports Beam)."""
-    parser = parser or build_parser()
     set_quiet(args.quiet)
     check_args(args, rest, parser)
     warming: list[threading.Thread] = []
@@ -698,9 +680,14 @@ def clear_tokenizer_files(output: str) -> None:
         remove(join(output, name))
 
 
+COMMAND = Command(name="train", help="train a BPE tokenizer on sharded text (Beam)",
+                  usage="tokenbeam train --output DIR --vocab-size N --input GLOB [options] [INPUT ...]",
+                  description=__doc__.split("\n")[0], add_arguments=add_arguments, run=run_parsed, beam=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m pipelines.train ARGV` (the same as `tokenbeam train ARGV`)."""
-    return run_command(lambda: run(sys.argv[1:] if argv is None else argv))
+    return command.main(COMMAND, argv)
 
 
 if __name__ == "__main__":
