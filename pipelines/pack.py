@@ -42,6 +42,7 @@ from pipelines.errors import IncompleteRun, UserError, pipeline_failures, say, s
 from pipelines.files import (filesystem, inside, join, names_in, open_atomic, read_json, remove,
                              remove_tree, remove_stale_temporaries, write_text_atomic, writing)
 from pipelines.folders import check_finished, claim_output, mark_output
+from pipelines.outcome import repeated_ids_line
 from pipelines.shards import byte_size
 from schemas import pack as layout
 from schemas import tables
@@ -125,8 +126,6 @@ def read_token_file(shard) -> TokenFile:
 
 def warn_repeated_ids(folder: str) -> None:
     """Records sharing an id hash to the same split: repeat tokenize's warning where it matters."""
-    from pipelines.tokenize import repeated_ids_line
-
     success = join(folder, layout.SUCCESS)
     try:
         repeated = read_json(success).get("repeated_ids")

@@ -42,10 +42,11 @@ from pipelines.errors import (EXIT_DRIFT, EXIT_OK, IncompleteRun, ShardFailure, 
 from pipelines.files import (canonical, exists, filesystem, inside, is_local, join, open_atomic,
                              read_json, remove, remove_stale_temporaries, remove_tree, write_text_atomic, writing)
 from pipelines.folders import check_finished, claim_output, mark_output
-from pipelines.shards import REJECTED_DIR, ShardReader, add_source_arguments, describe_shard_error, expand, \
+from pipelines.shards import REJECTED_DIR, ShardReader, add_source_arguments, expand, \
     source_options as make_source_options, warn_mostly_rejected, warn_shard_errors
-from pipelines.tokenizer_files import (TokenizerRef, identify_tokenizer, load_identified_tokenizer,
-                                      parse_special_token, settle_heap, token_bytes_of)
+from pipelines.tokenizer_files import (TokenizerRef, check_id_range, identify_tokenizer,
+                                      load_identified_tokenizer, parse_special_token, settle_heap, token_bytes_of)
+from pipelines.outcome import RunFigures, RunWords, incomplete_run, repeated_ids_line
 from pipelines.groups import GROUPS_FOLDER, NO_GROUP, GroupedSummaries, GroupStats, group_value
 from pipelines.watch import StopSignal, WatchShards, WholeRun, install_stop_handlers
 from pipelines.windows import (WINDOWS_FOLDER, MergeSummaries, WindowedSummaries, WindowStats, format_utc,
@@ -65,18 +66,7 @@ ROW_GROUP_TOKENS = 4_000_000      # ... or by this many token ids, whichever com
 SUCCESS = "_SUCCESS"
 STOP_FILE = "_STOP"              # created by anyone: a --watch run ends cleanly
 MANIFEST_VERSION = 1
-MAX_TOKEN_ID = 2**32 - 1          # the widest id type of the token Parquet is uint32
-
-
-def check_id_range(tok, url: str) -> None:
-    """Refuse a tokenizer whose ids do not fit uint32, or leave most of their range unused: stats
-    count every id of the range densely, so one stray id of 3,000,000,000 would cost gigabytes."""
-    if tok.vocab_size - 1 > MAX_TOKEN_ID:
-        raise UserError(f"cannot use tokenizer {url}: its largest id is {tok.vocab_size - 1:,}, too large for "
-                        f"uint32, the widest token id type; supported: ids 0 to {MAX_TOKEN_ID:,}")
-    if len(tok.vocab) < tok.vocab_size // 2:
-        raise UserError(f"cannot use tokenizer {url}: {len(tok.vocab):,} tokens spread over ids 0 to "
-                        f"{tok.vocab_size - 1:,}; supported: ids numbered from 0 with few gaps")
+VERDICT_WORDS = RunWords(done="tokenized", lost="no _SUCCESS", nothing="nothing was written", last="; no _SUCCESS")
 
 
 def read_shard_metadata(url: str) -> dict | None:
@@ -819,24 +809,6 @@ def clear_stale_outputs(output: str, shards) -> int:
     return len(stale_parquet)
 
 
-def outcome_error(stats: dict, allow_shard_errors: bool) -> IncompleteRun | None:
-    """Why a finished run is incomplete (no `_SUCCESS`), or None when it is complete."""
-    failed = stats["shard_errors"]
-    if failed and not allow_shard_errors:
-        return IncompleteRun(
-            f"{len(failed)} of {stats['shards']['count']} shard(s) could not be read, and their records were not "
-            f"tokenized (listed in rejected/, first: {describe_shard_error(failed[0])}); no _SUCCESS: repair them "
-            f"and rerun, or pass --allow-shard-errors")
-    if stats["records"] == 0:
-        reasons = stats["rejected"]["by_reason"]
-        why = ", ".join(f"{n:,} {reason}" for reason, n in reasons.items()) or "the inputs hold no records"
-        hint = " (is --text-field right?)" if "missing_text_field" in reasons or "missing_text_column" in str(failed) \
-            else ""
-        return IncompleteRun(f"nothing was written: {stats['records_read']:,} records read, {why}{hint}; "
-                             f"see rejected/; no _SUCCESS")
-    return None
-
-
 def changed_inputs(inputs: list[str], manifest: dict) -> list[str]:
     """The inputs that are no longer what was tokenized (a file that grew after it was read, as a file
     written in parts can under --watch): their size or version in one listing now differs from the
@@ -886,11 +858,6 @@ def warn_doubtful_run(args: argparse.Namespace, inputs: list[str], stats: dict, 
     warn_mostly_rejected(stats["records_read"], stats["rejected"]["by_reason"])
     if "repeated_ids" in manifest:
         warn(repeated_ids_line(manifest["repeated_ids"], f"--id-field {args.id_field}"))
-
-
-def repeated_ids_line(repeated: dict, where: str) -> str:
-    return (f"{repeated['records']:,} records share {repeated['ids']:,} id(s) ({where}): ids should be unique; "
-            f"records with the same id land in the same split of `tokenbeam pack`")
 
 
 # --- command line -------------------------------------------------------------------------------
@@ -1096,7 +1063,7 @@ def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.Argum
         f"{stats['rejected']['total']:,} rejected, {len(stats['shard_errors'])} of {stats['shards']['count']} shard(s) "
         f"failed; {stats['tokens']:,} tokens, {stats['bytes'] / 1e6:.1f} MB in {elapsed:.1f}s "
         f"({stats['bytes'] / 1e6 / max(elapsed, 1e-9):.2f} MB/s) -> {args.output}")
-    failure = outcome_error(stats, args.allow_shard_errors)
+    failure = incomplete_run(RunFigures.of_report(stats), args.allow_shard_errors, VERDICT_WORDS)
     if failure is not None:
         raise failure
     warn_doubtful_run(args, inputs, stats, manifest)

@@ -18,6 +18,8 @@ from bpe_ops.implementation import DEFAULT, Implementation
 from pipelines.errors import UserError, os_error_reason, warn
 from pipelines.files import filesystem, is_local
 
+MAX_TOKEN_ID = 2**32 - 1          # the widest id type of the token Parquet is uint32
+
 
 @dataclass(frozen=True)
 class TokenizerRef:
@@ -111,6 +113,17 @@ def _first_line(exc: Exception, local: str | None = None) -> str:
         rest = line[len(local) + 1:]
         line = rest[1:] if rest.startswith(" ") else "line " + rest
     return line
+
+
+def check_id_range(tok, url: str) -> None:
+    """Refuse a tokenizer whose ids do not fit uint32, or leave most of their range unused: stats
+    count every id of the range densely, so one stray id of 3,000,000,000 would cost gigabytes."""
+    if tok.vocab_size - 1 > MAX_TOKEN_ID:
+        raise UserError(f"cannot use tokenizer {url}: its largest id is {tok.vocab_size - 1:,}, too large for "
+                        f"uint32, the widest token id type; supported: ids 0 to {MAX_TOKEN_ID:,}")
+    if len(tok.vocab) < tok.vocab_size // 2:
+        raise UserError(f"cannot use tokenizer {url}: {len(tok.vocab):,} tokens spread over ids 0 to "
+                        f"{tok.vocab_size - 1:,}; supported: ids numbered from 0 with few gaps")
 
 
 def parse_special_token(spec: str) -> tuple[str, int]:
