@@ -36,12 +36,13 @@ def version() -> str:
     try:
         return metadata.version("tokenbeam")
     except metadata.PackageNotFoundError:
-        import pathlib
+        import os
         import re
 
-        setup_py = pathlib.Path(__file__).resolve().parent.parent / "setup.py"
-        found = re.search(r"""version\s*=\s*["']([^"']+)["']""", setup_py.read_text(encoding="utf-8")) \
-            if setup_py.exists() else None
+        from pipelines.files import exists, read_text
+
+        setup_py = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "setup.py")
+        found = re.search(r"""version\s*=\s*["']([^"']+)["']""", read_text(setup_py)) if exists(setup_py) else None
         return found.group(1) if found else "unknown"
 
 

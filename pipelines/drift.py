@@ -1075,29 +1075,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="compare stats made with different tokenizers (token-id figures left out)")
 
 
-GLOB_CHARS = "*?["
-
-
-def stats_paths(argument: str, many: bool) -> list[str]:
-    """The stats.json files an argument (a local path or any fsspec URL) names: a file, a folder
-    holding stats.json, or (`many`) a glob. ValueError (one line) when it names none."""
-    if any(c in argument for c in GLOB_CHARS):
-        if not many:
-            raise ValueError(f"{argument}: the baseline is one stats.json, not a glob")
-        found = files.glob(argument)
-        if not found:
-            raise ValueError(f"{argument} matched no files")
-        return found
-    if files.isdir(argument):
-        inside = files.join(argument, "stats.json")
-        if not files.isfile(inside):
-            raise ValueError(f"{argument} is a folder without a stats.json")
-        return [inside]
-    if not files.exists(argument):
-        raise ValueError(f"{argument}: no such file")
-    return [argument]
-
-
 @dataclass
 class Judged:
     """One file of a comparison over time: its window (or path), and its report or why it has none."""
@@ -1296,6 +1273,16 @@ def render_groups(groups: list[GroupComparison]) -> str:
     return "\n".join(lines)
 
 
+# Here, with the command line: the rest of the module needs none of them.
+from pipelines import command  # noqa: E402
+from pipelines.command import Command  # noqa: E402
+from pipelines.inputs import GLOB_CHARS, InputError, Sought, find_files  # noqa: E402
+
+# What the arguments may name: a stats.json or a folder holding one; the current side also a glob.
+BASELINE = Sought(flag="", in_folder="stats.json", many=False)
+CURRENT = Sought(flag="", in_folder="stats.json", many=True)
+
+
 def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> int:
     """`tokenbeam drift` of parsed flags: 0 no drift, 1 drift; a ValueError/OSError is one line (exit 2)."""
     from pipelines.errors import UserError, os_error_reason
@@ -1306,8 +1293,8 @@ def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.Argum
                             raw_byte_share=args.raw_byte_share, rejected_rate=args.rejected_rate,
                             level=args.level, fail_on=args.fail_on)
     try:
-        (baseline_path,) = stats_paths(args.baseline, many=False)
-        currents = [p for argument in args.current for p in stats_paths(argument, many=True)]
+        (baseline_path,) = [found.url for found in find_files([args.baseline], BASELINE)]
+        currents = [found.url for argument in args.current for found in find_files([argument], CURRENT)]
         for path in (baseline_path, *currents):
             check_finished(str(path), "input", "drift")
         baseline = load_stats(baseline_path)
@@ -1346,13 +1333,11 @@ def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.Argum
             return 1
     except OSError as exc:
         raise UserError(os_error_reason(exc)) from None
-    except ValueError as exc:
+    except (InputError, ValueError) as exc:
         raise UserError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
     return 1 if report.drift else 0
 
 
-from pipelines import command  # noqa: E402  (here, with the command line: the rest of the module needs neither)
-from pipelines.command import Command  # noqa: E402
 
 COMMAND = Command(
     name="drift", help="compare stats.json files (two, or a baseline and windows over time): did tokenization drift?",

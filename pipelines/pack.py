@@ -39,8 +39,8 @@ from pipelines.beam_options import beam, check_worker_paths, one_local_worker, p
 from pipelines import command
 from pipelines.command import Command, add_quiet_argument, option_strings
 from pipelines.errors import IncompleteRun, UserError, pipeline_failures, say, set_quiet, warn
-from pipelines.files import (filesystem, inside, join, names_in, open_atomic, read_json, remove,
-                             remove_tree, remove_stale_temporaries, write_text_atomic, writing)
+from pipelines.files import (filesystem, inside, isdir, isfile, join, names_in, open_atomic, read_bytes, read_json,
+                             remove, remove_tree, remove_stale_temporaries, write_text_atomic, writing)
 from pipelines.folders import check_finished, claim_output, mark_output
 from pipelines.outcome import repeated_ids_line
 from pipelines.shards import byte_size
@@ -139,34 +139,22 @@ def find_inputs(inputs: list[str]) -> tuple[list[TokenFile], dict[str, str | Non
     """Every token Parquet the inputs name (a folder means the `*.parquet` under it, `rejected/` and
     hidden files aside), sorted by URL, each checked; and the sha256 of the `stats.json` beside
     each input (None where there is none)."""
-    from pipelines.sources import InputError, expand_inputs
+    from pipelines.sources import InputError, Sought, expand_inputs
 
     if not inputs:
         raise UserError("no input: give --input TOKENS_DIR (or token Parquet files or globs)")
-    patterns: list[str] = []
     stats: dict[str, str | None] = {}
     checked: set[str] = set()
     for pattern in inputs:
-        fs, path = filesystem(pattern)
-        folder = pattern if fs.isdir(path) else posixpath.dirname(pattern.split("*")[0].split("?")[0].split("[")[0])
+        folder = pattern if isdir(pattern) else posixpath.dirname(pattern.split("*")[0].split("?")[0].split("[")[0])
         if folder not in checked:          # once per folder (a shell-expanded glob names it per file)
             checked.add(folder)
             check_finished(folder or ".", "--input", "pack")
             warn_repeated_ids(folder or ".")
         stats_url = join(folder or ".", "stats.json")
-        sfs, spath = filesystem(stats_url)
-        stats[stats_url] = hashlib.sha256(sfs.cat_file(spath)).hexdigest() if sfs.isfile(spath) else None
-        if fs.isdir(path):
-            found = sorted(f for f in fs.find(path) if f.endswith(".parquet")
-                           and not posixpath.relpath(f, path.rstrip("/")).startswith("rejected/")
-                           and not posixpath.basename(f).startswith("."))
-            if not found:
-                raise UserError(f"--input {pattern}: no .parquet file in this folder")
-            patterns += [fs.unstrip_protocol(f) if "://" in pattern else f for f in found]
-        else:
-            patterns.append(pattern)
+        stats[stats_url] = hashlib.sha256(read_bytes(stats_url)).hexdigest() if isfile(stats_url) else None
     try:
-        shards = expand_inputs(patterns)
+        shards = expand_inputs(inputs, Sought("--input", in_folder="*.parquet"))
     except InputError as exc:
         raise UserError(str(exc)) from None
     files = [read_token_file(s) for s in shards]

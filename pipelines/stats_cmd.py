@@ -34,7 +34,8 @@ from schemas.stats import TokenizerFacts, dump_stats, stats_json
 from pipelines import command
 from pipelines.command import Command, add_quiet_argument
 from pipelines.errors import UserError, say, set_quiet, shard_done
-from pipelines.files import glob, isdir, join, open_read, remove_tree, write_text_atomic
+from pipelines.files import isdir, join, open_read, remove_tree, write_text_atomic
+from pipelines.inputs import InputError, Sought, find_files
 from pipelines.folders import check_finished, owner
 from pipelines.tokenizer_files import load_tokenizer
 
@@ -47,15 +48,15 @@ class StatsError(Exception):
     """A problem with the inputs; `main` prints its one-line message and exits 2."""
 
 
+TOKEN_FILES = Sought(flag="", in_folder="*.parquet")    # the positional GLOBs: a folder names its token Parquet
+
+
 def expand_globs(globs: list[str]) -> list[str]:
     """Every file matching the globs (local or fsspec URLs; a folder means its *.parquet), sorted."""
-    urls: list[str] = []
-    for pattern in globs:
-        matches = glob(join(pattern, "*.parquet") if isdir(pattern) else pattern)
-        if not matches:
-            raise StatsError(f"no file matches {pattern}")
-        urls += matches
-    return sorted(set(urls))
+    try:
+        return [found.url for found in find_files(globs, TOKEN_FILES)]
+    except InputError as exc:
+        raise StatsError(str(exc)) from None
 
 
 class Breakdowns:

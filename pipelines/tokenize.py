@@ -39,9 +39,10 @@ from pipelines.command import (Command, add_dropout_arguments, add_quiet_argumen
                                option_strings, parse_dropout)
 from pipelines.errors import (EXIT_DRIFT, EXIT_OK, IncompleteRun, ShardFailure, UserError, os_error_reason,
                               pipeline_failures, quiet_worker_stderr, say, set_quiet, shard_done, warn)
-from pipelines.files import (canonical, exists, filesystem, inside, is_local, join, open_atomic,
+from pipelines.files import (append_text, canonical, exists, filesystem, inside, is_local, join, open_atomic,
                              read_json, remove, remove_stale_temporaries, remove_tree, write_text_atomic, writing)
 from pipelines.folders import check_finished, claim_output, mark_output
+from pipelines.inputs import InputError, Sought, find_files
 from pipelines.shards import REJECTED_DIR, ShardReader, add_source_arguments, expand, \
     source_options as make_source_options, warn_mostly_rejected, warn_shard_errors
 from pipelines.tokenizer_files import (TokenizerRef, check_id_range, identify_tokenizer,
@@ -679,9 +680,7 @@ def write_alert(output: str, relpath: str, line: str) -> None:
     with writing(url):
         write_text_atomic(url, line + "\n")
         if is_local(output):
-            path = join(output, ALERTS)
-            with open(path[len("file://"):] if path.startswith("file://") else path, "a", encoding="utf-8") as f:
-                f.write(line + "\n")      # one short line per write: appended whole
+            append_text(join(output, ALERTS), line + "\n")      # one short line per write: appended whole
 
 
 def gather_alerts(output: str) -> int:
@@ -813,7 +812,7 @@ def changed_inputs(inputs: list[str], manifest: dict) -> list[str]:
     """The inputs that are no longer what was tokenized (a file that grew after it was read, as a file
     written in parts can under --watch): their size or version in one listing now differs from the
     one the manifest records. A rerun tokenizes them again (their fingerprint no longer matches)."""
-    from pipelines.sources import InputError, expand_inputs
+    from pipelines.sources import expand_inputs
 
     try:
         now = {shard.url: shard for shard in expand_inputs(inputs)}
@@ -937,6 +936,9 @@ def duration(flag: str, text: str | None) -> float | None:
         raise UserError(f"{flag}: {exc}") from None
 
 
+BASELINE_FILE = Sought("--baseline", in_folder="stats.json", many=False)    # a stats.json, or its folder
+
+
 def check_baseline(url: str, output: str, dropout: Dropout | None = None) -> str:
     """A baseline to judge against must be a readable, calibrated stats.json (or a folder holding one),
     of data encoded with the same BPE-dropout, and not a file this run replaces: refused at launch,
@@ -948,11 +950,13 @@ def check_baseline(url: str, output: str, dropout: Dropout | None = None) -> str
         raise UserError(f"--baseline {url}: no such file")
     check_finished(url, "--baseline", "tokenize --baseline")
     try:
-        (path,) = drift.stats_paths(url, many=False)
+        (path,) = [found.url for found in find_files([url], BASELINE_FILE)]
         stats = read_json(path)
         validate_stats(stats)
         drift.check_calibrated(stats, "baseline")
         drift.check_same_dropout(stats.get("dropout"), dropout and dropout.to_json())
+    except InputError as exc:
+        raise UserError(str(exc)) from None
     except OSError as exc:
         raise UserError(f"--baseline {url}: {os_error_reason(exc)}") from None
     except ValueError as exc:

@@ -353,7 +353,7 @@ def test_stats_cmd_errors_are_one_line(tmp_path, tiny_records, gpt2, gpt2_dir, c
                    tmp_path / "partial.parquet")
     (tmp_path / "broken.parquet").write_bytes(b"PAR1 this is not parquet")
     cases = [
-        (str(tmp_path / "nothing-*.parquet"), "no file matches"),
+        (str(tmp_path / "nothing-*.parquet"), "matched no files"),
         (str(tmp_path / "other.parquet"), "written with tokenizer ffffffffffff"),
         (str(tmp_path / "partial.parquet"), "lacks the column 'id'"),
         (str(tmp_path / "broken.parquet"), "cannot read"),
