@@ -1338,7 +1338,6 @@ def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.Argum
     return 1 if report.drift else 0
 
 
-
 COMMAND = Command(
     name="drift", help="compare stats.json files (two, or a baseline and windows over time): did tokenization drift?",
     usage="tokenbeam drift BASELINE CURRENT [CURRENT ...] [options]",
