@@ -20,7 +20,7 @@ from typing import Callable
 
 import regex
 
-from .pretokenize import GPT2_PATTERN
+from .patterns import GPT2_PATTERN
 from .regex_dialect import from_oniguruma
 
 Normalizer = Callable[[str], str]

@@ -33,7 +33,10 @@ from typing import Iterable, Iterator, Mapping, Sequence
 
 import regex
 
+from . import hf_components
 from .count_table import pack_counts
+from .patterns import (CLASSIC_PATTERN, GPT2_PATTERN, GPT4_PATTERN, HF_GPT2_PATTERN, LLAMA3_PATTERN,  # noqa: F401
+                       O200K_PATTERN, PATTERN_ALIASES, PATTERNS, QWEN2_PATTERN)
 from .implementation import DEFAULT, ENGINE_VARIABLE, ENGINES as ENGINE_CHOICES, Implementation  # noqa: F401
 
 try:
@@ -41,31 +44,6 @@ try:
 except ImportError:
     _native = None
 
-GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-# tiktoken's cl100k_base pattern as it ships today (with `\s++$`), spelled `\p{N}{1,3}` where tiktoken
-# writes `\p{N}{1,3}+`: the same matches in Python's `regex` and Rust (the `+` is possessive there and,
-# ending its alternative, changes nothing), but Hugging Face's Oniguruma reads `{1,3}+` as "one or more
-# runs of 1-3 digits", so the tiktoken spelling splits every long number differently once loaded there.
-GPT4_PATTERN = (
-    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
-    r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
-)
-O200K_PATTERN = "|".join([
-    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-    r"""\p{N}{1,3}""",
-    r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
-    r"""\s*[\r\n]+""",
-    r"""\s+(?!\S)""",
-    r"""\s+""",
-])
-CLASSIC_PATTERN = r"""\S+"""
-# The split patterns real models' tokenizer.json files carry, beside the named ones above: Llama 3's
-# (tiktoken's first cl100k spelling), Qwen2's (one digit per piece), and GPT-2's as Hugging Face writes it.
-LLAMA3_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
-                  r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
-QWEN2_PATTERN = LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
-HF_GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 # Patterns that `_split_scan.h` splits by hand, PCRE2 taking only the pieces it cannot decide (a
 # contraction, a character beyond the BMP): (family, longest digit run or 0, `\s+$` first). The same
 # pieces as PCRE2 (tests/bpe_ops/test_split_scan.py), several times faster: the split was a third of encoding.
@@ -79,17 +57,8 @@ SCANNED_PATTERNS = {
 }
 END_OF_WORD = "</w>"
 
-PATTERNS = {
-    "gpt2": GPT2_PATTERN,
-    "gpt4": GPT4_PATTERN,
-    "o200k": O200K_PATTERN,
-    "classic": CLASSIC_PATTERN,
-}
 # SuperBPE's phase two (see `superword_pattern`): at most this many pre-tokens per unit by default.
 SUPERWORD_MAX_WORDS = 4
-# tiktoken's encoding names for the same patterns (a rank file is used with its encoding's pattern).
-PATTERN_ALIASES = {"cl100k": "gpt4", "cl100k_base": "gpt4", "o200k_base": "o200k", "r50k_base": "gpt2",
-                   "p50k_base": "gpt2", "p50k_edit": "gpt2"}
 
 
 # A pattern spelled like a name (letters, digits, `_`, `-`) is taken for a misspelt name, not a regex.
@@ -567,7 +536,6 @@ class PretokenCounter:
     def __init__(self, pattern: str = "gpt4", special_tokens: Sequence[str] = (), *,
                  normalizer: dict | None = None, pre_tokenizer: dict | None = None,
                  implementation: Implementation = DEFAULT):
-        from . import hf_components        # (it imports this module)
         self._compiled = compile_pattern(pattern, implementation)
         self._special_tokens = tuple(special_tokens)
         self._components = json.dumps([normalizer, pre_tokenizer], sort_keys=True)

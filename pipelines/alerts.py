@@ -10,7 +10,7 @@ from pipelines.beam_options import beam  # first: it hides Beam's import-time ap
 
 from pipelines.drift_judging import compare, headline
 from pipelines.errors import say
-from pipelines.files import filesystem, is_local, join, read_json, write_text_atomic, writing
+from pipelines.files import append_text, filesystem, is_local, join, read_json, write_text_atomic, writing
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
 
 class JudgeShard(beam.DoFn):
@@ -57,9 +57,7 @@ def write_alert(output: str, relpath: str, line: str) -> None:
     with writing(url):
         write_text_atomic(url, line + "\n")
         if is_local(output):
-            path = join(output, ALERTS)
-            with open(path[len("file://"):] if path.startswith("file://") else path, "a", encoding="utf-8") as f:
-                f.write(line + "\n")      # one short line per write: appended whole
+            append_text(join(output, ALERTS), line + "\n")      # one short line per write: appended whole
 
 
 def gather_alerts(output: str) -> int:

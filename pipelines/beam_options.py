@@ -28,7 +28,7 @@ import apache_beam as beam  # noqa: E402  (after the filter: the warning is logg
 from apache_beam.options.pipeline_options import (  # noqa: E402
     DirectOptions, PipelineOptions, StandardOptions)
 
-from pipelines.command import unknown_option_error  # noqa: E402
+from pipelines.option_names import unknown_option_error  # noqa: E402
 from pipelines.errors import UserError  # noqa: E402
 
 

@@ -1,18 +1,23 @@
-"""What every command's command line shares: a parser whose errors are our one-line errors, and
-the check that nothing the user typed is left unread.
+"""What every command's command line shares: the `Command` each command module declares once, a
+parser whose errors are our one-line errors, and the check that nothing the user typed is left unread.
 
-Beam's flags are sorted out in `pipelines.beam_options` (which imports Beam); this module does not
-import Beam, so commands without a pipeline, and train's launcher, stay light.
+`tokenbeam NAME ...` (pipelines/cli.py) and `python -m pipelines.MODULE ...` build their parser from
+the same `Command`, so the two are one command line. Beam's flags are sorted out in
+`pipelines.beam_options` (which imports Beam); this module does not import Beam, so commands without a
+pipeline, and train's launcher, stay light.
 """
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import sys
+from dataclasses import dataclass
 from typing import Callable
 
-from pipelines.errors import UserError
+from pipelines.errors import UserError, run_command
+from pipelines.option_names import unknown_option_error
+
+BEAM_EPILOG = "Any other --flag must be one of Beam's (--runner, --direct_num_workers, ...)."
 
 
 class Parser(argparse.ArgumentParser):
@@ -60,31 +65,71 @@ class Parser(argparse.ArgumentParser):
         return None
 
 
+@dataclass(frozen=True)
+class Command:
+    """One tokenbeam command, declared by its module as `COMMAND`: its texts, its flags, its body.
+
+    `run(args, rest, parser)` is the body: the parsed flags, what the parser left (for a `beam`
+    command, Beam's flags and more inputs; otherwise always empty) and the parser (for its option
+    names). It returns an exit code, or the run's report (exit 0); errors are raised (UserError).
+    `leftovers`: for a command that is not `beam`, why anything the parser left is refused."""
+    name: str
+    help: str
+    usage: str | None
+    description: str | None
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, list[str], argparse.ArgumentParser], object]
+    beam: bool = False
+    leftovers: str = ""
+    epilog: str | None = None
+
+    def parser_texts(self) -> dict:
+        """The keyword arguments of its parser, standalone or as a subcommand of `tokenbeam`."""
+        return {"prog": f"tokenbeam {self.name}", "usage": self.usage, "description": self.description,
+                "epilog": self.epilog or (BEAM_EPILOG if self.beam else None)}
+
+
+def beam_option_names() -> list[str]:
+    """Beam's flags, asked only to name a misspelt flag of a `beam` command (it imports Beam)."""
+    from pipelines.beam_options import beam_option_names as names
+
+    return names()
+
+
+def add_command_arguments(parser: "Parser", command: Command) -> None:
+    """Give `parser` the command's flags, and Beam's as the other flags it may be given."""
+    parser.other_options = beam_option_names if command.beam else None
+    command.add_arguments(parser)
+
+
+def build_parser(command: Command) -> "Parser":
+    parser = Parser(**command.parser_texts())
+    add_command_arguments(parser, command)
+    return parser
+
+
+def run_parsed(command: Command, args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser):
+    """The command's body, once anything left over that is not for Beam is refused."""
+    if not command.beam:
+        refuse_leftovers(rest, parser, command.leftovers)
+    return command.run(args, rest, parser)
+
+
+def run(command: Command, argv: list[str]):
+    """Run the command line ARGV of `command` (without its name); returns what its body returns."""
+    parser = build_parser(command)
+    args, rest = parser.parse_known_args(argv)
+    return run_parsed(command, args, rest, parser)
+
+
+def main(command: Command, argv: list[str] | None = None) -> int:
+    """`python -m pipelines.MODULE ARGV`, the same as `tokenbeam NAME ARGV`: its exit code."""
+    return run_command(lambda: run(command, sys.argv[1:] if argv is None else argv))
+
+
 def option_strings(parser: argparse.ArgumentParser) -> list[str]:
     """Every `--flag` the parser knows."""
     return [s for action in parser._actions for s in action.option_strings if s.startswith("--")]  # noqa: SLF001
-
-
-def closest_option(name: str, tool_options: list[str], other_options: list[str] = ()) -> str | None:
-    """The option the user probably meant: the tool's flag spelled with dashes (`--min_count` ->
-    `--min-count`), Beam's spelled with underscores (`--temp-location` -> `--temp_location`), else
-    the one tool flag it abbreviates (`--vocab` -> `--vocab-size`; flags are never abbreviated), else
-    the closest by spelling."""
-    if name.replace("_", "-") in tool_options:
-        return name.replace("_", "-")
-    if name.replace("-", "_") in other_options:
-        return name.replace("-", "_")
-    longer = [option for option in tool_options if option.startswith(name.replace("_", "-"))]
-    if len(longer) == 1:
-        return longer[0]
-    close = difflib.get_close_matches(name, list(tool_options) + list(other_options), n=1, cutoff=0.75)
-    return close[0] if close else None
-
-
-def unknown_option_error(name: str, tool_options: list[str], other_options: list[str] = (),
-                         what: str = "neither tokenbeam's nor Beam's") -> UserError:
-    hint = closest_option(name, tool_options, other_options)
-    return UserError(f"unknown option {name}" + (f": did you mean {hint}?" if hint else f" ({what}; see --help)"))
 
 
 def implementation_from_environment():

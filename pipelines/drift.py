@@ -13,11 +13,16 @@ import argparse
 import math
 import sys
 
-from pipelines.drift_judging import (GLOB_CHARS, Thresholds, compare_over_time, judging_errors, pair_drifted,
-                                     stats_paths)
+from pipelines import command
+from pipelines.command import Command
+from pipelines.drift_judging import Thresholds, compare_over_time, judging_errors, load_stats, pair_drifted
 from pipelines.drift_reports import render_over_time, show_pair, write_groups, write_over_time, write_report
 from schemas import drift as layout
-from schemas.stats import load_stats
+from pipelines.inputs import GLOB_CHARS, Sought, find_files
+
+# What the arguments may name: a stats.json or a folder holding one; the current side also a glob.
+BASELINE = Sought(flag="", in_folder="stats.json", many=False)
+CURRENT = Sought(flag="", in_folder="stats.json", many=True)
 
 
 def _non_negative(text: str) -> float:
@@ -63,33 +68,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="compare stats made with different tokenizers (token-id figures left out)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from pipelines.command import Parser
-
-    parser = Parser(
-        prog="tokenbeam drift", description="Compare stats.json files and say whether tokenization drifted.",
-        epilog="A figure is flagged when its change is beyond sampling noise (Holm-Bonferroni at --level over "
-               "the judged figures) and past its threshold. Verdicts: ok (within noise), moderate (beyond "
-               "noise, within the threshold), significant (both). Exit code: 0 no drift, 1 drift (in any "
-               "file judged), 2 error (unreadable, old or incompatible stats files).")
-    add_arguments(parser)
-    return parser
-
-
-def run_parsed(args: argparse.Namespace, rest: list[str] = ()) -> int:
+def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> int:
     """`tokenbeam drift` of parsed flags: 0 no drift, 1 drift; a file that cannot be read or judged is
-    the caller's one-line error (exit 2)."""
-    from pipelines.command import refuse_leftovers
+    one line (exit 2)."""
     from pipelines.folders import check_finished
 
-    refuse_leftovers(list(rest), build_parser(), "drift takes stats.json files and its own options")
     thresholds = Thresholds(bytes_per_token=args.bytes_per_token, tokens_per_word=args.tokens_per_word,
                             tokens_per_record=args.tokens_per_record, psi=args.psi, js=args.js,
                             raw_byte_share=args.raw_byte_share, rejected_rate=args.rejected_rate,
                             level=args.level, fail_on=args.fail_on)
     with judging_errors():
-        (baseline_path,) = stats_paths(args.baseline, many=False)
-        currents = [p for argument in args.current for p in stats_paths(argument, many=True)]
+        (baseline_path,) = [found.url for found in find_files([args.baseline], BASELINE)]
+        currents = [found.url for argument in args.current for found in find_files([argument], CURRENT)]
         for path in (baseline_path, *currents):
             check_finished(str(path), "input", "drift")
         baseline = load_stats(baseline_path)
@@ -113,16 +103,20 @@ def say_written(urls: list[str]) -> None:
         print(f"wrote {url}", file=sys.stderr)
 
 
+COMMAND = Command(
+    name="drift", help="compare stats.json files (two, or a baseline and windows over time): did tokenization drift?",
+    usage="tokenbeam drift BASELINE CURRENT [CURRENT ...] [options]",
+    description="Compare stats.json files and say whether tokenization drifted.",
+    epilog="A figure is flagged when its change is beyond sampling noise (Holm-Bonferroni at --level over the judged "
+           "figures) and past its threshold. Verdicts: ok (within noise), moderate (beyond noise, within the "
+           "threshold), significant (both). Exit code: 0 no drift, 1 drift (in any file judged), 2 error "
+           "(unreadable, old or incompatible stats files).",
+    add_arguments=add_arguments, run=run_parsed, leftovers="drift takes stats.json files and its own options")
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m pipelines.drift ARGV` (the same as `tokenbeam drift ARGV`)."""
-    from pipelines.errors import run_command
-
-    def run():
-        parser = build_parser()
-        args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
-        return run_parsed(args, rest)
-
-    return run_command(run)
+    return command.main(COMMAND, argv)
 
 
 if __name__ == "__main__":

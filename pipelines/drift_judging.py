@@ -33,7 +33,7 @@ from bpe_ops.drift_stats import (Estimate, NullDistribution, holm, js_divergence
                                  two_sided_p, welch_df, z_quantile)
 from pipelines import files
 from schemas import drift as layout
-from schemas.stats import REBUILD_HINT, load_stats
+from schemas.stats import REBUILD_HINT, parse_stats
 
 TOP_SHIFTED = 15
 
@@ -435,27 +435,10 @@ def headline(report: DriftReport) -> str:
 
 # ---- the stats files judged -------------------------------------------------------------------
 
-GLOB_CHARS = "*?["
-
-
-def stats_paths(argument: str, many: bool) -> list[str]:
-    """The stats.json files an argument (a local path or any fsspec URL) names: a file, a folder
-    holding stats.json, or (`many`) a glob. ValueError (one line) when it names none."""
-    if any(c in argument for c in GLOB_CHARS):
-        if not many:
-            raise ValueError(f"{argument}: the baseline is one stats.json, not a glob")
-        found = files.glob(argument)
-        if not found:
-            raise ValueError(f"{argument} matched no files")
-        return found
-    if files.isdir(argument):
-        inside = files.join(argument, "stats.json")
-        if not files.isfile(inside):
-            raise ValueError(f"{argument} is a folder without a stats.json")
-        return [inside]
-    if not files.exists(argument):
-        raise ValueError(f"{argument}: no such file")
-    return [argument]
+def load_stats(path) -> dict:
+    """Read and validate a stats.json (a local path or any fsspec URL). OSError if unreadable, ValueError
+    (one line, naming the file) if it is not valid JSON or not a valid stats.json of this schema version."""
+    return parse_stats(files.read_bytes(str(path)), path)
 
 
 def compare_files(baseline: dict, baseline_path: str, current: dict, current_path: str,
@@ -476,17 +459,15 @@ def compare_files(baseline: dict, baseline_path: str, current: dict, current_pat
 def judging_errors() -> Iterator[None]:
     """Inside the block, a stats file that cannot be read or judged (OSError, ValueError) is the
     command's one-line UserError, naming the file."""
-    from pipelines.errors import UserError
+    from pipelines.errors import UserError, os_error_reason
+    from pipelines.inputs import InputError
 
     try:
         yield
-    except (OSError, ValueError) as exc:
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if isinstance(exc, OSError):
-            message = exc.strerror or message
-            if exc.filename and str(exc.filename) not in message:
-                message = f"{exc.filename}: {message}"
-        raise UserError(message) from None
+    except OSError as exc:
+        raise UserError(os_error_reason(exc)) from None
+    except (InputError, ValueError) as exc:
+        raise UserError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
 
 
 # ---- over time: each file against one baseline ------------------------------------------------

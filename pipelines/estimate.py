@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from bpe_ops.sample_estimate import Estimate, StratumSample
 from bpe_ops.stats import record_stats
 
-from pipelines.command import implementation_from_environment, refuse_leftovers
+from pipelines import command
+from pipelines.command import Command, implementation_from_environment
 from pipelines.errors import PREFIX, IncompleteRun, UserError, os_error_reason, say, warn
 from pipelines.files import filesystem, write_text_atomic
 from pipelines.shards import add_source_arguments, expand, source_options
@@ -56,8 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with a tiktoken rank file as --tokenizer: its split pattern")
     add_source_arguments(parser)
     parser.add_argument("--sample", type=sample_fraction, default=sample_fraction(DEFAULT_SAMPLE), metavar="SHARE",
-                        help=f"share of the dataset's bytes to read, e.g. 0.5%% or 0.005 (default {DEFAULT_SAMPLE}%); at "
-                             f"least {MIN_DRAWS} records are drawn")
+                        help=f"share of the dataset's bytes to read, e.g. 0.5%% or 0.005 (default "
+                             f"{DEFAULT_SAMPLE.replace('%', '%%')}); at least {MIN_DRAWS} records are drawn")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random sample (default 0)")
     parser.add_argument("--output", default=None, metavar="FILE",
                         help="also write the estimate as JSON to FILE (any fsspec URL)")
@@ -72,7 +73,7 @@ class Projection:
     seconds: float
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> int:
     options = source_options(args)
     shards = expand(list(args.input) + list(args.inputs), options)
     tok = load_tokenizer(args.tokenizer, implementation_from_environment(), args.pattern)
@@ -248,18 +249,16 @@ def render(report: dict) -> str:
     return "\n".join(lines)
 
 
+COMMAND = Command(name="estimate", help="count a dataset's tokens from a sample of its records, with 95%% "
+                                         "intervals, before you run",
+                  usage="tokenbeam estimate --tokenizer T --input GLOB [--sample 0.5%%] [options] [INPUT ...]",
+                  description=__doc__.splitlines()[0], add_arguments=add_arguments, run=run,
+                  leftovers="estimate runs no Beam pipeline")
+
+
 def main(argv: list[str] | None = None) -> int:
-    from pipelines.command import Parser
-    from pipelines.errors import run_command
-
-    parser = Parser(prog="tokenbeam estimate", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-
-    def go():
-        args, rest = parser.parse_known_args(argv)
-        refuse_leftovers(rest, parser, "estimate runs no Beam pipeline")
-        return run(args)
-    return run_command(go)
+    """`python -m pipelines.estimate ARGV` (the same as `tokenbeam estimate ARGV`)."""
+    return command.main(COMMAND, argv)
 
 
 if __name__ == "__main__":

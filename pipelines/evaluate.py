@@ -24,22 +24,25 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from pipelines.beam_options import (beam, beam_option_names, check_worker_paths, local_cores_per_worker, one_local_worker,
+from pipelines.beam_options import (beam, check_worker_paths, local_cores_per_worker, one_local_worker,
                                     pipeline_options, split_beam_args)
 from bpe_ops.evaluation import (TokenTally, WordTally, iter_words, merge_count_for_vocab_size, raw_byte_ids,
                                 truncated, whitespace_ids, word_pieces, id_mask)
 from bpe_ops.stats import batch_stats
 from schemas.evaluate import DEFINITIONS, EVALUATE_KIND, EVALUATE_SCHEMA_VERSION, validate_evaluate
-from pipelines.command import Parser, add_quiet_argument, implementation_from_environment, option_strings
-from pipelines.errors import IncompleteRun, ShardFailure, UserError, pipeline_failures, quiet_worker_stderr, \
-    run_command, say, set_quiet, shard_done
+from pipelines import command
+from pipelines.command import Command, add_quiet_argument, implementation_from_environment, option_strings
+from pipelines.errors import ShardFailure, UserError, pipeline_failures, quiet_worker_stderr, \
+    say, set_quiet, shard_done
 from pipelines.folders import claim_output, mark_output
 from pipelines.files import (exists, join, open_atomic, read_json, remove, remove_stale_temporaries,
                              remove_tree, write_text_atomic, writing)
 from pipelines.groups import group_value
+from pipelines.outcome import RunFigures, RunWords, incomplete_run
 from pipelines.shards import REJECTED_DIR, ShardReader, add_source_arguments, describe_shard_error, expand, \
     source_options as make_source_options, warn_mostly_rejected, warn_shard_errors
-from pipelines.tokenizer_files import TokenizerRef, identify_tokenizer, load_identified_tokenizer, parse_special_token
+from pipelines.tokenizer_files import (TokenizerRef, check_id_range, identify_tokenizer, load_identified_tokenizer,
+                                      parse_special_token)
 
 ENCODE_BATCH_RECORDS = 256        # records encoded per encode_arrays call
 WORD_FLUSH_ENTRIES = 200_000      # (word, group) counts a shard holds before it hands them on
@@ -47,6 +50,7 @@ WORD_BATCH = 2_048                # word types scored per call
 MAX_GROUPS = 1_000                # --group-field values in one shard: a category (language, source), not an id
 OUTPUTS = ("evaluate.json", "evaluate.md", "evaluate.png")
 SUCCESS = "_SUCCESS"
+VERDICT_WORDS = RunWords(done="evaluated", lost="no _SUCCESS", nothing="nothing was evaluated", last="; no _SUCCESS")
 WHOLE = (0, "")                   # the scope of the whole dataset; a group is (1, its value)
 
 
@@ -510,27 +514,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_source_arguments(parser)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="tokenbeam evaluate", other_options=beam_option_names, description=__doc__.split("\n")[0],
-                    usage="tokenbeam evaluate --tokenizer A [--tokenizer B ...] --output DIR --input GLOB [options]",
-                    epilog="Any other --flag must be one of Beam's (--runner, --direct_num_workers, ...).")
-    add_arguments(parser)
-    return parser
-
-
 def run(argv: list[str]) -> dict:
     """Run `tokenbeam evaluate ARGV`; returns evaluate.json's content. UserError for bad usage,
     IncompleteRun when the output is not complete."""
-    parser = build_parser()
-    args, rest = parser.parse_known_args(argv)
-    return run_parsed(args, rest, option_strings(parser))
+    return command.run(COMMAND, argv)
 
 
 def load_variants(specs: list[TokenizerSpec]):
     """Load every tokenizer once (launcher side) and list what is evaluated: each tokenizer, and
     before it its cut sizes. Returns (refs, variants, tokenizers entries of the report, vocab sizes)."""
-    from pipelines.tokenize import check_id_range
-
     implementation = implementation_from_environment()
     refs, bases, variants, entries, vocab_sizes = [], [], [], [], []
     names = set()
@@ -606,10 +598,10 @@ def clear_output(output: str) -> None:
     remove_stale_temporaries(output)
 
 
-def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str]) -> dict:
+def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> dict:
     started_at = time.time()
     set_quiet(args.quiet)
-    beam_args, bare = split_beam_args(rest, tool_options)
+    beam_args, bare = split_beam_args(rest, option_strings(parser))
     inputs = list(args.input) + bare
     specs = getattr(args, "tokenizers", None) or []
     if not specs:
@@ -642,21 +634,23 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
         f"{report['rejected']['total']:,} rejected in {time.time() - started_at:.1f}s -> "
         f"{join(args.output, 'evaluate.md')}" + ("" if exists(join(args.output, "evaluate.png")) else
                                                  "; evaluate.png skipped (install the plot extra: matplotlib)"))
-    if report["shard_errors"] and not args.allow_shard_errors:
-        raise IncompleteRun(f"{report['shards']['failed']} of {report['shards']['count']} shard(s) could not be read "
-                            f"(first: {describe_shard_error(report['shard_errors'][0])}); no _SUCCESS: repair them "
-                            f"and rerun, or pass --allow-shard-errors")
-    if report["records"] == 0:
-        reasons = ", ".join(f"{n:,} {r}" for r, n in report["rejected"]["by_reason"].items()) or "no records"
-        raise IncompleteRun(f"nothing was evaluated: {report['records_read']:,} records read, {reasons}; "
-                            f"see rejected/; no _SUCCESS")
+    failure = incomplete_run(RunFigures.of_report(report), args.allow_shard_errors, VERDICT_WORDS)
+    if failure is not None:
+        raise failure
     warn_mostly_rejected(report["records_read"], report["rejected"]["by_reason"])
     return report
 
 
+COMMAND = Command(name="evaluate", help="tokenizers side by side on a dataset: compression, fertility, words kept "
+                                         "whole, raw bytes (Beam)",
+                  usage="tokenbeam evaluate --tokenizer A [--tokenizer B ...] --output DIR --input GLOB [options] "
+                        "[INPUT ...]",
+                  description=__doc__.split("\n")[0], add_arguments=add_arguments, run=run_parsed, beam=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m pipelines.evaluate ARGV` (the same as `tokenbeam evaluate ARGV`)."""
-    return run_command(lambda: run(sys.argv[1:] if argv is None else argv))
+    return command.main(COMMAND, argv)
 
 
 if __name__ == "__main__":

@@ -143,6 +143,19 @@ def read_text(url: str) -> str:
     return read_bytes(url).decode("utf-8")
 
 
+def read_head(url: str, size: int) -> bytes:
+    """The first `size` bytes of a file (fewer if it is shorter)."""
+    with open_read(url) as f:
+        return f.read(size)
+
+
+def append_text(url: str, text: str) -> None:
+    """Append to a local file (an object store has no appendable file); a short text lands whole."""
+    fs, path = filesystem(url)
+    with naming(url), fs.open(path, "ab") as f:
+        f.write(text.encode("utf-8"))
+
+
 def remove(url: str) -> None:
     """Remove one file if it is there."""
     fs, path = filesystem(url)

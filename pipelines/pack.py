@@ -35,12 +35,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.beam_options import beam, beam_option_names, check_worker_paths, one_local_worker, pipeline_options, split_beam_args
-from pipelines.command import Parser, add_quiet_argument, option_strings
-from pipelines.errors import IncompleteRun, UserError, pipeline_failures, run_command, say, set_quiet, warn
-from pipelines.files import (filesystem, inside, join, names_in, open_atomic, read_json, remove,
-                             remove_tree, remove_stale_temporaries, write_text_atomic, writing)
+from pipelines.beam_options import beam, check_worker_paths, one_local_worker, pipeline_options, split_beam_args
+from pipelines import command
+from pipelines.command import Command, add_quiet_argument, option_strings
+from pipelines.errors import IncompleteRun, UserError, pipeline_failures, say, set_quiet, warn
+from pipelines.files import (filesystem, inside, isdir, isfile, join, names_in, open_atomic, read_bytes, read_json,
+                             remove, remove_tree, remove_stale_temporaries, write_text_atomic, writing)
 from pipelines.folders import check_finished, claim_output, mark_output
+from pipelines.outcome import repeated_ids_line
 from pipelines.shards import byte_size
 from schemas import pack as layout
 from schemas import tables
@@ -124,8 +126,6 @@ def read_token_file(shard) -> TokenFile:
 
 def warn_repeated_ids(folder: str) -> None:
     """Records sharing an id hash to the same split: repeat tokenize's warning where it matters."""
-    from pipelines.tokenize import repeated_ids_line
-
     success = join(folder, layout.SUCCESS)
     try:
         repeated = read_json(success).get("repeated_ids")
@@ -139,34 +139,23 @@ def find_inputs(inputs: list[str]) -> tuple[list[TokenFile], dict[str, str | Non
     """Every token Parquet the inputs name (a folder means the `*.parquet` under it, `rejected/` and
     hidden files aside), sorted by URL, each checked; and the sha256 of the `stats.json` beside
     each input (None where there is none)."""
-    from pipelines.sources import InputError, expand_inputs
+    from pipelines.inputs import InputError, Sought
+    from pipelines.sources import expand_inputs
 
     if not inputs:
         raise UserError("no input: give --input TOKENS_DIR (or token Parquet files or globs)")
-    patterns: list[str] = []
     stats: dict[str, str | None] = {}
     checked: set[str] = set()
     for pattern in inputs:
-        fs, path = filesystem(pattern)
-        folder = pattern if fs.isdir(path) else posixpath.dirname(pattern.split("*")[0].split("?")[0].split("[")[0])
+        folder = pattern if isdir(pattern) else posixpath.dirname(pattern.split("*")[0].split("?")[0].split("[")[0])
         if folder not in checked:          # once per folder (a shell-expanded glob names it per file)
             checked.add(folder)
             check_finished(folder or ".", "--input", "pack")
             warn_repeated_ids(folder or ".")
         stats_url = join(folder or ".", "stats.json")
-        sfs, spath = filesystem(stats_url)
-        stats[stats_url] = hashlib.sha256(sfs.cat_file(spath)).hexdigest() if sfs.isfile(spath) else None
-        if fs.isdir(path):
-            found = sorted(f for f in fs.find(path) if f.endswith(".parquet")
-                           and not posixpath.relpath(f, path.rstrip("/")).startswith("rejected/")
-                           and not posixpath.basename(f).startswith("."))
-            if not found:
-                raise UserError(f"--input {pattern}: no .parquet file in this folder")
-            patterns += [fs.unstrip_protocol(f) if "://" in pattern else f for f in found]
-        else:
-            patterns.append(pattern)
+        stats[stats_url] = hashlib.sha256(read_bytes(stats_url)).hexdigest() if isfile(stats_url) else None
     try:
-        shards = expand_inputs(patterns)
+        shards = expand_inputs(inputs, Sought("--input", in_folder="*.parquet"))
     except InputError as exc:
         raise UserError(str(exc)) from None
     files = [read_token_file(s) for s in shards]
@@ -855,20 +844,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                           f"{DEFAULT_MAX_TOKENS_PER_FILE}, K/M/G are powers of 2)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="tokenbeam pack", other_options=beam_option_names, description=__doc__.split("\n")[0],
-                    usage="tokenbeam pack --input TOKENS_DIR --output DIR --seq-len N [options] [INPUT ...]",
-                    epilog="Any other --flag must be one of Beam's (--runner, --direct_num_workers, ...).")
-    add_arguments(parser)
-    return parser
-
-
 def run(argv: list[str]) -> dict:
     """Run `tokenbeam pack ARGV`; returns pack.json's content. UserError for bad usage, IncompleteRun
     when the output is not complete."""
-    parser = build_parser()
-    args, rest = parser.parse_known_args(argv)
-    return run_parsed(args, rest, option_strings(parser))
+    return command.run(COMMAND, argv)
 
 
 def check_numbers(args) -> None:
@@ -947,10 +926,10 @@ def decide(args, files: list[TokenFile]) -> tuple[PackOptions, dict]:
     return options, shaping
 
 
-def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str]) -> dict:
+def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> dict:
     started_at = time.time()
     set_quiet(args.quiet)
-    beam_args, bare = split_beam_args(rest, tool_options)
+    beam_args, bare = split_beam_args(rest, option_strings(parser))
     check_numbers(args)
     files, stats_digests = find_inputs(list(args.input) + bare)
     records = sum(sum(f.rows) for f in files)
@@ -1004,9 +983,14 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
     return manifest
 
 
+COMMAND = Command(name="pack", help="pack token Parquet into shuffled fixed-length sequences (Beam)",
+                  usage="tokenbeam pack --input TOKENS_DIR --output DIR --seq-len N [options] [INPUT ...]",
+                  description=__doc__.split("\n")[0], add_arguments=add_arguments, run=run_parsed, beam=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m pipelines.pack ARGV` (the same as `tokenbeam pack ARGV`)."""
-    return run_command(lambda: run(sys.argv[1:] if argv is None else argv))
+    return command.main(COMMAND, argv)
 
 
 if __name__ == "__main__":

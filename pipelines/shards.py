@@ -84,7 +84,8 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
 
 def source_options(args: argparse.Namespace, keep_fields: tuple[str, ...] = (), extra_fields: tuple[str, ...] = ()):
     """The SourceOptions of the parsed flags; a contradiction is a UserError."""
-    from pipelines.sources import InputError, SourceOptions
+    from pipelines.inputs import InputError
+    from pipelines.sources import SourceOptions
 
     try:
         return SourceOptions(format=args.format, text_field=args.text_field, id_field=args.id_field or None,
@@ -99,7 +100,8 @@ def source_options(args: argparse.Namespace, keep_fields: tuple[str, ...] = (), 
 def expand(inputs: list[str], options, allow_empty: bool = False) -> list:
     """Match the input shards once, at launch, and check each one's format against the options, so
     that nothing matching, an unknown extension or a txt-only flag on JSONL fails before any work."""
-    from pipelines.sources import InputError, expand_inputs, output_name, shard_format
+    from pipelines.inputs import InputError
+    from pipelines.sources import expand_inputs, output_name, shard_format
 
     if not inputs:
         raise UserError("no input: give --input GLOB (or the files after the options)")

@@ -28,14 +28,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import zstandard
 
-from pipelines.files import filesystem, open_read
+from pipelines.files import open_read
+from pipelines.inputs import InputError, Sought, find_files
 from schemas.records import (
     BAD_JSON, INVALID_UTF8, MISSING_TEXT_COLUMN, MISSING_TEXT_FIELD, NOT_AN_OBJECT, RECORD_TOO_LARGE,
     TEXT_COLUMN_NOT_STRING, TEXT_NOT_A_STRING, TRUNCATED_OR_CORRUPT, UNREADABLE_FILE, WRONG_FORMAT,
     Record, Rejected, ShardError,
 )
 
-__all__ = ["InputError", "SourceOptions", "Shard", "Record", "Rejected", "ShardError",
+__all__ = ["SourceOptions", "Shard", "Record", "Rejected", "ShardError",
            "expand_inputs", "shard_format", "read_shard", "output_name"]
 
 FORMATS = ("jsonl", "txt", "parquet")
@@ -60,10 +61,6 @@ ZSTD_READ_SIZE = 1 << 16      # compressed bytes fed to the zstd decompressor at
 # A record this large is no use for training and costs many times its size to tokenize; a whole
 # novel is far smaller, so the bound rejects only what is almost surely not one document.
 DEFAULT_MAX_RECORD_BYTES = 16 << 20
-
-
-class InputError(Exception):
-    """A problem with what the user asked for (a glob, an option), said in one line."""
 
 
 @dataclass(frozen=True)
@@ -118,61 +115,20 @@ class Shard:
 
 # ---------------------------------------------------------------------------- finding shards
 
-def expand_inputs(patterns: Sequence[str]) -> list[Shard]:
-    """Expand the input globs once, at launch: every matched file, deduplicated, sorted by URL.
-
-    A pattern is a local path or any fsspec URL (`file://`, `s3://`, `gs://`...) with optional glob
-    characters; an existing path is taken literally. A pattern that matches no file is an error that
-    names it, since a typo would otherwise silently drop part of a corpus.
-    """
+def expand_inputs(patterns: Sequence[str], sought: Sought = Sought()) -> list[Shard]:
+    """Expand the input globs once, at launch: every matched file (pipelines/inputs.py: what a
+    pattern may name, `sought`), deduplicated, sorted by URL, each with its path relative to the
+    deepest folder holding them all."""
     if isinstance(patterns, str):
         patterns = [patterns]
     if not patterns:
-        raise InputError("no --input given")
-    found: dict[str, tuple[str, str, int, str]] = {}    # canonical URL -> (url, path, size, version)
-    for pattern in patterns:
-        matches = _match(pattern)
-        if not matches:
-            raise InputError(f"--input {pattern!r} matched no files")
-        for canonical, match in matches.items():
-            found.setdefault(canonical, match)
-    urls, paths, sizes, versions = zip(*sorted(found.values()))
-    relpaths = _relpaths(paths)
+        raise InputError(f"no {sought.flag or 'input'} given")
+    found = find_files(patterns, sought)
+    relpaths = _relpaths(f.path for f in found)
     if len(set(relpaths)) < len(relpaths):
         raise InputError("two inputs have the same path under different protocols; "
                          "their outputs would collide")
-    return [Shard(url, rel, size, version) for url, rel, size, version in zip(urls, relpaths, sizes, versions)]
-
-
-# Keys under which fsspec filesystems report a file's version: content hashes first, then times.
-_VERSION_KEYS = ("ETag", "etag", "md5Hash", "crc32c", "sha256", "mtime", "LastModified", "updated", "last_modified",
-                 "created")
-
-
-def file_version(info: dict) -> str:
-    """What an fsspec `info()` says of a file's version ("" if nothing): batch matching and the
-    watched source record it alike, so their outputs are the same bytes."""
-    for key in _VERSION_KEYS:
-        if info.get(key) not in (None, ""):
-            return f"{key}={info[key]}"
-    return ""
-
-
-def _match(pattern: str) -> dict[str, tuple[str, str, int, str]]:
-    """The files a pattern names: canonical URL -> (url as the user will see it, path, size, version)."""
-    fs, path = filesystem(pattern)
-    if fs.isdir(path):
-        raise InputError(f"--input {pattern!r} is a folder; pass a glob such as "
-                         f"'{pattern.rstrip('/')}/*.jsonl'")
-    infos = {path: fs.info(path)} if fs.isfile(path) else fs.glob(path, detail=True)
-    with_protocol = "://" in pattern     # keep the protocol the user wrote; plain paths stay plain
-    matches = {}
-    for p, info in infos.items():
-        if info.get("type") == "directory":
-            continue
-        canonical = fs.unstrip_protocol(p)
-        matches[canonical] = (canonical if with_protocol else p, p, info.get("size") or 0, file_version(info))
-    return matches
+    return [Shard(f.url, rel, f.size, f.version) for f, rel in zip(found, relpaths)]
 
 
 def _relpaths(paths: Iterable[str]) -> list[str]:

@@ -25,23 +25,25 @@ import time
 from bpe_ops.dropout import Dropout
 from bpe_ops.stats import Summary
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
-from pipelines.command import Parser, add_quiet_argument
+from pipelines import command
+from pipelines.command import Command, add_quiet_argument
 from pipelines.errors import UserError, say, set_quiet, shard_done
-from pipelines.files import glob, isdir, join, write_text_atomic
+from pipelines.files import isdir, join, write_text_atomic
+from pipelines.inputs import InputError, Sought, find_files
 from pipelines.folders import check_finished, owner
 from pipelines.breakdowns import Breakdowns, StatsError, Windowing, add_file
 from pipelines.tokenizer_files import load_tokenizer
 
 
+TOKEN_FILES = Sought(flag="", in_folder="*.parquet")    # the positional GLOBs: a folder names its token Parquet
+
+
 def expand_globs(globs: list[str]) -> list[str]:
     """Every file matching the globs (local or fsspec URLs; a folder means its *.parquet), sorted."""
-    urls: list[str] = []
-    for pattern in globs:
-        matches = glob(join(pattern, "*.parquet") if isdir(pattern) else pattern)
-        if not matches:
-            raise StatsError(f"no file matches {pattern}")
-        urls += matches
-    return sorted(set(urls))
+    try:
+        return [found.url for found in find_files(globs, TOKEN_FILES)]
+    except InputError as exc:
+        raise StatsError(str(exc)) from None
 
 
 def one_dropout(dropouts: dict) -> Dropout | None:
@@ -54,12 +56,6 @@ def one_dropout(dropouts: dict) -> Dropout | None:
                          f"({a.replace('null', 'no dropout')}), {url_b} ({b.replace('null', 'no dropout')})")
     setting = next(iter(dropouts.values()), None)
     return Dropout(**setting) if setting else None
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="tokenbeam stats", description=__doc__.split("\n")[0])
-    add_arguments(parser)
-    return parser
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -88,18 +84,12 @@ def stats_output(url: str) -> str:
     return url
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`tokenbeam stats`: 0 when written, 2 with one line `tokenbeam: error: ...` otherwise."""
-    from pipelines.errors import run_command
-
-    return run_command(lambda: rebuild(sys.argv[1:] if argv is None else argv))
-
-
 def rebuild(argv: list[str]) -> int:
-    return rebuild_parsed(build_parser().parse_args(argv))
+    """Run `tokenbeam stats ARGV`: 0 when written; UserError otherwise."""
+    return command.run(COMMAND, argv)
 
 
-def rebuild_parsed(args: argparse.Namespace) -> int:
+def rebuild_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> int:
     from pipelines.windows import parse_duration
 
     started = time.time()
@@ -137,6 +127,18 @@ def rebuild_parsed(args: argparse.Namespace) -> int:
     say(f"{stats['records']:,} records, {stats['tokens']:,} tokens -> {args.output}"
         + (f"; {len(groups):,} group(s)" if groups is not None else ""))
     return 0
+
+
+COMMAND = Command(name="stats", help="rebuild stats.json from existing token Parquet files",
+                  usage="tokenbeam stats GLOB [GLOB ...] --tokenizer T [options]", description=__doc__.split("\n")[0],
+                  add_arguments=add_arguments, run=rebuild_parsed,
+                  leftovers="stats takes token Parquet files and its own options")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m pipelines.stats_cmd ARGV` (the same as `tokenbeam stats ARGV`): 0 when written, 2 with one
+    line `tokenbeam: error: ...` otherwise."""
+    return command.main(COMMAND, argv)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from functools import partial
 
-from pipelines.beam_options import (beam, beam_option_names, check_worker_paths, local_cores_per_worker, one_local_worker,
+from pipelines.beam_options import (beam, check_worker_paths, local_cores_per_worker, one_local_worker,
                                     pipeline_options, split_beam_args)
 import numpy as np
 import pyarrow as pa
@@ -33,21 +33,24 @@ import pyarrow.parquet as pq
 from bpe_ops.dropout import DROPOUT_MODES, Dropout
 from bpe_ops.stats import Summary, measure_batch
 from schemas import tables
-from schemas.stats import TokenizerFacts, dump_stats, load_stats, stats_json
-from pipelines.command import (Parser, add_dropout_arguments, add_quiet_argument, implementation_from_environment,
+from schemas.stats import TokenizerFacts, dump_stats, stats_json
+from pipelines import command
+from pipelines.command import (Command, add_dropout_arguments, add_quiet_argument, implementation_from_environment,
                                option_strings, parse_dropout)
 from pipelines.errors import (EXIT_DRIFT, IncompleteRun, ShardFailure, UserError, os_error_reason,
-                              pipeline_failures, quiet_worker_stderr, run_command, say, set_quiet, shard_done, warn)
+                              pipeline_failures, quiet_worker_stderr, say, set_quiet, shard_done, warn)
 from pipelines.files import (canonical, exists, filesystem, inside, join, open_atomic,
                              read_json, remove, remove_stale_temporaries, remove_tree, write_text_atomic, writing)
 from pipelines.folders import check_finished, claim_output, mark_output
-from pipelines.shards import REJECTED_DIR, ShardReader, add_source_arguments, describe_shard_error, expand, \
+from pipelines.inputs import InputError, Sought, find_files
+from pipelines.shards import REJECTED_DIR, ShardReader, add_source_arguments, expand, \
     source_options as make_source_options, warn_mostly_rejected, warn_shard_errors
-from pipelines.tokenizer_files import (TokenizerRef, identify_tokenizer, load_identified_tokenizer,
-                                      parse_special_token, settle_heap, token_bytes_of)
+from pipelines.tokenizer_files import (TokenizerRef, check_id_range, identify_tokenizer,
+                                      load_identified_tokenizer, parse_special_token, settle_heap, token_bytes_of)
+from pipelines.outcome import RunFigures, RunWords, incomplete_run, repeated_ids_line
 from pipelines.alerts import ALERTS, ALERTS_DIR, JudgeShard, gather_alerts
-from pipelines.drift_judging import (Thresholds, check_calibrated, check_same_dropout, judging_errors, pair_drifted,
-                                     stats_paths)
+from pipelines.drift_judging import (Thresholds, check_calibrated, check_same_dropout, judging_errors, load_stats,
+                                     pair_drifted)
 from pipelines.drift_reports import show_pair
 from pipelines.groups import GROUPS_FOLDER, NO_GROUP, GroupStats, group_value
 from pipelines.breakdowns import BreakdownSummaries, Breakdowns, Windowing, add_file
@@ -69,18 +72,7 @@ ROW_GROUP_TOKENS = 4_000_000      # ... or by this many token ids, whichever com
 SUCCESS = "_SUCCESS"
 STOP_FILE = "_STOP"              # created by anyone: a --watch run ends cleanly
 MANIFEST_VERSION = 1
-MAX_TOKEN_ID = 2**32 - 1          # the widest id type of the token Parquet is uint32
-
-
-def check_id_range(tok, url: str) -> None:
-    """Refuse a tokenizer whose ids do not fit uint32, or leave most of their range unused: stats
-    count every id of the range densely, so one stray id of 3,000,000,000 would cost gigabytes."""
-    if tok.vocab_size - 1 > MAX_TOKEN_ID:
-        raise UserError(f"cannot use tokenizer {url}: its largest id is {tok.vocab_size - 1:,}, too large for "
-                        f"uint32, the widest token id type; supported: ids 0 to {MAX_TOKEN_ID:,}")
-    if len(tok.vocab) < tok.vocab_size // 2:
-        raise UserError(f"cannot use tokenizer {url}: {len(tok.vocab):,} tokens spread over ids 0 to "
-                        f"{tok.vocab_size - 1:,}; supported: ids numbered from 0 with few gaps")
+VERDICT_WORDS = RunWords(done="tokenized", lost="no _SUCCESS", nothing="nothing was written", last="; no _SUCCESS")
 
 
 def read_shard_metadata(url: str) -> dict | None:
@@ -424,7 +416,8 @@ def shard_fingerprint(shard, source_options, tokenizer_sha256: str, eos_token: s
     (the input file and its version, how it is read, the tokenizer, the EOS token, BPE-dropout, the
     kept columns' types, the layout). Without dropout or kept fields their key is absent, so outputs
     made before they existed are still reused."""
-    from pipelines.sources import InputError, shard_format
+    from pipelines.inputs import InputError
+    from pipelines.sources import shard_format
 
     options = json.loads(json.dumps(asdict(source_options)))     # tuples as lists, as the footer holds them
     try:
@@ -722,29 +715,11 @@ def clear_stale_outputs(output: str, shards) -> int:
     return len(stale_parquet)
 
 
-def outcome_error(stats: dict, allow_shard_errors: bool) -> IncompleteRun | None:
-    """Why a finished run is incomplete (no `_SUCCESS`), or None when it is complete."""
-    failed = stats["shard_errors"]
-    if failed and not allow_shard_errors:
-        return IncompleteRun(
-            f"{len(failed)} of {stats['shards']['count']} shard(s) could not be read, and their records were not "
-            f"tokenized (listed in rejected/, first: {describe_shard_error(failed[0])}); no _SUCCESS: repair them "
-            f"and rerun, or pass --allow-shard-errors")
-    if stats["records"] == 0:
-        reasons = stats["rejected"]["by_reason"]
-        why = ", ".join(f"{n:,} {reason}" for reason, n in reasons.items()) or "the inputs hold no records"
-        hint = " (is --text-field right?)" if "missing_text_field" in reasons or "missing_text_column" in str(failed) \
-            else ""
-        return IncompleteRun(f"nothing was written: {stats['records_read']:,} records read, {why}{hint}; "
-                             f"see rejected/; no _SUCCESS")
-    return None
-
-
 def changed_inputs(inputs: list[str], manifest: dict) -> list[str]:
     """The inputs that are no longer what was tokenized (a file that grew after it was read, as a file
     written in parts can under --watch): their size or version in one listing now differs from the
     one the manifest records. A rerun tokenizes them again (their fingerprint no longer matches)."""
-    from pipelines.sources import InputError, expand_inputs
+    from pipelines.sources import expand_inputs
 
     try:
         now = {shard.url: shard for shard in expand_inputs(inputs)}
@@ -789,11 +764,6 @@ def warn_doubtful_run(args: argparse.Namespace, inputs: list[str], stats: dict, 
     warn_mostly_rejected(stats["records_read"], stats["rejected"]["by_reason"])
     if "repeated_ids" in manifest:
         warn(repeated_ids_line(manifest["repeated_ids"], f"--id-field {args.id_field}"))
-
-
-def repeated_ids_line(repeated: dict, where: str) -> str:
-    return (f"{repeated['records']:,} records share {repeated['ids']:,} id(s) ({where}): ids should be unique; "
-            f"records with the same id land in the same split of `tokenbeam pack`")
 
 
 # --- command line -------------------------------------------------------------------------------
@@ -841,20 +811,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_source_arguments(parser)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="tokenbeam tokenize", other_options=beam_option_names, description=__doc__.split("\n")[0],
-                    usage="tokenbeam tokenize --tokenizer T --output DIR --input GLOB [options] [INPUT ...]",
-                    epilog="Any other --flag must be one of Beam's (--runner, --direct_num_workers, ...).")
-    add_arguments(parser)
-    return parser
-
-
 def run(argv: list[str]) -> dict:
     """Run `tokenbeam tokenize ARGV`; returns stats.json's content. UserError for bad usage,
     IncompleteRun when the output is not complete."""
-    parser = build_parser()
-    args, rest = parser.parse_known_args(argv)
-    return run_parsed(args, rest, option_strings(parser))
+    return command.run(COMMAND, argv)
 
 
 def parse_keep_fields(specs: list[str]) -> dict[str, str | None]:
@@ -883,6 +843,9 @@ def duration(flag: str, text: str | None) -> float | None:
         raise UserError(f"{flag}: {exc}") from None
 
 
+BASELINE_FILE = Sought("--baseline", in_folder="stats.json", many=False)    # a stats.json, or its folder
+
+
 def check_baseline(url: str, output: str, dropout: Dropout | None = None) -> str:
     """A baseline to judge against must be a readable, calibrated stats.json (or a folder holding one),
     of data encoded with the same BPE-dropout, and not a file this run replaces: refused at launch,
@@ -893,11 +856,13 @@ def check_baseline(url: str, output: str, dropout: Dropout | None = None) -> str
         raise UserError(f"--baseline {url}: no such file")
     check_finished(url, "--baseline", "tokenize --baseline")
     try:
-        (path,) = stats_paths(url, many=False)
+        (path,) = [found.url for found in find_files([url], BASELINE_FILE)]
         stats = read_json(path)
         validate_stats(stats)
         check_calibrated(stats, "baseline")
         check_same_dropout(stats.get("dropout"), dropout and dropout.to_json())
+    except InputError as exc:
+        raise UserError(str(exc)) from None
     except OSError as exc:
         raise UserError(f"--baseline {url}: {os_error_reason(exc)}") from None
     except ValueError as exc:
@@ -909,10 +874,10 @@ def check_baseline(url: str, output: str, dropout: Dropout | None = None) -> str
     return path
 
 
-def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str]) -> dict:
+def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> dict:
     started_at = time.time()
     set_quiet(args.quiet)
-    beam_args, bare = split_beam_args(rest, tool_options)
+    beam_args, bare = split_beam_args(rest, option_strings(parser))
     inputs = list(args.input) + bare
     dropout = parse_dropout(args.dropout, args.seed)
     if args.dropout is not None and dropout is None:
@@ -1008,7 +973,7 @@ def run_parsed(args: argparse.Namespace, rest: list[str], tool_options: list[str
         f"{stats['rejected']['total']:,} rejected, {len(stats['shard_errors'])} of {stats['shards']['count']} shard(s) "
         f"failed; {stats['tokens']:,} tokens, {stats['bytes'] / 1e6:.1f} MB in {elapsed:.1f}s "
         f"({stats['bytes'] / 1e6 / max(elapsed, 1e-9):.2f} MB/s) -> {args.output}")
-    failure = outcome_error(stats, args.allow_shard_errors)
+    failure = incomplete_run(RunFigures.of_report(stats), args.allow_shard_errors, VERDICT_WORDS)
     if failure is not None:
         raise failure
     warn_doubtful_run(args, inputs, stats, manifest)
@@ -1028,16 +993,21 @@ def judge_against_baseline(baseline: str, stats_url: str) -> bool:
     BASELINE STATS` judges it, the report printed the same way; whether it drifted. UserError when a
     file cannot be read or judged."""
     with judging_errors():
-        (baseline,) = stats_paths(baseline, many=False)     # still there, as when the run started
+        (baseline,) = [found.url for found in find_files([baseline], BASELINE_FILE)]     # still there, as when the run started
         for path in (baseline, stats_url):
             check_finished(path, "input", "drift")
         report, groups = show_pair(load_stats(baseline), baseline, load_stats(stats_url), stats_url, Thresholds())
     return pair_drifted(report, groups)
 
 
+COMMAND = Command(name="tokenize", help="tokenize sharded text into Parquet with statistics (Beam)",
+                  usage="tokenbeam tokenize --tokenizer T --output DIR --input GLOB [options] [INPUT ...]",
+                  description=__doc__.split("\n")[0], add_arguments=add_arguments, run=run_parsed, beam=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m pipelines.tokenize ARGV` (the same as `tokenbeam tokenize ARGV`)."""
-    return run_command(lambda: run(sys.argv[1:] if argv is None else argv))
+    return command.main(COMMAND, argv)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,9 @@ from typing import Mapping
 from bpe_ops.implementation import DEFAULT, Implementation
 
 from pipelines.errors import UserError, os_error_reason, warn
-from pipelines.files import filesystem, is_local
+from pipelines.files import filesystem, is_local, read_bytes, read_head
+
+MAX_TOKEN_ID = 2**32 - 1          # the widest id type of the token Parquet is uint32
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,17 @@ def _first_line(exc: Exception, local: str | None = None) -> str:
     return line
 
 
+def check_id_range(tok, url: str) -> None:
+    """Refuse a tokenizer whose ids do not fit uint32, or leave most of their range unused: stats
+    count every id of the range densely, so one stray id of 3,000,000,000 would cost gigabytes."""
+    if tok.vocab_size - 1 > MAX_TOKEN_ID:
+        raise UserError(f"cannot use tokenizer {url}: its largest id is {tok.vocab_size - 1:,}, too large for "
+                        f"uint32, the widest token id type; supported: ids 0 to {MAX_TOKEN_ID:,}")
+    if len(tok.vocab) < tok.vocab_size // 2:
+        raise UserError(f"cannot use tokenizer {url}: {len(tok.vocab):,} tokens spread over ids 0 to "
+                        f"{tok.vocab_size - 1:,}; supported: ids numbered from 0 with few gaps")
+
+
 def parse_special_token(spec: str) -> tuple[str, int]:
     """`TOKEN=ID` (the value of `--special-token`) -> (TOKEN, ID); the last `=` separates them, so a
     token may contain `=`. UserError when malformed."""
@@ -142,8 +155,7 @@ def load_tokenizer(url: str, implementation: Implementation = DEFAULT, pattern: 
     from bpe_ops.regex_dialect import regexes_read_differently
 
     def load(local: str):
-        with open(local, "rb") as f:
-            head = f.read(4096)
+        head = read_head(local, 4096)
         if is_rank_file(head):
             if pattern is None:
                 raise UserError(f"cannot use tokenizer {url}: a tiktoken rank file does not record its split "
@@ -155,11 +167,10 @@ def load_tokenizer(url: str, implementation: Implementation = DEFAULT, pattern: 
                             f"files only; a tokenizer.json records its own split pattern and special tokens")
         tok = Tokenizer.from_file(local, implementation=implementation)
         if launcher:
-            with open(local, "rb") as f:
-                for regex_text in regexes_read_differently(f.read()):
-                    warn(f"tokenizer {url}: its regex {regex_text!r} reads otherwise in tiktoken than in Hugging "
-                         f"Face (Oniguruma: an interval followed by + repeats, ^ and $ match at lines); it is "
-                         f"encoded as Hugging Face encodes it")
+            for regex_text in regexes_read_differently(read_bytes(local)):
+                warn(f"tokenizer {url}: its regex {regex_text!r} reads otherwise in tiktoken than in Hugging "
+                     f"Face (Oniguruma: an interval followed by + repeats, ^ and $ match at lines); it is "
+                     f"encoded as Hugging Face encodes it")
         return tok
 
     local = None

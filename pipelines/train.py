@@ -22,28 +22,28 @@ import sys
 import tempfile
 import threading
 import time
-from array import array
 from dataclasses import asdict
 from operator import mul
 
 from bpe_ops import formats, pretokenize
-from bpe_ops.count_table import budget_cut, tie_order
-from bpe_ops.text_rules import NORMAL_FORMS, TextRules, text_rules
+from bpe_ops.count_table import budget_cut
+from bpe_ops.text_rules import NORMAL_FORMS
 from bpe_ops.trainer import MAX_IDS
 from schemas import reports
-from bpe_ops.implementation import DEFAULT, Implementation
-from pipelines.command import (Parser, add_quiet_argument, check_special_token, implementation_from_environment,
+from pipelines import command
+from pipelines.command import (Command, add_quiet_argument, check_special_token, implementation_from_environment,
                                option_strings, refuse_leftovers)
-from pipelines.errors import EXIT_INCOMPLETE, IncompleteRun, UserError, is_quiet, run_command, say, set_quiet, warn
+from pipelines.errors import EXIT_INCOMPLETE, IncompleteRun, UserError, is_quiet, say, set_quiet, warn
 from pipelines.folders import claim_output, mark_output
-from pipelines.files import exists, join, open_atomic, read_json, remove, write_text_atomic
-from pipelines.shards import add_source_arguments, describe_shard_error, unique_count, warn_mostly_rejected, \
+from pipelines.files import exists, join, open_atomic, read_json, write_text_atomic
+from pipelines.outcome import RunFigures, RunWords, incomplete_run
+from pipelines.shards import add_source_arguments, unique_count, warn_mostly_rejected, \
     warn_shard_errors
+from pipelines.train_options import (SUCCESS, TOKENIZER_FILES, check_pattern, clear_tokenizer_files, text_options_of,
+                                     text_rules_of, units_pattern_of, within_budget)
 
-SUCCESS = "_SUCCESS"
-# The files the merge loop writes: a run removes the earlier run's before it starts, so a failed run
-# never leaves a tokenizer that looks like its result.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.tiktoken", "train_report.json", "compression_curve.png", SUCCESS)
+VERDICT_WORDS = RunWords(done="counted", lost="no tokenizer was trained on part of the corpus",
+                         nothing="nothing to train on")
 
 
 # --- the launcher side ----------------------------------------------------------------------------
@@ -177,26 +177,6 @@ def budget_of_counts(counts_dir: str, max_unique: int) -> dict:
     return budget_cut(histograms, max_unique)
 
 
-def within_budget(table, cut: dict, bucket: int):
-    """The rows of one bucket's counts table that a budget's `cut` keeps, in their order: those
-    counted more than its threshold, and of those counted exactly that, the bucket's share by
-    `tie_order` (all of them when the cut lists no share for the bucket). Arrow arrays are made from
-    buffers: `pa.array` asks for pandas, which the counting process hides."""
-    threshold, keep = cut["threshold"], cut["ties_kept_by_bucket"].get(bucket)
-    counts = table.column("count").to_pylist()
-    ties = [row for row, n in enumerate(counts) if n == threshold]
-    if keep is not None and keep < len(ties):
-        keys = table.column("pretoken").take(index_array(ties)).to_pylist()
-        ties = [ties[i] for i in sorted(range(len(keys)), key=lambda i: tie_order(keys[i]))[:keep]]
-    return table.take(index_array(sorted([*(row for row, n in enumerate(counts) if n > threshold), *ties])))
-
-
-def index_array(rows: list[int]):
-    import pyarrow as pa
-
-    return pa.Array.from_buffers(pa.uint64(), len(rows), [None, pa.py_buffer(array("Q", rows))])
-
-
 class ProgressBar:
     """Merges done, merges/s, current pair and count, ETA: one line on stderr, redrawn twice a second."""
 
@@ -279,14 +259,6 @@ def upload_tokenizer(tok, output: str) -> str:
 
 # --- command line -------------------------------------------------------------------------------
 
-def beam_option_names() -> list[str]:
-    """Beam's flags, which train hands on to its counting process: asked only to name a misspelt
-    flag (it imports Beam, which this launcher otherwise never does)."""
-    from pipelines.beam_options import beam_option_names as names
-
-    return names()
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_quiet_argument(parser)
     parser.add_argument("--output", required=True, help="output folder (local or fsspec URL)")
@@ -324,14 +296,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="SuperBPE: pre-tokens per superword unit at most (default "
                              f"{pretokenize.SUPERWORD_MAX_WORDS})")
     add_source_arguments(parser)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="tokenbeam train", other_options=beam_option_names, description=__doc__.split("\n")[0],
-                    usage="tokenbeam train --output DIR --vocab-size N --input GLOB [options] [INPUT ...]",
-                    epilog="Any other --flag must be one of Beam's (--runner, --direct_num_workers, ...).")
-    add_arguments(parser)
-    return parser
 
 
 def check_args(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> None:
@@ -394,30 +358,6 @@ def check_superword_args(args: argparse.Namespace) -> None:
                         "o200k): the units must be one split regex")
 
 
-def units_pattern_of(args: argparse.Namespace) -> str | None:
-    """The superword units' split pattern of a `tokenbeam train` command line (on the pattern its text
-    rules make), None without --superword-transition."""
-    if args.superword_transition is None:
-        return None
-    return pretokenize.superword_pattern(text_rules_of(args).pattern, args.superword_max_words)
-
-
-def text_options_of(args: argparse.Namespace) -> dict:
-    """The counting options of the flags, as _totals.json and train_report.json record them."""
-    return reports.text_options(normalize=getattr(args, "normalize", None),
-                                lowercase=getattr(args, "lowercase", False),
-                                split_digits=getattr(args, "split_digits", False),
-                                digit_group=getattr(args, "digit_group", None))
-
-
-def text_rules_of(args: argparse.Namespace) -> TextRules:
-    """How the flags split and normalize text (bpe_ops/text_rules.py); contradictions are a UserError."""
-    try:
-        return text_rules(args.pattern, **text_options_of(args))
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-
-
 def check_counts_options(counts_dir: str, args: argparse.Namespace) -> None:
     """Counts made with other text options would train a tokenizer that encodes differently from
     what it was trained on: a UserError."""
@@ -432,21 +372,6 @@ def describe_text_options(options: dict) -> str:
     flags = [f"--{key.replace('_', '-')}" + ("" if options[key] is True else f" {options[key]}")
              for key in reports.text_options() if options.get(key) not in (None, False)]
     return " ".join(flags) or "no text options"
-
-
-def check_pattern(pattern: str, implementation: Implementation = DEFAULT) -> None:
-    """Compile the split pattern (cached for the merge loop); a pattern that does not compile, an
-    unknown pattern name, or a regex that would leave text unsplit (and so untokenized) is a
-    UserError."""
-    try:
-        pretokenize.compile_pattern(pattern, implementation)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-    gap = getattr(pretokenize, "pattern_coverage_gap", None)
-    if gap is not None and pattern.lower() != "classic":
-        missed = gap(pattern)
-        if missed:
-            raise UserError(f"--pattern {pattern!r}: {missed}; a tokenizer cannot encode text its pattern skips")
 
 
 def import_plotting_in_background() -> threading.Thread:
@@ -470,15 +395,12 @@ def import_plotting_in_background() -> threading.Thread:
 def run(argv: list[str]) -> dict:
     """Run `tokenbeam train ARGV`; returns the train report. UserError for bad usage, IncompleteRun
     when no tokenizer could be trained on the whole corpus."""
-    parser = build_parser()
-    args, rest = parser.parse_known_args(argv)
-    return run_parsed(args, rest, parser)
+    return command.run(COMMAND, argv)
 
 
-def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser | None = None) -> dict:
+def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> dict:
     """The training job of parsed flags; `rest` is what the parser left, for the counting process to
     sort into Beam's flags and more inputs (this process never imports Beam)."""
-    parser = parser or build_parser()
     set_quiet(args.quiet)
     check_args(args, rest, parser)
     warming: list[threading.Thread] = []
@@ -528,7 +450,7 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
         raise RuntimeError(f"record accounting is broken: {totals['records']} read != "
                            f"{totals['records_counted']} counted + {totals['records_rejected']} rejected")
     warn_shard_errors(totals["shard_errors"], args.allow_shard_errors)
-    failure = incomplete_counts(totals, args.allow_shard_errors)
+    failure = incomplete_run(RunFigures.of_totals(totals), args.allow_shard_errors, VERDICT_WORDS)
     if failure is not None:
         if counting is not None:
             write_text_atomic(join(args.output, "train_report.json"),
@@ -674,33 +596,14 @@ def corpus_report(totals: dict, inputs) -> dict:
             "unique_pretokens_after_pruning": totals["unique_pretokens_after_pruning"]}
 
 
-def incomplete_counts(totals: dict, allow_shard_errors: bool) -> IncompleteRun | None:
-    """Why the counts are no corpus to train on (the run then ends without a tokenizer), or None."""
-    failed = totals["shard_errors"]
-    if failed and not allow_shard_errors:
-        return IncompleteRun(
-            f"{len(failed)} of {totals['shards']} shard(s) could not be read, and their records were not counted "
-            f"(listed in rejected/, first: {describe_shard_error(failed[0])}); no tokenizer was trained on part of "
-            f"the corpus: repair them and rerun, or pass --allow-shard-errors")
-    if totals["records_counted"] == 0:
-        reasons = totals["rejected_by_reason"]
-        why = ", ".join(f"{n:,} {reason}" for reason, n in reasons.items()) or "the inputs hold no records"
-        hint = " (is --text-field right?)" if "missing_text_field" in reasons or \
-            any(e["reason"] == "missing_text_column" for e in failed) else ""
-        return IncompleteRun(f"nothing to train on: {totals['records']:,} records read, {why}{hint}; see rejected/")
-    return None
-
-
-def clear_tokenizer_files(output: str) -> None:
-    """Remove the files an earlier run's merge loop wrote into `output` (_SUCCESS first, so that an
-    interrupted cleanup never leaves it vouching for what is left)."""
-    for name in reversed(TOKENIZER_FILES):
-        remove(join(output, name))
+COMMAND = Command(name="train", help="train a BPE tokenizer on sharded text (Beam)",
+                  usage="tokenbeam train --output DIR --vocab-size N --input GLOB [options] [INPUT ...]",
+                  description=__doc__.split("\n")[0], add_arguments=add_arguments, run=run_parsed, beam=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m pipelines.train ARGV` (the same as `tokenbeam train ARGV`)."""
-    return run_command(lambda: run(sys.argv[1:] if argv is None else argv))
+    return command.main(COMMAND, argv)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,8 @@ from pipelines.folders import claim_output, mark_output
 from pipelines.files import (filesystem, join, open_atomic, remove_stale_temporaries,
                              remove_tree, write_text_atomic, writing)
 from pipelines.shards import REJECTED_DIR, ShardReader, expand, source_options as make_source_options
-from pipelines.train import within_budget
+from pipelines.train_options import (check_pattern, clear_tokenizer_files, text_options_of, text_rules_of,
+                                     units_pattern_of, within_budget)
 
 N_COUNT_BUCKETS = 16            # counts/part-XXXXX-of-00016.parquet
 HOT_KEY_FANOUT = 8               # SumCounts' fan-out on distributed runners (none on the local one)
@@ -454,8 +455,6 @@ def count_corpus(args: argparse.Namespace, rest: list[str], tool_options: list[s
     """Steps 1-4 of `tokenbeam train`: sort the leftover arguments into Beam's flags and more inputs,
     match the shards, run the counting pipeline, leave OUTPUT/counts/ (parts and _totals.json) behind;
     returns the inputs. Bad input is a UserError; outputs are only touched once all checks pass."""
-    from pipelines.train import check_pattern, clear_tokenizer_files, text_options_of, text_rules_of, units_pattern_of
-
     beam_args, bare = split_beam_args(rest, tool_options)
     inputs = list(args.input) + bare
     check_pattern(args.pattern, implementation)

@@ -68,11 +68,11 @@ from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import MIN_TIMESTAMP, Duration, Timestamp
 
 from pipelines.files import filesystem
-from pipelines.sources import Shard, file_version
+from pipelines.inputs import GLOB_CHARS, file_version
+from pipelines.sources import Shard
 
 __all__ = ["WatchShards", "WholeRun", "StopSignal", "install_stop_handlers", "fixed_folder", "is_temporary_name"]
 
-_GLOB_CHARS = "*?["
 _LOGGER = logging.getLogger(__name__)
 # How often a wait re-checks a sentinel file (the in-process Event wakes a wait at once).
 _SENTINEL_CHECK_SECONDS = 0.25
@@ -219,7 +219,7 @@ def fixed_folder(pattern: str) -> str:
     """The folder part of a glob before its first wildcard, as an fsspec path:
     `corpus/2026-*/en-*.jsonl` -> `<abs>/corpus`; a literal file's own folder."""
     _, path = filesystem(pattern)
-    cut = min((i for i in (path.find(c) for c in _GLOB_CHARS) if i >= 0), default=len(path))
+    cut = min((i for i in (path.find(c) for c in GLOB_CHARS) if i >= 0), default=len(path))
     return posixpath.dirname(path[:cut])
 
 
@@ -334,7 +334,7 @@ class WatchShards(beam.PTransform):
                 raise ValueError(f"{name} must be positive, got {value!r}")
         for pattern in patterns:
             fs, path = filesystem(pattern)
-            if not any(c in path for c in _GLOB_CHARS) and fs.isdir(path):
+            if not any(c in path for c in GLOB_CHARS) and fs.isdir(path):
                 raise ValueError(f"--input {pattern!r} is a folder; pass a glob such as "
                                  f"'{pattern.rstrip('/')}/*.jsonl'")
         self.patterns = patterns

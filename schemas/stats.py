@@ -344,17 +344,9 @@ def _check_digit_runs(d: dict) -> None:
         raise ValueError("digit_runs.records must be a count of calibrated records")
 
 
-def load_stats(path) -> dict:
-    """Read and validate a stats.json: a local path or any fsspec URL, read through the project's one
-    file layer. OSError if unreadable, ValueError (one line, naming the file) if it is not valid JSON
-    or not a valid stats.json of this schema version."""
-    from pipelines.files import read_bytes     # imported here: the layouts import nothing else of pipelines
-
-    return parse_stats(read_bytes(str(path)), path)
-
-
 def parse_stats(data: bytes, path) -> dict:
-    """`load_stats` of a file's bytes (`path` names it in errors): for a reader that opened it itself."""
+    """A stats.json's bytes read and validated (`path` names it in errors): ValueError (one line, naming the
+    file) if it is not valid JSON or not a valid stats.json of this schema version."""
     try:
         d = json.loads(data.decode("utf-8"))
     except json.JSONDecodeError as exc:

@@ -27,8 +27,9 @@ from bpe_ops.stats import (EXACT_ID_CLASSES, FOLDED_ID_CLASSES, REPLICATE_GROUPS
                            batch_stats, count_words, count_words_batch, id_class_count, id_class_table, id_classes, length_key, nearest_rank, record_group,
                            digit_runs, digit_runs_batch, measure_batch, record_stats, single_byte_ids)
 from pipelines import stats_cmd
+from pipelines.drift_judging import load_stats
 from schemas.stats import (BYTES_PER_TOKEN_EDGES, STATS_SCHEMA_VERSION, TOKENS_PER_RECORD_EDGES,
-                           bin_counts, dump_stats, load_stats, stats_json, validate_stats)
+                           bin_counts, dump_stats, stats_json, validate_stats)
 from tests.conftest import read_jsonl_texts
 
 # A byte-level vocabulary of the 256 bytes plus a few multi-byte tokens, for synthetic records.
@@ -353,7 +354,7 @@ def test_stats_cmd_errors_are_one_line(tmp_path, tiny_records, gpt2, gpt2_dir, c
                    tmp_path / "partial.parquet")
     (tmp_path / "broken.parquet").write_bytes(b"PAR1 this is not parquet")
     cases = [
-        (str(tmp_path / "nothing-*.parquet"), "no file matches"),
+        (str(tmp_path / "nothing-*.parquet"), "matched no files"),
         (str(tmp_path / "other.parquet"), "written with tokenizer ffffffffffff"),
         (str(tmp_path / "partial.parquet"), "lacks the column 'id'"),
         (str(tmp_path / "broken.parquet"), "cannot read"),

@@ -1,5 +1,5 @@
 """Fuzz target: a stats.json as `tokenbeam drift` reads it, on either side of a comparison with a
-valid one (`pipelines.drift.run_parsed`: load, validate, compare, print the report, compare the
+valid one (`pipelines.drift`'s command: load, validate, compare, print the report, compare the
 groups both index; stdout dropped),
 held to tests/fuzz/harness.py's contract. Run from the worktree:
 
@@ -18,7 +18,7 @@ from tests.fuzz import harness  # noqa: E402
 
 with harness.instrumented(__name__ == "__main__"):
     from bpe_ops import drift_stats
-    from pipelines import drift
+    from pipelines import command, drift
     from schemas import stats  # noqa: F401  (instrumented: drift reads stats.json through it)
 
 if __name__ == "__main__":
@@ -39,9 +39,8 @@ def check(data: bytes) -> None:
     for group in GROUPS.iterdir():
         harness.scratch(f"groups/{group.name}", group.read_bytes(), folder="stats_json")
     for argv in ([bad, good], [good, bad]):
-        args, rest = drift.build_parser().parse_known_args(argv)
         with contextlib.redirect_stdout(io.StringIO()):
-            harness.expect_refusal_or(lambda: drift.run_parsed(args, rest), bad)
+            harness.expect_refusal_or(lambda: command.run(drift.COMMAND, argv), bad)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,6 @@
 """Nothing silently wrong: every ordinary mistake of a new user ends in a correct result or
 a non-zero exit with one clear line. Each test is one row of the issue's probe tables, on the in-repo
 `sample/` (no ../shared needed)."""
-import ast
 import gzip
 import json
 import shutil
@@ -146,37 +145,6 @@ def test_beam_commands_do_not_print_the_apitools_warning(tmp_path, sample, token
                  "--direct_running_mode", "multi_processing", "--direct_num_workers", 2)
     assert result.returncode == 0, result.stderr
     assert "apitools" not in result.stderr and "tokenized sample-00" in result.stderr     # a worker's line
-
-
-def test_the_pipelines_import_graph_has_no_cycle():
-    """Every import of a pipelines module, function-level ones included (read with `ast`)."""
-    folder = ROOT / "pipelines"
-    graph = {}
-    for path in folder.glob("*.py"):
-        tree = ast.parse(path.read_text())
-        deps = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                if node.module == "pipelines":
-                    deps |= {alias.name for alias in node.names}
-                elif node.module.startswith("pipelines."):
-                    deps.add(node.module.split(".")[1])
-            elif isinstance(node, ast.Import):
-                deps |= {a.name.split(".")[1] for a in node.names if a.name.startswith("pipelines.")}
-        graph[path.stem] = deps - {path.stem}
-    assert "cli" not in set().union(*graph.values())
-
-    def cycle_from(node, path):
-        if node in path:
-            return path[path.index(node):] + [node]
-        for dep in sorted(graph.get(node, ())):
-            found = cycle_from(dep, path + [node])
-            if found:
-                return found
-        return None
-
-    for module in sorted(graph):
-        assert cycle_from(module, []) is None, cycle_from(module, [])
 
 
 # ---------------------------------------------------------------------------- exit codes

@@ -220,7 +220,7 @@ def add_windowed_stats(shards, output, window_seconds):
 def test_windowed_statistics_on_a_watched_stream(tmp_path):
     """WatchShards -> per-window partial summaries -> WindowStats in one streaming pipeline: the window
     files hold every timed record of every shard, once."""
-    from schemas.stats import load_stats
+    from pipelines.drift_judging import load_stats
 
     drop, output = tmp_path / "drop", tmp_path / "out"
     drop.mkdir()

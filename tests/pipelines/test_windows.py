@@ -20,7 +20,8 @@ from pipelines.windows import (
     MergePerWindow, WindowedSummaries, WindowStats, WriteWindowStats, format_utc,
     merged_windows, parse_duration, parse_timestamp, window_file_name,
 )
-from schemas.stats import TokenizerFacts, load_stats, stats_json
+from pipelines.drift_judging import load_stats
+from schemas.stats import TokenizerFacts, stats_json
 
 VOCAB = 16
 FACTS = TokenizerFacts(VOCAB, "0" * 64, {i: bytes([97 + i]) for i in range(VOCAB)})
