@@ -945,7 +945,9 @@ class Tokenizer:
             tok = cls._from_tables(tables, implementation)
         else:
             with _collector_paused():
-                tok = _named(path, cls, {**formats.read_tokenizer_data(data, path), "implementation": implementation})
+                read = formats.read_tokenizer_data(data, path, as_tables=True)   # Tables for the common file
+                tok = (cls._from_tables(read, implementation) if isinstance(read, table_cache.Tables)
+                       else _named(path, cls, {**read, "implementation": implementation}))
             if implementation.cache_dir:
                 tok.sha256                     # the next loader (a pipeline's worker) will want it
             tables = tok._tables = tok._as_tables()
