@@ -216,7 +216,8 @@ def _compile(regex_str: str, accelerate: bool, cache_dir: str | None) -> "regex.
 # is in: both engines look at the subject's characters before the match, and one PCRE2 cannot compile
 # (a lookbehind of variable length) stays on `regex`.
 _PORTABLE_SYNTAX = regex.compile(r"""(?:
-      \[\^?(?![:.=])(?:\\[pP]\{\w+\}|\\[sSrnt]|\\[^\w\s]|[^\\\[\]])+\]  # a whole set: `{}()|*+?$.` are literals there
+      \[\^?(?!([:.=])[^\]]*\1\])                # a whole set, not a POSIX class ([:x:], [.x.], [=x=]) ...
+        (?:\\[pP]\{\w+\}|\\[sSrnt]|\\[^\w\s]|[^\\\[\]])+\]   # ... where `{}()|*+?$.` are literals
     | \\[pP]\{\w+\} | \\[sS]                # Unicode classes: their tables are compared below
     | \(\?i:[A-Za-z'|\[\]]*\)                  # case-insensitive plain words: letters compared below
     | \\[rnt] | \\[^\w\s]                       # controls, escaped punctuation
