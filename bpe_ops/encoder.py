@@ -34,7 +34,7 @@ from itertools import chain, compress, repeat
 from operator import is_, lt
 from typing import Iterable, Mapping, Sequence
 
-from . import formats, hf_components, hf_decoders, table_cache
+from . import formats, hf_components, hf_decoders, sequence_split, table_cache
 from .dropout import DROPOUT_MODES, MASK, DropoutStream, check_dropout
 from .sentencepiece_bpe import UNCUT_CHARS, PieceModel, byte_of_piece
 from .implementation import DEFAULT, Implementation
@@ -317,12 +317,16 @@ class Tokenizer:
     def _compiled_text_encoder(self):
         """The compiled whole-text encoder (`bpe_ops._pcre2.TextEncoder`) of this tokenizer, or None:
         classic mode, the split not on PCRE2, no compiled merger (see `_piece_merger`)."""
-        if (self.mode != "byte" or self._merger is None or not isinstance(self._regex, Pcre2Pattern)
-                or self._pre_tokenize is not None):
+        if self.mode != "byte" or self._merger is None or not isinstance(self._regex, Pcre2Pattern):
+            return None
+        # A pre-tokenizer chain runs compiled where it is all Splits PCRE2 may run (`sequence_split`).
+        steps = (sequence_split.encoder_steps(self.pre_tokenizer_spec, self._regex.cache_dir)
+                 if self._pre_tokenize is not None else {})
+        if steps is None:
             return None
         return _TextEncoder(self._regex.compiled, self._left, self._right,
                             self._merged, self._byte_ids, self._token_ids if self.ignore_merges else None,
-                            self.cache_size)
+                            self.cache_size, **steps)
 
     def __getstate__(self):
         # The compiled encoder holds buffers, not a recipe, and threads do not pickle: pickled
@@ -941,7 +945,9 @@ class Tokenizer:
             tok = cls._from_tables(tables, implementation)
         else:
             with _collector_paused():
-                tok = _named(path, cls, {**formats.read_tokenizer_data(data, path), "implementation": implementation})
+                read = formats.read_tokenizer_data(data, path, as_tables=True)   # Tables for the common file
+                tok = (cls._from_tables(read, implementation) if isinstance(read, table_cache.Tables)
+                       else _named(path, cls, {**read, "implementation": implementation}))
             if implementation.cache_dir:
                 tok.sha256                     # the next loader (a pipeline's worker) will want it
             tables = tok._tables = tok._as_tables()

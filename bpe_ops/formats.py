@@ -20,13 +20,18 @@ from collections.abc import Mapping
 import base64
 import json
 import os
+from array import array
+from functools import lru_cache
+from itertools import chain, repeat
+from operator import add
 from typing import Any
 
 import regex
 
 from . import hf_components, hf_decoders
 from .regex_dialect import from_oniguruma, to_oniguruma
-from .pretokenize import token_to_unicode, tokens_to_unicode, unicode_to_token, unicode_to_tokens
+from .pretokenize import (resolve_pattern, token_to_unicode, tokens_to_unicode, unicode_to_blob, unicode_to_token,
+                          unicode_to_tokens)
 
 SUPPORTED = ("supported: byte-level BPE (model BPE without dropout or subword affixes; "
              "normalizers NFC/NFD/NFKC/NFKD, Lowercase, Strip, StripAccents, Replace, Prepend, Sequence; "
@@ -188,8 +193,10 @@ def read_tokenizer_json(path: str | os.PathLike) -> dict:
         return read_tokenizer_data(f.read(), path)
 
 
-def read_tokenizer_data(data: bytes, path: str | os.PathLike = "tokenizer.json") -> dict:
-    """`read_tokenizer_json` of a file's bytes (`path` names it in errors)."""
+def read_tokenizer_data(data: bytes, path: str | os.PathLike = "tokenizer.json", as_tables: bool = False):
+    """`read_tokenizer_json` of a file's bytes (`path` names it in errors). With `as_tables`, the
+    common byte-level file (see `_byte_level_tables`) comes back as the `table_cache.Tables` its
+    Tokenizer would have, read straight from the file's strings, and any other file as the dict."""
     try:
         doc = _parse_json(data, path)
     except ValueError:
@@ -205,7 +212,7 @@ def read_tokenizer_data(data: bytes, path: str | os.PathLike = "tokenizer.json")
     except ValueError as exc:
         raise ValueError(f"{path}: malformed tokenizer.json: {exc}") from None
     try:
-        return _read_tokenizer_doc(doc, path)
+        return _read_tokenizer_doc(doc, path, as_tables)
     except (AttributeError, TypeError) as exc:   # a safety net: `_check_document` should have said what
         raise ValueError(f"{path}: malformed tokenizer.json ({type(exc).__name__}: {exc})") from None
 
@@ -233,10 +240,11 @@ def _check_document(doc: dict) -> None:
         value = model.get(field)
         if (value is not None or field in ("vocab", "merges")) and not hf_components.is_json(value, kind):
             raise ValueError(f"model.{field} must be {_json_name(kind)}, got {hf_components.json_type(value)}")
-    for k, merge in enumerate(model["merges"]):
-        parts = merge.split(" ") if isinstance(merge, str) else merge
-        if not (isinstance(parts, list) and len(parts) == 2 and all(isinstance(h, str) for h in parts)):
-            raise ValueError(f'model.merges[{k}] must be "A B" or ["A", "B"] (two tokens), got {merge!r:.80}')
+    if _merge_halves(model["merges"]) is None:        # one loop per merge only to name the first bad one
+        for k, merge in enumerate(model["merges"]):
+            parts = merge.split(" ") if isinstance(merge, str) else merge
+            if not (isinstance(parts, list) and len(parts) == 2 and all(isinstance(h, str) for h in parts)):
+                raise ValueError(f'model.merges[{k}] must be "A B" or ["A", "B"] (two tokens), got {merge!r:.80}')
     added = doc.get("added_tokens")
     if added is not None and not isinstance(added, list):
         raise ValueError(f"added_tokens must be a list, got {hf_components.json_type(added)}")
@@ -275,7 +283,7 @@ def _depth(value) -> int:
     return deepest
 
 
-def _read_tokenizer_doc(doc: dict, path) -> dict:
+def _read_tokenizer_doc(doc: dict, path, as_tables: bool = False):
     def unsupported(what: str) -> ValueError:
         return ValueError(f"{path}: unsupported tokenizer.json: {what}; {SUPPORTED}")
 
@@ -304,6 +312,9 @@ def _read_tokenizer_doc(doc: dict, path) -> dict:
     problem = _id_problem(model["vocab"], specials)
     if problem:
         raise unsupported(problem)
+    tables = _byte_level_tables(model, pattern, specials, components) if as_tables else None
+    if tables is not None:
+        return tables
     try:
         ordinary = [(s, i) for s, i in model["vocab"].items() if i not in special_ids]
         vocab = dict(zip([i for _, i in ordinary], unicode_to_tokens([s for s, _ in ordinary])))
@@ -544,6 +555,59 @@ def _merge_pairs(merges: list) -> list[tuple[bytes, bytes]]:
     return list(zip(halves[::2], halves[1::2]))
 
 
+def _merge_halves(merges: list) -> list[str] | None:
+    """Both halves of every merge in order (`"a b"` or `["a", "b"]`, all in one form), or None when a
+    merge is not two strings or the forms are mixed. Runs over whole lists: a large file has
+    hundreds of thousands of merges."""
+    kinds = set(map(type, merges))
+    if not kinds:
+        return []
+    if kinds == {str}:
+        return " ".join(merges).split(" ") if set(map(str.count, merges, repeat(" "))) == {1} else None
+    if kinds == {list} and set(map(len, merges)) == {2}:
+        halves = list(chain.from_iterable(merges))
+        return halves if set(map(type, halves)) == {str} else None
+    return None
+
+
+def _byte_level_tables(model: dict, pattern: str, specials: dict, components: dict):
+    """The `table_cache.Tables` of `Tokenizer(**_read_tokenizer_doc(...))` (its sha256 left for later),
+    for the common byte-level file: every merge half and product an ordinary token of the vocab, all 256
+    bytes in it, every token in the GPT-2 byte alphabet. Token ids come from the vocab's strings (a
+    merge's product is spelled as its halves joined), so no token is turned into bytes one by one, and
+    the vocab's bytes are one encode of all its strings. None for any other file: the Tokenizer's own
+    construction then reads it, and names what is wrong."""
+    from . import table_cache
+    from .encoder import _first_ranks, _ranks_ascend     # not at the top: the encoder imports this module
+
+    vocab = model["vocab"]
+    special_ids = set(specials.values())
+    ordinary = vocab if special_ids.isdisjoint(vocab.values()) else {
+        t: i for t, i in vocab.items() if i not in special_ids}
+    halves = _merge_halves(model["merges"])
+    if halves is None:
+        return None
+    get = ordinary.get
+    firsts, seconds = halves[::2], halves[1::2]
+    left, right = list(map(get, firsts)), list(map(get, seconds))
+    merged = list(map(get, map(add, firsts, seconds)))
+    if None in left or None in right or None in merged or None in map(get, _byte_spellings()):
+        return None
+    strings = list(ordinary)
+    try:
+        blob = unicode_to_blob(strings)
+    except UnicodeEncodeError:
+        return None
+    return table_cache.Tables(
+        pattern=resolve_pattern(pattern), ignore_merges=bool(model.get("ignore_merges", False)),
+        special_tokens=dict(specials), token_ids=array("q", ordinary.values()),
+        token_lengths=array("q", map(len, strings)), token_blob=blob, left=array("q", left),
+        right=array("q", right), merged=array("q", merged),
+        ranks_ascend=_ranks_ascend(_first_ranks(left, right), left, right, merged),
+        normalizer=components.get("normalizer"), pre_tokenizer=components.get("pre_tokenizer"),
+        added_tokens=components.get("added_tokens"))
+
+
 # A `\uD800`-`\uDBFF` escape not followed by a `\uDC00`-`\uDFFF` one, or the latter alone: JSON
 # text may spell a lone surrogate, which is not Unicode text (a pair is one character).
 _LONE_SURROGATE_ESCAPE = regex.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
@@ -603,8 +667,13 @@ def _id_problem(vocab: Mapping, specials: Mapping) -> str | None:
     range mostly empty: see `id_range_problem`), or None.
 
     An added token may repeat its own vocab entry (same content, same id), as Hugging Face writes them."""
-    owner: dict[int, str] = {}
-    for token, i in list(vocab.items()) + list(specials.items()):
+    ids = list(vocab.values())
+    owner: dict[int, str] = dict(zip(ids, vocab))
+    if ids and set(map(type, ids)) == {int} and min(ids) >= 0 and len(owner) == len(ids):
+        entries = list(specials.items())       # the vocab's ids are sound: only the added tokens to check
+    else:
+        owner, entries = {}, list(vocab.items()) + list(specials.items())
+    for token, i in entries:
         if not isinstance(i, int) or isinstance(i, bool) or i < 0:
             return f"malformed id {i!r} for token {token!r} (ids are non-negative integers)"
         if owner.setdefault(i, token) != token:
@@ -736,3 +805,9 @@ def _is_utf8(data: bytes) -> bool:
         return True
     except UnicodeDecodeError:
         return False
+
+
+@lru_cache(maxsize=1)
+def _byte_spellings() -> tuple[str, ...]:
+    """The GPT-2 spelling of each byte 0..255: the tokens every byte-level vocab holds."""
+    return tuple(token_to_unicode(bytes([b])) for b in range(256))

@@ -254,6 +254,28 @@ def _steps(spec: dict) -> list:
     raise Unsupported(f"pre-tokenizer {kind}")
 
 
+def split_steps(spec: dict) -> list[tuple[str, str, bool]] | None:
+    """A pre-tokenizer as the Split steps `_steps` runs, each `(regex, behavior, invert)` with the
+    regex as `_pattern` reads it (for the compiled encoder, `bpe_ops.sequence_split`); None when a
+    step is not a Split: Digits, Metaspace, a ByteLevel that adds a prefix space."""
+    kind = spec.get("type")
+    if kind == "Sequence":
+        children = [split_steps(child) for child in spec.get("pretokenizers") or []]
+        return None if None in children else [s for child in children for s in child]
+    if kind == "Split":
+        pattern = spec.get("pattern") or {}
+        if isinstance(pattern.get("Regex"), str):
+            text = from_oniguruma(pattern["Regex"])
+        elif isinstance(pattern.get("String"), str):
+            text = regex.escape(pattern["String"])
+        else:
+            return None
+        return [(text, spec.get("behavior", "Isolated"), bool(spec.get("invert", False)))]
+    if kind == "ByteLevel" and not spec.get("add_prefix_space", True):
+        return [(GPT2_PATTERN, "Isolated", False)] if spec.get("use_regex", True) else []
+    return None
+
+
 PREPEND_SCHEMES = ("always", "first", "never")
 
 

@@ -185,7 +185,9 @@ def _compile(regex_str: str, accelerate: bool, cache_dir: str | None) -> "regex.
 # is in: both engines look at the subject's characters before the match, and one PCRE2 cannot compile
 # (a lookbehind of variable length) stays on `regex`.
 _PORTABLE_SYNTAX = regex.compile(r"""(?:
-      \\[pP]\{\w+\} | \\[sS]                # Unicode classes: their tables are compared below
+      \[\^?(?!([:.=])[^\]]*\1\])                # a whole set, not a POSIX class ([:x:], [.x.], [=x=]) ...
+        (?:\\[pP]\{\w+\}|\\[sSrnt]|\\[^\w\s]|[^\\\[\]])+\]   # ... where `{}()|*+?$.` are literals
+    | \\[pP]\{\w+\} | \\[sS]                # Unicode classes: their tables are compared below
     | \(\?i:[A-Za-z'|\[\]]*\)                  # case-insensitive plain words: letters compared below
     | \\[rnt] | \\[^\w\s]                       # controls, escaped punctuation
     | \((?![*?]) | \(\?(?:[:=!>]|<[=!]) | [)|]  # groups (atomic too), lookaround, alternation
@@ -455,11 +457,17 @@ def unicode_to_tokens(texts: Sequence[str]) -> list[bytes]:
     the token lengths. KeyError names a character outside the alphabet, as `unicode_to_token` does."""
     texts = list(texts)
     try:
-        blob = codecs.charmap_encode("".join(texts), "strict", _byte_encoding_map())[0]
+        blob = unicode_to_blob(texts)
     except UnicodeEncodeError:
         return [unicode_to_token(t) for t in texts]     # raises the KeyError naming the character
     ends = list(accumulate(map(len, texts)))
     return list(map(blob.__getitem__, map(slice, [0, *ends[:-1]], ends)))
+
+
+def unicode_to_blob(texts: Sequence[str]) -> bytes:
+    """The bytes of every GPT-2-spelled string, joined: one charmap encode (UnicodeEncodeError for a
+    character outside the alphabet)."""
+    return codecs.charmap_encode("".join(texts), "strict", _byte_encoding_map())[0]
 
 
 @lru_cache(maxsize=1)

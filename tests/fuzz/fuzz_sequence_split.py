@@ -1,0 +1,79 @@
+"""Fuzz target: a Sequence of Split pre-tokenizers run by the compiled encoder
+(`_pcre2.TextEncoder(steps=...)`, see bpe_ops/sequence_split.py) against its specification, the
+Python chain of bpe_ops/hf_components.py with the pure-Python merge. The input picks one to four
+steps (a pattern from a pool of real models' and edge-case patterns, a behavior, invert) and a text;
+a finding is any difference in ids, or any exception but `Fallback` (a text the compiled encoder
+hands back to Python). GPT-2's vocabulary (../shared/oracles/gpt2) gives the merges. Run from the
+worktree:
+
+    mkdir -p /tmp/fuzz-sequence_split && python3 tests/fuzz/fuzz_sequence_split.py -max_total_time=600 \
+        /tmp/fuzz-sequence_split
+
+(new corpus entries go to the first folder, crashing inputs to ./crash-*).
+"""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.fuzz import harness  # noqa: E402
+
+with harness.instrumented(__name__ == "__main__"):
+    from bpe_ops import Implementation, Tokenizer, hf_components, sequence_split
+    from bpe_ops._pcre2 import Fallback, TextEncoder
+
+PATTERNS = [
+    r"\p{N}{1,3}", r"\p{N}", "[一-龥぀-ゟ゠-ヿ]+", r"\s+", r"\s", " ", r"[.,;:!?]", r"\p{L}+|\p{N}+", r"\p{L}+",
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+"
+    "| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+",
+    r"(?<=a)b+", r"x(?=y)", r"[^a-z]+", r"[\p{P}\p{S}]+$", "^ ",
+]
+_SHARED = Path(__file__).resolve().parents[3] / "shared" / "oracles" / "gpt2"
+# GPT-2's first 3,000 merges: an encoder is built per chain, in milliseconds.
+_BASE = Tokenizer(Tokenizer.from_gpt2_files(_SHARED / "gpt2_vocab.json", _SHARED / "gpt2_merges.txt").merges[:3000],
+                  implementation=Implementation(compiled=False, engine="regex"))
+_STEPS: dict = {}
+_KEPT = 16                      # encoders kept for chains seen before (a few MB each)
+
+
+def _encoder(spec: dict):
+    """The compiled encoder of a chain, or None where sequence_split does not compile it."""
+    key = repr(spec)
+    if key not in _STEPS:
+        if len(_STEPS) >= _KEPT:
+            _STEPS.clear()
+        steps = sequence_split.encoder_steps(spec)
+        _STEPS[key] = steps and TextEncoder(steps["steps"][0][0], _BASE._left, _BASE._right, _BASE._merged,
+                                            _BASE._byte_ids, None, 64, **steps)
+    return _STEPS[key]
+
+
+def check(data: bytes) -> None:
+    if len(data) < 2:
+        return
+    count, data = 1 + data[0] % 4, data[1:]
+    steps = []
+    for k in range(count):
+        if len(data) < 1:
+            return
+        pick, data = data[0], data[1:]
+        steps.append({"type": "Split", "pattern": {"Regex": PATTERNS[pick % len(PATTERNS)]},
+                      "behavior": hf_components.BEHAVIORS[(pick // len(PATTERNS)) % 5], "invert": pick >= 128})
+    spec = {"type": "Sequence", "pretokenizers": steps + [{"type": "ByteLevel", "add_prefix_space": False,
+                                                           "use_regex": False}]}
+    text = data.decode("utf-8", "replace")
+    encoder = _encoder(spec)
+    if encoder is None:
+        return
+    try:
+        ids = encoder.encode(text)
+    except Fallback:
+        return
+    expected = [i for piece in hf_components.pre_tokenizer(spec)(text) for i in _BASE._encode_piece(piece)]
+    if ids != expected:
+        raise AssertionError(f"{steps} on {text!r}: compiled {ids}, Python {expected}")
+
+
+if __name__ == "__main__":
+    harness.fuzz(check)
