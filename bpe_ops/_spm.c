@@ -1,0 +1,681 @@
+/*
+ * bpe_ops._spm: piece mode's per-word work, compiled: SentencePiece-style BPE over a text's
+ * pre-tokens. bpe_ops/sentencepiece_bpe.py is the specification (`PieceModel.symbols`, `.segments`)
+ * with `Tokenizer._encode_word` (bpe_ops/encoder.py); the tests require identical ids.
+ *
+ * `SpmEncoder(...)` (built by `sentencepiece_bpe.compiled_encoder`) encodes a list of pre-tokens:
+ *   - with `whole` (ignore_merges), a pre-token that is a piece is that piece's id;
+ *   - else the pre-token is cut before each cut candidate (a character that at most MAX_JOINERS
+ *     characters are joined to by a merge) whose previous character is in the vocabulary and is not
+ *     one of those joiners: no merge spans such a cut, so each segment merges on its own;
+ *   - a segment's ids come from a cache keyed by its UTF-8; on a miss, its first symbols (a
+ *     character's piece; else its bytes' `<0xNN>` pieces when all are there; else the unknown
+ *     token, a run fused with `fuse_unk`; a byte run does not end an unknown run) are merged by the
+ *     shared replay of `_merge_table.h` and cached.
+ * The ids come back as a list, or as the bytes of native uint32s (for an `array("I")`, with no
+ * Python int per id). The GIL is held throughout (the cache is the encoder's own), so threads may
+ * share one encoder; `fork()` returns it.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "_merge_table.h"
+#include "_piece_cache.h"
+
+/* Code points below this are looked up in a table, the rest in a hash map. */
+#define DIRECT_CHARS 0x800
+/* Segments of up to this many bytes are cached (the Python cache keeps up to 256 characters). */
+#define MAX_CACHED_BYTES 1024
+#define EMPTY_CP UINT32_MAX
+
+typedef struct {
+    int32_t id;                         /* the character's piece, or -1 */
+    int32_t njoiners;                   /* -1: no cut candidate; else its joiners' count ... */
+    int32_t joiners;                    /* ... and where they start in `joiner_cps` */
+} CharInfo;
+
+typedef struct {
+    uint32_t cp;                        /* EMPTY_CP: an empty slot */
+    CharInfo info;
+} CharSlot;
+
+typedef struct {
+    PyObject_HEAD
+    CharInfo direct[DIRECT_CHARS];
+    CharSlot *slots;                    /* the other characters of the vocabulary */
+    uint64_t mask;
+    uint32_t *joiner_cps;
+    int32_t byte_ids[256];              /* -1: no such piece (or no byte fallback) */
+    int32_t unk_id;                     /* -1: none */
+    int fuse_unk;
+    MergeTable table;
+    PieceCache whole;                   /* ignore_merges: every piece -> its id */
+    int has_whole;
+    PieceCache cache;
+    size_t cache_size;
+    MergeScratch scratch;
+    int32_t *sym, *rank;
+    size_t sym_cap;
+    PyObject *pre_tokenize;
+} SpmEncoder;
+
+static const CharInfo UNKNOWN_CHAR = {-1, -1, 0};
+
+/* ---- characters ---------------------------------------------------------------------------------- */
+
+static inline uint32_t decode_char(const uint8_t *s, size_t n, size_t p, size_t *next)
+{
+    /* The code point at byte p of UTF-8 (surrogates encoded as 3 bytes, as "surrogatepass" does), and
+     * where the next one starts. A truncated sequence (never in text from Python) ends at n. */
+    uint8_t b = s[p];
+    uint32_t cp;
+    size_t len, i;
+    if (b < 0x80) {
+        *next = p + 1;
+        return b;
+    }
+    if (b < 0xE0) {
+        len = 2;
+        cp = b & 0x1Fu;
+    } else if (b < 0xF0) {
+        len = 3;
+        cp = b & 0x0Fu;
+    } else {
+        len = 4;
+        cp = b & 0x07u;
+    }
+    for (i = 1; i < len && p + i < n; i++)
+        cp = cp << 6 | (s[p + i] & 0x3Fu);
+    *next = p + i;
+    return cp;
+}
+
+static inline uint64_t cp_slot(const SpmEncoder *self, uint32_t cp)
+{
+    return (tb_mix64(cp) >> 7) & self->mask;
+}
+
+static inline const CharInfo *char_info(const SpmEncoder *self, uint32_t cp)
+{
+    uint64_t i;
+    if (cp < DIRECT_CHARS)
+        return &self->direct[cp];
+    for (i = cp_slot(self, cp);; i = (i + 1) & self->mask) {
+        if (self->slots[i].cp == cp)
+            return &self->slots[i].info;
+        if (self->slots[i].cp == EMPTY_CP)
+            return &UNKNOWN_CHAR;
+    }
+}
+
+static CharInfo *char_entry(SpmEncoder *self, uint32_t cp)
+{
+    /* The entry of cp, made (unknown) if new. The map has room for every character given. */
+    uint64_t i;
+    if (cp < DIRECT_CHARS)
+        return &self->direct[cp];
+    for (i = cp_slot(self, cp);; i = (i + 1) & self->mask) {
+        if (self->slots[i].cp == cp)
+            return &self->slots[i].info;
+        if (self->slots[i].cp == EMPTY_CP) {
+            self->slots[i].cp = cp;
+            self->slots[i].info = UNKNOWN_CHAR;
+            return &self->slots[i].info;
+        }
+    }
+}
+
+static inline int joined(const SpmEncoder *self, const CharInfo *v, uint32_t u)
+{
+    /* Whether some merge joins u to the cut candidate v. */
+    const uint32_t *j = self->joiner_cps + v->joiners;
+    int32_t k;
+    for (k = 0; k < v->njoiners; k++)
+        if (j[k] == u)
+            return 1;
+    return 0;
+}
+
+/* ---- one segment ------------------------------------------------------------------------------- */
+
+typedef struct {
+    int32_t *ids;
+    size_t len, cap;
+} IdBuffer;
+
+static inline int emit(IdBuffer *out, const int32_t *ids, size_t n)
+{
+    if (tb_reserve((void **)&out->ids, &out->cap, out->len + n, sizeof(int32_t), 1024) < 0)
+        return -1;
+    tb_copy(out->ids + out->len, ids, n * sizeof(int32_t));
+    out->len += n;
+    return 0;
+}
+
+static Py_ssize_t first_symbols(const SpmEncoder *self, const uint8_t *s, size_t n, int32_t *sym)
+{
+    /* `PieceModel.symbols` of s[0..n) into sym (room for n); their count. */
+    Py_ssize_t count = 0;
+    int32_t unk = -1;
+    size_t p = 0, next, q;
+    while (p < n) {
+        uint32_t cp = decode_char(s, n, p, &next);
+        int32_t id = char_info(self, cp)->id;
+        if (id >= 0) {
+            if (unk >= 0) {
+                sym[count++] = unk;
+                unk = -1;
+            }
+            sym[count++] = id;
+        } else {
+            int all_bytes = 1;
+            for (q = p; q < next && all_bytes; q++)
+                all_bytes = self->byte_ids[s[q]] >= 0;
+            if (all_bytes) {
+                for (q = p; q < next; q++)
+                    sym[count++] = self->byte_ids[s[q]];
+            } else if (self->unk_id >= 0) {
+                if (unk >= 0 && !self->fuse_unk)
+                    sym[count++] = unk;
+                unk = self->unk_id;
+            }
+        }
+        p = next;
+    }
+    if (unk >= 0)
+        sym[count++] = unk;
+    return count;
+}
+
+static int merged_segment(SpmEncoder *self, const uint8_t *s, size_t n, Py_ssize_t *count)
+{
+    /* The merged ids of s[0..n) in self->sym[0..*count); -1 with an exception set. */
+    Py_ssize_t m, i;
+    int32_t *rank;
+    if (n >= UINT32_MAX / 4) {
+        PyErr_SetString(PyExc_OverflowError, "SpmEncoder: a segment of 2**30 or more bytes");
+        return -1;
+    }
+    if (n > self->sym_cap) {
+        if (tb_reserve((void **)&self->sym, &self->sym_cap, n, sizeof(int32_t), 256) < 0 ||
+            (rank = realloc(self->rank, self->sym_cap * sizeof(int32_t))) == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->rank = rank;
+    }
+    m = first_symbols(self, s, n, self->sym);
+    if (m > SHORT_PIECE)
+        for (i = 0; i + 1 < m; i++)
+            self->rank[i] = rank_of(&self->table, self->sym[i], self->sym[i + 1]);
+    m = m <= SHORT_PIECE ? merge_short(&self->table, self->sym, m)
+                         : merge_symbols_ranked(&self->table, self->sym, self->rank, m, &self->scratch);
+    if (m < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *count = m;
+    return 0;
+}
+
+static inline uint64_t key_hash(const uint8_t *s, size_t n)
+{
+    uint64_t h = tb_hash_bytes(s, n);
+    return h ? h : 1;                   /* 0 marks an empty slot */
+}
+
+static int encode_segment(SpmEncoder *self, const uint8_t *s, size_t n, IdBuffer *out)
+{
+    PieceSlot *slot = NULL;
+    uint64_t h = 0;
+    Py_ssize_t count;
+    if (self->cache_size > 0 && n <= MAX_CACHED_BYTES) {
+        h = key_hash(s, n);
+        slot = piece_cache_find(&self->cache, s, n, h);
+        if (slot->hash != 0) {
+            if (emit(out, piece_cache_ids(&self->cache, slot), slot->count) < 0) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            return 0;
+        }
+    }
+    if (merged_segment(self, s, n, &count) < 0)
+        return -1;
+    if (slot != NULL) {
+        if (piece_cache_full(&self->cache)) {
+            piece_cache_clear(&self->cache);
+            slot = piece_cache_find(&self->cache, s, n, h);
+        }
+        if (piece_cache_put(&self->cache, slot, s, n, h, self->sym, (size_t)count) < 0) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    if (emit(out, self->sym, (size_t)count) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- one pre-token ----------------------------------------------------------------------------- */
+
+static int encode_word(SpmEncoder *self, const uint8_t *s, size_t n, IdBuffer *out)
+{
+    /* `Tokenizer._encode_word`: the whole word if it is a piece (ignore_merges), else its segments. */
+    size_t start = 0, p = 0, next;
+    const CharInfo *prev = NULL;
+    uint32_t prev_cp = 0;
+    if (self->has_whole) {
+        PieceSlot *slot = piece_cache_find(&self->whole, s, n, key_hash(s, n));
+        if (slot->hash != 0) {
+            if (emit(out, piece_cache_ids(&self->whole, slot), slot->count) < 0) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            return 0;
+        }
+    }
+    while (p < n) {
+        uint32_t cp = decode_char(s, n, p, &next);
+        const CharInfo *info = char_info(self, cp);
+        if (prev != NULL && info->njoiners >= 0 && prev->id >= 0 && !joined(self, info, prev_cp)) {
+            if (encode_segment(self, s + start, p - start, out) < 0)
+                return -1;
+            start = p;
+        }
+        prev = info;
+        prev_cp = cp;
+        p = next;
+    }
+    return n > start ? encode_segment(self, s + start, n - start, out) : 0;
+}
+
+static int encode_words(SpmEncoder *self, PyObject *words, IdBuffer *out)
+{
+    /* The ids of every pre-token of the sequence `words` (str each) into out; -1 with an exception. */
+    PyObject *seq = PySequence_Fast(words, "SpmEncoder: the pre-tokens must be a sequence of str");
+    Py_ssize_t k, n;
+    int ok = 0;
+    if (seq == NULL)
+        return -1;
+    n = PySequence_Fast_GET_SIZE(seq);
+    for (k = 0; k < n && ok == 0; k++) {
+        PyObject *word = PySequence_Fast_GET_ITEM(seq, k), *encoded = NULL;
+        const char *data;
+        Py_ssize_t len;
+        if (!PyUnicode_Check(word)) {
+            PyErr_SetString(PyExc_TypeError, "SpmEncoder: every pre-token must be a str");
+            ok = -1;
+            break;
+        }
+        data = PyUnicode_AsUTF8AndSize(word, &len);
+        if (data == NULL) {             /* a lone surrogate: its bytes as the specification takes them */
+            PyErr_Clear();
+            encoded = PyUnicode_AsEncodedString(word, "utf-8", "surrogatepass");
+            if (encoded == NULL) {
+                ok = -1;
+                break;
+            }
+            data = PyBytes_AS_STRING(encoded);
+            len = PyBytes_GET_SIZE(encoded);
+        }
+        ok = encode_word(self, (const uint8_t *)data, (size_t)len, out);
+        Py_XDECREF(encoded);
+    }
+    Py_DECREF(seq);
+    return ok;
+}
+
+/* ---- from Python ------------------------------------------------------------------------------- */
+
+static PyObject *id_list(const IdBuffer *out)
+{
+    PyObject *list = PyList_New((Py_ssize_t)out->len);
+    size_t i;
+    if (list == NULL)
+        return NULL;
+    for (i = 0; i < out->len; i++) {
+        PyObject *v = PyLong_FromLong(out->ids[i]);
+        if (v == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, v);
+    }
+    return list;
+}
+
+static PyObject *id_bytes(const IdBuffer *out)
+{
+    /* Ids are 0 <= id < 2**31: their int32 bytes are their uint32 bytes. */
+    return PyBytes_FromStringAndSize((const char *)out->ids, (Py_ssize_t)(out->len * sizeof(int32_t)));
+}
+
+static PyObject *encoded(SpmEncoder *self, PyObject *words, PyObject *(*result)(const IdBuffer *))
+{
+    /* The output buffer is the call's own: building the result may run other threads' code. */
+    IdBuffer out = {NULL, 0, 0};
+    PyObject *value = NULL;
+    if (self->pre_tokenize == NULL) {
+        PyErr_SetString(PyExc_TypeError, "SpmEncoder is not initialised");
+        return NULL;
+    }
+    if (encode_words(self, words, &out) == 0)
+        value = result(&out);
+    free(out.ids);
+    return value;
+}
+
+static PyObject *pre_tokens(SpmEncoder *self, PyObject *text)
+{
+    if (self->pre_tokenize == NULL) {
+        PyErr_SetString(PyExc_TypeError, "SpmEncoder is not initialised");
+        return NULL;
+    }
+    return PyObject_CallFunctionObjArgs(self->pre_tokenize, text, Py_True, NULL);
+}
+
+static PyObject *spm_encode_words(SpmEncoder *self, PyObject *words)
+{
+    return encoded(self, words, id_list);
+}
+
+static PyObject *spm_encode_words_bytes(SpmEncoder *self, PyObject *words)
+{
+    return encoded(self, words, id_bytes);
+}
+
+static PyObject *spm_encode_text(SpmEncoder *self, PyObject *text, PyObject *(*result)(const IdBuffer *))
+{
+    PyObject *words = pre_tokens(self, text), *value;
+    if (words == NULL)
+        return NULL;
+    value = encoded(self, words, result);
+    Py_DECREF(words);
+    return value;
+}
+
+static PyObject *spm_encode(SpmEncoder *self, PyObject *text)
+{
+    return spm_encode_text(self, text, id_list);
+}
+
+static PyObject *spm_encode_bytes(SpmEncoder *self, PyObject *text)
+{
+    return spm_encode_text(self, text, id_bytes);
+}
+
+static PyObject *spm_fork(SpmEncoder *self, PyObject *Py_UNUSED(ignored))
+{
+    Py_INCREF(self);
+    return (PyObject *)self;
+}
+
+/* ---- construction ------------------------------------------------------------------------------ */
+
+static int read_id(PyObject *item, int32_t *id, int none_ok)
+{
+    /* One id (None: -1, where allowed) into *id; -1 with an exception set. */
+    long long v;
+    if (item == Py_None && none_ok) {
+        *id = -1;
+        return 0;
+    }
+    v = PyLong_AsLongLong(item);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v < 0 || v >= ID_LIMIT) {
+        PyErr_Format(PyExc_OverflowError, "SpmEncoder: id %lld is outside 0..2**31 - 1", v);
+        return -1;
+    }
+    *id = (int32_t)v;
+    return 0;
+}
+
+static int read_ids(PyObject *arg, int32_t **out, Py_ssize_t *n, int none_ok)
+{
+    /* A sequence of ids as a new malloc'd array; -1 with an exception set. */
+    PyObject *seq = PySequence_Fast(arg, "SpmEncoder: ids must be a sequence");
+    Py_ssize_t i;
+    if (seq == NULL)
+        return -1;
+    *n = PySequence_Fast_GET_SIZE(seq);
+    *out = malloc(*n ? (size_t)*n * sizeof(int32_t) : 1);
+    if (*out == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (i = 0; i < *n; i++)
+        if (read_id(PySequence_Fast_GET_ITEM(seq, i), &(*out)[i], none_ok) < 0) {
+            Py_DECREF(seq);
+            return -1;
+        }
+    Py_DECREF(seq);
+    return 0;
+}
+
+static int one_char(PyObject *key, uint32_t *cp)
+{
+    if (!PyUnicode_Check(key) || PyUnicode_GET_LENGTH(key) != 1) {
+        PyErr_SetString(PyExc_ValueError, "SpmEncoder: chars and joiners are keyed by single characters");
+        return -1;
+    }
+    *cp = PyUnicode_READ_CHAR(key, 0);
+    return 0;
+}
+
+static int set_chars(SpmEncoder *self, PyObject *chars, PyObject *joiners)
+{
+    /* The character map: {char: id} and the cut candidates {char: str of its joiners}. */
+    Py_ssize_t pos = 0, size = 64, total = 0, at = 0, i;
+    PyObject *key, *value;
+    for (i = 0; i < DIRECT_CHARS; i++)
+        self->direct[i] = UNKNOWN_CHAR;
+    while (size < 2 * (PyDict_Size(chars) + PyDict_Size(joiners)))
+        size *= 2;
+    self->slots = malloc((size_t)size * sizeof(CharSlot));
+    while (PyDict_Next(joiners, &pos, &key, &value)) {
+        if (!PyUnicode_Check(value)) {
+            PyErr_SetString(PyExc_TypeError, "SpmEncoder: joiners' values must be str");
+            return -1;
+        }
+        total += PyUnicode_GET_LENGTH(value);
+    }
+    self->joiner_cps = malloc(total ? (size_t)total * sizeof(uint32_t) : 1);
+    if (self->slots == NULL || self->joiner_cps == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (i = 0; i < size; i++)
+        self->slots[i].cp = EMPTY_CP;
+    self->mask = (uint64_t)size - 1;
+    pos = 0;
+    while (PyDict_Next(chars, &pos, &key, &value)) {
+        uint32_t cp;
+        if (one_char(key, &cp) < 0 || read_id(value, &char_entry(self, cp)->id, 0) < 0)
+            return -1;
+    }
+    pos = 0;
+    while (PyDict_Next(joiners, &pos, &key, &value)) {
+        uint32_t cp;
+        CharInfo *info;
+        Py_ssize_t k, n = PyUnicode_GET_LENGTH(value);
+        if (one_char(key, &cp) < 0)
+            return -1;
+        info = char_entry(self, cp);
+        info->joiners = (int32_t)at;
+        info->njoiners = (int32_t)n;
+        for (k = 0; k < n; k++)
+            self->joiner_cps[at++] = PyUnicode_READ_CHAR(value, k);
+    }
+    return 0;
+}
+
+static int set_whole(SpmEncoder *self, PyObject *whole)
+{
+    /* ignore_merges' map of every piece (its UTF-8, surrogates passed) to its id. */
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    if (piece_cache_init(&self->whole, (size_t)PyDict_Size(whole)) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->has_whole = 1;
+    while (PyDict_Next(whole, &pos, &key, &value)) {
+        PyObject *data;
+        PieceSlot *slot;
+        int32_t id;
+        uint64_t h;
+        if (!PyUnicode_Check(key)) {
+            PyErr_SetString(PyExc_TypeError, "SpmEncoder: whole must map str to ids");
+            return -1;
+        }
+        if (read_id(value, &id, 0) < 0 || (data = PyUnicode_AsEncodedString(key, "utf-8", "surrogatepass")) == NULL)
+            return -1;
+        h = key_hash((const uint8_t *)PyBytes_AS_STRING(data), (size_t)PyBytes_GET_SIZE(data));
+        slot = piece_cache_find(&self->whole, (const uint8_t *)PyBytes_AS_STRING(data), (size_t)PyBytes_GET_SIZE(data), h);
+        if (slot->hash == 0 && piece_cache_put(&self->whole, slot, (const uint8_t *)PyBytes_AS_STRING(data),
+                                               (size_t)PyBytes_GET_SIZE(data), h, &id, 1) < 0) {
+            Py_DECREF(data);
+            PyErr_NoMemory();
+            return -1;
+        }
+        Py_DECREF(data);
+    }
+    return 0;
+}
+
+static void spm_dealloc(SpmEncoder *self)
+{
+    free(self->slots);
+    free(self->joiner_cps);
+    merge_table_free(&self->table);
+    if (self->has_whole)
+        piece_cache_free(&self->whole);
+    piece_cache_free(&self->cache);
+    merge_scratch_free(&self->scratch);
+    free(self->sym);
+    free(self->rank);
+    Py_XDECREF(self->pre_tokenize);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int spm_init(SpmEncoder *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"chars", "byte_ids", "unk_id", "fuse_unk", "joiners", "left", "right", "merged",
+                             "whole", "cache_size", "pre_tokenize", NULL};
+    PyObject *chars, *byte_ids, *unk, *joiners, *left_arg, *right_arg, *merged_arg, *whole, *pre_tokenize;
+    int fuse_unk, ok = -1;
+    Py_ssize_t cache_size, n, nl, nr, nm;
+    int32_t *bytes = NULL, *left = NULL, *right = NULL, *merged = NULL;
+
+    if (self->pre_tokenize != NULL || self->slots != NULL) {
+        PyErr_SetString(PyExc_TypeError, "SpmEncoder is already initialised");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OOpO!OOOOnO:SpmEncoder", kwlist, &PyDict_Type, &chars,
+                                     &byte_ids, &unk, &fuse_unk, &PyDict_Type, &joiners, &left_arg, &right_arg,
+                                     &merged_arg, &whole, &cache_size, &pre_tokenize))
+        return -1;
+    if (whole != Py_None && !PyDict_Check(whole)) {
+        PyErr_SetString(PyExc_TypeError, "SpmEncoder: whole must be a dict or None");
+        return -1;
+    }
+    if (!PyCallable_Check(pre_tokenize)) {
+        PyErr_SetString(PyExc_TypeError, "SpmEncoder: pre_tokenize must be callable");
+        return -1;
+    }
+    if (read_id(unk, &self->unk_id, 1) < 0 || read_ids(byte_ids, &bytes, &n, 1) < 0)
+        goto done;
+    if (n != 256) {
+        PyErr_SetString(PyExc_ValueError, "SpmEncoder: byte_ids must hold 256 ids");
+        goto done;
+    }
+    memcpy(self->byte_ids, bytes, sizeof(self->byte_ids));
+    self->fuse_unk = fuse_unk;
+    if (read_ids(left_arg, &left, &nl, 0) < 0 || read_ids(right_arg, &right, &nr, 0) < 0 ||
+        read_ids(merged_arg, &merged, &nm, 0) < 0)
+        goto done;
+    if (nl != nr || nl != nm) {
+        PyErr_SetString(PyExc_ValueError, "SpmEncoder: left, right and merged differ in length");
+        goto done;
+    }
+    if (nl >= NO_RANK) {
+        PyErr_SetString(PyExc_OverflowError, "SpmEncoder: more than 2**31 - 2 merges");
+        goto done;
+    }
+    if (set_chars(self, chars, joiners) < 0 || (whole != Py_None && set_whole(self, whole) < 0))
+        goto done;
+    if (merge_table_init(&self->table, left, right, merged, nl) < 0 ||
+        piece_cache_init(&self->cache, cache_size > 0 ? (size_t)cache_size : 1) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    self->cache_size = cache_size > 0 ? (size_t)cache_size : 0;
+    Py_INCREF(pre_tokenize);
+    self->pre_tokenize = pre_tokenize;
+    ok = 0;
+done:
+    free(bytes);
+    free(left);
+    free(right);
+    free(merged);
+    return ok;
+}
+
+static PyMethodDef spm_methods[] = {
+    {"encode_words", (PyCFunction)spm_encode_words, METH_O,
+     "encode_words(words)\n--\n\nThe ids of the pre-tokens `words` (str each), one after the other, as a list."},
+    {"encode_words_bytes", (PyCFunction)spm_encode_words_bytes, METH_O,
+     "encode_words_bytes(words)\n--\n\n`encode_words` as the bytes of native uint32s."},
+    {"encode", (PyCFunction)spm_encode, METH_O,
+     "encode(text)\n--\n\n`encode_words(pre_tokenize(text, True))`: normalized text at the start of a record."},
+    {"encode_bytes", (PyCFunction)spm_encode_bytes, METH_O,
+     "encode_bytes(text)\n--\n\n`encode(text)` as the bytes of native uint32s."},
+    {"fork", (PyCFunction)spm_fork, METH_NOARGS,
+     "fork()\n--\n\nThis encoder: it holds the GIL while it works, so threads share it safely."},
+    {NULL, NULL, 0, NULL}
+};
+
+static PyTypeObject SpmEncoderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bpe_ops._spm.SpmEncoder",
+    .tp_basicsize = sizeof(SpmEncoder),
+    .tp_dealloc = (destructor)spm_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "SpmEncoder(chars, byte_ids, unk_id, fuse_unk, joiners, left, right, merged, whole, cache_size,\n"
+              "           pre_tokenize)\n--\n\n"
+              "Piece mode's encoder of pre-tokens (see bpe_ops.sentencepiece_bpe.compiled_encoder).",
+    .tp_methods = spm_methods,
+    .tp_init = (initproc)spm_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_spm",
+    "SentencePiece-style BPE over pre-tokens in C; bpe_ops/sentencepiece_bpe.py is its specification.", -1,
+    NULL, NULL, NULL, NULL, NULL
+};
+
+PyMODINIT_FUNC
+PyInit__spm(void)
+{
+    PyObject *m;
+    if (PyType_Ready(&SpmEncoderType) < 0)
+        return NULL;
+    m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&SpmEncoderType);
+    if (PyModule_AddObject(m, "SpmEncoder", (PyObject *)&SpmEncoderType) < 0) {
+        Py_DECREF(&SpmEncoderType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
