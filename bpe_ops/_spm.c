@@ -58,8 +58,27 @@ typedef struct {
     MergeScratch scratch;
     int32_t *sym, *rank;
     size_t sym_cap;
-    PyObject *pre_tokenize;
+    PyObject **ints;                    /* [id]: the Python int of an id, made on its first use */
+    size_t nints;
 } SpmEncoder;
+
+/* A segment to encode: its bytes and their hash, or (whole >= 0) a pre-token that is a piece. */
+typedef struct {
+    const uint8_t *s;
+    size_t n;
+    uint64_t hash;
+    int32_t whole;
+} Segment;
+
+typedef struct {
+    Segment *items;
+    size_t len, cap;
+} Segments;
+
+/* Segments are cut and hashed first, then encoded, so that the cache slot of a segment this many
+ * ahead is fetched from memory while this one is encoded (the cache is megabytes: most lookups miss
+ * the core's caches, and waiting for them one at a time was half the time of a warm encoder). */
+#define PREFETCH_AHEAD 8
 
 static const CharInfo UNKNOWN_CHAR = {-1, -1, 0};
 
@@ -189,35 +208,23 @@ static Py_ssize_t first_symbols(const SpmEncoder *self, const uint8_t *s, size_t
     return count;
 }
 
-static int merged_segment(SpmEncoder *self, const uint8_t *s, size_t n, Py_ssize_t *count)
+static Py_ssize_t merged_segment(SpmEncoder *self, const uint8_t *s, size_t n)
 {
-    /* The merged ids of s[0..n) in self->sym[0..*count); -1 with an exception set. */
+    /* The merged ids of s[0..n) in self->sym; their count, or -1 when out of memory. */
     Py_ssize_t m, i;
     int32_t *rank;
-    if (n >= UINT32_MAX / 4) {
-        PyErr_SetString(PyExc_OverflowError, "SpmEncoder: a segment of 2**30 or more bytes");
-        return -1;
-    }
     if (n > self->sym_cap) {
         if (tb_reserve((void **)&self->sym, &self->sym_cap, n, sizeof(int32_t), 256) < 0 ||
-            (rank = realloc(self->rank, self->sym_cap * sizeof(int32_t))) == NULL) {
-            PyErr_NoMemory();
+            (rank = realloc(self->rank, self->sym_cap * sizeof(int32_t))) == NULL)
             return -1;
-        }
         self->rank = rank;
     }
     m = first_symbols(self, s, n, self->sym);
-    if (m > SHORT_PIECE)
-        for (i = 0; i + 1 < m; i++)
-            self->rank[i] = rank_of(&self->table, self->sym[i], self->sym[i + 1]);
-    m = m <= SHORT_PIECE ? merge_short(&self->table, self->sym, m)
-                         : merge_symbols_ranked(&self->table, self->sym, self->rank, m, &self->scratch);
-    if (m < 0) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    *count = m;
-    return 0;
+    if (m <= SHORT_PIECE)
+        return merge_short(&self->table, self->sym, m);
+    for (i = 0; i + 1 < m; i++)
+        self->rank[i] = rank_of(&self->table, self->sym[i], self->sym[i + 1]);
+    return merge_symbols_ranked(&self->table, self->sym, self->rank, m, &self->scratch);
 }
 
 static inline uint64_t key_hash(const uint8_t *s, size_t n)
@@ -226,64 +233,65 @@ static inline uint64_t key_hash(const uint8_t *s, size_t n)
     return h ? h : 1;                   /* 0 marks an empty slot */
 }
 
-static int encode_segment(SpmEncoder *self, const uint8_t *s, size_t n, IdBuffer *out)
+static int encode_segment(SpmEncoder *self, const Segment *seg, IdBuffer *out)
 {
     PieceSlot *slot = NULL;
-    uint64_t h = 0;
     Py_ssize_t count;
-    if (self->cache_size > 0 && n <= MAX_CACHED_BYTES) {
-        h = key_hash(s, n);
-        slot = piece_cache_find(&self->cache, s, n, h);
-        if (slot->hash != 0) {
-            if (emit(out, piece_cache_ids(&self->cache, slot), slot->count) < 0) {
-                PyErr_NoMemory();
-                return -1;
-            }
-            return 0;
-        }
+    if (seg->whole >= 0)
+        return emit(out, &seg->whole, 1);
+    if (seg->hash != 0) {
+        slot = piece_cache_find(&self->cache, seg->s, seg->n, seg->hash);
+        if (slot->hash != 0)
+            return emit(out, piece_cache_ids(&self->cache, slot), slot->count);
     }
-    if (merged_segment(self, s, n, &count) < 0)
+    if ((count = merged_segment(self, seg->s, seg->n)) < 0)
         return -1;
     if (slot != NULL) {
         if (piece_cache_full(&self->cache)) {
+            /* Full: start over. Cheaper than tracking age, and a hot segment is back after one miss. */
             piece_cache_clear(&self->cache);
-            slot = piece_cache_find(&self->cache, s, n, h);
+            slot = piece_cache_find(&self->cache, seg->s, seg->n, seg->hash);
         }
-        if (piece_cache_put(&self->cache, slot, s, n, h, self->sym, (size_t)count) < 0) {
-            PyErr_NoMemory();
+        if (piece_cache_put(&self->cache, slot, seg->s, seg->n, seg->hash, self->sym, (size_t)count) < 0)
             return -1;
-        }
     }
-    if (emit(out, self->sym, (size_t)count) < 0) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    return 0;
+    return emit(out, self->sym, (size_t)count);
 }
 
 /* ---- one pre-token ----------------------------------------------------------------------------- */
 
-static int encode_word(SpmEncoder *self, const uint8_t *s, size_t n, IdBuffer *out)
+static inline int push(Segments *segs, const uint8_t *s, size_t n, uint64_t hash, int32_t whole)
 {
-    /* `Tokenizer._encode_word`: the whole word if it is a piece (ignore_merges), else its segments. */
+    if (tb_reserve((void **)&segs->items, &segs->cap, segs->len + 1, sizeof(Segment), 256) < 0)
+        return -1;
+    segs->items[segs->len++] = (Segment){s, n, hash, whole};
+    return 0;
+}
+
+static inline int push_segment(const SpmEncoder *self, Segments *segs, const uint8_t *s, size_t n)
+{
+    /* A segment, hashed when it is cached (hash 0: it is not). */
+    return push(segs, s, n, self->cache_size > 0 && n <= MAX_CACHED_BYTES ? key_hash(s, n) : 0, -1);
+}
+
+static int cut_word(const SpmEncoder *self, const uint8_t *s, size_t n, Segments *segs)
+{
+    /* `Tokenizer._encode_word`'s segments of one pre-token: the whole word if it is a piece
+     * (ignore_merges), else cut before each cut candidate whose previous character is in the
+     * vocabulary and is not one of its joiners. -1 when out of memory. */
     size_t start = 0, p = 0, next;
     const CharInfo *prev = NULL;
     uint32_t prev_cp = 0;
     if (self->has_whole) {
-        PieceSlot *slot = piece_cache_find(&self->whole, s, n, key_hash(s, n));
-        if (slot->hash != 0) {
-            if (emit(out, piece_cache_ids(&self->whole, slot), slot->count) < 0) {
-                PyErr_NoMemory();
-                return -1;
-            }
-            return 0;
-        }
+        const PieceSlot *slot = piece_cache_find(&self->whole, s, n, key_hash(s, n));
+        if (slot->hash != 0)
+            return push(segs, s, n, 0, slot->val.ids[0]);
     }
     while (p < n) {
         uint32_t cp = decode_char(s, n, p, &next);
         const CharInfo *info = char_info(self, cp);
         if (prev != NULL && info->njoiners >= 0 && prev->id >= 0 && !joined(self, info, prev_cp)) {
-            if (encode_segment(self, s + start, p - start, out) < 0)
+            if (push_segment(self, segs, s + start, p - start) < 0)
                 return -1;
             start = p;
         }
@@ -291,92 +299,136 @@ static int encode_word(SpmEncoder *self, const uint8_t *s, size_t n, IdBuffer *o
         prev_cp = cp;
         p = next;
     }
-    return n > start ? encode_segment(self, s + start, n - start, out) : 0;
+    return n > start ? push_segment(self, segs, s + start, n - start) : 0;
+}
+
+static int encode_segments(SpmEncoder *self, const Segments *segs, IdBuffer *out)
+{
+    /* Every segment's ids into out, in order; -1 when out of memory (the cache then emptied: it may
+     * hold a half-made entry). Touches no Python object. */
+    size_t i;
+    for (i = 0; i < segs->len; i++) {
+        if (i + PREFETCH_AHEAD < segs->len && segs->items[i + PREFETCH_AHEAD].hash != 0)
+            __builtin_prefetch(&self->cache.slots[piece_cache_index(&self->cache, segs->items[i + PREFETCH_AHEAD].hash)]);
+        if (encode_segment(self, &segs->items[i], out) < 0) {
+            piece_cache_clear(&self->cache);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 static int encode_words(SpmEncoder *self, PyObject *words, IdBuffer *out)
 {
-    /* The ids of every pre-token of the sequence `words` (str each) into out; -1 with an exception. */
+    /* The ids of every pre-token of the sequence `words` (str each) into out; -1 with an exception.
+     * The words' UTF-8 is read first (a lone surrogate's as "surrogatepass" gives it, as the
+     * specification does: those bytes are kept in `held` while they are cut and encoded). */
     PyObject *seq = PySequence_Fast(words, "SpmEncoder: the pre-tokens must be a sequence of str");
+    PyObject *held = NULL;
+    Segments segs = {NULL, 0, 0};
     Py_ssize_t k, n;
-    int ok = 0;
+    int ok = -1;
     if (seq == NULL)
         return -1;
     n = PySequence_Fast_GET_SIZE(seq);
-    for (k = 0; k < n && ok == 0; k++) {
-        PyObject *word = PySequence_Fast_GET_ITEM(seq, k), *encoded = NULL;
+    for (k = 0; k < n; k++) {
+        PyObject *word = PySequence_Fast_GET_ITEM(seq, k);
         const char *data;
         Py_ssize_t len;
         if (!PyUnicode_Check(word)) {
             PyErr_SetString(PyExc_TypeError, "SpmEncoder: every pre-token must be a str");
-            ok = -1;
-            break;
+            goto done;
         }
         data = PyUnicode_AsUTF8AndSize(word, &len);
-        if (data == NULL) {             /* a lone surrogate: its bytes as the specification takes them */
+        if (data == NULL) {
+            PyObject *encoded;
             PyErr_Clear();
-            encoded = PyUnicode_AsEncodedString(word, "utf-8", "surrogatepass");
-            if (encoded == NULL) {
-                ok = -1;
-                break;
+            if ((held == NULL && (held = PyList_New(0)) == NULL) ||
+                (encoded = PyUnicode_AsEncodedString(word, "utf-8", "surrogatepass")) == NULL)
+                goto done;
+            if (PyList_Append(held, encoded) < 0) {
+                Py_DECREF(encoded);
+                goto done;
             }
+            Py_DECREF(encoded);
             data = PyBytes_AS_STRING(encoded);
             len = PyBytes_GET_SIZE(encoded);
         }
-        ok = encode_word(self, (const uint8_t *)data, (size_t)len, out);
-        Py_XDECREF(encoded);
+        if ((size_t)len >= UINT32_MAX / 4) {
+            PyErr_SetString(PyExc_OverflowError, "SpmEncoder: a pre-token of 2**30 or more bytes");
+            goto done;
+        }
+        if (cut_word(self, (const uint8_t *)data, (size_t)len, &segs) < 0) {
+            PyErr_NoMemory();
+            goto done;
+        }
     }
+    if (encode_segments(self, &segs, out) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    ok = 0;
+done:
+    free(segs.items);
+    Py_XDECREF(held);
     Py_DECREF(seq);
     return ok;
 }
 
 /* ---- from Python ------------------------------------------------------------------------------- */
 
-static PyObject *id_list(const IdBuffer *out)
+static PyObject *id_list(SpmEncoder *self, const IdBuffer *out)
 {
+    /* The ids as a list. Each id's int is made once and shared by every list after (as the
+     * byte-level TextEncoder does): a new int per id would cost more than the encoding. */
     PyObject *list = PyList_New((Py_ssize_t)out->len);
     size_t i;
     if (list == NULL)
         return NULL;
     for (i = 0; i < out->len; i++) {
-        PyObject *v = PyLong_FromLong(out->ids[i]);
-        if (v == NULL) {
+        size_t id = (size_t)out->ids[i];
+        PyObject *v;
+        if (id >= self->nints) {
+            size_t grown = id + 1 > 2 * self->nints ? id + 1 : 2 * self->nints;
+            PyObject **ints = realloc(self->ints, grown * sizeof(PyObject *));
+            if (ints == NULL) {
+                Py_DECREF(list);
+                return PyErr_NoMemory();
+            }
+            memset(ints + self->nints, 0, (grown - self->nints) * sizeof(PyObject *));
+            self->ints = ints;
+            self->nints = grown;
+        }
+        if ((v = self->ints[id]) == NULL && (v = self->ints[id] = PyLong_FromSize_t(id)) == NULL) {
             Py_DECREF(list);
             return NULL;
         }
+        Py_INCREF(v);
         PyList_SET_ITEM(list, (Py_ssize_t)i, v);
     }
     return list;
 }
 
-static PyObject *id_bytes(const IdBuffer *out)
+static PyObject *id_bytes(SpmEncoder *self, const IdBuffer *out)
 {
+    (void)self;
     /* Ids are 0 <= id < 2**31: their int32 bytes are their uint32 bytes. */
     return PyBytes_FromStringAndSize((const char *)out->ids, (Py_ssize_t)(out->len * sizeof(int32_t)));
 }
 
-static PyObject *encoded(SpmEncoder *self, PyObject *words, PyObject *(*result)(const IdBuffer *))
+static PyObject *encoded(SpmEncoder *self, PyObject *words, PyObject *(*result)(SpmEncoder *, const IdBuffer *))
 {
     /* The output buffer is the call's own: building the result may run other threads' code. */
     IdBuffer out = {NULL, 0, 0};
     PyObject *value = NULL;
-    if (self->pre_tokenize == NULL) {
+    if (!merge_table_ready(&self->table)) {
         PyErr_SetString(PyExc_TypeError, "SpmEncoder is not initialised");
         return NULL;
     }
     if (encode_words(self, words, &out) == 0)
-        value = result(&out);
+        value = result(self, &out);
     free(out.ids);
     return value;
-}
-
-static PyObject *pre_tokens(SpmEncoder *self, PyObject *text)
-{
-    if (self->pre_tokenize == NULL) {
-        PyErr_SetString(PyExc_TypeError, "SpmEncoder is not initialised");
-        return NULL;
-    }
-    return PyObject_CallFunctionObjArgs(self->pre_tokenize, text, Py_True, NULL);
 }
 
 static PyObject *spm_encode_words(SpmEncoder *self, PyObject *words)
@@ -387,26 +439,6 @@ static PyObject *spm_encode_words(SpmEncoder *self, PyObject *words)
 static PyObject *spm_encode_words_bytes(SpmEncoder *self, PyObject *words)
 {
     return encoded(self, words, id_bytes);
-}
-
-static PyObject *spm_encode_text(SpmEncoder *self, PyObject *text, PyObject *(*result)(const IdBuffer *))
-{
-    PyObject *words = pre_tokens(self, text), *value;
-    if (words == NULL)
-        return NULL;
-    value = encoded(self, words, result);
-    Py_DECREF(words);
-    return value;
-}
-
-static PyObject *spm_encode(SpmEncoder *self, PyObject *text)
-{
-    return spm_encode_text(self, text, id_list);
-}
-
-static PyObject *spm_encode_bytes(SpmEncoder *self, PyObject *text)
-{
-    return spm_encode_text(self, text, id_bytes);
 }
 
 static PyObject *spm_fork(SpmEncoder *self, PyObject *Py_UNUSED(ignored))
@@ -561,33 +593,34 @@ static void spm_dealloc(SpmEncoder *self)
     merge_scratch_free(&self->scratch);
     free(self->sym);
     free(self->rank);
-    Py_XDECREF(self->pre_tokenize);
+    if (self->ints != NULL) {
+        size_t k;
+        for (k = 0; k < self->nints; k++)
+            Py_XDECREF(self->ints[k]);
+        free(self->ints);
+    }
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static int spm_init(SpmEncoder *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"chars", "byte_ids", "unk_id", "fuse_unk", "joiners", "left", "right", "merged",
-                             "whole", "cache_size", "pre_tokenize", NULL};
-    PyObject *chars, *byte_ids, *unk, *joiners, *left_arg, *right_arg, *merged_arg, *whole, *pre_tokenize;
+                             "whole", "cache_size", NULL};
+    PyObject *chars, *byte_ids, *unk, *joiners, *left_arg, *right_arg, *merged_arg, *whole;
     int fuse_unk, ok = -1;
     Py_ssize_t cache_size, n, nl, nr, nm;
     int32_t *bytes = NULL, *left = NULL, *right = NULL, *merged = NULL;
 
-    if (self->pre_tokenize != NULL || self->slots != NULL) {
+    if (self->slots != NULL) {
         PyErr_SetString(PyExc_TypeError, "SpmEncoder is already initialised");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OOpO!OOOOnO:SpmEncoder", kwlist, &PyDict_Type, &chars,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OOpO!OOOOn:SpmEncoder", kwlist, &PyDict_Type, &chars,
                                      &byte_ids, &unk, &fuse_unk, &PyDict_Type, &joiners, &left_arg, &right_arg,
-                                     &merged_arg, &whole, &cache_size, &pre_tokenize))
+                                     &merged_arg, &whole, &cache_size))
         return -1;
     if (whole != Py_None && !PyDict_Check(whole)) {
         PyErr_SetString(PyExc_TypeError, "SpmEncoder: whole must be a dict or None");
-        return -1;
-    }
-    if (!PyCallable_Check(pre_tokenize)) {
-        PyErr_SetString(PyExc_TypeError, "SpmEncoder: pre_tokenize must be callable");
         return -1;
     }
     if (read_id(unk, &self->unk_id, 1) < 0 || read_ids(byte_ids, &bytes, &n, 1) < 0)
@@ -617,8 +650,6 @@ static int spm_init(SpmEncoder *self, PyObject *args, PyObject *kwds)
         goto done;
     }
     self->cache_size = cache_size > 0 ? (size_t)cache_size : 0;
-    Py_INCREF(pre_tokenize);
-    self->pre_tokenize = pre_tokenize;
     ok = 0;
 done:
     free(bytes);
@@ -633,10 +664,6 @@ static PyMethodDef spm_methods[] = {
      "encode_words(words)\n--\n\nThe ids of the pre-tokens `words` (str each), one after the other, as a list."},
     {"encode_words_bytes", (PyCFunction)spm_encode_words_bytes, METH_O,
      "encode_words_bytes(words)\n--\n\n`encode_words` as the bytes of native uint32s."},
-    {"encode", (PyCFunction)spm_encode, METH_O,
-     "encode(text)\n--\n\n`encode_words(pre_tokenize(text, True))`: normalized text at the start of a record."},
-    {"encode_bytes", (PyCFunction)spm_encode_bytes, METH_O,
-     "encode_bytes(text)\n--\n\n`encode(text)` as the bytes of native uint32s."},
     {"fork", (PyCFunction)spm_fork, METH_NOARGS,
      "fork()\n--\n\nThis encoder: it holds the GIL while it works, so threads share it safely."},
     {NULL, NULL, 0, NULL}
@@ -648,8 +675,7 @@ static PyTypeObject SpmEncoderType = {
     .tp_basicsize = sizeof(SpmEncoder),
     .tp_dealloc = (destructor)spm_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "SpmEncoder(chars, byte_ids, unk_id, fuse_unk, joiners, left, right, merged, whole, cache_size,\n"
-              "           pre_tokenize)\n--\n\n"
+    .tp_doc = "SpmEncoder(chars, byte_ids, unk_id, fuse_unk, joiners, left, right, merged, whole, cache_size)\n--\n\n"
               "Piece mode's encoder of pre-tokens (see bpe_ops.sentencepiece_bpe.compiled_encoder).",
     .tp_methods = spm_methods,
     .tp_init = (initproc)spm_init,

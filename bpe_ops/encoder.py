@@ -321,8 +321,7 @@ class Tokenizer:
         is `sentencepiece_bpe.compiled_encoder` (bpe_ops/_spm.c), which takes pre-tokens."""
         if self.mode == "piece" and self._merger is not None:
             return compiled_piece_encoder(self._piece_model, self._left, self._right, self._merged,
-                                          ignore_merges=self.ignore_merges, cache_size=self.cache_size,
-                                          pre_tokenize=self._pre_tokenize)
+                                          ignore_merges=self.ignore_merges, cache_size=self.cache_size)
         if (self.mode != "byte" or self._merger is None or not isinstance(self._regex, Pcre2Pattern)
                 or self._pre_tokenize is not None):
             return None
@@ -535,6 +534,10 @@ class Tokenizer:
     def _encode_array_with(self, encoder, text: str, allowed_special: Iterable[str] | str = ()) -> array:
         out = array("I")
         if not allowed_special and encoder is not None and (self._added is None or not self._added.always):
+            if self.mode == "piece":        # pre-tokens in, native ids out (bpe_ops/_spm.c)
+                out.frombytes(encoder.encode_words_bytes(self._pre_tokenize(
+                    self._normalize(text) if self._normalize else text, self._kept_start(text))))
+                return out
             if self._normalize is not None:
                 text = self._normalize(text)
             if self._regex.pcre2_splits(text):

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 from heapq import heapify, heappop, heappush
-from typing import Callable, Iterable, Mapping
+from typing import Iterable, Mapping
 
 try:
     from . import _spm                  # the compiled twin of this module (optional)
@@ -139,13 +139,13 @@ def _cut_candidates(known: frozenset, joined: Iterable[tuple[str, str]]) -> tupl
 
 
 def compiled_encoder(model: PieceModel, left: list[int], right: list[int], merged: list[int], *,
-                     ignore_merges: bool, cache_size: int, pre_tokenize: Callable[[str, bool], list[str]]):
+                     ignore_merges: bool, cache_size: int):
     """The compiled encoder of this model (`bpe_ops._spm.SpmEncoder`), or None where it is not built.
 
     Its `encode_words(pre_tokens)` is `Tokenizer._encode_word` of each pre-token, the ids one after the
-    other (`encode_words_bytes`: as native uint32 bytes); `encode(text)` / `encode_bytes(text)` take
-    normalized text through `pre_tokenize(text, True)`. The merges are by rank: merge r joins
-    left[r] and right[r] into merged[r]; `cache_size` segments are cached (0: none)."""
+    other, as a list (`encode_words_bytes`: as native uint32 bytes, for an `array("I")`). The merges
+    are by rank: merge r joins left[r] and right[r] into merged[r]; up to `cache_size` segments are
+    cached (0: none)."""
     if _spm is None:
         return None
     return _spm.SpmEncoder(
@@ -155,7 +155,7 @@ def compiled_encoder(model: PieceModel, left: list[int], right: list[int], merge
         {v: "".join(sorted(u)) for v, u in model._joiners.items()},
         left, right, merged,
         dict(model.piece_ids) if ignore_merges else None,
-        cache_size, pre_tokenize)
+        cache_size)
 
 
 def merge_heap(symbols: list[int], merges: Mapping[tuple[int, int], tuple[int, int]]) -> list[int]:
