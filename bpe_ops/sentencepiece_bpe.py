@@ -111,7 +111,7 @@ class PieceModel:
         for m in self._candidates.finditer(word, 1):
             i = m.start()
             before = word[i - 1]
-            if before in known and before not in joiners[word[i]]:
+            if before in known and before not in joiners.get(word[i], ()):
                 at.append(i)
         at.append(len(word))
         return [word[s:e] for s, e in zip(at, at[1:])]
@@ -125,16 +125,17 @@ MAX_JOINERS = 8
 
 def _cut_candidates(known: frozenset, joined: Iterable[tuple[str, str]]) -> tuple[dict, "re.Pattern | None"]:
     """{v: the characters u that some merge joins to v (the last character of its left half, the
-    first of its right)} for every candidate v, and a pattern matching the candidates (None: none).
+    first of its right)}, and a pattern matching the candidates (None: none).
     Next to a character outside the vocabulary nothing is cut: its symbols are bytes or the
     unknown token, which merges or fusion may join."""
     joiners: dict[str, set] = {}
     for u, v in joined:
         joiners.setdefault(v, set()).add(u)
     candidates = sorted(v for v in known if len(joiners.get(v, ())) <= MAX_JOINERS)
+    joiners = {v: frozenset(u) for v, u in joiners.items()}
     if not candidates:
-        return {}, None
-    return ({v: frozenset(joiners.get(v, ())) for v in candidates},
+        return joiners, None
+    return (joiners,
             re.compile(f"[{''.join(map(re.escape, candidates))}]"))
 
 
