@@ -138,6 +138,14 @@ def test_piece_mode_encodes_with_the_compiled_encoder_and_the_python_one_without
     assert spec._text_encoder is None
 
 
+def test_without_the_extension_piece_mode_encodes_in_python(paths, monkeypatch):
+    monkeypatch.setattr(sentencepiece_bpe, "_spm", None)          # no compiler: the extension is absent
+    tok = Tokenizer.from_file(paths["llama32k"])
+    assert tok._text_encoder is None
+    _, spec, _ = loaded(paths["llama32k"])
+    assert tok.encode_batch(TEXTS) == [spec.encode(t) for t in TEXTS]
+
+
 @pytest.mark.parametrize("name", FILES + list(LAYOUTS) + SMALL)
 def test_compiled_ids_equal_the_specification_and_hf_on_hostile_texts(paths, name):
     assert_same_ids(paths[name], TEXTS)
