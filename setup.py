@@ -36,7 +36,8 @@ setup(
         "gcp": ["apache-beam[gcp]", "gcsfs>=2023.12.2"],
     },
     entry_points={"console_scripts": ["tokenbeam = pipelines.cli:console"]},
-    # Compiled twins of the trainer's merge loop, the encoder's per-piece merge, the count tables
+    # Compiled twins of the trainer's merge loop, the encoder's per-piece merge, piece mode's
+    # per-word work (_spm: SentencePiece-style BPE), the count tables
     # (_native: no PCRE2 needed) and PCRE2 splitting, counting and whole-text encoding (_pcre2: it
     # loads the system's libpcre2-8 at import, so it builds without PCRE2 headers). All optional:
     # without a compiler or libpcre2 the Python code is used.
@@ -49,5 +50,8 @@ setup(
                  Extension("bpe_ops._pcre2", ["bpe_ops/_pcre2.c"],
                            depends=["bpe_ops/_common.h", "bpe_ops/_byte_map.h", "bpe_ops/_merge_table.h",
                                     "bpe_ops/_piece_cache.h", "bpe_ops/_split_scan.h", "bpe_ops/_char_start.h"],
-                           libraries=["dl"], optional=True)],
+                           libraries=["dl"], optional=True),
+                 Extension("bpe_ops._spm", ["bpe_ops/_spm.c"],
+                           depends=["bpe_ops/_common.h", "bpe_ops/_merge_table.h", "bpe_ops/_piece_cache.h"],
+                           optional=True)],
 )

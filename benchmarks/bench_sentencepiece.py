@@ -4,12 +4,21 @@
     python benchmarks/bench_sentencepiece.py [--corpora ../shared/corpora] [TOKENIZER.json ...]
 
 Without files, the converted models of tests/data/sentencepiece (llama, llama-legacy, gemma, unk;
-trained on the first 400 documents of the first shard of en/, multi/ and code/). Every document of
+trained on the first 400 documents of the first shard of en/, multi/ and code/; llama32k). Every document of
 every other shard of en/, multi/ and code/ is encoded by ours (cold: a fresh tokenizer, empty cache)
 and by HF (single-threaded, `encode_batch`); the ids must be equal, and for a file with a
 `NAME.model` beside it (NAME up to the first `-`), SentencePiece's ids are compared too (printed as a
 count: the converted layouts differ from SentencePiece on a few texts by design, see
 tests/bpe_ops/test_sentencepiece_bpe.py). Prints CPU seconds and HF time / our time (above 1: we are faster).
+
+    python benchmarks/bench_sentencepiece.py --race [--mb 4] [--repeat 5] [NAME.json ...]
+
+races the files that have a `NAME.model` (default: llama32k, a 32k byte-fallback model trained on
+en + multi + code, Llama 2's layout) on held-out English: tokenbeam (`encode_array`, and `encode`),
+gigatoken (`Tokenizer.from_sentencepiece` of the .model, `encode`), SentencePiece and HF `tokenizers`
+(`encode`), each document on its own, one thread, cold: a fresh engine per timed run, its tables built
+but its cache empty. Every engine's ids are checked against HF's on every document first (a differing
+engine is not timed); the engines take turns, and each one's best of `--repeat` runs is printed in MB/s.
 """
 from __future__ import annotations
 
@@ -49,20 +58,87 @@ def cpu(fn):
     return result, time.process_time() - start
 
 
+def model_of(path: Path) -> Path:
+    return path.parent / f"{path.stem.split('-')[0]}.model"
+
+
+def race_engines(path: Path) -> dict:
+    """name -> a function building a fresh engine (tables built, cache empty) and returning its
+    single-document encode."""
+    import gigatoken
+    import sentencepiece
+    from tokenizers import Tokenizer as HFTokenizer
+
+    def ours(method: str):
+        tok = Tokenizer.from_file(path)
+        tok.encode_array("")            # its compiled tables are built on first use: ready, as the others are
+        return getattr(tok, method)
+
+    def hf():
+        encode = HFTokenizer.from_file(str(path)).encode
+        return lambda text: encode(text, add_special_tokens=False).ids
+
+    model = str(model_of(path))
+    return {"tokenbeam encode_array": lambda: ours("encode_array"),
+            "tokenbeam encode": lambda: ours("encode"),
+            "gigatoken": lambda: gigatoken.Tokenizer.from_sentencepiece(model).encode,
+            "sentencepiece": lambda: sentencepiece.SentencePieceProcessor(model_file=model).encode,
+            "hf tokenizers": hf}
+
+
+def race(files: list[Path], corpora: Path, mb: float, repeat: int) -> int:
+    texts, size = [], 0
+    for text in dict(held_out(corpora))["en"]:
+        texts.append(text)
+        size += len(text.encode("utf-8"))
+        if size >= mb * 1e6:
+            break
+    print(f"race: held-out en, {len(texts)} docs, {size / 1e6:.1f} MB; MB/s, best of {repeat} cold runs, one thread, "
+          f"{time.strftime('%Y-%m-%d %H:%M')}")
+    failed = False
+    for path in files:
+        engines = race_engines(path)
+        expected = [engines["hf tokenizers"]()(t) for t in texts]
+        timed = {}
+        for name, build in engines.items():
+            encode = build()
+            wrong = sum(list(encode(t)) != ids for t, ids in zip(texts, expected))
+            if wrong:
+                print(f"  {path.name} {name}: ids differ from HF on {wrong}/{len(texts)} docs: not timed")
+                failed |= name.startswith("tokenbeam")
+            else:
+                timed[name] = []
+        for _ in range(repeat):                 # the engines take turns: a busy spell slows them all
+            for name in timed:
+                encode = engines[name]()
+                start = time.process_time()
+                for text in texts:
+                    encode(text)
+                timed[name].append(time.process_time() - start)
+        for name, seconds in timed.items():
+            print(f"  {path.name:14} {name:24} {size / 1e6 / min(seconds):7.1f} MB/s", flush=True)
+    return 1 if failed else 0
+
+
 def main() -> int:
     from tokenizers import Tokenizer as HFTokenizer
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="*", type=Path)
     parser.add_argument("--corpora", type=Path, default=ROOT.parent / "shared" / "corpora")
+    parser.add_argument("--race", action="store_true", help="the speed race against gigatoken, SentencePiece, HF")
+    parser.add_argument("--mb", type=float, default=4.0, help="--race: megabytes of held-out English (default 4)")
+    parser.add_argument("--repeat", type=int, default=5, help="--race: timed runs per engine (default 5)")
     args = parser.parse_args()
-    files = args.files or [DATA / f"{n}.json" for n in ("llama", "llama-legacy", "gemma", "unk")]
+    if args.race:
+        return race(args.files or [DATA / "llama32k.json"], args.corpora, args.mb, args.repeat)
+    files = args.files or [DATA / f"{n}.json" for n in ("llama", "llama-legacy", "gemma", "unk", "llama32k")]
     corpora = held_out(args.corpora)
     print(f"held-out: {', '.join(f'{name} {len(t)} docs {sum(map(len, t)) / 1e6:.1f} M chars' for name, t in corpora)}")
     failed = False
     for path in files:
         hf = HFTokenizer.from_file(str(path))
         hf.encode_special_tokens = True
-        model = path.parent / f"{path.stem.split('-')[0]}.model"
+        model = model_of(path)
         sp = None
         if model.exists():
             import sentencepiece

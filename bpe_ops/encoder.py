@@ -37,6 +37,7 @@ from typing import Iterable, Mapping, Sequence
 from . import formats, hf_components, hf_decoders, sequence_split, table_cache
 from .dropout import DROPOUT_MODES, MASK, DropoutStream, check_dropout
 from .sentencepiece_bpe import UNCUT_CHARS, PieceModel, byte_of_piece
+from .sentencepiece_bpe import compiled_encoder as compiled_piece_encoder
 from .implementation import DEFAULT, Implementation
 from .pretokenize import (END_OF_WORD, Pcre2Pattern, compile_pattern, pattern_name, resolve_pattern,
                           split_on_special, to_utf8)
@@ -316,7 +317,11 @@ class Tokenizer:
 
     def _compiled_text_encoder(self):
         """The compiled whole-text encoder (`bpe_ops._pcre2.TextEncoder`) of this tokenizer, or None:
-        classic mode, the split not on PCRE2, no compiled merger (see `_piece_merger`)."""
+        classic mode, the split not on PCRE2, no compiled merger (see `_piece_merger`). Piece mode's
+        is `sentencepiece_bpe.compiled_encoder` (bpe_ops/_spm.c), which takes pre-tokens."""
+        if self.mode == "piece" and self._merger is not None:
+            return compiled_piece_encoder(self._piece_model, self._left, self._right, self._merged,
+                                          ignore_merges=self.ignore_merges, cache_size=self.cache_size)
         if self.mode != "byte" or self._merger is None or not isinstance(self._regex, Pcre2Pattern):
             return None
         # A pre-tokenizer chain runs compiled where it is all Splits PCRE2 may run (`sequence_split`).
@@ -533,6 +538,10 @@ class Tokenizer:
     def _encode_array_with(self, encoder, text: str, allowed_special: Iterable[str] | str = ()) -> array:
         out = array("I")
         if not allowed_special and encoder is not None and (self._added is None or not self._added.always):
+            if self.mode == "piece":        # pre-tokens in, native ids out (bpe_ops/_spm.c)
+                out.frombytes(encoder.encode_words_bytes(self._pre_tokenize(
+                    self._normalize(text) if self._normalize else text, self._kept_start(text))))
+                return out
             if self._normalize is not None:
                 text = self._normalize(text)
             if self._regex.pcre2_splits(text):
@@ -573,6 +582,8 @@ class Tokenizer:
         """`_encode_ordinary` of normalized text. The compiled encoder takes every text PCRE2 may
         split. Otherwise every step over all pieces runs in C (map, set, chain); Python code runs
         once per distinct missing piece only."""
+        if self.mode == "piece" and self._text_encoder is not None:
+            return self._text_encoder.encode_words(self._pre_tokenize(text, at_start))
         if self._text_encoder is not None and self._regex.pcre2_splits(text):
             try:
                 return self._text_encoder.encode(text)

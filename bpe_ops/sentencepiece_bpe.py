@@ -34,6 +34,11 @@ import re
 from heapq import heapify, heappop, heappush
 from typing import Iterable, Mapping
 
+try:
+    from . import _spm                  # the compiled twin of this module (optional)
+except ImportError:                     # pragma: no cover - the extension is optional
+    _spm = None
+
 # Pre-tokens up to this many characters are cached whole: cutting them costs more than it saves.
 UNCUT_CHARS = 64
 
@@ -120,17 +125,38 @@ MAX_JOINERS = 8
 
 def _cut_candidates(known: frozenset, joined: Iterable[tuple[str, str]]) -> tuple[dict, "re.Pattern | None"]:
     """{v: the characters u that some merge joins to v (the last character of its left half, the
-    first of its right)} for the candidates v, and a pattern matching the candidates (None: none).
+    first of its right)}, and a pattern matching the candidates (None: none).
     Next to a character outside the vocabulary nothing is cut: its symbols are bytes or the
     unknown token, which merges or fusion may join."""
     joiners: dict[str, set] = {}
     for u, v in joined:
         joiners.setdefault(v, set()).add(u)
     candidates = sorted(v for v in known if len(joiners.get(v, ())) <= MAX_JOINERS)
+    joiners = {v: frozenset(u) for v, u in joiners.items()}
     if not candidates:
-        return {}, None
-    return ({v: frozenset(joiners[v]) for v in candidates if v in joiners},
+        return joiners, None
+    return (joiners,
             re.compile(f"[{''.join(map(re.escape, candidates))}]"))
+
+
+def compiled_encoder(model: PieceModel, left: list[int], right: list[int], merged: list[int], *,
+                     ignore_merges: bool, cache_size: int):
+    """The compiled encoder of this model (`bpe_ops._spm.SpmEncoder`), or None where it is not built.
+
+    Its `encode_words(pre_tokens)` is `Tokenizer._encode_word` of each pre-token, the ids one after the
+    other, as a list (`encode_words_bytes`: as native uint32 bytes, for an `array("I")`). The merges
+    are by rank: merge r joins left[r] and right[r] into merged[r]; up to `cache_size` segments are
+    cached (0: none)."""
+    if _spm is None:
+        return None
+    return _spm.SpmEncoder(
+        {p: i for p, i in model.piece_ids.items() if len(p) == 1},
+        model.byte_ids if model.byte_fallback else [None] * 256,
+        model.unk_id, model.fuse_unk,
+        {v: "".join(sorted(u)) for v, u in model._joiners.items()},
+        left, right, merged,
+        dict(model.piece_ids) if ignore_merges else None,
+        cache_size)
 
 
 def merge_heap(symbols: list[int], merges: Mapping[tuple[int, int], tuple[int, int]]) -> list[int]:

@@ -21,6 +21,12 @@ tests encode the other shards), small enough to commit. The families, as transfo
   unk       no byte_fallback, character_coverage < 1 (unknown characters: fuse_unk), a user-defined
             symbol, converted by `SpmConverter.build_tokenizer_from_spm_proto` (the converter that follows
             the model's own normalizer settings; Metaspace, Split of user-defined symbols, ignore_merges).
+
+llama32k (tests/test_spm_compiled.py, benchmarks/bench_sentencepiece.py --race) is the llama options at
+Llama 2's size: vocab_size=32000, trained on every line of en-000, en-001, multi-000 and code-000
+(input_sentence_size=400000, shuffled), converted by `LlamaTokenizer.from_pretrained` as llama is:
+
+    python make_files.py CORPORA --llama32k
 """
 import json
 import os
@@ -103,5 +109,30 @@ def main(corpora: str) -> None:
     write("unk", json.loads(tok.to_str()))
 
 
+def llama32k(corpora: str) -> None:
+    from transformers import LlamaTokenizer
+
+    lines = []
+    for shard in ("en/en-000-of-012.jsonl", "en/en-001-of-012.jsonl", "multi/multi-000-of-004.jsonl",
+                  "code/code-000-of-006.jsonl"):
+        with open(os.path.join(corpora, shard), encoding="utf-8") as f:
+            for line in f:
+                lines.extend(t for t in json.loads(line)["text"].split("\n") if t.strip())
+    with tempfile.TemporaryDirectory() as tmp:
+        text_file = os.path.join(tmp, "train.txt")
+        with open(text_file, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines))
+        prefix = os.path.join(HERE, "llama32k")
+        spm.SentencePieceTrainer.train(
+            input=text_file, model_prefix=prefix, model_type="bpe", vocab_size=32000, byte_fallback=True,
+            split_digits=True, normalization_rule_name="identity", remove_extra_whitespaces=False,
+            allow_whitespace_only_pieces=True, character_coverage=0.9995, max_sentence_length=1 << 16,
+            input_sentence_size=400000, shuffle_input_sentence=True, num_threads=2, minloglevel=2)
+        os.remove(prefix + ".vocab")
+    from_pretrained(LlamaTokenizer, prefix + ".model", "llama32k")
+
+
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "..", "..", "..", "shared", "corpora"))
+    corpora = next((a for a in sys.argv[1:] if not a.startswith("--")),
+                   os.path.join(HERE, "..", "..", "..", "..", "shared", "corpora"))
+    llama32k(corpora) if "--llama32k" in sys.argv else main(corpora)
