@@ -28,6 +28,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import zstandard
 
+from fsspec.compression import compr
+from fsspec.utils import infer_compression
+
 from pipelines.files import filesystem, open_read
 from schemas.records import (
     BAD_JSON, INVALID_UTF8, MISSING_TEXT_COLUMN, MISSING_TEXT_FIELD, NOT_AN_OBJECT, RECORD_TOO_LARGE,
@@ -105,6 +108,26 @@ class SourceOptions:
 
 
 @dataclass(frozen=True)
+class Part:
+    """A piece of a large file read as a shard of its own (`plan_parts`): `index` of `count`, over
+    bytes [start, end) of the file (kind "bytes": it holds the records that START there) or row
+    groups [start, end) (kind "row_groups"). `first_row` is how many rows of the file come before
+    it, so its row numbers and default ids are those of the whole file; None until counted."""
+    index: int
+    count: int
+    kind: str
+    start: int
+    end: int
+    first_row: int | None = None
+
+    def label(self) -> str:
+        return f"part{self.index:05d}-of-{self.count:05d}"
+
+    def to_json(self) -> dict:
+        return {"index": self.index, "count": self.count, "kind": self.kind, "start": self.start, "end": self.end}
+
+
+@dataclass(frozen=True)
 class Shard:
     """One input file: its URL (or local path) as matched, its path relative to the common parent
     folder of all inputs ('/'-separated, names outputs and default ids), its size in bytes, and what
@@ -114,6 +137,16 @@ class Shard:
     relpath: str
     size: int
     version: str = ""
+    part: Part | None = None      # None: the whole file
+
+    @property
+    def name(self) -> str:
+        """How progress lines and errors name it: the relpath, and its part if it is one."""
+        return self.relpath if self.part is None else f"{self.relpath} ({self.part.label()})"
+
+    def output_name(self, suffix: str = ".parquet") -> str:
+        """Its output file: `output_name` of the file, with the part's label if it is one."""
+        return output_name(self.relpath, suffix, self.part)
 
 
 # ---------------------------------------------------------------------------- finding shards
@@ -197,9 +230,10 @@ def _strip_extensions(relpath: str) -> tuple[str, str | None]:
     return stem, None
 
 
-def output_name(relpath: str, suffix: str = ".parquet") -> str:
-    """The output file name for a shard: `a/en-000-of-012.jsonl.gz` -> `a/en-000-of-012.parquet`."""
-    return _strip_extensions(relpath)[0] + suffix
+def output_name(relpath: str, suffix: str = ".parquet", part: Part | None = None) -> str:
+    """The output file name for a shard: `a/en-000-of-012.jsonl.gz` -> `a/en-000-of-012.parquet`;
+    a part of a split file: `a/big.part00003-of-00008.parquet`."""
+    return _strip_extensions(relpath)[0] + (f".{part.label()}" if part is not None else "") + suffix
 
 
 def shard_format(shard: Shard, options: SourceOptions) -> str:
@@ -222,27 +256,34 @@ def shard_format(shard: Shard, options: SourceOptions) -> str:
 
 # ---------------------------------------------------------------------------- reading a shard
 
-def read_shard(shard: Shard, options: SourceOptions,
-               chunk_size: int = CHUNK_SIZE) -> Iterator[Record | Rejected | ShardError]:
+def read_shard(shard: Shard, options: SourceOptions, chunk_size: int = CHUNK_SIZE,
+               progress=None) -> Iterator[Record | Rejected | ShardError]:
     """Stream a shard's records (and rejected rows); a file-level failure ends the stream with one
     `ShardError` after everything read before it. A shard whose format cannot be told or does not fit
     the options is one `ShardError` too: launch checks every shard given, so only a shard that
-    appeared later (a watched folder) gets here, and it must not stop the others."""
+    appeared later (a watched folder) gets here, and it must not stop the others. A part of a file
+    (`shard.part`) gives the records it owns, numbered as in the whole file. `progress(n)` is told
+    of every `n` bytes read from storage (compressed bytes for a compressed file)."""
     try:
         fmt = shard_format(shard, options)
     except InputError as exc:
         yield ShardError(shard.url, 0, WRONG_FORMAT, str(exc))
         return
     reader = {"jsonl": _read_jsonl, "txt": _read_txt, "parquet": _read_parquet}[fmt]
-    rows = 0
+    first_row = _first_row(shard)
+    rows = first_row
     # Failing to open is an unreadable file; Parquet damage always is (its footer says where data is).
     reason = UNREADABLE_FILE
     try:
-        with _open_decompressed(shard.url) as f:
+        with _open_decompressed(shard.url, progress) as f:
             if fmt != "parquet":
                 reason = TRUNCATED_OR_CORRUPT
-                f = _Peeked(f)
-                binary = _BINARY_MAGIC.match(f.head)
+                if shard.part is None:
+                    f = _Peeked(f)
+                    head = f.head
+                else:     # a part seeks to its own bytes; the file's first ones were checked at launch
+                    head = b""
+                binary = _BINARY_MAGIC.match(head)
                 if binary:
                     kind = _BINARY_NAMES[binary.lastindex - 1]
                     yield ShardError(shard.url, 0, WRONG_FORMAT, f"the content is {kind} data, not {fmt} "
@@ -255,17 +296,57 @@ def read_shard(shard: Shard, options: SourceOptions,
         yield ShardError(shard.url, rows, reason, _one_line(f"{type(exc).__name__}: {exc}"))
 
 
+def _first_row(shard: Shard) -> int:
+    """The row number of a shard's first record: 0, or the count of the file's rows before its part."""
+    if shard.part is None or shard.part.index == 0:
+        return 0
+    if shard.part.first_row is None:
+        raise ValueError(f"{shard.name}: the rows before this part were not counted")
+    return shard.part.first_row
+
+
 @contextlib.contextmanager
-def _open_decompressed(url: str) -> Iterator[BinaryIO]:
-    """The shard's bytes, decompressed by extension. zstandard's stream reader ends silently inside a
-    truncated frame (the records of its last block vanish unreported), so .zst goes through
-    `_ZstdReader`, which raises EOFError there like gzip and bz2 do."""
-    if url.lower().endswith(".zst"):
-        with open_read(url) as raw:
-            yield _ZstdReader(raw)
-    else:
-        with open_read(url, compression="infer") as f:
-            yield f
+def _open_decompressed(url: str, progress=None) -> Iterator[BinaryIO]:
+    """The shard's bytes, decompressed by extension (as fsspec's compression="infer" does), the
+    stored bytes counted into `progress` on their way. zstandard's stream reader ends silently
+    inside a truncated frame (the records of its last block vanish unreported), so .zst goes
+    through `_ZstdReader`, which raises EOFError there like gzip and bz2 do."""
+    with open_read(url) as raw:
+        stored = raw if progress is None else _Counted(raw, progress)
+        compression = None if url.lower().endswith(".zst") else infer_compression(url)
+        if url.lower().endswith(".zst"):
+            yield _ZstdReader(stored)
+        elif compression is not None:
+            with compr[compression](stored, mode="rb") as f:
+                yield f
+        else:
+            yield stored
+
+
+class _Counted:
+    """A binary file whose reads are counted: `progress(n)` after every read of n bytes."""
+
+    def __init__(self, f: BinaryIO, progress):
+        self.f = f
+        self.progress = progress
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.f.read(n)
+        self.progress(len(data))
+        return data
+
+    def read1(self, n: int = -1) -> bytes:
+        data = getattr(self.f, "read1", self.f.read)(n)
+        self.progress(len(data))
+        return data
+
+    def readinto(self, buffer) -> int:
+        n = self.f.readinto(buffer)
+        self.progress(n or 0)
+        return n
+
+    def __getattr__(self, name):     # seek, tell, size, closed, ...: the file's own
+        return getattr(self.f, name)
 
 
 class _ZstdReader:
@@ -338,12 +419,16 @@ class _Peeked:
         return out
 
 
-def _read_jsonl(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int):
+def _jsonl_lines(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int):
     # A BOM starting a line (left by `cat a.jsonl b.jsonl` of files that each start with one) cannot
     # begin JSON: drop it rather than reject the record.
-    lines = ((offset + len(_BOM), raw[len(_BOM):]) if raw.startswith(_BOM) else (offset, raw)
-             for offset, raw in _lines(f, chunk_size, options.max_record_bytes))
-    for row, (offset, raw) in enumerate(_non_blank(lines)):
+    return ((offset + len(_BOM), raw[len(_BOM):]) if raw.startswith(_BOM) else (offset, raw)
+            for offset, raw in _lines(f, chunk_size, options.max_record_bytes, shard.part))
+
+
+def _read_jsonl(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int):
+    lines = _jsonl_lines(f, shard, options, chunk_size)
+    for row, (offset, raw) in enumerate(_non_blank(lines), start=_first_row(shard)):
         yield (_too_large(raw, shard, row, options) if isinstance(raw, Oversized)
                else _jsonl_record(raw, offset, row, shard, options))
 
@@ -386,15 +471,18 @@ def _jsonl_record(raw: bytes, offset: int, row: int, shard: Shard,
     return Record(rid, text, row, repaired, {k: obj.get(k) for k in options.fields})
 
 
-def _read_txt(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int):
+def _txt_pieces(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int):
     limit = options.max_record_bytes
     if options.text_unit == "file":
-        pieces = _whole_file(f, limit)
-    elif options.separator is not None:
-        pieces = _split_stream(f, options.separator.encode("utf-8"), chunk_size, limit)
-    else:
-        pieces = _lines(f, chunk_size, limit)
-    for row, (offset, raw) in enumerate(_non_blank(pieces)):
+        return _whole_file(f, limit)
+    if options.separator is not None:
+        return _pieces(f, options.separator.encode("utf-8"), chunk_size, limit, shard.part)
+    return _lines(f, chunk_size, limit, shard.part)
+
+
+def _read_txt(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int):
+    pieces = _txt_pieces(f, shard, options, chunk_size)
+    for row, (offset, raw) in enumerate(_non_blank(pieces), start=_first_row(shard)):
         if isinstance(raw, Oversized):
             yield _too_large(raw, shard, row, options)
             continue
@@ -429,9 +517,11 @@ def _read_parquet(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size:
     columns = list(dict.fromkeys([name] + ([id_column] if id_column else []) + kept))
     # Arrow does not check UTF-8 when it reads Parquet: take the bytes and decode them like text.
     as_bytes = pa.large_binary() if pa.types.is_large_string(text_type) else pa.binary()
-    row = 0
+    row = _first_row(shard)
     limit = options.max_record_bytes
-    for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns):
+    part = shard.part
+    row_groups = range(part.start, part.end) if part is not None else range(pf.num_row_groups)
+    for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns, row_groups=row_groups):
         column = batch.column(name).cast(as_bytes)
         oversized: dict[int, int] = {}
         if limit is not None and len(column) and (pc.max(pc.binary_length(column)).as_py() or 0) > limit:
@@ -476,20 +566,62 @@ class Oversized:
         return False
 
 
-def _split_stream(f: BinaryIO, sep: bytes, chunk_size: int,
-                  limit: int | None = None) -> Iterator[tuple[int, bytes | Oversized]]:
+def _pieces(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None,
+            part: Part | None) -> Iterator[tuple[int, bytes | Oversized]]:
+    """The pieces between separators of the whole stream, or those of a byte-range part: the
+    pieces STARTING in [part.start, part.end) (a piece starts at 0 or right after a separator), the
+    last of them read past the end to its own end. Another part starts at the first separator
+    ending at or after its start, so every piece belongs to exactly one part (`splittable_separator`
+    keeps out separators whose occurrences could overlap)."""
+    if part is None:
+        yield from _split_stream(f, sep, chunk_size, limit)
+        return
+    begin = 0 if part.start == 0 else _boundary_after(f, sep, part.start, chunk_size)
+    if begin is None or begin >= part.end:
+        return
+    f.seek(begin)
+    for offset, piece in _split_stream(f, sep, chunk_size, limit, base=begin):
+        if offset >= part.end:
+            return
+        yield offset, piece
+
+
+def _boundary_after(f: BinaryIO, sep: bytes, start: int, chunk_size: int) -> int | None:
+    """The first offset >= `start` where a piece starts (right after a separator), or None."""
+    position = max(0, start - len(sep))
+    f.seek(position)
+    carry = b""
+    while chunk := f.read(chunk_size):
+        data = carry + chunk
+        found = data.find(sep)
+        if found >= 0:
+            return position - len(carry) + found + len(sep)
+        carry = data[-(len(sep) - 1):] if len(sep) > 1 else b""     # a separator may straddle chunks
+        position += len(chunk)
+    return None
+
+
+def splittable_separator(sep: bytes) -> bool:
+    """Whether pieces split on `sep` can be found from any offset: no proper prefix of it is also a
+    suffix (as in `aa` or `abab`), so two of its occurrences never overlap and a search started
+    mid-file finds the same ones as reading from the start."""
+    return not any(sep[:k] == sep[-k:] for k in range(1, len(sep)))
+
+
+def _split_stream(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None = None,
+                  base: int = 0) -> Iterator[tuple[int, bytes | Oversized]]:
     """The pieces of a byte stream between separators, each with the stream offset where it
     starts; a UTF-8 BOM at the very start is dropped. The stream is read `chunk_size` bytes at a
     time: a separator may straddle two chunks, and a piece spanning many chunks is kept as a list
     of parts joined once, so a long piece costs linear time. A piece that grows past `limit` bytes
     is not kept: its parts are dropped as they come and it is yielded as `Oversized`, so memory
-    stays bounded by `limit` plus a chunk."""
+    stays bounded by `limit` plus a chunk. `base`: the file offset where the stream starts."""
     k = len(sep) - 1              # bytes of a separator that can end one chunk and go on in the next
     parts: list[bytes] = []       # the unfinished piece (only its last k bytes once it is oversized)
     held = 0                      # its length so far
     oversized = False
     tail = b""                    # its last k bytes
-    start = 0                     # its stream offset
+    start = base                  # its file offset
     # read1 returns what one step of decompression gives: when a compressed shard turns out to be
     # truncated, every complete piece before the damage has already been yielded.
     read = getattr(f, "read1", f.read)
@@ -530,9 +662,10 @@ def _split_stream(f: BinaryIO, sep: bytes, chunk_size: int,
     yield start, last
 
 
-def _lines(f: BinaryIO, chunk_size: int, limit: int | None = None) -> Iterator[tuple[int, bytes | Oversized]]:
+def _lines(f: BinaryIO, chunk_size: int, limit: int | None = None,
+           part: Part | None = None) -> Iterator[tuple[int, bytes | Oversized]]:
     """Lines without their LF or CRLF ending; a last line without a newline counts."""
-    for offset, line in _split_stream(f, b"\n", chunk_size, limit):
+    for offset, line in _pieces(f, b"\n", chunk_size, limit, part):
         yield offset, line[:-1] if isinstance(line, bytes) and line.endswith(b"\r") else line
 
 
@@ -596,6 +729,99 @@ def _json_type(value) -> str:
 def _one_line(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= DETAIL_CHARS else text[:DETAIL_CHARS - 3] + "..."
+
+
+# ---------------------------------------------------------------------------- parts of large files
+
+def plan_parts(shards: Sequence[Shard], options: SourceOptions,
+               split_size: int | None) -> tuple[list[Shard], dict[str, str]]:
+    """The work units of a run: each shard as it is, or, when it is larger than `split_size` bytes
+    and its format allows, its parts (`Part`). Returns them with {relpath: why it is read whole}
+    for each file above the split size that stays whole. The plan depends only on each file (its
+    size, its Parquet row groups) and `split_size`: never on the runner or its workers."""
+    units: list[Shard] = []
+    whole: dict[str, str] = {}
+    for shard in shards:
+        parts, reason = ([], None) if not split_size or shard.size <= split_size else _split(shard, options, split_size)
+        if reason is not None:
+            whole[shard.relpath] = reason
+        units += parts or [shard]
+    return units, whole
+
+
+def _split(shard: Shard, options: SourceOptions, split_size: int) -> tuple[list[Shard], str | None]:
+    """A large file's parts, or ([], why it must be read whole)."""
+    fmt = shard_format(shard, options)
+    if fmt == "parquet":
+        return _row_group_parts(shard, split_size)
+    if shard.relpath.lower().endswith(COMPRESSION_EXTENSIONS):
+        return [], "compressed: a gzip, bzip2 or zstd stream cannot be entered mid-file"
+    if fmt == "txt" and options.text_unit == "file":
+        return [], "--text-unit file: the file is one record"
+    if fmt == "txt" and options.separator is not None and not splittable_separator(options.separator.encode("utf-8")):
+        return [], "its --separator can overlap itself, so a record boundary cannot be found mid-file"
+    with open_read(shard.url) as f:
+        if _BINARY_MAGIC.match(f.read(16)):
+            return [], "its content is not text"     # the whole read reports it, once
+    count = -(-shard.size // split_size)
+    return [_with_part(shard, Part(i, count, "bytes", i * split_size, min(shard.size, (i + 1) * split_size)))
+            for i in range(count)], None
+
+
+def _row_group_parts(shard: Shard, split_size: int) -> tuple[list[Shard], str | None]:
+    """A Parquet file's runs of row groups of about `split_size` stored bytes each; their first rows
+    are known from the footer."""
+    try:
+        with open_read(shard.url) as f:
+            meta = pq.ParquetFile(f).metadata
+    except _DATA_ERRORS:
+        return [], "its footer cannot be read"     # the whole read reports it
+    if meta.num_row_groups < 2:
+        return [], "Parquet with a single row group"
+    runs, sizes = [[]], []
+    held = 0
+    for i in range(meta.num_row_groups):
+        group = meta.row_group(i)
+        runs[-1].append((i, group.num_rows))
+        held += sum(group.column(c).total_compressed_size for c in range(group.num_columns))
+        if held >= split_size and i < meta.num_row_groups - 1:
+            runs.append([])
+            held = 0
+    parts, first_row = [], 0
+    for index, run in enumerate(runs):
+        parts.append(_with_part(shard, Part(index, len(runs), "row_groups", run[0][0], run[-1][0] + 1, first_row)))
+        first_row += sum(rows for _, rows in run)
+    return (parts, None) if len(parts) > 1 else ([], "Parquet whose row groups are not larger than the split size")
+
+
+def _with_part(shard: Shard, part: Part) -> Shard:
+    return Shard(shard.url, shard.relpath, shard.size, shard.version, part)
+
+
+def count_rows(shard: Shard, options: SourceOptions, chunk_size: int = CHUNK_SIZE) -> int:
+    """The rows a byte-range part holds, as its reader numbers them (non-blank pieces), without
+    decoding or parsing them: the first pass that gives each later part its first row number. A
+    read error ends the count; the part's own read reports it."""
+    fmt = shard_format(shard, options)
+    pieces_of = _jsonl_lines if fmt == "jsonl" else _txt_pieces
+    rows = 0
+    try:
+        with _open_decompressed(shard.url) as f:
+            for _ in _non_blank(pieces_of(f, shard, options, chunk_size)):
+                rows += 1
+    except _DATA_ERRORS:
+        pass
+    return rows
+
+
+def with_first_row(shard: Shard, rows: dict[tuple[str, int], int]) -> Shard:
+    """A byte-range part with `first_row` set from `rows` {(url, part index): rows that part holds};
+    any other shard as it is."""
+    part = shard.part
+    if part is None or part.first_row is not None:
+        return shard
+    first = sum(rows[(shard.url, i)] for i in range(part.index))
+    return _with_part(shard, Part(part.index, part.count, part.kind, part.start, part.end, first))
 
 
 # ---------------------------------------------------------------------------- one record by offset
