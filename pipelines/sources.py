@@ -11,6 +11,21 @@ bytes are skipped up to the next separator) and rejected as `record_too_large`; 
 needed columns; a text value past the bound is rejected before it becomes a Python string. Each record is decoded from UTF-8 here rather than by a text reader, so invalid bytes
 make one repaired or rejected record instead of a crashed pipeline. A data problem never raises: a
 bad row becomes a `Rejected`, a bad file a `ShardError` after the records read before it.
+
+Large files are read in parts (`plan_parts`, `--split-size`), planned once at launch rather than
+split dynamically by a splittable DoFn: the plan is deterministic (it depends only on each file and
+the split size, so output names and resumes do not depend on the runner or its workers), it needs
+no SDF support from the portable runners (Flink, Spark), and Beam's Reshuffle after Create spreads
+the parts over the workers; rebalancing comes from having many parts. A byte-range part of an
+uncompressed JSONL or text file owns the records that START in its range: a record starting exactly
+at the range's start is its own, a part that does not start at 0 skips to the first record boundary
+after start-1, and its last record is read past the end to its own end. A Parquet part is a run of
+row groups. A compressed text file (gzip, bzip2, zstd: a stream that cannot be entered mid-file),
+a whole-file record (`--text-unit file`) and a separator that can overlap itself stay whole, and
+stats.json's `read_whole` says so. Row numbers and default ids (`<relpath>:<row>`) of a part are
+those of the unsplit read: Parquet parts know their first row from the footer; for byte ranges a
+first pass counts each part's rows (non-blank pieces, found without decoding or parsing them), and
+each part starts from the sum of the counts before it (`count_rows`, `with_first_row`).
 """
 from __future__ import annotations
 
@@ -27,7 +42,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import zstandard
-
 from fsspec.compression import compr
 from fsspec.utils import infer_compression
 
