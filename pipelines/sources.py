@@ -124,21 +124,28 @@ class SourceOptions:
 @dataclass(frozen=True)
 class Part:
     """A piece of a large file read as a shard of its own (`plan_parts`): `index` of `count`, over
-    bytes [start, end) of the file (kind "bytes": it holds the records that START there) or row
-    groups [start, end) (kind "row_groups"). `first_row` is how many rows of the file come before
-    it, so its row numbers and default ids are those of the whole file; None until counted."""
+    bytes [start, end) of the file (kind "bytes": it holds the records that START there), row
+    groups [start, end) (kind "row_groups"), or a run of zstd frames (kind "frames") starting at
+    byte `stored` of the file and holding decompressed bytes [start, end). `first_row` is how many
+    rows of the file come before it, so its row numbers and default ids are those of the whole
+    file; None until counted."""
     index: int
     count: int
     kind: str
     start: int
     end: int
     first_row: int | None = None
+    stored: int = 0
 
     def label(self) -> str:
         return f"part{self.index:05d}-of-{self.count:05d}"
 
     def to_json(self) -> dict:
-        return {"index": self.index, "count": self.count, "kind": self.kind, "start": self.start, "end": self.end}
+        return {"index": self.index, "count": self.count, "kind": self.kind, "start": self.start, "end": self.end,
+                **({"stored": self.stored} if self.kind == "frames" else {})}
+
+    def numbered(self, first_row: int) -> "Part":
+        return Part(self.index, self.count, self.kind, self.start, self.end, first_row, self.stored)
 
 
 @dataclass(frozen=True)
@@ -289,7 +296,7 @@ def read_shard(shard: Shard, options: SourceOptions, chunk_size: int = CHUNK_SIZ
     # Failing to open is an unreadable file; Parquet damage always is (its footer says where data is).
     reason = UNREADABLE_FILE
     try:
-        with _open_decompressed(shard.url, progress) as f:
+        with _open_decompressed(shard, progress) as f:
             if fmt != "parquet":
                 reason = TRUNCATED_OR_CORRUPT
                 if shard.part is None:
@@ -320,15 +327,19 @@ def _first_row(shard: Shard) -> int:
 
 
 @contextlib.contextmanager
-def _open_decompressed(url: str, progress=None) -> Iterator[BinaryIO]:
+def _open_decompressed(shard: Shard, progress=None) -> Iterator[BinaryIO]:
     """The shard's bytes, decompressed by extension (as fsspec's compression="infer" does), the
-    stored bytes counted into `progress` on their way. zstandard's stream reader ends silently
-    inside a truncated frame (the records of its last block vanish unreported), so .zst goes
-    through `_ZstdReader`, which raises EOFError there like gzip and bz2 do."""
+    stored bytes counted into `progress` on their way; a run of zstd frames from its first frame.
+    zstandard's stream reader ends silently inside a truncated frame (the records of its last block
+    vanish unreported), so .zst goes through `_ZstdReader`, which raises EOFError there like gzip
+    and bz2 do."""
+    url = shard.url
     with open_read(url) as raw:
         stored = raw if progress is None else _Counted(raw, progress)
         compression = None if url.lower().endswith(".zst") else infer_compression(url)
         if url.lower().endswith(".zst"):
+            if shard.part is not None:
+                raw.seek(shard.part.stored)
             yield _ZstdReader(stored)
         elif compression is not None:
             with compr[compression](stored, mode="rb") as f:
@@ -590,6 +601,9 @@ def _pieces(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None,
     if part is None:
         yield from _split_stream(f, sep, chunk_size, limit)
         return
+    if part.kind == "frames":
+        yield from _frame_pieces(f, sep, chunk_size, limit, part)
+        return
     begin = 0 if part.start == 0 else _boundary_after(f, sep, part.start, chunk_size)
     if begin is None or begin >= part.end:
         return
@@ -598,6 +612,48 @@ def _pieces(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None,
         if offset >= part.end:
             return
         yield offset, piece
+
+
+def _frame_pieces(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None,
+                  part: Part) -> Iterator[tuple[int, bytes | Oversized]]:
+    """The lines of a run of zstd frames (`f` decompresses from its first frame, at decompressed
+    offset part.start). The byte before the run is in another frame, so ownership is shifted by
+    one: the first part holds the lines starting in [0, end], a later one those starting in
+    (start, end]; each part still ends where the next begins. Lines only (`sep` one byte)."""
+    begin = 0
+    if part.index > 0:
+        skipped = 0
+        while True:
+            chunk = f.read1(chunk_size)
+            if not chunk:
+                return
+            found = chunk.find(sep)
+            if found >= 0:
+                f = _Resumed(chunk[found + 1:], f)
+                begin = part.start + skipped + found + 1
+                break
+            skipped += len(chunk)
+    if begin > part.end:
+        return
+    for offset, piece in _split_stream(f, sep, chunk_size, limit, base=begin):
+        if offset > part.end:
+            return
+        yield offset, piece
+
+
+class _Resumed:
+    """A stream whose first bytes, `pending`, were read already."""
+
+    def __init__(self, pending: bytes, f: BinaryIO):
+        self.pending, self.f = pending, f
+
+    def read1(self, n: int = -1) -> bytes:
+        if self.pending:
+            out, self.pending = (self.pending, b"") if n < 0 else (self.pending[:n], self.pending[n:])
+            return out
+        return self.f.read1(n)
+
+    read = read1
 
 
 def _boundary_after(f: BinaryIO, sep: bytes, start: int, chunk_size: int) -> int | None:
@@ -768,8 +824,11 @@ def _split(shard: Shard, options: SourceOptions, split_size: int) -> tuple[list[
     fmt = shard_format(shard, options)
     if fmt == "parquet":
         return _row_group_parts(shard, split_size)
+    if shard.relpath.lower().endswith(".zst") and (fmt == "jsonl" or options.text_unit == "line"
+                                                   and options.separator is None):
+        return _frame_parts(shard, split_size)
     if shard.relpath.lower().endswith(COMPRESSION_EXTENSIONS):
-        return [], "compressed: a gzip, bzip2 or zstd stream cannot be entered mid-file"
+        return [], "compressed: a gzip or bzip2 stream (or zstd with --separator) cannot be entered mid-file"
     if fmt == "txt" and options.text_unit == "file":
         return [], "--text-unit file: the file is one record"
     if fmt == "txt" and options.separator is not None and not splittable_separator(options.separator.encode("utf-8")):
@@ -808,6 +867,80 @@ def _row_group_parts(shard: Shard, split_size: int) -> tuple[list[Shard], str | 
     return (parts, None) if len(parts) > 1 else ([], "Parquet whose row groups are not larger than the split size")
 
 
+def _frame_parts(shard: Shard, split_size: int) -> tuple[list[Shard], str | None]:
+    """A multi-frame .zst file's runs of frames of about `split_size` stored bytes each, found from
+    the frame and block headers (nothing is decompressed); every frame must state its content size,
+    which places each run in the decompressed stream."""
+    try:
+        with open_read(shard.url) as f:
+            frames = zstd_frames(f)
+    except _DATA_ERRORS:
+        return [], "its zstd frames cannot be walked (the whole read reports why)"
+    if len(frames) < 2:
+        return [], "zstd with a single frame: it cannot be entered mid-stream"
+    if any(content is None for _, _, content in frames):
+        return [], "zstd frames that do not state their content size"
+    runs, held = [[]], 0
+    for i, frame in enumerate(frames):
+        runs[-1].append(frame)
+        held += frame[1]
+        if held >= split_size and i < len(frames) - 1:
+            runs.append([])
+            held = 0
+    if len(runs) < 2:
+        return [], "zstd whose frames are not larger than the split size"
+    parts, start = [], 0
+    for index, run in enumerate(runs):
+        end = start + sum(content for _, _, content in run)
+        parts.append(_with_part(shard, Part(index, len(runs), "frames", start, end, stored=run[0][0])))
+        start = end
+    return parts, None
+
+
+_ZSTD_MAGIC = 0xFD2FB528
+_SKIPPABLE_MAGIC = 0x184D2A50      # its low 4 bits are free
+
+
+def zstd_frames(f: BinaryIO) -> list[tuple[int, int, int | None]]:
+    """(stored offset, stored size, content size or None) of each frame of a zstd file, from the frame
+    header and the 3-byte block headers (RFC 8878), seeking over the blocks; skippable frames are
+    left out. ValueError or EOFError for data that is not zstd or ends inside a frame."""
+    frames, offset = [], 0
+    while True:
+        f.seek(offset)
+        head = f.read(18)         # magic, descriptor, window, dictionary id (<= 4), content size (<= 8)
+        if not head:
+            return frames
+        if len(head) < 8:
+            raise EOFError("zstd data ends inside a frame header")
+        magic = int.from_bytes(head[:4], "little")
+        if magic & 0xFFFFFFF0 == _SKIPPABLE_MAGIC:
+            offset += 8 + int.from_bytes(head[4:8], "little")
+            continue
+        if magic != _ZSTD_MAGIC:
+            raise ValueError(f"no zstd frame at byte {offset}")
+        descriptor = head[4]
+        single_segment = descriptor >> 5 & 1
+        size_bytes = (single_segment, 2, 4, 8)[descriptor >> 6]
+        at = 5 + (1 - single_segment) + (0, 1, 2, 4)[descriptor & 3]
+        content = None
+        if size_bytes:
+            content = int.from_bytes(head[at:at + size_bytes], "little") + (256 if size_bytes == 2 else 0)
+        block = offset + at + size_bytes
+        while True:
+            f.seek(block)
+            header = f.read(3)
+            if len(header) < 3:
+                raise EOFError("zstd data ends inside a frame")
+            value = int.from_bytes(header, "little")
+            block += 3 + (1 if (value >> 1 & 3) == 1 else value >> 3)      # an RLE block stores one byte
+            if value & 1:                                                  # the frame's last block
+                break
+        end = block + 4 * (descriptor >> 2 & 1)                            # + its checksum
+        frames.append((offset, end - offset, content))
+        offset = end
+
+
 def _with_part(shard: Shard, part: Part) -> Shard:
     return Shard(shard.url, shard.relpath, shard.size, shard.version, part)
 
@@ -820,7 +953,7 @@ def count_rows(shard: Shard, options: SourceOptions, chunk_size: int = CHUNK_SIZ
     pieces_of = _jsonl_lines if fmt == "jsonl" else _txt_pieces
     rows = 0
     try:
-        with _open_decompressed(shard.url) as f:
+        with _open_decompressed(shard) as f:
             for _ in _non_blank(pieces_of(f, shard, options, chunk_size)):
                 rows += 1
     except _DATA_ERRORS:
@@ -834,8 +967,7 @@ def with_first_row(shard: Shard, rows: dict[tuple[str, int], int]) -> Shard:
     part = shard.part
     if part is None or part.first_row is not None:
         return shard
-    first = sum(rows[(shard.url, i)] for i in range(part.index))
-    return _with_part(shard, Part(part.index, part.count, part.kind, part.start, part.end, first))
+    return _with_part(shard, part.numbered(sum(rows[(shard.url, i)] for i in range(part.index))))
 
 
 # ---------------------------------------------------------------------------- one record by offset

@@ -225,3 +225,44 @@ def test_progress_of_bytes_read_is_said_during_the_run_and_not_under_quiet(tmp_p
     assert lines and all(f" of {total:,.1f} MB (" in line and "MB/s" in line for line in lines)
     tokenize.run([*argv, "--output", str(tmp_path / "b"), "--quiet"])
     assert capsys.readouterr().err == ""
+
+
+def test_a_large_compressed_file_is_read_whole_and_stats_json_says_why(tmp_path, sample):
+    tok = tmp_path / "tok"
+    train.run(["--input", str(sample / "*.jsonl"), "--output", str(tok), "--vocab-size", "600", "--quiet"])
+    source = sample / "sample-000-of-002.jsonl"
+    packed = tmp_path / "in" / "big.jsonl.gz"
+    packed.parent.mkdir()
+    packed.write_bytes(gzip.compress(source.read_bytes()))
+    assert packed.stat().st_size > 4096
+    stats = tokenize.run(["--tokenizer", str(tok / "tokenizer.json"), "--input", str(packed), "--output",
+                          str(tmp_path / "out"), "--split-size", "4K", "--quiet"])
+    assert list(stats["read_whole"]) == ["big.jsonl.gz"] and "compressed" in stats["read_whole"]["big.jsonl.gz"]
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.parquet")) == ["big.parquet"]
+    assert stats["records"] == sum(1 for line in source.read_bytes().splitlines() if line.strip())
+
+
+def test_multi_frame_zstd_parts_are_runs_of_frames_numbered_as_the_whole_file(tmp_path):
+    import zstandard
+
+    data = hostile_jsonl(seed=11, n=1200)
+    rng = random.Random(5)
+    cuts = sorted(set(rng.sample(range(1, len(data)), 40) + [data.index(b"\n", 50_000) + 1, len(data)]))
+    frames = [zstandard.ZstdCompressor(write_checksum=i % 2 == 0).compress(data[a:b])
+              for i, (a, b) in enumerate(zip([0] + cuts, cuts))]
+    path = tmp_path / "multi.jsonl.zst"
+    path.write_bytes(b"".join(frames))
+    options = SourceOptions(max_record_bytes=1200, invalid_utf8="reject")
+    shard, whole = read_whole(path, options)
+    for size in (1, 2_000):
+        units, why, items = read_in_parts(shard, options, size, chunk_size=4096)
+        assert why == {} and len(units) > 5 and all(u.part.kind == "frames" for u in units)
+        assert items == whole, size
+    one_frame = tmp_path / "one.jsonl.zst"
+    one_frame.write_bytes(zstandard.ZstdCompressor().compress(data))
+    unsized = tmp_path / "unsized.jsonl.zst"
+    unsized.write_bytes(b"".join(zstandard.ZstdCompressor(write_content_size=False).compress(data[a:b])
+                                 for a, b in zip([0] + cuts, cuts)))
+    units, why = plan_parts(expand_inputs([str(one_frame), str(unsized)]), options, 4096)
+    assert [u.part for u in units] == [None, None]
+    assert "single frame" in why["one.jsonl.zst"] and "content size" in why["unsized.jsonl.zst"]
