@@ -103,7 +103,7 @@ def add_source_arguments(parser: argparse.ArgumentParser, split: bool = False) -
         parser.add_argument("--split-size", type=split_size, default=DEFAULT_SPLIT_SIZE, metavar="SIZE",
                             help=f"read a file larger than SIZE as parts of about SIZE bytes, spread over the "
                                  f"workers (default {DEFAULT_SPLIT_SIZE >> 20}M; K/M/G suffixes; 0 or off: every "
-                                 f"file whole); compressed text files are read whole, Parquet by row groups")
+                                 f"file whole); Parquet by row groups, multi-frame zstd by frames, gzip and bzip2 whole")
     parser.add_argument("--fail-fast", action="store_true",
                         help="stop at the first rejected record or unreadable file, naming shard and row "
                              "(default: set them aside, report them, and go on)")
