@@ -69,6 +69,7 @@ def rows_digest(out: Path) -> str:
     """A hash of every row of a tokenize output, in file-name order (parts sort in order), column by
     column, independent of how rows fall into files and row groups."""
     digests = {name: hashlib.sha256() for name in ("id", "token_ids", "n_tokens", "n_bytes", "n_chars", "n_words")}
+    lengths = hashlib.sha256()
     for path in sorted(out.glob("*.parquet")):
         for batch in pq.ParquetFile(path).iter_batches(batch_size=8192):
             for name, digest in digests.items():
@@ -77,21 +78,30 @@ def rows_digest(out: Path) -> str:
                     digest.update("\n".join(column.to_pylist()).encode() + b"\n")
                 elif name == "token_ids":
                     digest.update(column.flatten().cast("uint32").to_numpy().tobytes())
-                    digest.update(column.value_lengths().to_numpy().tobytes())
+                    lengths.update(column.value_lengths().to_numpy().tobytes())
                 else:
                     digest.update(column.to_numpy().tobytes())
-    return "".join(d.hexdigest()[:16] for d in digests.values())
+    return "".join(d.hexdigest()[:16] for d in [*digests.values(), lengths])
 
 
 def stats_without_timing(out: Path) -> dict:
     stats = json.loads((out / "stats.json").read_text())
-    stats.pop("timing")
-    stats.pop("inputs")        # the two runs name different inputs
+    for key in ("timing", "inputs", "shards"):     # the two runs read different input files
+        stats.pop(key)
     return stats
 
 
 def same_files(a: Path, b: Path, names: list[str]) -> bool:
     return all((a / n).read_bytes() == (b / n).read_bytes() for n in names)
+
+
+def identical_tokenize(a: Path, b: Path) -> bool:
+    return stats_without_timing(a) == stats_without_timing(b) and rows_digest(a) == rows_digest(b)
+
+
+def identical_train(a: Path, b: Path) -> bool:
+    counts = sorted(str(p.relative_to(a)) for p in (a / "counts").glob("*.parquet"))
+    return same_files(a, b, ["tokenizer.json", "tokenizer.tiktoken", *counts])
 
 
 def main() -> None:
@@ -100,7 +110,13 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--split-size", default="64M")
     parser.add_argument("--work", type=Path, default=Path("/tmp/tokenbeam-bench-split"))
+    parser.add_argument("--compare-only", action="store_true", help="compare the outputs of the last run, run nothing")
     args = parser.parse_args()
+    if args.compare_only:
+        out = args.work / "out"
+        print("tokenize identical:", identical_tokenize(out / "tokenize-sharded", out / "tokenize-one-file"))
+        print("train identical:", identical_train(out / "train-sharded", out / "train-one-file"))
+        return
     one, sharded = write_inputs(args.work, args.repeat)
     tok = gpt2_tokenizer(args.work)
     beam = ["--direct_num_workers", str(args.workers), "--direct_running_mode", "multi_processing"]
@@ -119,11 +135,7 @@ def main() -> None:
             outs[command, layout] = out
             print(f"  {command} {layout}: {times[layout]:.1f} s", flush=True)
         a, b = outs[command, "sharded"], outs[command, "one file"]
-        if command == "tokenize":
-            identical = stats_without_timing(a) == stats_without_timing(b) and rows_digest(a) == rows_digest(b)
-        else:
-            counts = sorted(str(p.relative_to(a)) for p in (a / "counts").glob("*.parquet"))
-            identical = same_files(a, b, ["tokenizer.json", "tokenizer.tiktoken", *counts])
+        identical = identical_tokenize(a, b) if command == "tokenize" else identical_train(a, b)
         rows.append((command, times["sharded"], times["one file"], identical))
     print(f"\n| command | {len(list(sharded.glob('*.jsonl')))} shards (s) | one {size / 1e6:.0f} MB file (s) "
           f"| ratio | outputs identical |")
