@@ -851,7 +851,7 @@ def _row_group_parts(shard: Shard, split_size: int) -> tuple[list[Shard], str | 
         return [], "its footer cannot be read"     # the whole read reports it
     if meta.num_row_groups < 2:
         return [], "Parquet with a single row group"
-    runs, sizes = [[]], []
+    runs = [[]]
     held = 0
     for i in range(meta.num_row_groups):
         group = meta.row_group(i)
