@@ -14,10 +14,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from schemas.records import Rejected, ShardError, rejected_to_json
-from pipelines.errors import ShardFailure, UserError, warn
+from pipelines.errors import PROGRESS_SECONDS, ShardFailure, UserError, say, warn
 from pipelines.files import join, remove, write_text_atomic, writing
 
 REJECTED_DIR = "rejected"
@@ -30,6 +37,22 @@ def byte_size(text: str) -> int:
     0 means no bound. `byte_size("16M")` -> 16777216."""
     return scaled_number(text, text.strip().lower().removesuffix("b").removesuffix("i"), SIZE_SUFFIXES,
                          "a size", "bytes, or a number with K, M or G")
+
+
+DEFAULT_SPLIT_SIZE = 64 << 20
+MIN_SPLIT_SIZE = 4 << 10
+
+
+def split_size(text: str) -> int:
+    """`--split-size` values: a size as for `byte_size`, at least MIN_SPLIT_SIZE; `0` or `off`
+    turns splitting off (returns 0)."""
+    if text.strip().lower() in ("0", "off"):
+        return 0
+    n = byte_size(text)
+    if n < MIN_SPLIT_SIZE:
+        raise argparse.ArgumentTypeError(f"too small: {text!r} (at least {MIN_SPLIT_SIZE >> 10}K; 0 or off "
+                                         f"reads every file whole)")
+    return n
 
 
 def unique_count(text: str) -> int:
@@ -54,8 +77,9 @@ def scaled_number(text: str, value: str, scale: dict[str, int], what: str, how: 
     return n
 
 
-def add_source_arguments(parser: argparse.ArgumentParser) -> None:
-    """The input flags both pipelines take (DESIGN.md section 5, Sources)."""
+def add_source_arguments(parser: argparse.ArgumentParser, split: bool = False) -> None:
+    """The input flags both pipelines take (DESIGN.md section 5, Sources); `split`: also
+    `--split-size`, for the commands that read large files in parts (train, tokenize)."""
     from pipelines.sources import DEFAULT_MAX_RECORD_BYTES
 
     parser.add_argument("--input", action="append", default=[], metavar="GLOB",
@@ -75,6 +99,11 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-record-bytes", type=byte_size, default=DEFAULT_MAX_RECORD_BYTES, metavar="SIZE",
                         help=f"reject a record above SIZE bytes before holding it (default "
                              f"{DEFAULT_MAX_RECORD_BYTES >> 20}M; K/M/G suffixes; 0 = no bound)")
+    if split:
+        parser.add_argument("--split-size", type=split_size, default=DEFAULT_SPLIT_SIZE, metavar="SIZE",
+                            help=f"read a file larger than SIZE as parts of about SIZE bytes, spread over the "
+                                 f"workers (default {DEFAULT_SPLIT_SIZE >> 20}M; K/M/G suffixes; 0 or off: every "
+                                 f"file whole); Parquet by row groups, multi-frame zstd by frames, gzip and bzip2 whole")
     parser.add_argument("--fail-fast", action="store_true",
                         help="stop at the first rejected record or unreadable file, naming shard and row "
                              "(default: set them aside, report them, and go on)")
@@ -130,11 +159,56 @@ def expand(inputs: list[str], options, allow_empty: bool = False) -> list:
     return shards
 
 
-def rejected_url(output: str, relpath: str) -> str:
-    """Where a shard's rejected records go: `OUTPUT/rejected/<shard name>.jsonl`."""
-    from pipelines.sources import output_name
+def rejected_url(output: str, shard) -> str:
+    """Where a shard's rejected records go: `OUTPUT/rejected/<shard name>.jsonl` (with its part's
+    label for a part of a file)."""
+    return join(output, REJECTED_DIR, shard.output_name(".jsonl"))
 
-    return join(output, REJECTED_DIR, output_name(relpath, ".jsonl"))
+
+def plan(shards: list, options, size: int) -> tuple[list, dict[str, str]]:
+    """The run's work units (`sources.plan_parts`): the shards, large files cut into parts of about
+    `size` bytes (0: none). Returns them with {relpath: why read whole} for large files that are not."""
+    from pipelines.sources import plan_parts
+
+    try:
+        return plan_parts(shards, options, size)
+    except OSError as exc:
+        raise UserError(f"cannot plan the parts of the inputs: {exc}") from None
+
+
+def parts_said(shards: list, units: list) -> str:
+    """`, read as 12 parts` for the launch line when large files were split, else ""."""
+    return "" if len(units) == len(shards) else f", read as {len(units)} parts (--split-size)"
+
+
+def first_rows(p, units: list, options):
+    """A Beam side input of pipeline `p` for the tokenize and count DoFns: {(url, part index): rows
+    it holds} for the byte-range parts whose rows must be counted before the later parts of their
+    file are numbered (a first pass over the bytes, spread like the parts, that neither decodes
+    nor parses; a file's last part is never needed), or None when no part needs it. Whole files and
+    Parquet parts know their first row already."""
+    from pipelines.beam_options import beam
+
+    counted = [u for u in units if u.part is not None and u.part.first_row is None and u.part.index < u.part.count - 1]
+    if not counted:
+        return None
+    return beam.pvalue.AsDict(p
+                              | "PartsToCount" >> beam.Create(counted)
+                              | "SpreadPartsToCount" >> beam.Reshuffle()
+                              | "CountPartRows" >> beam.Map(part_rows, options))
+
+
+def part_rows(unit, options) -> tuple[tuple[str, int], int]:
+    from pipelines.sources import count_rows
+
+    return (unit.url, unit.part.index), count_rows(unit, options)
+
+
+def numbered(shard, rows: dict | None):
+    """The shard with its part's first row number set from `first_rows`' counts."""
+    from pipelines.sources import with_first_row
+
+    return shard if rows is None else with_first_row(shard, rows)
 
 
 def describe_shard_error(error: dict) -> str:
@@ -209,7 +283,7 @@ class ShardReader:
         from pipelines.sources import Record, read_shard
 
         account = self.account
-        for item in read_shard(self.shard, self.source_options):
+        for item in read_shard(self.shard, self.source_options, progress=bytes_read().add):
             refused = self.check(item) if self.check is not None and isinstance(item, Record) else None
             if refused is not None:
                 item = Rejected(self.shard.url, item.row, *refused, item.id)
@@ -232,7 +306,7 @@ class ShardReader:
                 account.shard_errors.append(error)
 
     def finish(self) -> ShardAccount:
-        url = rejected_url(self.output, self.shard.relpath)
+        url = rejected_url(self.output, self.shard)
         with writing(url):
             if self.rejected_lines:
                 write_text_atomic(url, "\n".join(self.rejected_lines) + "\n")
@@ -240,3 +314,132 @@ class ShardReader:
                 remove(url)
         self.account.rejected_by_reason = dict(sorted(self.account.rejected_by_reason.items()))
         return self.account
+
+
+# --- progress by bytes read -------------------------------------------------------------------------
+# A worker counts the bytes it reads (inside a file too) into a Beam counter and, when the launcher
+# shares its machine (the local runners), into a file of its own in the launcher's progress folder,
+# which the launcher sums into one line for the whole job. A worker elsewhere (Dataflow, a cluster)
+# says and logs its own figures instead.
+
+PROGRESS_DIR_VARIABLE = "TOKENBEAM_PROGRESS_DIR"     # inherited by the local runner's worker processes
+PROGRESS_WRITE_SECONDS = 1.0
+
+
+class BytesRead:
+    """The bytes this process has read from the inputs."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.total = 0
+        self.started = time.monotonic()
+        self.shown = self.started      # when it was last written or said
+        self.counter = None
+
+    def add(self, n: int) -> None:
+        if not n:
+            return
+        if self.counter is None:
+            from pipelines.beam_options import beam
+            self.counter = beam.metrics.Metrics.counter("tokenbeam", "bytes_read")
+        self.counter.inc(n)       # outside a DoFn call Beam drops it
+        with self.lock:
+            self.total += n
+            now = time.monotonic()
+            folder = os.environ.get(PROGRESS_DIR_VARIABLE)
+            if now - self.shown < (PROGRESS_WRITE_SECONDS if folder else PROGRESS_SECONDS):
+                return
+            self.shown = now
+            total = self.total
+        if folder:
+            self.write(folder, total)
+        else:
+            line = (f"this worker has read {total / 1e6:,.1f} MB of input, "
+                    f"{total / 1e6 / max(now - self.started, 1e-9):.1f} MB/s")
+            logging.getLogger("tokenbeam").info(line)
+            say(line)
+
+    @staticmethod
+    def write(folder: str, total: int) -> None:
+        path = os.path.join(folder, str(os.getpid()))
+        try:
+            with open(path + ".tmp", "w") as f:
+                f.write(str(total))
+            os.replace(path + ".tmp", path)
+        except OSError:           # the run has ended and the folder is gone
+            pass
+
+
+_BYTES_READ: BytesRead | None = None
+_BYTES_READ_LOCK = threading.Lock()
+
+
+def bytes_read() -> BytesRead:
+    """This process's count of bytes read (one for the process: every DoFn thread adds to it)."""
+    global _BYTES_READ
+    with _BYTES_READ_LOCK:
+        if _BYTES_READ is None:
+            _BYTES_READ = BytesRead()
+        return _BYTES_READ
+
+
+def progress_line(done: int, total: int, seconds: float) -> str:
+    """`read 123.4 of 520.0 MB (23.7%), 45.1 MB/s, about 0:08 left`."""
+    done = min(done, total)
+    rate = done / max(seconds, 1e-9)
+    left = (total - done) / rate if rate > 0 else None
+    eta = f"about {int(left // 60)}:{int(left % 60):02d} left" if left is not None else "estimating time left"
+    return (f"read {done / 1e6:,.1f} of {total / 1e6:,.1f} MB ({done / max(total, 1):.1%}), "
+            f"{rate / 1e6:.1f} MB/s, {eta}")
+
+
+@contextmanager
+def job_progress(shards: list, unbounded: bool = False):
+    """Around a pipeline run over `shards`: every PROGRESS_SECONDS, one line of the bytes the whole
+    job has read, its rate and the time left, summed from the files the workers on this machine
+    write (none under `--quiet`, nor for an `unbounded` run, whose total is unknown)."""
+    global _BYTES_READ
+    if unbounded:
+        yield
+        return
+    total = sum(s.size for s in shards)
+    folder = tempfile.mkdtemp(prefix="tokenbeam-progress-")
+    saved = os.environ.get(PROGRESS_DIR_VARIABLE)
+    os.environ[PROGRESS_DIR_VARIABLE] = folder
+    with _BYTES_READ_LOCK:
+        _BYTES_READ = None          # this process's count starts with the run
+    stop = threading.Event()
+    started = time.monotonic()
+
+    def report():
+        last = None
+        while not stop.wait(PROGRESS_SECONDS):
+            done = read_so_far(folder)
+            if done and done != last:
+                say(progress_line(done, total, time.monotonic() - started))
+                last = done
+
+    reporter = threading.Thread(target=report, name="tokenbeam-progress", daemon=True)
+    reporter.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        reporter.join()
+        if saved is None:
+            os.environ.pop(PROGRESS_DIR_VARIABLE, None)
+        else:
+            os.environ[PROGRESS_DIR_VARIABLE] = saved
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def read_so_far(folder: str) -> int:
+    total = 0
+    for name in os.listdir(folder):
+        if not name.endswith(".tmp"):
+            try:
+                with open(os.path.join(folder, name)) as f:
+                    total += int(f.read() or 0)
+            except (OSError, ValueError):
+                pass
+    return total

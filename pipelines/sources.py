@@ -11,6 +11,21 @@ bytes are skipped up to the next separator) and rejected as `record_too_large`; 
 needed columns; a text value past the bound is rejected before it becomes a Python string. Each record is decoded from UTF-8 here rather than by a text reader, so invalid bytes
 make one repaired or rejected record instead of a crashed pipeline. A data problem never raises: a
 bad row becomes a `Rejected`, a bad file a `ShardError` after the records read before it.
+
+Large files are read in parts (`plan_parts`, `--split-size`), planned once at launch rather than
+split dynamically by a splittable DoFn: the plan is deterministic (it depends only on each file and
+the split size, so output names and resumes do not depend on the runner or its workers), it needs
+no SDF support from the portable runners (Flink, Spark), and Beam's Reshuffle after Create spreads
+the parts over the workers; rebalancing comes from having many parts. A byte-range part of an
+uncompressed JSONL or text file owns the records that START in its range: a record starting exactly
+at the range's start is its own, a part that does not start at 0 skips to the first record boundary
+after start-1, and its last record is read past the end to its own end. A Parquet part is a run of
+row groups. A compressed text file (gzip, bzip2, zstd: a stream that cannot be entered mid-file),
+a whole-file record (`--text-unit file`) and a separator that can overlap itself stay whole, and
+stats.json's `read_whole` says so. Row numbers and default ids (`<relpath>:<row>`) of a part are
+those of the unsplit read: Parquet parts know their first row from the footer; for byte ranges a
+first pass counts each part's rows (non-blank pieces, found without decoding or parsing them), and
+each part starts from the sum of the counts before it (`count_rows`, `with_first_row`).
 """
 from __future__ import annotations
 
@@ -27,6 +42,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import zstandard
+from fsspec.compression import compr
+from fsspec.utils import infer_compression
 
 from pipelines.files import open_read
 from pipelines.inputs import InputError, Sought, find_files
@@ -102,6 +119,33 @@ class SourceOptions:
 
 
 @dataclass(frozen=True)
+class Part:
+    """A piece of a large file read as a shard of its own (`plan_parts`): `index` of `count`, over
+    bytes [start, end) of the file (kind "bytes": it holds the records that START there), row
+    groups [start, end) (kind "row_groups"), or a run of zstd frames (kind "frames") starting at
+    byte `stored` of the file and holding decompressed bytes [start, end). `first_row` is how many
+    rows of the file come before it, so its row numbers and default ids are those of the whole
+    file; None until counted."""
+    index: int
+    count: int
+    kind: str
+    start: int
+    end: int
+    first_row: int | None = None
+    stored: int = 0
+
+    def label(self) -> str:
+        return f"part{self.index:05d}-of-{self.count:05d}"
+
+    def to_json(self) -> dict:
+        return {"index": self.index, "count": self.count, "kind": self.kind, "start": self.start, "end": self.end,
+                **({"stored": self.stored} if self.kind == "frames" else {})}
+
+    def numbered(self, first_row: int) -> "Part":
+        return Part(self.index, self.count, self.kind, self.start, self.end, first_row, self.stored)
+
+
+@dataclass(frozen=True)
 class Shard:
     """One input file: its URL (or local path) as matched, its path relative to the common parent
     folder of all inputs ('/'-separated, names outputs and default ids), its size in bytes, and what
@@ -111,6 +155,16 @@ class Shard:
     relpath: str
     size: int
     version: str = ""
+    part: Part | None = None      # None: the whole file
+
+    @property
+    def name(self) -> str:
+        """How progress lines and errors name it: the relpath, and its part if it is one."""
+        return self.relpath if self.part is None else f"{self.relpath} ({self.part.label()})"
+
+    def output_name(self, suffix: str = ".parquet") -> str:
+        """Its output file: `output_name` of the file, with the part's label if it is one."""
+        return output_name(self.relpath, suffix, self.part)
 
 
 # ---------------------------------------------------------------------------- finding shards
@@ -153,9 +207,10 @@ def _strip_extensions(relpath: str) -> tuple[str, str | None]:
     return stem, None
 
 
-def output_name(relpath: str, suffix: str = ".parquet") -> str:
-    """The output file name for a shard: `a/en-000-of-012.jsonl.gz` -> `a/en-000-of-012.parquet`."""
-    return _strip_extensions(relpath)[0] + suffix
+def output_name(relpath: str, suffix: str = ".parquet", part: Part | None = None) -> str:
+    """The output file name for a shard: `a/en-000-of-012.jsonl.gz` -> `a/en-000-of-012.parquet`;
+    a part of a split file: `a/big.part00003-of-00008.parquet`."""
+    return _strip_extensions(relpath)[0] + (f".{part.label()}" if part is not None else "") + suffix
 
 
 def shard_format(shard: Shard, options: SourceOptions) -> str:
@@ -178,27 +233,34 @@ def shard_format(shard: Shard, options: SourceOptions) -> str:
 
 # ---------------------------------------------------------------------------- reading a shard
 
-def read_shard(shard: Shard, options: SourceOptions,
-               chunk_size: int = CHUNK_SIZE) -> Iterator[Record | Rejected | ShardError]:
+def read_shard(shard: Shard, options: SourceOptions, chunk_size: int = CHUNK_SIZE,
+               progress=None) -> Iterator[Record | Rejected | ShardError]:
     """Stream a shard's records (and rejected rows); a file-level failure ends the stream with one
     `ShardError` after everything read before it. A shard whose format cannot be told or does not fit
     the options is one `ShardError` too: launch checks every shard given, so only a shard that
-    appeared later (a watched folder) gets here, and it must not stop the others."""
+    appeared later (a watched folder) gets here, and it must not stop the others. A part of a file
+    (`shard.part`) gives the records it owns, numbered as in the whole file. `progress(n)` is told
+    of every `n` bytes read from storage (compressed bytes for a compressed file)."""
     try:
         fmt = shard_format(shard, options)
     except InputError as exc:
         yield ShardError(shard.url, 0, WRONG_FORMAT, str(exc))
         return
     reader = {"jsonl": _read_jsonl, "txt": _read_txt, "parquet": _read_parquet}[fmt]
-    rows = 0
+    first_row = _first_row(shard)
+    rows = first_row
     # Failing to open is an unreadable file; Parquet damage always is (its footer says where data is).
     reason = UNREADABLE_FILE
     try:
-        with _open_decompressed(shard.url) as f:
+        with _open_decompressed(shard, progress) as f:
             if fmt != "parquet":
                 reason = TRUNCATED_OR_CORRUPT
-                f = _Peeked(f)
-                binary = _BINARY_MAGIC.match(f.head)
+                if shard.part is None:
+                    f = _Peeked(f)
+                    head = f.head
+                else:     # a part seeks to its own bytes; the file's first ones were checked at launch
+                    head = b""
+                binary = _BINARY_MAGIC.match(head)
                 if binary:
                     kind = _BINARY_NAMES[binary.lastindex - 1]
                     yield ShardError(shard.url, 0, WRONG_FORMAT, f"the content is {kind} data, not {fmt} "
@@ -211,17 +273,61 @@ def read_shard(shard: Shard, options: SourceOptions,
         yield ShardError(shard.url, rows, reason, _one_line(f"{type(exc).__name__}: {exc}"))
 
 
+def _first_row(shard: Shard) -> int:
+    """The row number of a shard's first record: 0, or the count of the file's rows before its part."""
+    if shard.part is None or shard.part.index == 0:
+        return 0
+    if shard.part.first_row is None:
+        raise ValueError(f"{shard.name}: the rows before this part were not counted")
+    return shard.part.first_row
+
+
 @contextlib.contextmanager
-def _open_decompressed(url: str) -> Iterator[BinaryIO]:
-    """The shard's bytes, decompressed by extension. zstandard's stream reader ends silently inside a
-    truncated frame (the records of its last block vanish unreported), so .zst goes through
-    `_ZstdReader`, which raises EOFError there like gzip and bz2 do."""
-    if url.lower().endswith(".zst"):
-        with open_read(url) as raw:
-            yield _ZstdReader(raw)
-    else:
-        with open_read(url, compression="infer") as f:
-            yield f
+def _open_decompressed(shard: Shard, progress=None) -> Iterator[BinaryIO]:
+    """The shard's bytes, decompressed by extension (as fsspec's compression="infer" does), the
+    stored bytes counted into `progress` on their way; a run of zstd frames from its first frame.
+    zstandard's stream reader ends silently inside a truncated frame (the records of its last block
+    vanish unreported), so .zst goes through `_ZstdReader`, which raises EOFError there like gzip
+    and bz2 do."""
+    url = shard.url
+    with open_read(url) as raw:
+        stored = raw if progress is None else _Counted(raw, progress)
+        compression = None if url.lower().endswith(".zst") else infer_compression(url)
+        if url.lower().endswith(".zst"):
+            if shard.part is not None:
+                raw.seek(shard.part.stored)
+            yield _ZstdReader(stored)
+        elif compression is not None:
+            with compr[compression](stored, mode="rb") as f:
+                yield f
+        else:
+            yield stored
+
+
+class _Counted:
+    """A binary file whose reads are counted: `progress(n)` after every read of n bytes."""
+
+    def __init__(self, f: BinaryIO, progress):
+        self.f = f
+        self.progress = progress
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.f.read(n)
+        self.progress(len(data))
+        return data
+
+    def read1(self, n: int = -1) -> bytes:
+        data = getattr(self.f, "read1", self.f.read)(n)
+        self.progress(len(data))
+        return data
+
+    def readinto(self, buffer) -> int:
+        n = self.f.readinto(buffer)
+        self.progress(n or 0)
+        return n
+
+    def __getattr__(self, name):     # seek, tell, size, closed, ...: the file's own
+        return getattr(self.f, name)
 
 
 class _ZstdReader:
@@ -294,12 +400,16 @@ class _Peeked:
         return out
 
 
-def _read_jsonl(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int):
+def _jsonl_lines(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int):
     # A BOM starting a line (left by `cat a.jsonl b.jsonl` of files that each start with one) cannot
     # begin JSON: drop it rather than reject the record.
-    lines = ((offset + len(_BOM), raw[len(_BOM):]) if raw.startswith(_BOM) else (offset, raw)
-             for offset, raw in _lines(f, chunk_size, options.max_record_bytes))
-    for row, (offset, raw) in enumerate(_non_blank(lines)):
+    return ((offset + len(_BOM), raw[len(_BOM):]) if raw.startswith(_BOM) else (offset, raw)
+            for offset, raw in _lines(f, chunk_size, options.max_record_bytes, shard.part))
+
+
+def _read_jsonl(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int):
+    lines = _jsonl_lines(f, shard, options, chunk_size)
+    for row, (offset, raw) in enumerate(_non_blank(lines), start=_first_row(shard)):
         yield (_too_large(raw, shard, row, options) if isinstance(raw, Oversized)
                else _jsonl_record(raw, offset, row, shard, options))
 
@@ -342,15 +452,18 @@ def _jsonl_record(raw: bytes, offset: int, row: int, shard: Shard,
     return Record(rid, text, row, repaired, {k: obj.get(k) for k in options.fields})
 
 
-def _read_txt(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int):
+def _txt_pieces(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int):
     limit = options.max_record_bytes
     if options.text_unit == "file":
-        pieces = _whole_file(f, limit)
-    elif options.separator is not None:
-        pieces = _split_stream(f, options.separator.encode("utf-8"), chunk_size, limit)
-    else:
-        pieces = _lines(f, chunk_size, limit)
-    for row, (offset, raw) in enumerate(_non_blank(pieces)):
+        return _whole_file(f, limit)
+    if options.separator is not None:
+        return _pieces(f, options.separator.encode("utf-8"), chunk_size, limit, shard.part)
+    return _lines(f, chunk_size, limit, shard.part)
+
+
+def _read_txt(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int):
+    pieces = _txt_pieces(f, shard, options, chunk_size)
+    for row, (offset, raw) in enumerate(_non_blank(pieces), start=_first_row(shard)):
         if isinstance(raw, Oversized):
             yield _too_large(raw, shard, row, options)
             continue
@@ -385,9 +498,11 @@ def _read_parquet(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size:
     columns = list(dict.fromkeys([name] + ([id_column] if id_column else []) + kept))
     # Arrow does not check UTF-8 when it reads Parquet: take the bytes and decode them like text.
     as_bytes = pa.large_binary() if pa.types.is_large_string(text_type) else pa.binary()
-    row = 0
+    row = _first_row(shard)
     limit = options.max_record_bytes
-    for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns):
+    part = shard.part
+    row_groups = range(part.start, part.end) if part is not None else range(pf.num_row_groups)
+    for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns, row_groups=row_groups):
         column = batch.column(name).cast(as_bytes)
         oversized: dict[int, int] = {}
         if limit is not None and len(column) and (pc.max(pc.binary_length(column)).as_py() or 0) > limit:
@@ -432,20 +547,107 @@ class Oversized:
         return False
 
 
-def _split_stream(f: BinaryIO, sep: bytes, chunk_size: int,
-                  limit: int | None = None) -> Iterator[tuple[int, bytes | Oversized]]:
+def _pieces(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None,
+            part: Part | None) -> Iterator[tuple[int, bytes | Oversized]]:
+    """The pieces between separators of the whole stream, or those of a byte-range part: the
+    pieces STARTING in [part.start, part.end) (a piece starts at 0 or right after a separator), the
+    last of them read past the end to its own end. Another part starts at the first separator
+    ending at or after its start, so every piece belongs to exactly one part (`splittable_separator`
+    keeps out separators whose occurrences could overlap)."""
+    if part is None:
+        yield from _split_stream(f, sep, chunk_size, limit)
+        return
+    if part.kind == "frames":
+        yield from _frame_pieces(f, sep, chunk_size, limit, part)
+        return
+    begin = 0 if part.start == 0 else _boundary_after(f, sep, part.start, chunk_size)
+    if begin is None or begin >= part.end:
+        return
+    f.seek(begin)
+    for offset, piece in _split_stream(f, sep, chunk_size, limit, base=begin):
+        if offset >= part.end:
+            return
+        yield offset, piece
+
+
+def _frame_pieces(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None,
+                  part: Part) -> Iterator[tuple[int, bytes | Oversized]]:
+    """The lines of a run of zstd frames (`f` decompresses from its first frame, at decompressed
+    offset part.start). The byte before the run is in another frame, so ownership is shifted by
+    one: the first part holds the lines starting in [0, end], a later one those starting in
+    (start, end]; each part still ends where the next begins. Lines only (`sep` one byte)."""
+    begin = 0
+    if part.index > 0:
+        skipped = 0
+        while True:
+            chunk = f.read1(chunk_size)
+            if not chunk:
+                return
+            found = chunk.find(sep)
+            if found >= 0:
+                f = _Resumed(chunk[found + 1:], f)
+                begin = part.start + skipped + found + 1
+                break
+            skipped += len(chunk)
+    if begin > part.end:
+        return
+    for offset, piece in _split_stream(f, sep, chunk_size, limit, base=begin):
+        if offset > part.end:
+            return
+        yield offset, piece
+
+
+class _Resumed:
+    """A stream whose first bytes, `pending`, were read already."""
+
+    def __init__(self, pending: bytes, f: BinaryIO):
+        self.pending, self.f = pending, f
+
+    def read1(self, n: int = -1) -> bytes:
+        if self.pending:
+            out, self.pending = (self.pending, b"") if n < 0 else (self.pending[:n], self.pending[n:])
+            return out
+        return self.f.read1(n)
+
+    read = read1
+
+
+def _boundary_after(f: BinaryIO, sep: bytes, start: int, chunk_size: int) -> int | None:
+    """The first offset >= `start` where a piece starts (right after a separator), or None."""
+    position = max(0, start - len(sep))
+    f.seek(position)
+    carry = b""
+    while chunk := f.read(chunk_size):
+        data = carry + chunk
+        found = data.find(sep)
+        if found >= 0:
+            return position - len(carry) + found + len(sep)
+        carry = data[-(len(sep) - 1):] if len(sep) > 1 else b""     # a separator may straddle chunks
+        position += len(chunk)
+    return None
+
+
+def splittable_separator(sep: bytes) -> bool:
+    """Whether pieces split on `sep` can be found from any offset: no proper prefix of it is also a
+    suffix (as in `aa` or `abab`), so two of its occurrences never overlap and a search started
+    mid-file finds the same ones as reading from the start."""
+    return not any(sep[:k] == sep[-k:] for k in range(1, len(sep)))
+
+
+def _split_stream(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None = None,
+                  base: int = 0) -> Iterator[tuple[int, bytes | Oversized]]:
     """The pieces of a byte stream between separators, each with the stream offset where it
     starts; a UTF-8 BOM at the very start is dropped. The stream is read `chunk_size` bytes at a
     time: a separator may straddle two chunks, and a piece spanning many chunks is kept as a list
     of parts joined once, so a long piece costs linear time. A piece that grows past `limit` bytes
     is not kept: its parts are dropped as they come and it is yielded as `Oversized`, so memory
-    stays bounded by `limit` plus a chunk."""
+    stays bounded by `limit` plus a chunk. `base`: the file offset where the stream starts."""
     k = len(sep) - 1              # bytes of a separator that can end one chunk and go on in the next
     parts: list[bytes] = []       # the unfinished piece (only its last k bytes once it is oversized)
     held = 0                      # its length so far
     oversized = False
     tail = b""                    # its last k bytes
-    start = 0                     # its stream offset
+    start = base                  # its file offset
     # read1 returns what one step of decompression gives: when a compressed shard turns out to be
     # truncated, every complete piece before the damage has already been yielded.
     read = getattr(f, "read1", f.read)
@@ -486,9 +688,10 @@ def _split_stream(f: BinaryIO, sep: bytes, chunk_size: int,
     yield start, last
 
 
-def _lines(f: BinaryIO, chunk_size: int, limit: int | None = None) -> Iterator[tuple[int, bytes | Oversized]]:
+def _lines(f: BinaryIO, chunk_size: int, limit: int | None = None,
+           part: Part | None = None) -> Iterator[tuple[int, bytes | Oversized]]:
     """Lines without their LF or CRLF ending; a last line without a newline counts."""
-    for offset, line in _split_stream(f, b"\n", chunk_size, limit):
+    for offset, line in _pieces(f, b"\n", chunk_size, limit, part):
         yield offset, line[:-1] if isinstance(line, bytes) and line.endswith(b"\r") else line
 
 
@@ -552,6 +755,175 @@ def _json_type(value) -> str:
 def _one_line(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= DETAIL_CHARS else text[:DETAIL_CHARS - 3] + "..."
+
+
+# ---------------------------------------------------------------------------- parts of large files
+
+def plan_parts(shards: Sequence[Shard], options: SourceOptions,
+               split_size: int | None) -> tuple[list[Shard], dict[str, str]]:
+    """The work units of a run: each shard as it is, or, when it is larger than `split_size` bytes
+    and its format allows, its parts (`Part`). Returns them with {relpath: why it is read whole}
+    for each file above the split size that stays whole. The plan depends only on each file (its
+    size, its Parquet row groups) and `split_size`: never on the runner or its workers."""
+    units: list[Shard] = []
+    whole: dict[str, str] = {}
+    for shard in shards:
+        parts, reason = ([], None) if not split_size or shard.size <= split_size else _split(shard, options, split_size)
+        if reason is not None:
+            whole[shard.relpath] = reason
+        units += parts or [shard]
+    return units, whole
+
+
+def _split(shard: Shard, options: SourceOptions, split_size: int) -> tuple[list[Shard], str | None]:
+    """A large file's parts, or ([], why it must be read whole)."""
+    fmt = shard_format(shard, options)
+    if fmt == "parquet":
+        return _row_group_parts(shard, split_size)
+    if shard.relpath.lower().endswith(".zst") and (fmt == "jsonl" or options.text_unit == "line"
+                                                   and options.separator is None):
+        return _frame_parts(shard, split_size)
+    if shard.relpath.lower().endswith(COMPRESSION_EXTENSIONS):
+        return [], "compressed: a gzip or bzip2 stream (or zstd with --separator) cannot be entered mid-file"
+    if fmt == "txt" and options.text_unit == "file":
+        return [], "--text-unit file: the file is one record"
+    if fmt == "txt" and options.separator is not None and not splittable_separator(options.separator.encode("utf-8")):
+        return [], "its --separator can overlap itself, so a record boundary cannot be found mid-file"
+    with open_read(shard.url) as f:
+        if _BINARY_MAGIC.match(f.read(16)):
+            return [], "its content is not text"     # the whole read reports it, once
+    count = -(-shard.size // split_size)
+    return [_with_part(shard, Part(i, count, "bytes", i * split_size, min(shard.size, (i + 1) * split_size)))
+            for i in range(count)], None
+
+
+def _row_group_parts(shard: Shard, split_size: int) -> tuple[list[Shard], str | None]:
+    """A Parquet file's runs of row groups of about `split_size` stored bytes each; their first rows
+    are known from the footer."""
+    try:
+        with open_read(shard.url) as f:
+            meta = pq.ParquetFile(f).metadata
+    except _DATA_ERRORS:
+        return [], "its footer cannot be read"     # the whole read reports it
+    if meta.num_row_groups < 2:
+        return [], "Parquet with a single row group"
+    runs = [[]]
+    held = 0
+    for i in range(meta.num_row_groups):
+        group = meta.row_group(i)
+        runs[-1].append((i, group.num_rows))
+        held += sum(group.column(c).total_compressed_size for c in range(group.num_columns))
+        if held >= split_size and i < meta.num_row_groups - 1:
+            runs.append([])
+            held = 0
+    parts, first_row = [], 0
+    for index, run in enumerate(runs):
+        parts.append(_with_part(shard, Part(index, len(runs), "row_groups", run[0][0], run[-1][0] + 1, first_row)))
+        first_row += sum(rows for _, rows in run)
+    return (parts, None) if len(parts) > 1 else ([], "Parquet whose row groups are not larger than the split size")
+
+
+def _frame_parts(shard: Shard, split_size: int) -> tuple[list[Shard], str | None]:
+    """A multi-frame .zst file's runs of frames of about `split_size` stored bytes each, found from
+    the frame and block headers (nothing is decompressed); every frame must state its content size,
+    which places each run in the decompressed stream."""
+    try:
+        with open_read(shard.url) as f:
+            frames = zstd_frames(f)
+    except _DATA_ERRORS:
+        return [], "its zstd frames cannot be walked (the whole read reports why)"
+    if len(frames) < 2:
+        return [], "zstd with a single frame: it cannot be entered mid-stream"
+    if any(content is None for _, _, content in frames):
+        return [], "zstd frames that do not state their content size"
+    runs, held = [[]], 0
+    for i, frame in enumerate(frames):
+        runs[-1].append(frame)
+        held += frame[1]
+        if held >= split_size and i < len(frames) - 1:
+            runs.append([])
+            held = 0
+    if len(runs) < 2:
+        return [], "zstd whose frames are not larger than the split size"
+    parts, start = [], 0
+    for index, run in enumerate(runs):
+        end = start + sum(content for _, _, content in run)
+        parts.append(_with_part(shard, Part(index, len(runs), "frames", start, end, stored=run[0][0])))
+        start = end
+    return parts, None
+
+
+_ZSTD_MAGIC = 0xFD2FB528
+_SKIPPABLE_MAGIC = 0x184D2A50      # its low 4 bits are free
+
+
+def zstd_frames(f: BinaryIO) -> list[tuple[int, int, int | None]]:
+    """(stored offset, stored size, content size or None) of each frame of a zstd file, from the frame
+    header and the 3-byte block headers (RFC 8878), seeking over the blocks; skippable frames are
+    left out. ValueError or EOFError for data that is not zstd or ends inside a frame."""
+    frames, offset = [], 0
+    while True:
+        f.seek(offset)
+        head = f.read(18)         # magic, descriptor, window, dictionary id (<= 4), content size (<= 8)
+        if not head:
+            return frames
+        if len(head) < 8:
+            raise EOFError("zstd data ends inside a frame header")
+        magic = int.from_bytes(head[:4], "little")
+        if magic & 0xFFFFFFF0 == _SKIPPABLE_MAGIC:
+            offset += 8 + int.from_bytes(head[4:8], "little")
+            continue
+        if magic != _ZSTD_MAGIC:
+            raise ValueError(f"no zstd frame at byte {offset}")
+        descriptor = head[4]
+        single_segment = descriptor >> 5 & 1
+        size_bytes = (single_segment, 2, 4, 8)[descriptor >> 6]
+        at = 5 + (1 - single_segment) + (0, 1, 2, 4)[descriptor & 3]
+        content = None
+        if size_bytes:
+            content = int.from_bytes(head[at:at + size_bytes], "little") + (256 if size_bytes == 2 else 0)
+        block = offset + at + size_bytes
+        while True:
+            f.seek(block)
+            header = f.read(3)
+            if len(header) < 3:
+                raise EOFError("zstd data ends inside a frame")
+            value = int.from_bytes(header, "little")
+            block += 3 + (1 if (value >> 1 & 3) == 1 else value >> 3)      # an RLE block stores one byte
+            if value & 1:                                                  # the frame's last block
+                break
+        end = block + 4 * (descriptor >> 2 & 1)                            # + its checksum
+        frames.append((offset, end - offset, content))
+        offset = end
+
+
+def _with_part(shard: Shard, part: Part) -> Shard:
+    return Shard(shard.url, shard.relpath, shard.size, shard.version, part)
+
+
+def count_rows(shard: Shard, options: SourceOptions, chunk_size: int = CHUNK_SIZE) -> int:
+    """The rows a byte-range part holds, as its reader numbers them (non-blank pieces), without
+    decoding or parsing them: the first pass that gives each later part its first row number. A
+    read error ends the count; the part's own read reports it."""
+    fmt = shard_format(shard, options)
+    pieces_of = _jsonl_lines if fmt == "jsonl" else _txt_pieces
+    rows = 0
+    try:
+        with _open_decompressed(shard) as f:
+            for _ in _non_blank(pieces_of(f, shard, options, chunk_size)):
+                rows += 1
+    except _DATA_ERRORS:
+        pass
+    return rows
+
+
+def with_first_row(shard: Shard, rows: dict[tuple[str, int], int]) -> Shard:
+    """A byte-range part with `first_row` set from `rows` {(url, part index): rows that part holds};
+    any other shard as it is."""
+    part = shard.part
+    if part is None or part.first_row is not None:
+        return shard
+    return _with_part(shard, part.numbered(sum(rows[(shard.url, i)] for i in range(part.index))))
 
 
 # ---------------------------------------------------------------------------- one record by offset

@@ -21,7 +21,7 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 
 from pipelines.beam_options import (beam, check_worker_paths, local_cores_per_worker, one_local_worker,
@@ -44,7 +44,8 @@ from pipelines.files import (canonical, exists, filesystem, inside, join, open_a
 from pipelines.folders import check_finished, claim_output, mark_output
 from pipelines.inputs import InputError, Sought, find_files
 from pipelines.shards import REJECTED_DIR, ShardReader, add_source_arguments, expand, \
-    source_options as make_source_options, warn_mostly_rejected, warn_shard_errors
+    first_rows, job_progress, numbered, parts_said, plan, source_options as make_source_options, \
+    warn_mostly_rejected, warn_shard_errors
 from pipelines.tokenizer_files import (TokenizerRef, check_id_range, identify_tokenizer,
                                       load_identified_tokenizer, parse_special_token, settle_heap, token_bytes_of)
 from pipelines.outcome import RunFigures, RunWords, incomplete_run, repeated_ids_line
@@ -133,24 +134,24 @@ class TokenizeShard(beam.DoFn):
         self.counters = {name: beam.metrics.Metrics.counter("tokenbeam", name)
                          for name in ("records", "bytes", "tokens", "rejected")}
 
-    def process(self, shard, inferred_types: dict[str, str] | None = None):
+    def process(self, shard, inferred_types: dict[str, str] | None = None, rows: dict | None = None):
         """`inferred_types`: the kept fields' types inferred from the whole input (a side input),
-        when they were not all given on the command line."""
-        from pipelines.sources import output_name
-
+        when they were not all given on the command line; `rows`: the rows of the parts of split
+        files (`shards.first_rows`), which number the records of the parts after them."""
+        shard = numbered(shard, rows)
         self.shard_types = {name: (inferred_types or {}).get(name) or self.kept_types[name]
                             for name in self.source_options.keep_fields}
         self.schema = tables.tokens_schema(self.tok.vocab_size, self.shard_types, {
             tables.TOKENIZER_SHA256_KEY: self.sha256, tables.VOCAB_SIZE_KEY: str(self.tok.vocab_size)},
             event_time=self.breakdowns.windowing is not None, group=self.breakdowns.group_field is not None)
-        out_url = join(self.output, output_name(shard.relpath))
+        out_url = join(self.output, shard.output_name())
         fingerprint = shard_fingerprint(shard, self.source_options, self.sha256, self.eos_token, self.dropout,
                                         self.shard_types)
         done = read_shard_metadata(out_url)
         partials = ShardPartials(self.breakdowns, self.tok.vocab_size, self.raw_byte_ids)
         if done is not None and done.get("fingerprint") == fingerprint and not done.get("shard_errors"):
             summary = self.summary_from_parquet(out_url, partials)
-            shard_done(f"skipped {shard.relpath}: complete from an earlier run with the same inputs and options "
+            shard_done(f"skipped {shard.name}: complete from an earlier run with the same inputs and options "
                        f"({done['rows']:,} rows)")
             entry = dict(done, reused=True)
         else:
@@ -211,7 +212,7 @@ class TokenizeShard(beam.DoFn):
                 last = group.to_table(self.schema, summary) if group.rows or summary.records == 0 else None
                 account = reader.finish()
                 if account.records != summary.records:
-                    raise RuntimeError(f"{shard.relpath}: record accounting is broken: {account.records} read, "
+                    raise RuntimeError(f"{shard.name}: record accounting is broken: {account.records} read, "
                                        f"{summary.records} written")
                 add_account(summary, account)
                 entry = manifest_entry(shard, account, fingerprint, self.sha256)
@@ -225,7 +226,7 @@ class TokenizeShard(beam.DoFn):
                             ("bytes", summary.bytes), ("rejected", account.rejected)):
             self.counters[name].inc(value)
         elapsed = time.perf_counter() - started
-        shard_done(f"tokenized {shard.relpath}: {account.records:,} rows, {summary.tokens:,} tokens, "
+        shard_done(f"tokenized {shard.name}: {account.records:,} rows, {summary.tokens:,} tokens, "
                    f"{account.rejected} rejected, {summary.bytes / 1e6 / max(elapsed, 1e-9):.2f} MB/s")
         return summary, entry
 
@@ -432,6 +433,8 @@ def shard_fingerprint(shard, source_options, tokenizer_sha256: str, eos_token: s
         fingerprint["dropout"] = dropout.to_json()
     if kept_types:
         fingerprint["kept_types"] = dict(kept_types)
+    if shard.part is not None:      # a part of a split file: its output holds only that part
+        fingerprint["part"] = shard.part.to_json()
     return fingerprint
 
 
@@ -453,6 +456,8 @@ def kept_field_kinds(shard, source_options, fields: tuple[str, ...]) -> set[tupl
     {(field, kind)}, from which the whole dataset's kept column types are inferred."""
     from pipelines.sources import Record, read_shard
 
+    if shard.part is not None and shard.part.first_row is None:     # its row numbers do not matter here
+        shard = replace(shard, part=replace(shard.part, first_row=0))
     return {(name, tables.value_kind(item.keep.get(name))) for item in read_shard(shard, source_options)
             if isinstance(item, Record) for name in fields}
 
@@ -476,10 +481,9 @@ def add_account(summary: Summary, account) -> None:
 
 
 def manifest_entry(shard, account, fingerprint: dict, tokenizer_sha256: str) -> dict:
-    """A shard's line of the manifest, also kept in its Parquet footer."""
-    from pipelines.sources import output_name
-
-    return {"source": shard.url, "relpath": shard.relpath, "output": output_name(shard.relpath),
+    """A shard's line of the manifest, also kept in its Parquet footer (a part's: its own line,
+    merged with its file's other parts into one line of the manifest by `merge_parts`)."""
+    return {"source": shard.url, "relpath": shard.relpath, "output": shard.output_name(),
             "tokenizer_sha256": tokenizer_sha256, "fingerprint": fingerprint,
             "records_read": account.records_read, "rows": account.records, "rejected": account.rejected,
             "rejected_by_reason": account.rejected_by_reason, "repaired": account.repaired,
@@ -554,7 +558,7 @@ class RowGroup:
 
 
 def write_stats(summary, tokenizer: TokenizerFacts, tokenizer_url: str, output: str, inputs: list[str],
-                started_at: float, groups: dict | None = None) -> str:
+                started_at: float, groups: dict | None = None, read_whole: dict[str, str] | None = None) -> str:
     """Write stats.json from the combined summary; `tokenizer` carries what it needs of the tokenizer
     (handed over by the launcher: this step does not load the tokenizer again); `groups` is the
     index of the per-group files (`--group-field`)."""
@@ -562,6 +566,8 @@ def write_stats(summary, tokenizer: TokenizerFacts, tokenizer_url: str, output: 
              "timing": {"started_at": started_at, "elapsed_seconds": round(time.time() - started_at, 3)}}
     if groups is not None:
         extra["groups"] = groups
+    if read_whole:      # files above --split-size that could not be split, and why
+        extra["read_whole"] = dict(sorted(read_whole.items()))
     stats = stats_json(summary, tokenizer, extra)
     url = join(output, "stats.json")
     with writing(url):
@@ -576,9 +582,10 @@ def write_success(entries: list[dict], stats_url: str, output: str, tokenizer_sh
 
     The books must balance: records read == written + rejected for every shard and in total, and
     the totals of the manifest equal those of stats.json (two separate aggregations)."""
-    entries = sorted(entries, key=lambda e: e["relpath"])
+    entries = merge_parts(entries)
     manifest = {"version": MANIFEST_VERSION, "tokenizer_sha256": tokenizer_sha256, "stats": "stats.json",
-                "shards": [dict({k: e[k] for k in ("relpath", "output", "records_read", "rows", "rejected", "shard_errors")},
+                "shards": [dict({k: e[k] for k in ("relpath", "output", "parts", "records_read", "rows", "rejected",
+                                                   "shard_errors") if k in e},
                                 input=e["fingerprint"]["input"]) for e in entries],
                 "records_read": sum(e["records_read"] for e in entries),
                 "rows": sum(e["rows"] for e in entries), "rejected": sum(e["rejected"] for e in entries),
@@ -604,6 +611,29 @@ def write_success(entries: list[dict], stats_url: str, output: str, tokenizer_sh
     return True
 
 
+def merge_parts(entries: list[dict]) -> list[dict]:
+    """The manifest entries sorted by input, the entries of a split file's parts made into one for
+    the file: its counts summed, its shard errors in order, and `parts` (the part files in order) in
+    place of `output`. Everything else about a file is the same in any split."""
+    by_file: dict[str, list[dict]] = {}
+    for entry in entries:
+        by_file.setdefault(entry["relpath"], []).append(entry)
+    merged = []
+    for relpath in sorted(by_file):
+        parts = sorted(by_file[relpath], key=lambda e: e["fingerprint"].get("part", {}).get("index", 0))
+        if "part" not in parts[0]["fingerprint"]:
+            merged += parts
+            continue
+        entry = {k: v for k, v in parts[0].items() if k != "output"}
+        entry.update({k: sum(e[k] for e in parts) for k in ("records_read", "rows", "rejected", "repaired")},
+                     shard_errors=[error for e in parts for error in e["shard_errors"]],
+                     parts=[e["output"] for e in parts])
+        if any("untimed_records" in e for e in parts):
+            entry["untimed_records"] = sum(e.get("untimed_records", 0) for e in parts)
+        merged.append(entry)
+    return merged
+
+
 @dataclass(frozen=True)
 class Watching:
     """`--watch`: the shard source, and the baseline each new shard is judged against."""
@@ -616,13 +646,15 @@ def build_tokenize_pipeline(p, shards, tokenizer: TokenizerRef, facts: Tokenizer
                             fail_fast: bool = False, encode_threads: int = 1, spread: bool = True,
                             allow_shard_errors: bool = False, breakdowns: Breakdowns = Breakdowns(),
                             watching: Watching | None = None, dropout: Dropout | None = None,
-                            kept_types: dict[str, str | None] | None = None):
+                            kept_types: dict[str, str | None] | None = None, 
+                            read_whole: dict[str, str] | None = None):
     """The tokenize pipeline for a tokenizer the launcher loaded: `tokenizer` names it (and carries its
     sha256), `facts` is what stats.json needs of it, so no worker computes either again. The shards
     are `shards` (batch), or what `watching.source` finds as they land (watch mode): the same
     per-shard transform, windows and whole-run results serve both. `kept_types`: the --keep-field
     types given, None for those to infer from every record of the input (batch runs only: a stage
-    reads the kept fields of every shard before any is tokenized)."""
+    reads the kept fields of every shard before any is tokenized). `shards` may hold parts of split
+    files (`shards.plan`); `read_whole` says which large files are not split and why (stats.json)."""
     kept_types = kept_types or {}
     to_infer = tuple(name for name, type_name in kept_types.items() if type_name is None)
     if watching is None:
@@ -632,6 +664,7 @@ def build_tokenize_pipeline(p, shards, tokenizer: TokenizerRef, facts: Tokenizer
             shard_elements = shard_elements | "SpreadShards" >> beam.Reshuffle()
     else:
         shard_elements = p | "WatchShards" >> watching.source
+    rows = first_rows(p, shards, source_options) if watching is None else None
     inferred = ()
     if to_infer:
         inferred = (beam.pvalue.AsSingleton(
@@ -645,7 +678,8 @@ def build_tokenize_pipeline(p, shards, tokenizer: TokenizerRef, facts: Tokenizer
                                                              judged=bool(watching and watching.baseline),
                                                              dropout=dropout,
                                                              kept_types={k: v for k, v in kept_types.items() if v}),
-                                               *inferred).with_outputs(TokenizeShard.MANIFEST, TokenizeShard.WINDOWS,
+                                               *inferred, **({"rows": rows} if rows is not None else {})
+                                               ).with_outputs(TokenizeShard.MANIFEST, TokenizeShard.WINDOWS,
                                                               TokenizeShard.GROUPS, TokenizeShard.JUDGED,
                                                               TokenizeShard.IDS, main="summaries"))
     windowing = breakdowns.windowing
@@ -674,7 +708,8 @@ def build_tokenize_pipeline(p, shards, tokenizer: TokenizerRef, facts: Tokenizer
                     | "AddRepeatedIds" >> beam.CombineGlobally(add_pairs).without_defaults())
     stats_url = (summaries
                  | "CombineStats" >> beam.CombineGlobally(MergeSummaries(facts.vocab_size)).without_defaults()
-                 | "WriteStats" >> beam.Map(write_stats, facts, tokenizer.url, output, inputs, started_at, groups))
+                 | "WriteStats" >> beam.Map(write_stats, facts, tokenizer.url, output, inputs, started_at, groups,
+                                            read_whole))
     (manifest
      | "CollectManifest" >> beam.CombineGlobally(beam.combiners.ToListCombineFn()).without_defaults()
      | "WriteSuccess" >> beam.Map(write_success, beam.pvalue.AsSingleton(stats_url), output, tokenizer.sha256,
@@ -689,12 +724,10 @@ def clear_stale_outputs(output: str, shards) -> int:
     Parquet of inputs no longer given (ours: their footer says so) and their rejected files. A
     Parquet file tokenbeam did not write is never removed: the run refuses instead. Returns how many
     stale shard outputs were removed."""
-    from pipelines.sources import output_name
-
     fs, root = filesystem(output)
     root = root.rstrip("/")
-    expected = {output_name(s.relpath) for s in shards}
-    expected_rejected = {output_name(s.relpath, ".jsonl") for s in shards}
+    expected = {s.output_name() for s in shards}
+    expected_rejected = {s.output_name(".jsonl") for s in shards}
     found = [f for f in fs.find(root) if not posixpath.basename(f).startswith(".")]
     relative = {f: posixpath.relpath(f, root) for f in found}
     stale_parquet = [f for f, rel in relative.items() if rel.endswith(".parquet") and rel not in expected
@@ -738,7 +771,8 @@ def absent_fields(output: str, manifest: dict, keep_fields: list[str], stats: di
     """The --keep-field / --group-field names that no record had (a typo gives an all-null column, or
     one group `(none)`)."""
     absent = []
-    files = [join(output, entry["output"]) for entry in manifest.get("shards", []) if entry["rows"]]
+    files = [join(output, name) for entry in manifest.get("shards", []) if entry["rows"]
+             for name in entry.get("parts", [entry.get("output")])]
     for name in keep_fields:
         if files and not any(holds_a_value(url, name) for url in files):
             absent.append(f"--keep-field {name}: no record has this field (its column holds only nulls)")
@@ -808,7 +842,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stop-after", default=None, metavar="DURATION", help="--watch: end after DURATION")
     parser.add_argument("--stop-when-idle", default=None, metavar="DURATION",
                         help="--watch: end after DURATION without a new shard")
-    add_source_arguments(parser)
+    add_source_arguments(parser, split=True)
 
 
 def run(argv: list[str]) -> dict:
@@ -930,13 +964,14 @@ def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.Argum
         beam_args = [*beam_args, "--streaming"]
     else:
         shards = expand(inputs, source_options)
+    units, read_whole = plan(shards, source_options, 0 if watching else args.split_size)
     options, runner = pipeline_options(beam_args)
     check_worker_paths(options, [*inputs, args.output, args.tokenizer])
     claim_output(args.output, "tokenize")
     say(f"tokenize: {len(shards)} shard(s){' so far, watching for more' if args.watch else ''}, "
-        f"{sum(s.size for s in shards) / 1e6:.1f} MB, vocabulary {tok.vocab_size:,}"
+        f"{sum(s.size for s in shards) / 1e6:.1f} MB{parts_said(shards, units)}, vocabulary {tok.vocab_size:,}"
         f"{f', BPE-dropout p={dropout.p} seed {dropout.seed}' if dropout else ''} -> {args.output}")
-    stale = clear_stale_outputs(args.output, shards)
+    stale = clear_stale_outputs(args.output, units)
     mark_output(args.output, "tokenize")
     if stale:
         say(f"removed the outputs of {stale} input(s) of an earlier run that this run does not have")
@@ -946,8 +981,9 @@ def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.Argum
     inputs = sorted(set(inputs))
     restore = install_stop_handlers(stop) if watching else (lambda: None)
     try:
-        with pipeline_failures(args.output), quiet_worker_stderr(), beam.Pipeline(runner=runner, options=options) as p:
-            build_tokenize_pipeline(p, shards, tokenizer,
+        with pipeline_failures(args.output), quiet_worker_stderr(), job_progress(shards, watching), \
+                beam.Pipeline(runner=runner, options=options) as p:
+            build_tokenize_pipeline(p, units, tokenizer,
                                     TokenizerFacts.of(tok, reload=partial(token_bytes_of, tokenizer), dropout=dropout),
                                     source_options,
                                     args.output, args.eos_token, inputs, started_at, args.fail_fast,
@@ -955,7 +991,7 @@ def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.Argum
                                     spread=not one_local_worker(options, runner) and not watching,
                                     allow_shard_errors=args.allow_shard_errors,
                                     breakdowns=Breakdowns(windowing, args.group_field),
-                                    watching=watching, dropout=dropout, kept_types=kept_types)
+                                    watching=watching, dropout=dropout, kept_types=kept_types, read_whole=read_whole)
     finally:
         restore()
         if watching:

@@ -295,7 +295,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--superword-max-words", type=int, default=pretokenize.SUPERWORD_MAX_WORDS, metavar="W",
                         help="SuperBPE: pre-tokens per superword unit at most (default "
                              f"{pretokenize.SUPERWORD_MAX_WORDS})")
-    add_source_arguments(parser)
+    add_source_arguments(parser, split=True)
 
 
 def check_args(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> None:

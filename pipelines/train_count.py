@@ -49,7 +49,8 @@ from pipelines.errors import (UserError, debugging, os_error_reason, pipeline_fa
 from pipelines.folders import claim_output, mark_output
 from pipelines.files import (filesystem, join, open_atomic, remove_stale_temporaries,
                              remove_tree, write_text_atomic, writing)
-from pipelines.shards import REJECTED_DIR, ShardReader, expand, source_options as make_source_options
+from pipelines.shards import (REJECTED_DIR, ShardReader, expand, first_rows, job_progress, numbered, parts_said, plan,
+                              source_options as make_source_options)
 from pipelines.train_options import (check_pattern, clear_tokenizer_files, text_options_of, text_rules_of,
                                      units_pattern_of, within_budget)
 
@@ -110,10 +111,13 @@ class CountShardPretokens(beam.DoFn):
             pre_tokenizer=self.pre_tokenizer if pattern == self.pattern else None,
             implementation=self.implementation) for pattern in self.patterns()], self.threads)
 
-    def process(self, shard):
+    def process(self, shard, rows: dict | None = None):
+        """`rows`: the rows of the parts of split files (`shards.first_rows`), which number the
+        records of the parts after them (in rejected/)."""
         started = time.perf_counter()
+        shard = numbered(shard, rows)
         totals = reports.empty_totals()
-        totals["shards"] = 1
+        totals["shards"] = int(shard.part is None or shard.part.index == 0)    # a split file is one shard
         counter = self.counter
         reader = ShardReader(shard, self.source_options, self.output, self.fail_fast)
         for record in reader:
@@ -130,7 +134,7 @@ class CountShardPretokens(beam.DoFn):
         self.bytes.inc(totals["bytes"])
         self.rejected.inc(totals["records_rejected"])
         elapsed = time.perf_counter() - started
-        shard_done(f"read {shard.relpath}: {totals['records_counted']:,} records, {totals['bytes'] / 1e6:.1f} MB, "
+        shard_done(f"read {shard.name}: {totals['records_counted']:,} records, {totals['bytes'] / 1e6:.1f} MB, "
                    f"{totals['records_rejected']} rejected, {totals['bytes'] / 1e6 / max(elapsed, 1e-9):.1f} MB/s")
         yield beam.pvalue.TaggedOutput(self.TOTALS, totals)
 
@@ -403,10 +407,12 @@ def build_count_pipeline(p, shards, source_options, pattern, special_tokens, out
     shard_elements = p | "Shards" >> beam.Create(shards)
     if spread:
         shard_elements = shard_elements | "SpreadShards" >> beam.Reshuffle()
+    rows = first_rows(p, shards, source_options)     # the row numbers of split files' parts
     counted = (shard_elements
                | "CountShardPretokens" >> beam.ParDo(
                    CountShardPretokens(source_options, pattern, tuple(special_tokens), output, fail_fast,
-                                       count_threads, implementation, normalizer, pre_tokenizer, units_pattern)
+                                       count_threads, implementation, normalizer, pre_tokenizer, units_pattern),
+                   **({"rows": rows} if rows is not None else {})
                ).with_outputs(CountShardPretokens.TOTALS, main="counts"))
     # Every one of the 16 bucket keys is hot on a distributed runner, where the fan-out spreads each
     # key's sum over more workers; on the local runner it is one more stage
@@ -461,6 +467,7 @@ def count_corpus(args: argparse.Namespace, rest: list[str], tool_options: list[s
     rules = text_rules_of(args)
     source_options = make_source_options(args)
     shards = expand(inputs, source_options)
+    units, _ = plan(shards, source_options, args.split_size)
     options, runner = pipeline_options(beam_args)
     if not any(a.startswith(("--pipeline_type_check", "--no_pipeline_type_check")) for a in beam_args):
         # Type-checking the graph as it is built checks this module's own fixed graph, which the
@@ -476,9 +483,11 @@ def count_corpus(args: argparse.Namespace, rest: list[str], tool_options: list[s
     mark_output(args.output, "train")
     if remove_stale_temporaries(args.output):
         say(f"removed the temporary files of an interrupted earlier run under {args.output}")
-    say(f"train: {len(shards)} shard(s), {sum(s.size for s in shards) / 1e6:.1f} MB -> {args.output}")
-    with pipeline_failures(args.output), quiet_worker_stderr(), beam.Pipeline(runner=runner, options=options) as p:
-        build_count_pipeline(p, shards, source_options, rules.pattern, list(dict.fromkeys(args.special_token)),
+    say(f"train: {len(shards)} shard(s), {sum(s.size for s in shards) / 1e6:.1f} MB{parts_said(shards, units)} "
+        f"-> {args.output}")
+    with pipeline_failures(args.output), quiet_worker_stderr(), job_progress(shards), \
+            beam.Pipeline(runner=runner, options=options) as p:
+        build_count_pipeline(p, units, source_options, rules.pattern, list(dict.fromkeys(args.special_token)),
                              args.output, args.min_count, fail_fast=args.fail_fast,
                              count_threads=args.count_threads or local_cores_per_worker(options, runner),
                              hot_key_fanout=None if runner is not None else HOT_KEY_FANOUT,

@@ -42,6 +42,8 @@ Layout (version 2; `...` = a JSON number, `null` where the figure is undefined f
     dropout: {p, seed}   only when the records were encoded with BPE-dropout (`tokenize --dropout P
                   --seed S`); absent for the deterministic encoding. Drift refuses to compare two
                   files that differ in p: dropout changes every figure by design.
+    read_whole: {relpath: why}   optional: input files above `--split-size` that were read whole
+                  rather than in parts (compressed, one record per file, ...); absent when none
     timing: {elapsed_seconds, created_at, ...}   optional; the only part that differs between runs
     + free keys added by the writer (input globs, output path, ...)
 
@@ -249,6 +251,9 @@ def validate_stats(d) -> None:
     if window is not None and not (isinstance(window, dict) and isinstance(window.get("start"), str)
                                    and isinstance(window.get("end"), str)):
         raise ValueError("key 'window' must be {start, end} (UTC times)")
+    read_whole = d.get("read_whole", {})
+    if not isinstance(read_whole, dict) or not all(isinstance(v, str) for v in read_whole.values()):
+        raise ValueError("key 'read_whole' must map input files to why each was read whole")
     # Optional: files written before shard errors were recorded here lack the key.
     errors = d.get("shard_errors", [])
     if not isinstance(errors, list) or not all(
