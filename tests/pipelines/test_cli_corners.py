@@ -9,7 +9,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import train
 from pipelines.errors import EXIT_INCOMPLETE, EXIT_USAGE, UserError
 from pipelines.sources import Record, Shard, SourceOptions, read_shard
 from pipelines.tokenizer_files import load_tokenizer
@@ -26,10 +25,8 @@ def python_m(module, *argv):
 
 
 @pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory, sample):
-    out = tmp_path_factory.mktemp("tok")
-    train.run(["--input", str(sample / "*.jsonl"), "--output", str(out), "--vocab-size", "300", "--quiet"])
-    return out
+def tokenizer_dir(trained_tokenizer):
+    return trained_tokenizer("sample", 300)
 
 
 @pytest.mark.parametrize("command", COMMANDS)

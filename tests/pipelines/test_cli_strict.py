@@ -33,11 +33,8 @@ def one_error_line(result, code: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def tokenizer_json(tmp_path_factory, sample):
-    out = tmp_path_factory.mktemp("tok")
-    train.run(["--input", str(sample / "*.jsonl"), "--output", str(out), "--vocab-size", "400",
-               "--special-token", "<|endoftext|>"])
-    return out / "tokenizer.json"
+def tokenizer_json(trained_tokenizer):
+    return trained_tokenizer("sample", 400, "--special-token", "<|endoftext|>") / "tokenizer.json"
 
 
 @pytest.fixture()

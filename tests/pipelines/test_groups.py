@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from pipelines import drift, tokenize, train
+from pipelines import drift, tokenize
 from pipelines.groups import group_file_name, group_value
 
 
@@ -15,10 +15,8 @@ def test_group_names_and_files():
 
 
 @pytest.fixture(scope="module")
-def tokenizer_json(tmp_path_factory, sample):
-    out = tmp_path_factory.mktemp("tok")
-    train.run(["--input", str(sample / "*.jsonl"), "--output", str(out), "--vocab-size", "600"])
-    return out / "tokenizer.json"
+def tokenizer_json(trained_tokenizer):
+    return trained_tokenizer("sample", 600) / "tokenizer.json"
 
 
 def write_grouped(folder, records, group_of):

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import pack, stats_cmd, tokenize, train
+from pipelines import pack, stats_cmd, tokenize
 from pipelines.errors import UserError
 from schemas import tables
 
@@ -18,10 +18,8 @@ KEEP = ["pkg", "n", "x", "flag", "meta", "mix", "never"]
 
 
 @pytest.fixture(scope="module")
-def tokenizer_json(tmp_path_factory, sample):
-    out = tmp_path_factory.mktemp("tok")
-    train.run(["--input", str(sample / "*.jsonl"), "--output", str(out), "--vocab-size", "300", "--quiet"])
-    return str(out / "tokenizer.json")
+def tokenizer_json(trained_tokenizer):
+    return str(trained_tokenizer("sample", 300) / "tokenizer.json")
 
 
 def write_jsonl(path, rows):

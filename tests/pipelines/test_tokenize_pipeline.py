@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bpe_ops import Tokenizer
-from pipelines import tokenize, train
+from pipelines import tokenize
 from tests.conftest import ROOT
 
 
@@ -22,12 +22,9 @@ def read_rows(out_dir):
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, sample):
+def trained(trained_tokenizer):
     """A tokenizer trained by the train pipeline on the in-repo sample."""
-    out = tmp_path_factory.mktemp("tok")
-    train.run(["--input", str(sample / "*.jsonl"), "--output", str(out), "--vocab-size", "1500",
-               "--special-token", "<|endoftext|>"])
-    return out / "tokenizer.json"
+    return trained_tokenizer("sample", 1500, "--special-token", "<|endoftext|>") / "tokenizer.json"
 
 
 @pytest.fixture(scope="module")

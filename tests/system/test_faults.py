@@ -76,11 +76,8 @@ def beam_workers(pid: int) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def tokenizer_json(tmp_path_factory, corpora):
-    out = tmp_path_factory.mktemp("tok")
-    train.run(["--input", str(corpora / "tiny" / "*.jsonl"), "--output", str(out), "--vocab-size", "1000",
-               "--special-token", "<|endoftext|>"])
-    return out / "tokenizer.json"
+def tokenizer_json(trained_tokenizer):
+    return trained_tokenizer("tiny", 1000, "--special-token", "<|endoftext|>") / "tokenizer.json"
 
 
 # ---------------------------------------------------------------------------- a worker killed

@@ -50,11 +50,8 @@ def expected_ids(e) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def tokenizer_json(tmp_path_factory, corpora):
-    out = tmp_path_factory.mktemp("tok")
-    train.run(["--input", str(corpora / "tiny" / "*.jsonl"), "--output", str(out), "--vocab-size", "1000",
-               "--special-token", SPECIAL])
-    return out / "tokenizer.json"
+def tokenizer_json(trained_tokenizer):
+    return trained_tokenizer("tiny", 1000, "--special-token", SPECIAL) / "tokenizer.json"
 
 
 @pytest.fixture(scope="module")
