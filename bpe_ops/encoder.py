@@ -583,6 +583,11 @@ class Tokenizer:
         (`bpe_ops._piece_merge`) when built; `merging.merge_python` is its specification."""
         if self._merger is not None:
             return self._merger.merge(ids)
+        return self._merge_python(ids)
+
+    def _merge_python(self, ids: list[int]) -> list[int]:
+        """`_merge` in Python (`merging.merge_python` over this tokenizer's tables): the compiled
+        merger's specification."""
         return merge_python(ids, self._ranks, self._left, self._right, self._merged, self._ranks_ascend)
 
     # ---- decoding -----------------------------------------------------------------------------
