@@ -9,6 +9,7 @@ import random
 import shutil
 import sysconfig
 from dataclasses import dataclass
+from functools import cached_property
 
 import pytest
 from hypothesis import given, settings
@@ -48,11 +49,11 @@ class Table:
         token_ids = merging.invert(tokens)
         return cls(tokens, token_ids, *merging.build_merge_table(merges, tokens, token_ids, extend=False))
 
-    @property
+    @cached_property
     def ascend(self) -> bool:
         return merging.ranks_ascend(self.ranks, self.left, self.right, self.merged)
 
-    @property
+    @cached_property
     def merger(self):
         return merging.piece_merger(self.left, self.right, self.merged, self.tokens)
 
