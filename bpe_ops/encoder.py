@@ -3,62 +3,51 @@
 Encoding is the standard BPE replay: split the text on the special tokens the caller allows, split
 each remaining segment into pre-tokens with the tokenizer's regex, then inside every pre-token
 repeatedly merge the adjacent pair with the lowest merge rank (leftmost first on ties) until no
-adjacent pair is a merge. Merges are keyed on token ids: `(id_a, id_b) -> rank`, `rank -> new_id`.
+adjacent pair is a merge (bpe_ops/merging.py; bpe_ops/_educational.py is the textbook version the
+tests compare against). Merges are keyed on token ids: `(id_a, id_b) -> rank`, `rank -> new_id`.
 
 Real text repeats its pre-tokens, so a bounded cache from pre-token string to ids makes the hot path
-a regex split plus dictionary lookups. Long pre-tokens (a base64 blob, a run of one character) are
-merged rank by rank over a linked list, so their cost stays near-linear in their length.
-
-Cache misses pay for that merge, so it runs compiled (`bpe_ops/_piece_merge.c`, built by setup.py)
-where the extension is built, unless the tokenizer's `implementation` says `compiled=False`;
-`_merge_python` is its specification, and the tests require the two to give identical ids.
+a regex split plus dictionary lookups. Cache misses pay for the merge, so it runs compiled
+(`bpe_ops/_piece_merge.c`, built by setup.py) where the extension is built, unless the tokenizer's
+`implementation` says `compiled=False`; `merging.merge_python` is its specification, and the tests
+require the two to give identical ids.
 
 Where the split runs on PCRE2 (see `pretokenize.Pcre2Pattern`), the whole of `_encode_ordinary`
 runs compiled too (`bpe_ops/_pcre2.c`'s `TextEncoder`: split, a byte-keyed cache, the same merge
 replay) for every text PCRE2 may split; the Python path below is its specification.
+
+Loading from files is bpe_ops/load.py; this class holds the options, the mode dispatch, encoding,
+decoding, saving and pickling.
 """
 from __future__ import annotations
 
-import gc
 import hashlib
-import json
 import os
 import threading
 from array import array
-from bisect import bisect_left, bisect_right
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from functools import partial
-from heapq import heapify, heappop, heappush
 from itertools import chain, compress, repeat
-from operator import is_, lt
-from typing import Iterable, Mapping, Sequence
+from operator import is_
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
-from . import formats, hf_components, hf_decoders, sequence_split, table_cache
+from . import formats, hf_components, hf_decoders, load, sequence_split, table_cache
 from .dropout import DROPOUT_MODES, MASK, DropoutStream, check_dropout
-from .sentencepiece_bpe import UNCUT_CHARS, PieceModel, byte_of_piece
 from .sentencepiece_bpe import compiled_encoder as compiled_piece_encoder
 from .implementation import DEFAULT, Implementation
+from .load import _TABLES, _TABLES_KEPT, _collector_paused  # noqa: F401  (the trainer and tests use them here)
+from .merging import (build_merge_table, byte_pairs, classic_symbols, first_ranks, invert, merge_dropout_python,
+                      merge_python, piece_merger, ranks_ascend)
 from .pretokenize import (END_OF_WORD, Pcre2Pattern, compile_pattern, pattern_name, resolve_pattern,
                           split_on_special, to_utf8)
+from .sentencepiece_bpe import UNCUT_CHARS, PieceModel, byte_of_piece
 
-try:
-    from . import _piece_merge       # the compiled twin of Tokenizer._merge_python (optional)
-except ImportError:
-    _piece_merge = None
 try:
     from ._pcre2 import Fallback as _Fallback, TextEncoder as _TextEncoder   # optional: PCRE2 and C
 except ImportError:
     _Fallback = _TextEncoder = None
 
 MODES = ("byte", "classic", "piece")
-# Pieces up to this many symbols use the simple scan, longer ones the rank buckets: measured on
-# English and base64 pieces with GPT-2's merges, the scan is faster below about 100 symbols.
-SHORT_PIECE = 100
-# The rank of "no merge": above every real rank.
-NO_MERGE = 1 << 62
-# Symbol ids that no merge involves: a merged-away position, and the ends of a long piece.
-DEAD, OUTSIDE = -1, -2
 # Pre-tokens longer than this are not cached: they rarely repeat and would pin memory.
 MAX_CACHED_CHARS = 256
 # Texts per task when encode_arrays shares a batch between threads.
@@ -69,6 +58,7 @@ _UNBUILT = object()              # Tokenizer._text_encoder_slot before its first
 # ask for another member.
 _BUILDING = threading.RLock()
 _POOLS = threading.Lock()        # held while encode_arrays picks its pool and hands it a batch
+T = TypeVar("T")
 
 
 class Tokenizer:
@@ -90,6 +80,12 @@ class Tokenizer:
 
     `implementation` chooses the compiled twins or the Python code, and the regex engine (see
     bpe_ops/implementation.py); the ids are the same whichever it is.
+
+    >>> tok = Tokenizer([(b"a", b"b"), (b"ab", b"c")], special_tokens=["<|end|>"])
+    >>> tok.encode("abcab<|end|>", allowed_special="all")
+    [257, 256, 258]
+    >>> tok.decode([257, 256, 258])
+    'abcab<|end|>'
     """
 
     def __init__(self, merges: list[tuple[bytes, bytes]], pattern: str = "gpt4",
@@ -100,38 +96,22 @@ class Tokenizer:
                  added_tokens: list[dict] | None = None, implementation: Implementation = DEFAULT,
                  decoder: dict | None = None, byte_fallback: bool = False, unk_token: str | None = None,
                  fuse_unk: bool = False):
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        if mode == "classic" and resolve_pattern(pattern) not in (resolve_pattern("classic"),
-                                                                  resolve_pattern("gpt4")):
-            raise ValueError(f"classic mode always splits on whitespace; pattern {pattern!r} does not apply")
-        if mode == "classic" and vocab is None:
-            raise ValueError("classic mode needs a vocab: its alphabet is not implied by the merges")
-        if mode == "classic" and (normalizer or pre_tokenizer or added_tokens):
-            raise ValueError("classic mode takes no Hugging Face normalizer, pre-tokenizer or added tokens")
-        if mode == "piece" and vocab is None:
-            raise ValueError("piece mode needs a vocab of pieces")
-        if mode != "piece" and (decoder or byte_fallback or unk_token or fuse_unk):
-            raise ValueError("decoder, byte_fallback, unk_token and fuse_unk are piece-mode options")
-        self._merges = _byte_pairs(merges)
+        _check_mode_options(mode, pattern, vocab, bool(normalizer or pre_tokenizer or added_tokens),
+                            bool(decoder or byte_fallback or unk_token or fuse_unk))
+        self._merges = byte_pairs(merges)
         tokens = dict(vocab) if vocab is not None else {b: bytes([b]) for b in range(256)}
-        self._token_ids = _invert(tokens)
+        self._token_ids = invert(tokens)
         self._tokens = tokens
         self.decoder_spec = _sorted_keys(decoder) if decoder else None
         self.unk_token = unk_token
-        self._piece_model = None
-        if mode == "piece":
-            pieces = {t.decode("utf-8", "surrogatepass"): i for i, t in tokens.items()}
-            if unk_token is not None and unk_token not in pieces:
-                raise ValueError(f"unk_token {unk_token!r} is not in the vocab")
-            self._piece_model = PieceModel(pieces, [(a.decode("utf-8", "surrogatepass"), b.decode("utf-8", "surrogatepass"))
-                                                    for a, b in self._merges],
-                                           byte_fallback=byte_fallback, unk_id=pieces.get(unk_token), fuse_unk=fuse_unk)
+        self._piece_model = (_piece_model_of(tokens, self._merges, unk_token, byte_fallback, fuse_unk)
+                             if mode == "piece" else None)
         self._set_options(mode, pattern, ignore_merges, cache_size, implementation, normalizer, pre_tokenizer,
                           added_tokens)
-        ranks, self._left, self._right, self._merged = self._build_merge_table(self._merges, extend=vocab is None)
+        ranks, self._left, self._right, self._merged = build_merge_table(self._merges, tokens, self._token_ids,
+                                                                         extend=vocab is None)
         self._ranks_table = ranks
-        self._ranks_ascend = _ranks_ascend(ranks, self._left, self._right, self._merged)
+        self._ranks_ascend = ranks_ascend(ranks, self._left, self._right, self._merged)
         if mode == "byte":
             self._checked_byte_ids()
         elif mode == "classic" and END_OF_WORD.encode() not in self._token_ids:
@@ -199,7 +179,7 @@ class Tokenizer:
             self._eow_id = self._token_ids[END_OF_WORD.encode()]
         self.vocab = {**tokens, **{i: s.encode("utf-8") for s, i in self.special_tokens.items()}}
         self.vocab_size = max(self.vocab) + 1
-        self._merger = (_piece_merger(self._left, self._right, self._merged, tokens)
+        self._merger = (piece_merger(self._left, self._right, self._merged, tokens)
                         if self.implementation.compiled else None)
         self._text_encoder_slot = _UNBUILT
         self._pool: ThreadPoolExecutor | None = None     # encode_arrays' threads, made on first use
@@ -216,58 +196,14 @@ class Tokenizer:
         return byte_ids
 
     @classmethod
-    def _from_tables(cls, tables: "table_cache.Tables", implementation: Implementation = DEFAULT,
-                     cache_size: int = 100_000) -> "Tokenizer":
-        """The byte-level or piece-mode tokenizer `tables` describe, as `Tokenizer(...)` of the file
-        they were read from builds it (the tests hold every table equal), without redoing its
-        checks: the tables were made from a checked Tokenizer. The merge list as byte pairs and the
-        pair -> rank dict are built on first use: the compiled encoder needs neither."""
-        self = cls.__new__(cls)
-        self.decoder_spec = self.unk_token = self._piece_model = None
-        piece = tables.piece
-        if piece is not None:
-            self.decoder_spec, self.unk_token = piece["decoder"], piece["unk_token"]
-        self._set_options("byte" if piece is None else "piece", tables.pattern, tables.ignore_merges, cache_size,
-                          implementation, tables.normalizer, tables.pre_tokenizer, tables.added_tokens)
-        ids, tokens = tables.token_ids.tolist(), tables.tokens()
-        self._tokens = dict(zip(ids, tokens))
-        self._token_ids = dict(zip(tokens, ids))
-        if len(self._tokens) != len(ids) or len(self._token_ids) != len(ids):
-            raise ValueError("the tables repeat a token or an id")
-        self._merges = self._ranks_table = None
-        self._left, self._right, self._merged = tables.left.tolist(), tables.right.tolist(), tables.merged.tolist()
-        if piece is not None:
-            text = [t.decode("utf-8", "surrogatepass") for t in tokens]
-            pieces = dict(zip(text, ids))
-            pieces.update((p, i) for p, i in piece["vocab_specials"])
-            of_id = dict(zip(ids, text))
-            of_id.update((i, p) for p, i in piece["vocab_specials"])
-            self._piece_model = PieceModel(pieces, zip(map(of_id.__getitem__, self._left), map(of_id.__getitem__, self._right)),
-                                           byte_fallback=piece["byte_fallback"], unk_id=pieces.get(self.unk_token),
-                                           fuse_unk=piece["fuse_unk"])
-        self._ranks_ascend = tables.ranks_ascend
-        self.special_tokens = dict(tables.special_tokens)
-        self._sha256 = tables.sha256
-        self._tables = tables
-        self._finish()
-        return self
+    def _from_tables(cls, tables: table_cache.Tables, implementation: Implementation = DEFAULT,
+                     cache_size: int = 100_000) -> Tokenizer:
+        """The tokenizer `tables` describe (see `load.tokenizer_of_tables`)."""
+        return load.tokenizer_of_tables(cls, tables, implementation, cache_size)
 
-    def _as_tables(self) -> "table_cache.Tables":
-        """This byte-level or piece-mode tokenizer's tables (see `_from_tables`)."""
-        ids = array("q", self._tokens)
-        tokens = list(self._tokens.values())
-        piece = None
-        if self.mode == "piece":
-            model = self._piece_model
-            piece = {"decoder": self.decoder_spec, "unk_token": self.unk_token, "byte_fallback": model.byte_fallback,
-                     "fuse_unk": model.fuse_unk,
-                     "vocab_specials": sorted([p, i] for p, i in model.piece_ids.items() if i not in self._tokens)}
-        return table_cache.Tables(piece=piece,
-            pattern=self.pattern, ignore_merges=self.ignore_merges, special_tokens=dict(self.special_tokens),
-            token_ids=ids, token_lengths=array("q", map(len, tokens)), token_blob=b"".join(tokens),
-            left=array("q", self._left), right=array("q", self._right), merged=array("q", self._merged),
-            ranks_ascend=self._ranks_ascend, sha256=self._sha256, normalizer=self.normalizer_spec,
-            pre_tokenizer=self.pre_tokenizer_spec, added_tokens=self.added_tokens_spec)
+    def _as_tables(self) -> table_cache.Tables:
+        """This byte-level or piece-mode tokenizer's tables (see `load.tables_of`)."""
+        return load.tables_of(self)
 
     @property
     def merges(self) -> list[tuple[bytes, bytes]]:
@@ -283,7 +219,7 @@ class Tokenizer:
         """`(id_a, id_b) -> rank`; a repeated pair keeps its first (lowest) rank."""
         ranks = self._ranks_table
         if ranks is None:
-            ranks = self._build_once("_ranks_table", None, lambda: _first_ranks(self._left, self._right))
+            ranks = self._build_once("_ranks_table", None, lambda: first_ranks(self._left, self._right))
         return ranks
 
     @property
@@ -305,7 +241,7 @@ class Tokenizer:
     def _text_encoder(self, encoder) -> None:
         self._text_encoder_slot = encoder
 
-    def _build_once(self, name: str, unbuilt, build):
+    def _build_once(self, name: str, unbuilt: object, build: Callable[[], T]) -> T:
         """Attribute `name`, set to `build()` if it is still `unbuilt`: under `_BUILDING`, so that
         threads asking at once build it once (the others wait, then take that one)."""
         with _BUILDING:
@@ -317,7 +253,7 @@ class Tokenizer:
 
     def _compiled_text_encoder(self):
         """The compiled whole-text encoder (`bpe_ops._pcre2.TextEncoder`) of this tokenizer, or None:
-        classic mode, the split not on PCRE2, no compiled merger (see `_piece_merger`). Piece mode's
+        classic mode, the split not on PCRE2, no compiled merger (see `merging.piece_merger`). Piece mode's
         is `sentencepiece_bpe.compiled_encoder` (bpe_ops/_spm.c), which takes pre-tokens."""
         if self.mode == "piece" and self._merger is not None:
             return compiled_piece_encoder(self._piece_model, self._left, self._right, self._merged,
@@ -351,50 +287,6 @@ class Tokenizer:
                        if self.added_tokens_spec else None)
         self._text_encoder_slot = _UNBUILT
         self._thread_encoders = threading.local()
-
-    # ---- construction -------------------------------------------------------------------------
-
-    def _build_merge_table(self, merges: list[tuple[bytes, bytes]], extend: bool):
-        """`(id_a, id_b) -> rank`, then `rank -> id_a`, `rank -> id_b` and `rank -> new_id`; new
-        tokens get the next free id when `extend`.
-
-        Every step runs over whole lists (map over dict lookups), which is exact when every part and
-        every product of a merge is already a token; otherwise (a merge making a new token, or an
-        error to name) `_build_merge_table_in_order` does it merge by merge."""
-        get = self._token_ids.get
-        left = list(map(get, [a for a, _ in merges]))
-        right = list(map(get, [b for _, b in merges]))
-        merged = list(map(get, [a + b for a, b in merges]))
-        if None in left or None in right or None in merged:
-            return self._build_merge_table_in_order(merges, extend)
-        return _first_ranks(left, right), left, right, merged
-
-    def _build_merge_table_in_order(self, merges: list[tuple[bytes, bytes]], extend: bool):
-        """`_build_merge_table` one merge at a time: a merge may use the token an earlier one made."""
-        tokens = self._tokens
-        ranks: dict[tuple[int, int], int] = {}
-        left: list[int] = []
-        right: list[int] = []
-        merged: list[int] = []
-        next_id = max(tokens) + 1
-        for rank, (a, b) in enumerate(merges):
-            ia, ib = self._token_ids.get(a), self._token_ids.get(b)
-            if ia is None or ib is None:
-                raise ValueError(f"merge {rank} ({a!r}, {b!r}) uses a token that is neither in the vocab "
-                                 f"nor made by an earlier merge")
-            new_id = self._token_ids.get(a + b)
-            if new_id is None:
-                if not extend:
-                    raise ValueError(f"merge {rank} ({a!r}, {b!r}) makes {a + b!r}, which is not in the vocab")
-                new_id, next_id = next_id, next_id + 1
-                tokens[new_id] = a + b
-                self._token_ids[a + b] = new_id
-            # A repeated pair keeps its first (lowest) rank.
-            ranks.setdefault((ia, ib), rank)
-            left.append(ia)
-            right.append(ib)
-            merged.append(new_id)
-        return ranks, left, right, merged
 
     def _is_base(self, token: bytes) -> bool:
         """A symbol of the alphabet: a single byte, in classic mode a character or `</w>`, in piece
@@ -635,18 +527,18 @@ class Tokenizer:
                 data = to_utf8(piece)
                 symbols = list(data) if self._identity_bytes else list(map(self._byte_ids.__getitem__, data))
             else:
-                symbols = self._classic_symbols(piece)
+                symbols = classic_symbols(piece, self._token_ids, self._eow_id)
             out += self._merge_dropout(symbols, stream)
         return out
 
     def _merge_dropout(self, ids: list[int], stream: DropoutStream) -> list[int]:
-        """BPE-dropout's replay of one pre-token (see `_merge_dropout_python`, its specification),
+        """BPE-dropout's replay of one pre-token (see `merging.merge_dropout_python`, its specification),
         compiled where `_merge` is; the stream goes on from where the compiled replay left it."""
         if self._merger is not None:
             ids, stream.state = self._merger.merge_dropout(ids, stream.state, min(stream.limit, MASK),
                                                            stream.limit > MASK)
             return ids
-        return self._merge_dropout_python(ids, stream)
+        return merge_dropout_python(ids, self._ranks, self._merged, stream)
 
     def _encode_piece(self, piece: str) -> tuple[int, ...]:
         """Ids of one pre-token (a cache miss); the result is cached when the piece is short."""
@@ -661,7 +553,7 @@ class Tokenizer:
                 symbols = list(data) if self._identity_bytes else list(map(self._byte_ids.__getitem__, data))
                 ids = tuple(self._merge(symbols))
         else:
-            ids = tuple(self._merge(self._classic_symbols(piece)))
+            ids = tuple(self._merge(classic_symbols(piece, self._token_ids, self._eow_id)))
         if self.cache_size > 0 and len(piece) <= MAX_CACHED_CHARS:
             if len(self._cache) >= self.cache_size:
                 self._evict()
@@ -701,158 +593,17 @@ class Tokenizer:
         for key in keys[:(len(keys) + 1) // 2]:
             cache.pop(key, None)
 
-    def _classic_symbols(self, word: str) -> list[int]:
-        """A word's characters as symbol ids, then the end-of-word symbol."""
-        get = self._token_ids.get
-        symbols = []
-        for ch in word:
-            i = get(ch.encode("utf-8", "surrogatepass"))
-            if i is None:
-                raise ValueError(f"character {ch!r} (U+{ord(ch):04X}) is not in the classic vocabulary")
-            symbols.append(i)
-        symbols.append(self._eow_id)
-        return symbols
-
     def _merge(self, ids: list[int]) -> list[int]:
         """Apply merges to one pre-token's symbol ids: lowest rank first, leftmost on ties. Compiled
-        (`bpe_ops._piece_merge`) when built; `_merge_python` is its specification."""
+        (`bpe_ops._piece_merge`) when built; `merging.merge_python` is its specification."""
         if self._merger is not None:
             return self._merger.merge(ids)
         return self._merge_python(ids)
 
     def _merge_python(self, ids: list[int]) -> list[int]:
-        """`_merge` in Python: apply merges to one pre-token's symbol ids, lowest rank first, leftmost
-        on ties.
-
-        Short pieces keep the rank of every adjacent pair in a list and update only the two pairs
-        next to each merge; min/index then run in C. The quadratic worst case is also the exact
-        fallback for a merge list that `_merge_long` cannot take (see `_ranks_ascend`).
-        """
-        if len(ids) > SHORT_PIECE and self._ranks_ascend:
-            return self._merge_long(ids)
-        get, merged, none = self._ranks.get, self._merged, NO_MERGE
-        ranks = list(map(get, zip(ids, ids[1:]), repeat(none)))
-        while ranks:
-            rank = min(ranks)
-            if rank == none:
-                break
-            i = ranks.index(rank)
-            new_id = ids[i] = merged[rank]
-            del ids[i + 1]
-            if i + 1 < len(ids):
-                ranks[i] = get((new_id, ids[i + 1]), none)
-                del ranks[i + 1]
-            else:
-                del ranks[i]
-            if i:
-                ranks[i - 1] = get((ids[i - 1], new_id), none)
-        return ids
-
-    def _merge_dropout_python(self, ids: list[int], stream: DropoutStream) -> list[int]:
-        """`_merge_python` with BPE-dropout, as Hugging Face's `Word::merge_all` with a dropout:
-        candidate merges wait in a heap by (rank, position); each one popped draws from `stream`,
-        and a skipped one is set aside until the next draw that is not a skip puts them all back
-        (a popped candidate that is no longer valid still draws). The merge stops when the heap is
-        empty, so a skipped merge may never be applied.
-
-        With a stream that never skips this is `_merge_python` (lowest rank first, leftmost on
-        ties); with one that always skips, the symbols come back unmerged.
-        """
-        get, merged = self._ranks.get, self._merged
-        n = len(ids)
-        heap = [(r, i) for i, r in enumerate(map(get, zip(ids, ids[1:]))) if r is not None]
-        heapify(heap)
-        skipped: list[tuple[int, int]] = []
-        nxt = list(range(1, n + 1))     # n: past the end
-        prv = list(range(-1, n - 1))    # -1: before the start
-        skip = stream.skip
-        while heap:
-            top = heappop(heap)
-            if skip():
-                skipped.append(top)
-                continue
-            for entry in skipped:
-                heappush(heap, entry)
-            skipped.clear()
-            rank, i = top
-            j = nxt[i]
-            if ids[i] == DEAD or j == n or get((ids[i], ids[j])) != rank:
-                continue                # merged away, at the end, or its pair changed
-            new_id = ids[i] = merged[rank]
-            ids[j] = DEAD
-            k = nxt[i] = nxt[j]
-            if k < n:
-                prv[k] = i
-                r = get((new_id, ids[k]))
-                if r is not None:
-                    heappush(heap, (r, i))
-            p = prv[i]
-            if p >= 0:
-                r = get((ids[p], new_id))
-                if r is not None:
-                    heappush(heap, (r, p))
-        return list(filter(DEAD.__ne__, ids))
-
-    def _merge_long(self, ids: list[int]) -> list[int]:
-        """The same replay for long pieces, near-linear: one bucket of positions per merge rank.
-
-        When every merge ranks after the merges that make its two parts (true of any trained merge
-        list), a merge at rank r only creates pairs of higher rank. So the ranks can be taken in
-        increasing order, each once: pop the lowest rank that has a bucket, apply it at its
-        positions left to right (skipping stale ones), and file the pairs it creates under their
-        ranks. The symbols form a linked list over the original positions, so position order is
-        text order and a merge is O(1).
-        """
-        get, merged, lefts, rights = self._ranks.get, self._merged, self._left, self._right
-        n = len(ids)
-        # Initial buckets without a Python loop over positions: sort the positions by their pair's
-        # rank (stable, so each bucket comes out in text order) and cut at each distinct rank.
-        ranks = list(map(get, zip(ids, ids[1:]), repeat(NO_MERGE)))
-        by_rank = sorted(range(n - 1), key=ranks.__getitem__)
-        ranks = list(map(ranks.__getitem__, by_rank))
-        order = sorted(set(ranks))
-        if order[-1] == NO_MERGE:
-            order.pop()
-        buckets = {r: by_rank[bisect_left(ranks, r):bisect_right(ranks, r)] for r in order}
-        ids.append(OUTSIDE)           # ids[n] (after the end) and ids[-1] (before the start)
-        nxt = list(range(1, n + 2))
-        prv = list(range(-1, n))
-        while order:
-            rank = heappop(order)
-            positions = buckets.pop(rank)
-            positions.sort()          # filed by several earlier ranks, so not necessarily in order
-            a, b = lefts[rank], rights[rank]
-            new_id = merged[rank]
-            for i in positions:
-                if ids[i] != a:
-                    continue
-                j = nxt[i]
-                if ids[j] != b:
-                    continue
-                ids[i] = new_id
-                ids[j] = DEAD
-                k = nxt[i] = nxt[j]
-                prv[k] = i
-                # File the two pairs the merge created: (new, right) at i, (left, new) at p.
-                r = get((new_id, ids[k]))
-                if r is not None:
-                    bucket = buckets.get(r)
-                    if bucket is None:
-                        buckets[r] = [i]
-                        heappush(order, r)
-                    else:
-                        bucket.append(i)
-                p = prv[i]
-                r = get((ids[p], new_id))
-                if r is not None:
-                    bucket = buckets.get(r)
-                    if bucket is None:
-                        buckets[r] = [p]
-                        heappush(order, r)
-                    else:
-                        bucket.append(p)
-        del ids[n]
-        return list(filter(DEAD.__ne__, ids))
+        """`_merge` in Python (`merging.merge_python` over this tokenizer's tables): the compiled
+        merger's specification."""
+        return merge_python(ids, self._ranks, self._left, self._right, self._merged, self._ranks_ascend)
 
     # ---- decoding -----------------------------------------------------------------------------
 
@@ -938,7 +689,7 @@ class Tokenizer:
         return json_path
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike, *, implementation: Implementation = DEFAULT) -> "Tokenizer":
+    def from_file(cls, path: str | os.PathLike, *, implementation: Implementation = DEFAULT) -> Tokenizer:
         """Load a tokenizer.json (ours, or a byte-level BPE written by Hugging Face `tokenizers`);
         `path` may be the file or a directory holding one.
 
@@ -946,65 +697,24 @@ class Tokenizer:
         process, and in `implementation.cache_dir` when set (see bpe_ops/table_cache.py), so that
         the next load of the same bytes skips the parse. `Tokenizer(**formats.read_tokenizer_json(path))`
         is what this returns in every case."""
-        if os.path.isdir(path):
-            path = os.path.join(path, "tokenizer.json")
-        with open(path, "rb") as f:
-            data = f.read()
-        key = table_cache.file_sha256(data)
-        tables = _TABLES.get(key) or table_cache.load(implementation.cache_dir, key)
-        if tables is not None:
-            tok = cls._from_tables(tables, implementation)
-        else:
-            with _collector_paused():
-                read = formats.read_tokenizer_data(data, path, as_tables=True)   # Tables for the common file
-                tok = (cls._from_tables(read, implementation) if isinstance(read, table_cache.Tables)
-                       else _named(path, cls, {**read, "implementation": implementation}))
-            if implementation.cache_dir:
-                tok.sha256                     # the next loader (a pipeline's worker) will want it
-            tables = tok._tables = tok._as_tables()
-            table_cache.save(implementation.cache_dir, key, tables)
-        _remember(key, tables)
-        tok.source_sha256 = key
-        return tok
+        return load.from_file(cls, path, implementation)
 
     @classmethod
     def from_tiktoken(cls, path: str | os.PathLike, pattern: str, special_tokens: Mapping[str, int] | None = None,
-                      *, implementation: Implementation = DEFAULT) -> "Tokenizer":
+                      *, implementation: Implementation = DEFAULT) -> Tokenizer:
         """Load a tiktoken rank file (`.tiktoken`, or a `tokenizer.model` in that format) with its split
         `pattern` (a name: `gpt2`, `gpt4`/`cl100k_base`, `o200k`/`o200k_base`, or a regex) and its
         special tokens `{token: id}`: the ids tiktoken's `Encoding(pat_str=..., mergeable_ranks=...,
         special_tokens=...)` gives. A whole pre-token that is a token is that token (tiktoken looks
         pieces up before merging: `ignore_merges`). Tables are cached as in `from_file`, keyed by the
         file's bytes, the pattern and the special tokens."""
-        specials = dict(special_tokens or {})
-        resolved = resolve_pattern(pattern)
-        with open(path, "rb") as f:
-            data = f.read()
-        source = table_cache.file_sha256(data)
-        key = table_cache.file_sha256("\0".join(["tiktoken", source, resolved, json.dumps(sorted(specials.items()))])
-                                      .encode("utf-8", "surrogatepass"))
-        tables = _TABLES.get(key) or table_cache.load(implementation.cache_dir, key)
-        if tables is not None:
-            tok = cls._from_tables(tables, implementation)
-        else:
-            with _collector_paused():
-                tok = _named(path, cls, {**formats.read_tiktoken_data(data, path), "pattern": resolved,
-                                         "special_tokens": specials, "ignore_merges": True,
-                                         "implementation": implementation})
-            if implementation.cache_dir:
-                tok.sha256
-            tables = tok._tables = tok._as_tables()
-            table_cache.save(implementation.cache_dir, key, tables)
-        _remember(key, tables)
-        tok.source_sha256 = source
-        return tok
+        return load.from_tiktoken(cls, path, pattern, special_tokens, implementation)
 
     @classmethod
     def from_gpt2_files(cls, vocab_json: str | os.PathLike, merges_txt: str | os.PathLike,
-                        pattern: str = "gpt2", *, implementation: Implementation = DEFAULT) -> "Tokenizer":
+                        pattern: str = "gpt2", *, implementation: Implementation = DEFAULT) -> Tokenizer:
         """Load GPT-2's `vocab.json` + `merges.txt` layout."""
-        return _named(merges_txt, cls, {**formats.read_gpt2_files(vocab_json, merges_txt), "pattern": pattern,
-                                        "implementation": implementation})
+        return load.from_gpt2_files(cls, vocab_json, merges_txt, pattern, implementation)
 
     def __repr__(self) -> str:
         return (f"Tokenizer(mode={self.mode!r}, pattern={self.pattern_name or self.pattern!r}, "
@@ -1012,91 +722,42 @@ class Tokenizer:
                 f"vocab_size={self.vocab_size})")
 
 
-# The tables of the files this process loaded last, by the SHA-256 of their bytes: a Beam pipeline
-# run in one process loads its tokenizer in the launcher and again in the worker.
-_TABLES: dict[str, "table_cache.Tables"] = {}
-_TABLES_KEPT = 2
+def _check_mode_options(mode: str, pattern: str, vocab: dict[int, bytes] | None, hf_components: bool,
+                        piece_options: bool) -> None:
+    """ValueError for options the mode does not take (`hf_components`: a normalizer, pre-tokenizer
+    or added tokens; `piece_options`: a decoder, byte_fallback, unk_token or fuse_unk)."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if mode == "classic" and resolve_pattern(pattern) not in (resolve_pattern("classic"), resolve_pattern("gpt4")):
+        raise ValueError(f"classic mode always splits on whitespace; pattern {pattern!r} does not apply")
+    if mode == "classic" and vocab is None:
+        raise ValueError("classic mode needs a vocab: its alphabet is not implied by the merges")
+    if mode == "classic" and hf_components:
+        raise ValueError("classic mode takes no Hugging Face normalizer, pre-tokenizer or added tokens")
+    if mode == "piece" and vocab is None:
+        raise ValueError("piece mode needs a vocab of pieces")
+    if mode != "piece" and piece_options:
+        raise ValueError("decoder, byte_fallback, unk_token and fuse_unk are piece-mode options")
 
 
-_REMEMBERING = threading.Lock()    # threads may load tokenizers at once
+def _piece_model_of(tokens: dict[int, bytes], merges: list[tuple[bytes, bytes]], unk_token: str | None,
+                    byte_fallback: bool, fuse_unk: bool) -> PieceModel:
+    """Piece mode's model of the vocab (pieces are their UTF-8) and merges."""
+    pieces = {t.decode("utf-8", "surrogatepass"): i for i, t in tokens.items()}
+    if unk_token is not None and unk_token not in pieces:
+        raise ValueError(f"unk_token {unk_token!r} is not in the vocab")
+    as_text = [(a.decode("utf-8", "surrogatepass"), b.decode("utf-8", "surrogatepass")) for a, b in merges]
+    return PieceModel(pieces, as_text, byte_fallback=byte_fallback, unk_id=pieces.get(unk_token), fuse_unk=fuse_unk)
 
 
-def _remember(key: str, tables: "table_cache.Tables") -> None:
-    with _REMEMBERING:
-        _TABLES.pop(key, None)
-        _TABLES[key] = tables
-        while len(_TABLES) > _TABLES_KEPT:
-            del _TABLES[next(iter(_TABLES))]
+def _sorted_keys(value: Any) -> Any:
+    """A JSON value with every object's keys in sorted order.
 
-
-@contextmanager
-def _collector_paused():
-    """No cyclic garbage collection inside: reading a large vocabulary allocates millions of
-    containers and none of them is garbage, yet each allocation burst would start a collection
-    that walks them all (most of a large file's load time)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def _named(path, cls, kwargs: dict) -> "Tokenizer":
-    """Build a tokenizer from a file's contents; an inconsistency names the file."""
-    try:
-        return cls(**kwargs)
-    except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
-
-
-def _piece_merger(left: list[int], right: list[int], merged: list[int], token_ids: Iterable[int]):
-    """The compiled merger of this merge table, or None: not built, or a token id outside
-    0..2**31 - 1 (the C merger packs two ids in 64 bits; Python takes any int)."""
-    if _piece_merge is None:
-        return None
-    if not (0 <= min(token_ids, default=0) and max(token_ids, default=0) < 2**31):
-        return None
-    return _piece_merge.PieceMerger(left, right, merged)
-
-
-def _sorted_keys(value):
-    """A JSON value with every object's keys in sorted order."""
+    >>> _sorted_keys({"b": [{"d": 1, "c": 2}], "a": 0})
+    {'a': 0, 'b': [{'c': 2, 'd': 1}]}
+    """
     if isinstance(value, dict):
         return {k: _sorted_keys(value[k]) for k in sorted(value)}
     if isinstance(value, list):
         return [_sorted_keys(v) for v in value]
     return value
-
-
-def _byte_pairs(merges: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """`[(bytes(a), bytes(b)) for a, b in merges]`, a side at a time."""
-    merges = list(merges)
-    if any(len(m) != 2 for m in merges):
-        raise ValueError(f"a merge is a pair of tokens, got {next(m for m in merges if len(m) != 2)!r}")
-    return list(zip(*(map(bytes, side) for side in zip(*merges)))) if merges else []
-
-
-def _first_ranks(left: list[int], right: list[int]) -> dict[tuple[int, int], int]:
-    """`(id_a, id_b) -> rank`, a repeated pair keeping its first rank: filled from the last rank to
-    the first, so the lowest rank is written last."""
-    n = len(left)
-    return dict(zip(zip(reversed(left), reversed(right)), range(n - 1, -1, -1)))
-
-
-def _ranks_ascend(ranks: dict[tuple[int, int], int], left: list[int], right: list[int], merged: list[int]) -> bool:
-    """Whether every merge ranks after every merge that makes one of its two parts."""
-    live = sorted(ranks.values())     # a repeated pair's later copies never apply
-    last_maker = dict(zip(map(merged.__getitem__, live), live)).get   # the last wins
-    return all(all(map(lt, map(last_maker, map(side.__getitem__, live), repeat(-1)), live))
-               for side in (left, right))
-
-
-def _invert(tokens: dict[int, bytes]) -> dict[bytes, int]:
-    out: dict[bytes, int] = {}
-    for i, t in tokens.items():
-        if t in out:
-            raise ValueError(f"the vocab holds {t!r} twice (ids {out[t]} and {i})")
-        out[t] = i
-    return out

@@ -578,7 +578,7 @@ def _byte_level_tables(model: dict, pattern: str, specials: dict, components: di
     the vocab's bytes are one encode of all its strings. None for any other file: the Tokenizer's own
     construction then reads it, and names what is wrong."""
     from . import table_cache
-    from .encoder import _first_ranks, _ranks_ascend     # not at the top: the encoder imports this module
+    from .merging import first_ranks, ranks_ascend
 
     vocab = model["vocab"]
     special_ids = set(specials.values())
@@ -603,7 +603,7 @@ def _byte_level_tables(model: dict, pattern: str, specials: dict, components: di
         special_tokens=dict(specials), token_ids=array("q", ordinary.values()),
         token_lengths=array("q", map(len, strings)), token_blob=blob, left=array("q", left),
         right=array("q", right), merged=array("q", merged),
-        ranks_ascend=_ranks_ascend(_first_ranks(left, right), left, right, merged),
+        ranks_ascend=ranks_ascend(first_ranks(left, right), left, right, merged),
         normalizer=components.get("normalizer"), pre_tokenizer=components.get("pre_tokenizer"),
         added_tokens=components.get("added_tokens"))
 

@@ -43,7 +43,7 @@ class Tables:
 
     `token_ids[k]` is the id of the ordinary token `token_blob[offset_k : offset_k + token_lengths[k]]`
     (special tokens are in `special_tokens`); merge rank r joins `left[r]` and `right[r]` into
-    `merged[r]`. `ranks_ascend` is `encoder._ranks_ascend` of the merges; `sha256` the canonical
+    `merged[r]`. `ranks_ascend` is `merging.ranks_ascend` of the merges; `sha256` the canonical
     tokenizer.json text's (None until someone asked for it). `piece` holds a piece-mode file's
     model options (decoder, byte_fallback, unk_token, fuse_unk, and `vocab_specials`: the special
     tokens its vocab lists, [piece, id] pairs); None for byte level."""

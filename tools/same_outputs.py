@@ -80,6 +80,8 @@ def run_all(code: Path, out: Path, corpora: Path) -> None:
         done = subprocess.run([sys.executable, "-m", "pipelines.cli", *filled], cwd=out, env=env,
                               capture_output=True, text=True)
         messages = [line for line in done.stderr.splitlines() if line.startswith("tokenbeam: ")]
+        if done.returncode < 0:     # killed by a signal: what it said last is the evidence
+            messages += ["(killed by a signal; the end of its standard error:)", *done.stderr.splitlines()[-20:]]
         (out / "_commands" / f"{name}.txt").write_text(
             f"exit {done.returncode}\n--- stdout\n{done.stdout}--- messages\n" + "\n".join(messages) + "\n")
         print(f"  {name}: exit {done.returncode}", flush=True)

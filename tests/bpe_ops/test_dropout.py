@@ -6,8 +6,7 @@ from collections import Counter
 
 import pytest
 
-from bpe_ops import Tokenizer
-from bpe_ops.encoder import _piece_merge
+from bpe_ops import Tokenizer, _educational, formats, merging
 from bpe_ops.implementation import Implementation
 from bpe_ops.dropout import GOLDEN, DropoutStream, splitmix64, stream_key, threshold
 from tests.conftest import read_jsonl_texts
@@ -23,6 +22,26 @@ class Never:
 @pytest.fixture(scope="module")
 def gpt2(gpt2_files):
     return Tokenizer.from_gpt2_files(*gpt2_files)
+
+
+class Table:
+    """A tokenizer's merge table, built from its public merges and vocab by `merging`'s functions."""
+    def __init__(self, tok: Tokenizer):
+        self.tokens = dict(tok.vocab)
+        self.token_ids = merging.invert(self.tokens)
+        self.ranks, _, _, self.merged = merging.build_merge_table(tok.merges, self.tokens, self.token_ids, extend=False)
+        self.reference_ranks = _educational.ranks_of(tok.merges)
+
+    def symbols(self, piece: str) -> list[int]:
+        return [self.token_ids[bytes([b])] for b in piece.encode("utf-8")]
+
+    def dropout_python(self, symbols: list[int], stream) -> list[int]:
+        return merging.merge_dropout_python(list(symbols), self.ranks, self.merged, stream)
+
+    def reference(self, piece: str) -> list[int]:
+        """The textbook merge of the piece (bpe_ops/_educational.py), as ids."""
+        parts = _educational.merge([bytes([b]) for b in piece.encode("utf-8")], self.reference_ranks)
+        return [self.token_ids[part] for part in parts]
 
 
 @pytest.fixture(scope="module")
@@ -60,38 +79,39 @@ def test_skip_rate_is_p():
         assert abs(skips - n * p) < 5 * (n * p * (1 - p)) ** 0.5, (p, skips)
 
 
-def test_merge_dropout_that_never_skips_is_merge_python(gpt2, english):
-    pieces = {piece for text in english for piece in gpt2._split(text)}
-    pieces |= {"a" * 300, "ab" * 200 + "c"}              # long pieces: _merge_python's other route
+def test_merge_dropout_that_never_skips_is_the_plain_merge(gpt2, english):
+    table = Table(gpt2)
+    pieces = {piece for text in english for piece in _educational.split(text, gpt2.pattern)}
+    pieces |= {"a" * 300, "ab" * 200 + "c"}              # long pieces
     assert len(pieces) > 5_000
     for piece in pieces:
-        symbols = [gpt2._byte_ids[b] for b in piece.encode("utf-8")]
-        assert gpt2._merge_dropout_python(list(symbols), Never()) == gpt2._merge_python(list(symbols)), piece
+        assert table.dropout_python(table.symbols(piece), Never()) == table.reference(piece), piece
 
 
 def test_merge_dropout_that_never_skips_follows_lowest_rank_first_on_a_hand_merge_list():
-    tok = Tokenizer(HAND_MERGES, pattern=r"\S+|\s+")
+    table = Table(Tokenizer(HAND_MERGES, pattern=r"\S+|\s+"))
     for word in ["aaaaaaaaa", "abcabc", "ababcbc", "aé中aabc", "cacacab", "aaaabaaaa"]:
-        symbols = list(word.encode("utf-8"))
-        assert tok._merge_dropout_python(list(symbols), Never()) == tok._merge_python(list(symbols)), word
+        assert table.dropout_python(table.symbols(word), Never()) == table.reference(word), word
 
 
-@pytest.mark.skipif(_piece_merge is None, reason="bpe_ops._piece_merge is not built")
+@pytest.mark.skipif(merging._piece_merge is None, reason="bpe_ops._piece_merge is not built")
 def test_compiled_dropout_replay_equals_the_python_one(gpt2, gpt2_files, english, corpora):
     """The C twin draws the same stream and makes the same ids, piece after piece (the stream goes
     on across pieces), on every piece of the tiny corpus and long pieces, at several p."""
-    pieces = [piece for text in english[:60] for piece in gpt2._split(text)] + ["a" * 300, "ab" * 200 + "c", "x"]
+    table = Table(gpt2)
+    pieces = [piece for text in english[:60] for piece in _educational.split(text, gpt2.pattern)]
+    pieces += ["a" * 300, "ab" * 200 + "c", "x"]
     for p in (0.05, 0.1, 0.3, 0.5, 0.9, 1.0):
         compiled, python = DropoutStream(p, 1, "c"), DropoutStream(p, 1, "c")
         for piece in pieces:
-            symbols = [gpt2._byte_ids[b] for b in piece.encode("utf-8")]
-            assert gpt2._merge_dropout(list(symbols), compiled) == gpt2._merge_dropout_python(list(symbols), python)
+            symbols = table.symbols(piece)
+            assert gpt2._merge_dropout(list(symbols), compiled) == table.dropout_python(symbols, python)
             assert compiled.state == python.state, (p, piece)
 
     # Whole texts (the compiled path takes all of a text's pieces in one call; GPT-2's byte ids are
     # not the bytes): the same ids as the pure-Python tokenizer.
     pure = Tokenizer.from_gpt2_files(*gpt2_files, implementation=Implementation(compiled=False))
-    assert pure._merger is None and not gpt2._identity_bytes
+    assert pure._merger is None and gpt2.token_bytes(ord("a")) != b"a"
     texts = english[:20] + read_jsonl_texts(corpora / "multi")[:10] + read_jsonl_texts(corpora / "code")[:10] + [
         "", "\ud800 lone", "a" * 500]
     for p in (0.1, 0.5, 1.0):
@@ -102,7 +122,8 @@ def test_compiled_dropout_replay_equals_the_python_one(gpt2, gpt2_files, english
 def test_p0_is_the_deterministic_encoding_and_p1_gives_the_bytes(gpt2, english):
     for i, text in enumerate(english[:50]):
         assert gpt2.encode(text, dropout=0.0, seed=i, record_id=i) == gpt2.encode(text)
-        assert gpt2.encode(text, dropout=1.0, seed=i, record_id=i) == [gpt2._byte_ids[b] for b in text.encode()]
+        as_bytes = gpt2.encode(text, dropout=1.0, seed=i, record_id=i)
+        assert list(map(gpt2.token_bytes, as_bytes)) == [bytes([b]) for b in text.encode()]
     tok = Tokenizer(HAND_MERGES)
     assert tok.encode("aaaa abc", dropout=1, seed=0) == list(b"aaaa abc")
     assert tok.encode("aaaa abc") == [260, 32, 261] == tok.encode("aaaa abc", dropout=0, seed=1)
@@ -175,7 +196,7 @@ LEVEL = 0.001          # the family-wise level: Bonferroni over words and probab
 
 def hf_with_dropout(tok: Tokenizer, p: float):
     import tokenizers
-    data = json.loads(tok._json_text())
+    data = json.loads(formats.tokenizer_json_text(tok))
     data["model"]["dropout"] = p
     return tokenizers.Tokenizer.from_str(json.dumps(data))
 

@@ -1,14 +1,18 @@
-"""The encoder against slow references written here: in-order merge replay, lowest-rank-first replay,
-and a tiny textbook trainer; plus round trips, special tokens, long pieces and the cache."""
+"""The encoder against slow references: in-order merge replay and a tiny textbook trainer written
+here, and bpe_ops/_educational.py's lowest-rank-first replay (on hand-written merges and on GPT-2's
+merges over real documents); plus round trips, special tokens, long pieces and the cache."""
 import base64
 import random
+import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bpe_ops import Tokenizer
+from bpe_ops import Tokenizer, _educational
 from bpe_ops.pretokenize import pretokenize
+from tests.conftest import read_jsonl_texts
 
 # A merge list written by hand: overlapping runs (a a, aa a, aa aa), two routes to the same bytes
 # (ab c and a bc both make "abc"), spaces, and the UTF-8 bytes of "é" (c3 a9) and "中" (e4 b8 ad).
@@ -62,16 +66,7 @@ def replay_fast(merges, data: bytes) -> list[bytes]:
 
 def lowest_rank_first(merges, data: bytes) -> list[bytes]:
     """The definition the encoder implements: merge the adjacent pair of lowest rank, leftmost first."""
-    rank = {}
-    for r, pair in enumerate(merges):
-        rank.setdefault(pair, r)
-    parts = [bytes([b]) for b in data]
-    while True:
-        candidates = [(rank[p], i) for i, p in enumerate(zip(parts, parts[1:])) if p in rank]
-        if not candidates:
-            return parts
-        _, i = min(candidates)
-        parts[i:i + 2] = [parts[i] + parts[i + 1]]
+    return _educational.merge([bytes([b]) for b in data], _educational.ranks_of(merges))
 
 
 def default_ids(merges) -> dict[bytes, int]:
@@ -327,3 +322,33 @@ def test_classic_mode():
         tok.encode("wow wxw")
     with pytest.raises(ValueError, match="classic"):
         tok.save("/nonexistent-dir-never-created")
+
+
+@pytest.mark.parametrize("corpus", ["en", "code", "multi"])
+def test_gpt2_encodes_real_documents_as_the_textbook_reference(gpt2_files, corpora, corpus):
+    """The whole encoder (compiled split, cache, merge) against bpe_ops/_educational.py's textbook
+    encoding with GPT-2's merges, vocabulary and pattern."""
+    tok = Tokenizer.from_gpt2_files(*gpt2_files)
+    vocab = {i: b for i, b in tok.vocab.items() if i not in tok.special_tokens.values()}
+    texts = read_jsonl_texts(corpora / corpus, limit=25)
+    assert [tok.encode(text) for text in texts] == [
+        _educational.encode_ordinary(text, tok.merges, tok.pattern, vocab) for text in texts]
+
+
+def test_ignore_merges_follows_the_textbook_reference():
+    """A whole pre-token that is a token is that token (tiktoken's rule), else the merges apply."""
+    vocab = {b: bytes([b]) for b in range(256)} | {256: b"ab", 257: b"abc", 258: b" abcab"}
+    tok = Tokenizer([(b"a", b"b"), (b"ab", b"c")], pattern="gpt4", vocab=vocab, ignore_merges=True)
+    text = "abc abcab abcabc"
+    assert tok.encode(text) == _educational.encode_ordinary(text, tok.merges, tok.pattern, vocab, ignore_merges=True)
+    assert tok.encode(" abcab") == [258]
+
+
+def test_production_code_never_imports_the_textbook_reference():
+    """bpe_ops/_educational.py is the tests' oracle: no module of the product may come to rely on it."""
+    root = Path(__file__).resolve().parent.parent
+    sources = [*root.joinpath("bpe_ops").glob("*.py"), *root.joinpath("pipelines").rglob("*.py"),
+               *root.joinpath("schemas").rglob("*.py")]
+    importing = re.compile(r"^\s*(from|import)\s[^#\n]*_educational", re.MULTILINE)
+    assert len(sources) > 10
+    assert [p.name for p in sources if p.name != "_educational.py" and importing.search(p.read_text())] == []

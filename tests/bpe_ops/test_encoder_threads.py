@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bpe_ops import Tokenizer, encoder, formats, train_bpe
+from bpe_ops import Tokenizer, formats, load, train_bpe
 from bpe_ops.encoder import _Fallback, _TextEncoder
 from bpe_ops.implementation import Implementation
 from tests.conftest import ROOT, read_jsonl_texts
@@ -273,7 +273,7 @@ class SwitchingDict(dict):
 def test_threads_loading_tokenizers_at_once_keep_the_tables_of_the_last_files(files, tmp_path, monkeypatch):
     """`from_file` keeps the tables of the files this process loaded last: threads loading three
     files at once (more than it keeps) each get their tokenizer, and it keeps no more."""
-    monkeypatch.setattr(encoder, "_TABLES", SwitchingDict())
+    monkeypatch.setattr(load, "_TABLES", SwitchingDict())
     again = tmp_path / "tokenizer.json"         # the same tokenizer, another file (bytes) to keep
     again.write_bytes(Path(files["regex"]).read_bytes() + b"\n")
     paths = [files["regex"], files["chain"], again]
@@ -295,4 +295,4 @@ def test_threads_loading_tokenizers_at_once_keep_the_tables_of_the_last_files(fi
 
     errors = [e for e in run_at_once(work) if not isinstance(e, threading.BrokenBarrierError)]
     assert not errors and not wrong, (errors[:1], wrong[:1])
-    assert len(encoder._TABLES) <= encoder._TABLES_KEPT
+    assert len(load._TABLES) <= load._TABLES_KEPT

@@ -6,6 +6,7 @@ texts it must not take fall back whole."""
 import os
 import pickle
 import threading
+import weakref
 from collections import Counter
 
 import pytest
@@ -13,7 +14,7 @@ import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bpe_ops import Tokenizer, pretokenize
+from bpe_ops import Implementation, Tokenizer, pretokenize
 from tests.conftest import read_jsonl_texts
 from tests.bpe_ops.test_pretokenize import ADVERSARIAL
 
@@ -22,14 +23,24 @@ pytestmark = pytest.mark.skipif(pcre2 is None and os.environ.get("TOKENBEAM_REQU
                                 reason="bpe_ops._pcre2 not built or libpcre2-8 missing (optional accelerator)")
 
 
+PYTHON = Implementation(compiled=False, engine="regex")
+_python_twins: "weakref.WeakKeyDictionary[Tokenizer, Tokenizer]" = weakref.WeakKeyDictionary()
+
+
+def python_twin(tok: Tokenizer) -> Tokenizer:
+    """The same tokenizer on the Python path (the `regex` split, the cache, the Python merge)."""
+    twin = _python_twins.get(tok)
+    if twin is None:
+        specials = set(tok.special_tokens.values())
+        twin = _python_twins[tok] = Tokenizer(
+            tok.merges, pattern=tok.pattern, vocab={i: b for i, b in tok.vocab.items() if i not in specials},
+            special_tokens=tok.special_tokens, ignore_merges=tok.ignore_merges, implementation=PYTHON)
+    return twin
+
+
 def python_ids(tok: Tokenizer, text: str) -> list[int]:
-    """The specification: the same tokenizer's Python path (regex split, cache, per-piece merge)."""
-    saved, tok._text_encoder = tok._text_encoder, None
-    saved_regex, tok._regex = tok._regex, regex.compile(tok.pattern)
-    try:
-        return tok._encode_ordinary(text)
-    finally:
-        tok._text_encoder, tok._regex = saved, saved_regex
+    """The specification: the same tokenizer's ids on the Python path."""
+    return python_twin(tok).encode(text)
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +174,7 @@ def test_ignore_merges_takes_whole_tokens(gpt2_files):
     """Llama-3 style: a piece that is itself a token is that token, even where the merges would
     not make it. Here the vocabulary holds ' zzzz' but no merge makes it."""
     base = Tokenizer.from_gpt2_files(*gpt2_files)
-    vocab = dict(base._tokens)
+    vocab = {i: b for i, b in base.vocab.items() if i not in base.special_tokens.values()}
     vocab[max(vocab) + 1] = b" zzzz"
     tok = Tokenizer(base.merges, pattern="gpt4", vocab=vocab, ignore_merges=True)
     assert tok._text_encoder is not None

@@ -11,7 +11,7 @@ import pytest
 from tokenizers import Regex, decoders, models, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
 
-from bpe_ops import Implementation, Tokenizer, encoder, formats, table_cache
+from bpe_ops import Implementation, Tokenizer, formats, load, table_cache
 from tests.conftest import read_jsonl_texts
 
 PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -42,7 +42,7 @@ def hf_file(texts, tmp_path_factory):
 @pytest.fixture(autouse=True)
 def no_process_memo(monkeypatch):
     """Each test sees an empty in-process memo, so loads come from disk or the file."""
-    monkeypatch.setattr(encoder, "_TABLES", {})
+    monkeypatch.setattr(load, "_TABLES", {})
 
 
 def spec(path, implementation=Implementation()):
@@ -64,7 +64,7 @@ def test_loaded_from_the_cache_equals_the_specification(hf_file, texts, tmp_path
     impl = Implementation(compiled=compiled, cache_dir=str(tmp_path / "cache"))
     first = Tokenizer.from_file(path, implementation=impl)          # parses, then saves the tables
     assert os.listdir(tmp_path / "cache" / table_cache.SUBFOLDER)
-    encoder._TABLES.clear()
+    load._TABLES.clear()
     second = Tokenizer.from_file(path, implementation=impl)         # from the disk cache
     assert second._tables is not None and second._merges is None and second._ranks_table is None
     reference = spec(path, Implementation(compiled=compiled))
@@ -89,7 +89,7 @@ def test_gpt2_and_trained_files_round_trip_through_the_cache(gpt2_files, tmp_pat
     json_path = gpt2.save(tmp_path / "gpt2")
     impl = Implementation(cache_dir=str(tmp_path / "cache"))
     Tokenizer.from_file(json_path, implementation=impl)
-    encoder._TABLES.clear()
+    load._TABLES.clear()
     cached = Tokenizer.from_file(json_path, implementation=impl)
     assert cached._tables is not None
     assert_same_tokenizer(cached, spec(json_path), texts)
@@ -125,11 +125,11 @@ def test_a_damaged_or_foreign_cache_file_is_ignored_and_replaced(hf_file, other_
     with open(target, "wb") as f:
         f.write(data)
     assert table_cache.load(str(tmp_path / "cache"), table_cache.file_sha256(path.read_bytes())) is None
-    encoder._TABLES.clear()
+    load._TABLES.clear()
     again = Tokenizer.from_file(path, implementation=impl)
     assert again._tables is not None
     assert_same_tokenizer(again, spec(path), texts)
-    encoder._TABLES.clear()
+    load._TABLES.clear()
     assert table_cache.load(str(tmp_path / "cache"), table_cache.file_sha256(path.read_bytes())) is not None
 
 
@@ -149,7 +149,7 @@ def test_an_unwritable_or_impossible_cache_folder_costs_only_the_saving(hf_file,
         readonly = tmp_path / "readonly"
         readonly.mkdir()
         readonly.chmod(stat.S_IRUSR | stat.S_IXUSR)
-        encoder._TABLES.clear()
+        load._TABLES.clear()
         tok = Tokenizer.from_file(path, implementation=Implementation(cache_dir=str(readonly)))
         assert_same_tokenizer(tok, spec(path), texts)
 
@@ -161,7 +161,7 @@ def test_an_edited_file_is_a_new_key(hf_file, texts, tmp_path):
     copy.write_bytes(path.read_bytes())
     before = Tokenizer.from_file(copy, implementation=impl)
     Tokenizer(before.merges[:10], vocab=None).save(tmp_path)        # another tokenizer, same path
-    encoder._TABLES.clear()
+    load._TABLES.clear()
     after = Tokenizer.from_file(copy, implementation=impl)
     assert len(after.merges) == 10 and after.source_sha256 != before.source_sha256
     assert_same_tokenizer(after, spec(copy), texts)
@@ -184,7 +184,7 @@ def test_sentencepiece_style_files_round_trip_through_the_cache(path, texts, tmp
     the cache as the file's own tokenizer: the same piece model, vocabulary, decoder and ids."""
     impl = Implementation(cache_dir=str(tmp_path / "cache"))
     Tokenizer.from_file(path, implementation=impl)
-    encoder._TABLES.clear()
+    load._TABLES.clear()
     cached = Tokenizer.from_file(path, implementation=impl)
     reference = spec(path)
     assert cached._tables is not None and cached.mode == reference.mode == "piece"

@@ -1,0 +1,21 @@
+"""Every bpe_ops module's docstring examples run and give what they show."""
+import doctest
+import importlib
+import pkgutil
+
+import pytest
+
+import bpe_ops
+
+MODULES = sorted(info.name for info in pkgutil.iter_modules(bpe_ops.__path__, "bpe_ops.") if not info.ispkg)
+
+
+def test_every_module_is_listed():
+    assert {"bpe_ops.encoder", "bpe_ops.merging", "bpe_ops.load", "bpe_ops._educational"} <= set(MODULES)
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE, verbose=False)
+    assert result.failed == 0, f"{result.failed} of {result.attempted} examples in {name} failed (output above)"
