@@ -16,15 +16,16 @@ import os
 import threading
 from array import array
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 from . import formats, table_cache
 from .implementation import DEFAULT, Implementation
 from .pretokenize import resolve_pattern
 from .sentencepiece_bpe import PieceModel
 
-if TYPE_CHECKING:
-    from .encoder import Tokenizer
+# The Tokenizer class the loaders are given (`Tokenizer.from_file` passes itself): the encoder imports
+# this module, so this one names the class only through its callers.
+T = TypeVar("T")
 
 # The tables of the files this process loaded last, by the SHA-256 of their bytes.
 _TABLES: dict[str, table_cache.Tables] = {}
@@ -32,7 +33,7 @@ _TABLES_KEPT = 2
 _REMEMBERING = threading.Lock()    # threads may load tokenizers at once
 
 
-def from_file(cls: type[Tokenizer], path: str | os.PathLike, implementation: Implementation = DEFAULT) -> Tokenizer:
+def from_file(cls: type[T], path: str | os.PathLike, implementation: Implementation = DEFAULT) -> T:
     """See `Tokenizer.from_file`."""
     if os.path.isdir(path):
         path = os.path.join(path, "tokenizer.json")
@@ -49,9 +50,9 @@ def from_file(cls: type[Tokenizer], path: str | os.PathLike, implementation: Imp
     return tok
 
 
-def from_tiktoken(cls: type[Tokenizer], path: str | os.PathLike, pattern: str,
+def from_tiktoken(cls: type[T], path: str | os.PathLike, pattern: str,
                   special_tokens: Mapping[str, int] | None = None,
-                  implementation: Implementation = DEFAULT) -> Tokenizer:
+                  implementation: Implementation = DEFAULT) -> T:
     """See `Tokenizer.from_tiktoken`: cached as `from_file`, keyed by the file's bytes, the pattern
     and the special tokens."""
     specials = dict(special_tokens or {})
@@ -68,15 +69,15 @@ def from_tiktoken(cls: type[Tokenizer], path: str | os.PathLike, pattern: str,
     return tok
 
 
-def from_gpt2_files(cls: type[Tokenizer], vocab_json: str | os.PathLike, merges_txt: str | os.PathLike,
-                    pattern: str = "gpt2", implementation: Implementation = DEFAULT) -> Tokenizer:
+def from_gpt2_files(cls: type[T], vocab_json: str | os.PathLike, merges_txt: str | os.PathLike,
+                    pattern: str = "gpt2", implementation: Implementation = DEFAULT) -> T:
     """See `Tokenizer.from_gpt2_files` (not cached: no pipeline loads this layout)."""
     return _named(merges_txt, cls, {**formats.read_gpt2_files(vocab_json, merges_txt), "pattern": pattern,
                                     "implementation": implementation})
 
 
-def _cached(cls: type[Tokenizer], key: str, implementation: Implementation,
-            read: Callable[[], dict | table_cache.Tables], path: str | os.PathLike) -> Tokenizer:
+def _cached(cls: type[T], key: str, implementation: Implementation,
+            read: Callable[[], dict | table_cache.Tables], path: str | os.PathLike) -> T:
     """The tokenizer of the file whose tables hash to `key`: from the remembered or the cached
     tables when there are some, else built from what `read()` gives, the constructor's arguments
     or tables read straight from the file (and its tables kept)."""
@@ -118,7 +119,7 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _named(path: str | os.PathLike, cls: type[Tokenizer], kwargs: dict) -> Tokenizer:
+def _named(path: str | os.PathLike, cls: type[T], kwargs: dict) -> T:
     """Build a tokenizer from a file's contents; an inconsistency names the file."""
     try:
         return cls(**kwargs)
@@ -128,8 +129,8 @@ def _named(path: str | os.PathLike, cls: type[Tokenizer], kwargs: dict) -> Token
 
 # ---- tables <-> tokenizer -----------------------------------------------------------------------
 
-def tokenizer_of_tables(cls: type[Tokenizer], tables: table_cache.Tables, implementation: Implementation = DEFAULT,
-                        cache_size: int = 100_000) -> Tokenizer:
+def tokenizer_of_tables(cls: type[T], tables: table_cache.Tables, implementation: Implementation = DEFAULT,
+                        cache_size: int = 100_000) -> T:
     """The byte-level or piece-mode tokenizer `tables` describe, as `Tokenizer(...)` of the file
     they were read from builds it (the tests hold every table equal), without redoing its checks:
     the tables were made from a checked Tokenizer. The merge list as byte pairs and the pair -> rank
@@ -169,7 +170,7 @@ def _piece_model(piece: dict, ids: list[int], tokens: list[bytes], left: list[in
                       fuse_unk=piece["fuse_unk"])
 
 
-def tables_of(tok: Tokenizer) -> table_cache.Tables:
+def tables_of(tok: Any) -> table_cache.Tables:
     """A byte-level or piece-mode tokenizer's tables (see `tokenizer_of_tables`)."""
     tokens = list(tok._tokens.values())
     piece = None
