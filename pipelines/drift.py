@@ -21,8 +21,8 @@ from schemas import drift as layout
 from pipelines.inputs import GLOB_CHARS, Sought, find_files
 
 # What the arguments may name: a stats.json or a folder holding one; the current side also a glob.
-BASELINE = Sought(flag="", in_folder="stats.json", many=False)
-CURRENT = Sought(flag="", in_folder="stats.json", many=True)
+BASELINE = Sought(flag="", in_folder="stats.json", many=False, as_written=True)
+CURRENT = Sought(flag="", in_folder="stats.json", many=True, as_written=True)
 
 
 def _non_negative(text: str) -> float:

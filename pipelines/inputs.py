@@ -9,7 +9,7 @@ import posixpath
 from dataclasses import dataclass
 from typing import Sequence
 
-from pipelines.files import filesystem
+from pipelines.files import filesystem, join
 
 GLOB_CHARS = "*?["
 
@@ -24,10 +24,13 @@ class Sought:
 
     `in_folder`: what a folder names, a file name (`stats.json`) or a glob of file names (`*.parquet`:
     every such file under the folder, hidden files and `rejected/` aside); None: a folder is refused.
-    `many`: whether the argument may be a glob naming several files."""
+    `many`: whether the argument may be a glob naming several files.
+    `as_written`: a file named directly, or the file a folder names, keeps the argument's spelling
+    (a relative path stays relative: reports that print it show what the user typed)."""
     flag: str = "--input"           # "" for a positional argument
     in_folder: str | None = None
     many: bool = True
+    as_written: bool = False
 
     def named(self, pattern: str) -> str:
         return f"{self.flag} {pattern!r}" if self.flag else pattern
@@ -56,10 +59,14 @@ def match_pattern(pattern: str, sought: Sought) -> dict[str, Found]:
     """The files one pattern names: canonical URL -> file. InputError when it names none."""
     fs, path = filesystem(pattern)
     named = sought.named(pattern)
+    spelt = None                       # the one file's URL as the user wrote it (`Sought.as_written`)
     if fs.isdir(path):
         infos = folder_files(fs, path, pattern, sought)
+        if len(infos) == 1 and not any(c in (sought.in_folder or "") for c in GLOB_CHARS):
+            spelt = join(pattern, sought.in_folder)
     elif fs.isfile(path):
         infos = {path: fs.info(path)}
+        spelt = pattern
     elif not any(c in pattern for c in GLOB_CHARS):
         raise InputError(f"{named}: no such file")
     elif not sought.many:
@@ -72,7 +79,8 @@ def match_pattern(pattern: str, sought: Sought) -> dict[str, Found]:
     matches = {}
     for p, info in infos.items():
         canonical = fs.unstrip_protocol(p)
-        matches[canonical] = Found(canonical if with_protocol else p, p, info.get("size") or 0, file_version(info))
+        url = spelt if sought.as_written and spelt is not None else canonical if with_protocol else p
+        matches[canonical] = Found(url, p, info.get("size") or 0, file_version(info))
     return matches
 
 

@@ -877,7 +877,7 @@ def duration(flag: str, text: str | None) -> float | None:
         raise UserError(f"{flag}: {exc}") from None
 
 
-BASELINE_FILE = Sought("--baseline", in_folder="stats.json", many=False)    # a stats.json, or its folder
+BASELINE_FILE = Sought("--baseline", in_folder="stats.json", many=False, as_written=True)    # a stats.json, or its folder
 
 
 def check_baseline(url: str, output: str, dropout: Dropout | None = None) -> str:
