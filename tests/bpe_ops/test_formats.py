@@ -14,6 +14,8 @@ from bpe_ops import Tokenizer
 from bpe_ops.pretokenize import token_to_unicode
 from tests.conftest import read_jsonl_texts
 
+pytestmark = pytest.mark.oracle
+
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 SPECIAL = "<|endoftext|>"

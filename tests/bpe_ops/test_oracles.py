@@ -18,6 +18,8 @@ from bpe_ops import Tokenizer, train_bpe
 from bpe_ops.pretokenize import GPT2_PATTERN, unicode_to_token
 from tests.conftest import read_jsonl_texts
 
+pytestmark = [pytest.mark.oracle, pytest.mark.slow]
+
 TRAIN_SHARDS = 2
 
 

@@ -23,6 +23,8 @@ from bpe_ops import Implementation, Tokenizer
 from bpe_ops import sentencepiece_bpe
 from tests.fuzz import fuzz_spm_encode, harness
 
+pytestmark = pytest.mark.oracle
+
 _spm = sentencepiece_bpe._spm
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "sentencepiece"

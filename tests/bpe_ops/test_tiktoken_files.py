@@ -15,6 +15,8 @@ from pipelines import tokenizer_files
 from pipelines.errors import UserError
 from tests.conftest import read_jsonl_texts
 
+pytestmark = pytest.mark.oracle
+
 EOT = "<|endoftext|>"
 
 

@@ -11,6 +11,8 @@ from tests.conftest import read_jsonl_texts
 tokenizers = pytest.importorskip("tokenizers")
 from tokenizers import Regex, models, pre_tokenizers, trainers  # noqa: E402
 
+pytestmark = [pytest.mark.oracle, pytest.mark.slow]
+
 VOCAB_SIZE = 8192
 
 

@@ -4,6 +4,8 @@ import pytest
 
 from pipelines import cli, command
 
+pytestmark = pytest.mark.slow
+
 
 def help_of(parser) -> str:
     return parser.format_help()

@@ -15,6 +15,8 @@ from pipelines.tokenizer_files import load_tokenizer
 from tests.conftest import ROOT
 from tests.pipelines.test_cli_strict import cli, one_error_line
 
+pytestmark = pytest.mark.slow
+
 COMMANDS = ("train", "tokenize", "pack", "evaluate", "drift", "stats", "estimate", "encode")
 MODULES = ("train", "tokenize", "pack", "evaluate", "drift", "stats_cmd", "estimate")
 

@@ -7,6 +7,8 @@ import pytest
 from pipelines import evaluate, tokenize, train
 from pipelines.errors import IncompleteRun
 
+pytestmark = pytest.mark.slow
+
 NOTHING = {"train": "nothing to train on", "tokenize": "nothing was written", "evaluate": "nothing was evaluated"}
 
 

@@ -16,6 +16,8 @@ from pipelines import tokenize, train
 from pipelines.errors import EXIT_INCOMPLETE, EXIT_USAGE, IncompleteRun, UserError
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.slow
+
 RUN_TIMEOUT = 300
 
 

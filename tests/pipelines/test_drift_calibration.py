@@ -17,6 +17,8 @@ from bpe_ops import train_bpe  # noqa: E402
 from pipelines import drift_judging  # noqa: E402
 from schemas.stats import validate_stats  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def setup(corpora):

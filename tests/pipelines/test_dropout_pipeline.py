@@ -15,6 +15,8 @@ from tests.conftest import ROOT
 from tests.system.test_determinism import stats_without_timing
 from tests.pipelines.test_tokenize_pipeline import read_rows, run_tokenize, trained  # noqa: F401  (a fixture)
 
+pytestmark = pytest.mark.slow
+
 
 def parquet_bytes(out):
     return {p.name: p.read_bytes() for p in sorted(out.glob("*.parquet"))}

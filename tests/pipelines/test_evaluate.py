@@ -16,6 +16,8 @@ from pipelines.errors import IncompleteRun
 from schemas.evaluate import validate_evaluate
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.slow
+
 # Two merges under GPT-2's split: 'ab' (256), 'abc' (257).
 #   x: "ab abc"  -> 'ab' | ' ' 'abc'        3 tokens, 6 bytes, 2 words, 1 raw byte (' ')
 #   y: "abc abd" -> 'abc' | ' ' 'ab' 'd'    4 tokens, 7 bytes, 2 words, 2 raw bytes (' ', 'd')

@@ -6,6 +6,8 @@ import pytest
 from pipelines import drift, tokenize
 from pipelines.groups import group_file_name, group_value
 
+pytestmark = pytest.mark.slow
+
 
 def test_group_names_and_files():
     assert (group_value("ja"), group_value(3), group_value(None), group_value(["a"])) == ("ja", "3", "(none)", '["a"]')

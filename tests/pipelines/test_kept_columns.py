@@ -14,6 +14,8 @@ from pipelines import pack, stats_cmd, tokenize
 from pipelines.errors import UserError
 from schemas import tables
 
+pytestmark = pytest.mark.slow
+
 KEEP = ["pkg", "n", "x", "flag", "meta", "mix", "never"]
 
 

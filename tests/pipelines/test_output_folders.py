@@ -9,6 +9,8 @@ import pytest
 
 from pipelines import cli, folders
 
+pytestmark = pytest.mark.slow
+
 TINY = "tiny/*.jsonl"
 
 

@@ -23,6 +23,8 @@ from pipelines import folders, pack
 from schemas import pack as layout
 from schemas import tables
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 SHA_A, SHA_B = "a" * 64, "b" * 64
 EOS = 0

@@ -16,6 +16,8 @@ from pipelines import tokenize, train
 from pipelines.shards import progress_line, split_size
 from pipelines.sources import SourceOptions, count_rows, expand_inputs, plan_parts, read_shard, with_first_row
 
+pytestmark = pytest.mark.slow
+
 
 def hostile_jsonl(seed: int = 7, n: int = 1500) -> bytes:
     """JSONL with everything a reader must number right: a BOM, blank and whitespace-only lines,

@@ -22,6 +22,8 @@ from schemas.records import Record
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
 from tests.conftest import read_jsonl_texts
 
+pytestmark = pytest.mark.slow
+
 # Every character str.split() treats as whitespace, plus look-alikes that are not whitespace.
 SPACES = "".join(chr(c) for c in range(0x3001) if chr(c).isspace())
 NOT_SPACES = "\u200b\u2060\ufeff\x00x"

@@ -11,6 +11,8 @@ from bpe_ops import Tokenizer
 from pipelines import tokenize
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.slow
+
 
 def run_tokenize(*argv):
     return tokenize.run([str(a) for a in argv])

@@ -15,6 +15,8 @@ import pytest
 from pipelines import tokenize, train
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.slow
+
 RUN_TIMEOUT = 300
 
 

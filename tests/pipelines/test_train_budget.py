@@ -16,6 +16,8 @@ from pipelines import train
 from pipelines.train_count import N_COUNT_BUCKETS, count_bucket
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.slow
+
 BUDGET = 1000
 BASE = ["--vocab-size", 400, "--pattern", "gpt4"]
 

@@ -19,6 +19,8 @@ from tokenizers import Tokenizer as HFTokenizer
 from bpe_ops import Tokenizer, formats, hf_components, pretokenize, train_bpe
 from bpe_ops.text_rules import text_rules
 
+pytestmark = pytest.mark.slow
+
 CORPORA = ("en", "code", "multi")
 VOCAB_SIZE = 2048
 DIGIT = regex.compile(r"\p{N}")

@@ -21,6 +21,8 @@ from pipelines.sources import SourceOptions, expand_inputs
 from schemas.reports import TRAIN_REPORT_KEYS
 from tests.conftest import ROOT, read_jsonl_texts
 
+pytestmark = pytest.mark.slow
+
 
 def run_train(*argv):
     return train.run([str(a) for a in argv])

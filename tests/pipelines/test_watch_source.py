@@ -16,6 +16,8 @@ import pytest
 from pipelines.watch import StopSignal, _PollShards, _StopWhen, fixed_folder, is_temporary_name
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.slow
+
 # The child: WatchShards -> a step that logs each shard as it starts and ends (sleeping in between
 # when asked, to have shards in flight), or the windowed statistics built on it (config "windows").
 DRIVER = r'''

@@ -44,6 +44,8 @@ from pipelines.watch import is_temporary_name
 from tests.conftest import ROOT
 from tests.system.test_s3 import BUCKET, s3  # noqa: F401  (the module's S3 server: a fixture)
 
+pytestmark = pytest.mark.engine
+
 REMOTE = f"s3://{BUCKET}"
 SPECIAL = "<|endoftext|>"
 VOLATILE = {"timing", "timing_seconds", "peak_rss_mb", "peak_rss_mb_by_process"}

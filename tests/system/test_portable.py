@@ -18,6 +18,8 @@ import pytest
 from pipelines import tokenize, train, train_count
 from pipelines.errors import UserError
 
+pytestmark = pytest.mark.engine
+
 START_TIMEOUT = 60.0      # seconds for the job service to start listening
 
 

@@ -24,6 +24,8 @@ import pytest
 from pipelines import files, tokenize, train
 from schemas import tables
 
+pytestmark = pytest.mark.engine
+
 BUCKET = "tokenbeam-test"
 MULTI = ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
 
