@@ -346,7 +346,7 @@ def test_ignore_merges_follows_the_textbook_reference():
 
 def test_production_code_never_imports_the_textbook_reference():
     """bpe_ops/_educational.py is the tests' oracle: no module of the product may come to rely on it."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     sources = [*root.joinpath("bpe_ops").glob("*.py"), *root.joinpath("pipelines").rglob("*.py"),
                *root.joinpath("schemas").rglob("*.py")]
     importing = re.compile(r"^\s*(from|import)\s[^#\n]*_educational", re.MULTILINE)
