@@ -58,6 +58,9 @@ COMMANDS = [
 ]
 
 
+RUNS = ("before", "before-again", "after")      # the output folders of the three runs
+
+
 def checkout(revision: str | None, where: Path) -> Path:
     """A worktree of `revision` (None: a copy of the working tree as it is), its extensions built."""
     if revision is None:
@@ -103,10 +106,22 @@ def json_differences(a, b, path: str = "") -> set[str]:
     return set() if a == b else {path or "/"}
 
 
-def read_json(path: Path):
+def as_text(path: Path) -> str | None:
+    """A file's text with its run's folder spelt `<run>` (outputs that name their own folder, such as
+    pack.json's input URLs, then compare across runs), or None for a binary file."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError):
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        return None
+    run = next((parent for parent in path.parents if parent.name in RUNS), None)
+    return text.replace(str(run), "<run>") if run is not None else text
+
+
+def read_json(path: Path):
+    text = as_text(path)
+    try:
+        return None if text is None else json.loads(text)
+    except ValueError:
         return None
 
 
@@ -133,10 +148,8 @@ def differences(a: Path, b: Path, volatile: dict[str, set[str]]) -> list[str]:
 
 def text_lines(path: Path) -> list[str] | None:
     """A text file as its lines (compared as a JSON list: a line is a path), else None."""
-    try:
-        return path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError:
-        return None
+    text = as_text(path)
+    return None if text is None else text.splitlines()
 
 
 def volatile_paths(a: Path, b: Path) -> dict[str, set[str]]:
@@ -169,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         after = checkout(args.after, work / "after-code")
         if args.after is not None:
             trees.append(after)
-        for label, code in (("before", before), ("before-again", before), ("after", after)):
+        for label, code in zip(RUNS, (before, before, after)):
             print(f"{label}: {args.before if code is before else (args.after or 'working tree')}", flush=True)
             run_all(code, work / label, args.corpora.resolve())
         volatile = volatile_paths(work / "before", work / "before-again")
