@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import posixpath
 
-from pipelines.errors import IncompleteRun, UserError
+from pipelines.errors import IncompleteRun, UserError, os_error_reason
 from pipelines.files import check_output_folder, exists, filesystem, join, read_json, write_text_atomic
 
 MARKER = ".tokenbeam.json"
@@ -69,7 +69,7 @@ def mark_output(url: str, command: str) -> None:
         try:
             write_text_atomic(marker, json.dumps({"command": command}) + "\n")
         except OSError as exc:        # the folder is there but cannot be written (read-only, full)
-            raise IncompleteRun(f"cannot write {marker}: {exc.strerror or exc}") from exc
+            raise IncompleteRun(f"cannot write {marker}: {os_error_reason(exc)}") from exc
 
 
 def check_finished(url: str, flag: str, reader: str, wanted: str = "tokenize") -> None:

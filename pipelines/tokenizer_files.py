@@ -186,7 +186,9 @@ def load_tokenizer(url: str, implementation: Implementation = DEFAULT, pattern: 
             return load(local)
     except UserError:
         raise
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
+    except OSError as exc:
+        raise UserError(f"cannot use tokenizer {url}: {exc.strerror or _first_line(exc, local)}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
         raise UserError(f"cannot use tokenizer {url}: {_first_line(exc, local)}") from None
     except (TypeError, KeyError, AttributeError, IndexError, OverflowError) as exc:
         # A safety net: the readers check every value's type and range, and say which one is wrong.
