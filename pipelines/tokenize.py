@@ -11,7 +11,6 @@ shards whose input could not be read to the end last time (it may have been repa
 from __future__ import annotations
 
 import argparse
-import array
 import hashlib
 import json
 import os
@@ -19,7 +18,6 @@ import posixpath
 import sys
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 from functools import partial
@@ -27,11 +25,10 @@ from functools import partial
 from pipelines.beam_options import (beam, check_worker_paths, local_cores_per_worker, one_local_worker,
                                     pipeline_options, split_beam_args)
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bpe_ops.dropout import DROPOUT_MODES, Dropout
-from bpe_ops.stats import Summary, measure_batch
+from bpe_ops.stats import Summary
 from schemas import tables
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
 from pipelines import command
@@ -53,23 +50,14 @@ from pipelines.alerts import ALERTS, ALERTS_DIR, JudgeShard, gather_alerts
 from pipelines.drift_judging import (Thresholds, check_calibrated, check_same_dropout, judging_errors, load_stats,
                                      pair_drifted)
 from pipelines.drift_reports import show_pair
-from pipelines.groups import GROUPS_FOLDER, NO_GROUP, GroupStats, group_value
+from pipelines.groups import GROUPS_FOLDER, NO_GROUP, GroupStats
 from pipelines.breakdowns import BreakdownSummaries, Breakdowns, Windowing, add_file
 from pipelines.summaries import MergeSummaries
 from pipelines.watch import StopSignal, WatchShards, WholeRun, install_stop_handlers
-from pipelines.windows import WINDOWS_FOLDER, WindowStats, format_utc, parse_duration, parse_timestamp
+from pipelines.tokenize_steps import (ENCODE_BATCH_RECORDS, ENCODE_CHUNK_RECORDS, OVERLAP_TEXT_BYTES, ChunkEncoder,
+                                      RowGroup, RowGroupWriter, text_size)
+from pipelines.windows import WINDOWS_FOLDER, WindowStats, format_utc, parse_duration
 
-# Row groups are cut only after a whole number of batches of this many records (with the bounds
-# below), as when a batch of this many records was the unit of encoding: the files keep that layout.
-ENCODE_BATCH_RECORDS = 256
-# Records encoded and measured per task of the background threads; divides ENCODE_BATCH_RECORDS.
-# Small, so the threads keep both cores busy from a shard's first records to its last.
-ENCODE_CHUNK_RECORDS = 16
-# Chunks encode ahead of the one being added (in order) only while their texts stay below this, so
-# chunks of very long records do not multiply tokenize's peak memory.
-OVERLAP_TEXT_BYTES = 64 << 20
-ROW_GROUP_ROWS = 8_192            # bounded row groups: memory stays bounded by this, not by the shard
-ROW_GROUP_TOKENS = 4_000_000      # ... or by this many token ids, whichever comes first
 SUCCESS = "_SUCCESS"
 STOP_FILE = "_STOP"              # created by anyone: a --watch run ends cleanly
 MANIFEST_VERSION = 1
@@ -119,9 +107,6 @@ class TokenizeShard(beam.DoFn):
         self.launcher_pid = os.getpid()
 
     def setup(self):
-        self.encoding = None          # the background encoding threads, made on first use
-        self.writes = None            # the writing thread, made on first use
-        self.writing = None           # the write started last (a Future), until waited for
         try:
             self.tok = load_identified_tokenizer(self.tokenizer)
         except UserError as exc:      # the launcher could read it, this worker cannot: say so in one line
@@ -131,6 +116,8 @@ class TokenizeShard(beam.DoFn):
             settle_heap()
         self.raw_byte_ids = self.tok.raw_byte_ids
         self.eos_id = self.tok.special_tokens[self.eos_token] if self.eos_token else None
+        self.encoder = ChunkEncoder(self.tok, self.encode_threads, self.dropout, self.eos_id)
+        self.writes = RowGroupWriter()
         self.counters = {name: beam.metrics.Metrics.counter("tokenbeam", name)
                          for name in ("records", "bytes", "tokens", "rejected")}
 
@@ -168,7 +155,7 @@ class TokenizeShard(beam.DoFn):
                 yield beam.pvalue.TaggedOutput(self.GROUPS, element)
         yield from (beam.pvalue.TaggedOutput(self.IDS, bucket) for bucket in partials.id_buckets())
         if self.judged:
-            self.wait_for_writes()      # judged (watch mode) once its file is in place, as before
+            self.writes.wait()          # judged (watch mode) once its file is in place, as before
             yield beam.pvalue.TaggedOutput(self.JUDGED, (entry, summary))
         yield summary
         yield beam.pvalue.TaggedOutput(self.MANIFEST, entry)
@@ -185,10 +172,8 @@ class TokenizeShard(beam.DoFn):
         # leaving its finalizer to write into a closed file (a traceback on the terminal).
         # No dictionary encoding: plain token ids compress better under zstd and write faster; ids and
         # counts do not repeat enough for a dictionary to pay.
-        # Row groups are written, and the file finished (footer, rename), by this worker's writing
-        # thread (Arrow drops the GIL), in order: a row group while the next is filled, the shard's
-        # last while the next shard is read and encoded. `wait_for_writes` (at the next write, at the
-        # end of the bundle) raises what a write raised.
+        # Row groups are written, and the file finished, by the writing step (`RowGroupWriter`); its
+        # `wait` (at the next write, at the end of the bundle) raises what a write raised.
         with ExitStack() as stack:
             f = stack.enter_context(open_atomic(out_url))
             writer = stack.enter_context(pq.ParquetWriter(f, self.schema, compression="zstd", use_dictionary=False,
@@ -216,12 +201,12 @@ class TokenizeShard(beam.DoFn):
                                        f"{summary.records} written")
                 add_account(summary, account)
                 entry = manifest_entry(shard, account, fingerprint, self.sha256)
-                self.wait_for_writes()
+                self.writes.wait()
             except BaseException:
-                self.wait_for_writes(quiet=True)    # no write of this file runs while it is closed
+                self.writes.wait(quiet=True)    # no write of this file runs while it is closed
                 raise
             finishing = stack.pop_all()
-        self.writing = self.writer_thread().submit(self.finish_file, out_url, finishing, writer, last, entry)
+        self.writes.finish(out_url, finishing, writer, last, entry)
         for name, value in (("records", account.records_read), ("tokens", summary.tokens),
                             ("bytes", summary.bytes), ("rejected", account.rejected)):
             self.counters[name].inc(value)
@@ -238,12 +223,10 @@ class TokenizeShard(beam.DoFn):
         """Start encoding `chunk` in the background after the chunks `pending`, first adding the
         oldest of them while `ahead` chunks are encoding or their texts would pass
         OVERLAP_TEXT_BYTES; returns the row group to go on with."""
-        size = _text_size(chunk)
+        size = text_size(chunk)
         while pending and (len(pending) >= ahead or sum(p[1] for p in pending) + size > OVERLAP_TEXT_BYTES):
             group = self.settle(pending.popleft(), group, summary, partials, writer)
-        if self.encoding is None:
-            self.encoding = ThreadPoolExecutor(max(1, self.encode_threads), thread_name_prefix="tokenbeam-batch")
-        pending.append((chunk, size, self.encoding.submit(self.encode_and_measure, chunk, summary)))
+        pending.append((chunk, size, self.encoder.start(chunk, summary)))
         return group
 
     def settle(self, in_flight, group: "RowGroup", summary, partials, writer) -> "RowGroup":
@@ -254,70 +237,17 @@ class TokenizeShard(beam.DoFn):
         self.add_encoded(chunk, *measured.result(), group, summary, partials)
         if group.rows % ENCODE_BATCH_RECORDS == 0 and group.full():
             table = group.to_table(self.schema, summary)
-            self.wait_for_writes()
-            self.writing = self.writer_thread().submit(writer.write_table, table)
+            self.writes.start(writer.write_table, table)
             return self.new_row_group()
         return group
 
-    def writer_thread(self) -> ThreadPoolExecutor:
-        if self.writes is None:
-            self.writes = ThreadPoolExecutor(1, thread_name_prefix="tokenbeam-write")
-        return self.writes
-
-    def wait_for_writes(self, quiet: bool = False) -> None:
-        """Wait for the write started last (a row group, or a shard's end); raise what it raised,
-        unless `quiet` (another error is on its way)."""
-        started, self.writing = self.writing, None
-        if started is not None:
-            if quiet:
-                wait([started])
-            else:
-                started.result()
-
-    @staticmethod
-    def finish_file(url: str, stack: ExitStack, writer, last: pa.Table | None, entry: dict) -> None:
-        """Write a shard's last row group and its footer, and rename the file into place (`stack`
-        holds the writer and the temporary file)."""
-        with writing(url), stack:
-            if last is not None:
-                writer.write_table(last)
-            # The footer carries the shard's accounting: a rerun rebuilds its summary from the file alone.
-            writer.add_key_value_metadata({tables.SHARD_KEY: json.dumps(entry, sort_keys=True)})
-            writer.close()
-
     def finish_bundle(self):
-        self.wait_for_writes()
+        self.writes.wait()
 
     def teardown(self):
-        if getattr(self, "writes", None) is not None:
-            self.writes.shutdown()
-        if getattr(self, "encoding", None) is not None:
-            self.encoding.shutdown()
-
-    def encode_batch(self, batch) -> list:
-        """The token ids of each record of the batch, as uint32 arrays, EOS appended."""
-        texts = [r.text for r in batch]
-        if self.dropout is None:
-            # uint32 arrays straight from the compiled encoder's buffer (no Python int per id), by
-            # this thread's own compiled encoder (it drops the GIL: threads encode side by side).
-            id_arrays = self.tok.encode_arrays_in_thread(texts)
-        else:
-            # Each record's randomness is its own (seed, record id): the same ids whatever the order.
-            p, seed = self.dropout.p, self.dropout.seed
-            id_arrays = [array.array("I", self.tok.encode(r.text, dropout=p, seed=seed, record_id=r.id))
-                         for r in batch]
-        if self.eos_id is not None:
-            for ids in id_arrays:
-                ids.append(self.eos_id)
-        return id_arrays
-
-    def encode_and_measure(self, batch, summary: Summary) -> tuple:
-        """What a background thread makes of a batch: its token ids, `batch_stats` columns, digit
-        runs and `Summary.batch_calibration` (read-only on `summary`: added later, in order)."""
-        id_arrays = self.encode_batch(batch)
-        stats, runs = measure_batch([r.text for r in batch], id_arrays)
-        calibration = summary.batch_calibration(stats[0], [r.id for r in batch], id_arrays)
-        return id_arrays, stats, runs, calibration
+        for step in (getattr(self, "writes", None), getattr(self, "encoder", None)):
+            if step is not None:
+                step.close()
 
     def add_encoded(self, batch, id_arrays: list, stats, runs, calibration, group: "RowGroup", summary,
                     partials) -> None:
@@ -407,10 +337,6 @@ class ShardPartials(BreakdownSummaries):
             yield int(bucket), hashes[buckets == bucket]
 
 
-def _text_size(batch) -> int:
-    return sum(len(r.text) for r in batch)
-
-
 def shard_fingerprint(shard, source_options, tokenizer_sha256: str, eos_token: str | None,
                       dropout: Dropout | None = None, kept_types: dict[str, str] | None = None) -> dict:
     """Everything that shapes a shard's output: a rerun reuses the output only when all of it matches
@@ -488,73 +414,6 @@ def manifest_entry(shard, account, fingerprint: dict, tokenizer_sha256: str) -> 
             "records_read": account.records_read, "rows": account.records, "rejected": account.rejected,
             "rejected_by_reason": account.rejected_by_reason, "repaired": account.repaired,
             "shard_errors": account.shard_errors}
-
-
-class RowGroup:
-    """Columns of the rows not yet written, filled a batch at a time. Each record's token ids are one
-    uint32 `array` (`Tokenizer.encode_array`), and the row group's ids reach Arrow as one flat
-    buffer, with no Python object per id."""
-
-    def __init__(self, keep_types: dict[str, str], timestamp_field: str | None = None,
-                 group_field: str | None = None):
-        self.keep_types = keep_types
-        self.keep_fields = tuple(keep_types)
-        self.timestamp_field = timestamp_field
-        self.group_field = group_field
-        self.groups: list[str] = []
-        self.event_times: list[int | None] = []     # epoch microseconds
-        self.ids: list[str] = []
-        self.token_ids: list[array.array] = []
-        self.stats: list[list[int]] = [[] for _ in tables.STAT_COLUMNS]
-        self.keep: dict[str, list] = {k: [] for k in self.keep_fields}
-        self.tokens = 0
-
-    @property
-    def rows(self) -> int:
-        return len(self.ids)
-
-    def extend(self, records, id_arrays, stats) -> None:
-        """Add a batch: its records, their token ids (uint32 arrays; lists are converted) and their
-        `batch_stats` columns."""
-        self.ids += [r.id for r in records]
-        self.token_ids += (ids if isinstance(ids, array.array) and ids.typecode == "I" else array.array("I", ids)
-                           for ids in id_arrays)
-        for column, values in zip(self.stats, stats):
-            column += values
-        for k in self.keep_fields:
-            self.keep[k] += [tables.kept_value(r.keep.get(k), self.keep_types[k]) for r in records]
-        if self.timestamp_field:
-            seconds = (parse_timestamp(r.keep.get(self.timestamp_field)) for r in records)
-            self.event_times += [None if s is None else round(s * 1e6) for s in seconds]
-        if self.group_field:
-            self.groups += [group_value(r.keep.get(self.group_field)) for r in records]
-        self.tokens += sum(stats[0])
-
-    def full(self) -> bool:
-        return self.rows >= ROW_GROUP_ROWS or self.tokens >= ROW_GROUP_TOKENS
-
-    def to_table(self, schema: pa.Schema, summary: Summary) -> pa.Table:
-        """The row group as an Arrow table; its token ids are counted into `summary` in bulk here
-        (numpy.bincount over the flat id array, no Python object per id)."""
-        values = np.frombuffer(b"".join(self.token_ids), dtype=np.uint32)
-        if len(values):
-            summary.add_dense_id_counts(np.bincount(values, minlength=summary.vocab_size))
-        id_type = schema.field("token_ids").type.value_type
-        # From numpy, Arrow takes the buffer as it is (from an `array`, it converts id by id: ~90 ns/id).
-        ids = pa.array(values)
-        if id_type != pa.uint32():
-            ids = ids.cast(id_type)         # a checked cast: an id past uint16 raises, never wraps
-        # n_tokens is the length of each record's ids (EOS included): offsets are its running sum.
-        offsets = np.zeros(self.rows + 1, dtype=np.int64)
-        np.cumsum(self.stats[0], out=offsets[1:])
-        token_ids = pa.ListArray.from_arrays(pa.array(offsets).cast(pa.int32()), ids)
-        columns = [pa.array(self.ids, pa.string()), token_ids] + [pa.array(c, pa.int32()) for c in self.stats]
-        if self.timestamp_field:
-            columns.append(pa.array(self.event_times, pa.int64()).cast(tables.EVENT_TIME_TYPE))
-        if self.group_field:
-            columns.append(pa.array(self.groups, pa.string()))
-        columns += [pa.array(self.keep[k], schema.field(k).type) for k in self.keep_fields]
-        return pa.Table.from_arrays(columns, schema=schema)
 
 
 def write_stats(summary, tokenizer: TokenizerFacts, tokenizer_url: str, output: str, inputs: list[str],

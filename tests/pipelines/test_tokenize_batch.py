@@ -15,7 +15,7 @@ import pytest
 
 from bpe_ops import Tokenizer
 from bpe_ops.stats import Summary, batch_stats, record_stats
-from pipelines import errors, tokenize, tokenizer_files
+from pipelines import errors, tokenize, tokenize_steps, tokenizer_files
 from pipelines.sources import Shard, SourceOptions
 from schemas import tables
 from schemas.records import Record
@@ -96,7 +96,7 @@ def test_row_group_table_equals_the_plain_arrow_table(vocab_size):
                for i in range(300)]
     id_lists = [[rng.randrange(vocab_size) for _ in range(rng.choice([0, 1, 2, 50]))] for _ in records]
     schema = tables.tokens_schema(vocab_size, {"meta": "json"})
-    group, summary = tokenize.RowGroup({"meta": "json"}), Summary(vocab_size)
+    group, summary = tokenize_steps.RowGroup({"meta": "json"}), Summary(vocab_size)
     for start in range(0, len(records), 128):      # several batches into one row group
         chunk, ids = records[start:start + 128], id_lists[start:start + 128]
         group.extend(chunk, ids, batch_stats([r.text for r in chunk], ids))

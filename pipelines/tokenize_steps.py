@@ -1,0 +1,207 @@
+"""The steps of tokenizing one shard, each readable alone; `TokenizeShard` (tokenize.py) runs them.
+
+1. Reading: `shards.ShardReader` gives the shard's records in file order and lists the rejected ones.
+2. Encoding: `ChunkEncoder` turns chunks of records into token ids and per-record measures on
+   background threads (the compiled encoder and numpy drop the GIL), while the reading goes on.
+3. Assembling: `RowGroup` gathers encoded records as columns, `RowGroup.to_table` makes them one Arrow
+   table (token ids as one flat buffer, no Python object per id).
+4. Writing: `RowGroupWriter` writes row groups, then the shard's last one, footer and rename, on one
+   background thread, in order: a row group is written while the next is filled.
+"""
+from __future__ import annotations
+
+import array
+import json
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import ExitStack
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+
+from bpe_ops.dropout import Dropout
+from bpe_ops.stats import Summary, measure_batch
+from schemas import tables
+from pipelines.files import writing
+from pipelines.groups import group_value
+from pipelines.windows import parse_timestamp
+
+# Row groups are cut only after a whole number of batches of this many records (with the bounds
+# below), as when a batch of this many records was the unit of encoding: the files keep that layout.
+ENCODE_BATCH_RECORDS = 256
+# Records encoded and measured per task of the background threads; divides ENCODE_BATCH_RECORDS.
+# Small, so the threads keep both cores busy from a shard's first records to its last.
+ENCODE_CHUNK_RECORDS = 16
+# Chunks encode ahead of the one being added (in order) only while their texts stay below this, so
+# chunks of very long records do not multiply tokenize's peak memory.
+OVERLAP_TEXT_BYTES = 64 << 20
+ROW_GROUP_ROWS = 8_192            # bounded row groups: memory stays bounded by this, not by the shard
+ROW_GROUP_TOKENS = 4_000_000      # ... or by this many token ids, whichever comes first
+
+
+class ChunkEncoder:
+    """The encoding step: each chunk's token ids (uint32 arrays, EOS appended), `batch_stats` columns,
+    digit runs and `Summary.batch_calibration`, computed on background threads.
+
+    Args:
+        tok: the loaded tokenizer.
+        threads: how many chunks encode at once.
+        dropout: BPE-dropout (each record's randomness its own: seed and record id), or None.
+        eos_id: the id appended to each record's ids, or None.
+    """
+
+    def __init__(self, tok, threads: int, dropout: Dropout | None, eos_id: int | None):
+        self.tok, self.threads, self.dropout, self.eos_id = tok, max(1, threads), dropout, eos_id
+        self.pool: ThreadPoolExecutor | None = None     # made on first use
+
+    def start(self, chunk, summary: Summary) -> Future:
+        """Encode and measure `chunk` in the background (read-only on `summary`: added later, in order)."""
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="tokenbeam-batch")
+        return self.pool.submit(self.encode_and_measure, chunk, summary)
+
+    def encode_and_measure(self, chunk, summary: Summary) -> tuple:
+        """What a background thread makes of a chunk: ids, measures, digit runs, calibration."""
+        id_arrays = self.ids(chunk)
+        stats, runs = measure_batch([r.text for r in chunk], id_arrays)
+        calibration = summary.batch_calibration(stats[0], [r.id for r in chunk], id_arrays)
+        return id_arrays, stats, runs, calibration
+
+    def ids(self, chunk) -> list:
+        """The token ids of each record of the chunk, as uint32 arrays, EOS appended."""
+        texts = [r.text for r in chunk]
+        if self.dropout is None:
+            # uint32 arrays straight from the compiled encoder's buffer (no Python int per id), by
+            # this thread's own compiled encoder (it drops the GIL: threads encode side by side).
+            id_arrays = self.tok.encode_arrays_in_thread(texts)
+        else:
+            # Each record's randomness is its own (seed, record id): the same ids whatever the order.
+            p, seed = self.dropout.p, self.dropout.seed
+            id_arrays = [array.array("I", self.tok.encode(r.text, dropout=p, seed=seed, record_id=r.id))
+                         for r in chunk]
+        if self.eos_id is not None:
+            for ids in id_arrays:
+                ids.append(self.eos_id)
+        return id_arrays
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+
+
+def text_size(chunk) -> int:
+    """The characters of a chunk's texts (what bounds how far encoding runs ahead)."""
+    return sum(len(r.text) for r in chunk)
+
+
+class RowGroup:
+    """Columns of the rows not yet written, filled a batch at a time. Each record's token ids are one
+    uint32 `array` (`Tokenizer.encode_array`), and the row group's ids reach Arrow as one flat
+    buffer, with no Python object per id."""
+
+    def __init__(self, keep_types: dict[str, str], timestamp_field: str | None = None,
+                 group_field: str | None = None):
+        self.keep_types = keep_types
+        self.keep_fields = tuple(keep_types)
+        self.timestamp_field = timestamp_field
+        self.group_field = group_field
+        self.groups: list[str] = []
+        self.event_times: list[int | None] = []     # epoch microseconds
+        self.ids: list[str] = []
+        self.token_ids: list[array.array] = []
+        self.stats: list[list[int]] = [[] for _ in tables.STAT_COLUMNS]
+        self.keep: dict[str, list] = {k: [] for k in self.keep_fields}
+        self.tokens = 0
+
+    @property
+    def rows(self) -> int:
+        return len(self.ids)
+
+    def extend(self, records, id_arrays, stats) -> None:
+        """Add a batch: its records, their token ids (uint32 arrays; lists are converted) and their
+        `batch_stats` columns."""
+        self.ids += [r.id for r in records]
+        self.token_ids += (ids if isinstance(ids, array.array) and ids.typecode == "I" else array.array("I", ids)
+                           for ids in id_arrays)
+        for column, values in zip(self.stats, stats):
+            column += values
+        for k in self.keep_fields:
+            self.keep[k] += [tables.kept_value(r.keep.get(k), self.keep_types[k]) for r in records]
+        if self.timestamp_field:
+            seconds = (parse_timestamp(r.keep.get(self.timestamp_field)) for r in records)
+            self.event_times += [None if s is None else round(s * 1e6) for s in seconds]
+        if self.group_field:
+            self.groups += [group_value(r.keep.get(self.group_field)) for r in records]
+        self.tokens += sum(stats[0])
+
+    def full(self) -> bool:
+        return self.rows >= ROW_GROUP_ROWS or self.tokens >= ROW_GROUP_TOKENS
+
+    def to_table(self, schema: pa.Schema, summary: Summary) -> pa.Table:
+        """The row group as an Arrow table; its token ids are counted into `summary` in bulk here
+        (numpy.bincount over the flat id array, no Python object per id)."""
+        values = np.frombuffer(b"".join(self.token_ids), dtype=np.uint32)
+        if len(values):
+            summary.add_dense_id_counts(np.bincount(values, minlength=summary.vocab_size))
+        id_type = schema.field("token_ids").type.value_type
+        # From numpy, Arrow takes the buffer as it is (from an `array`, it converts id by id: ~90 ns/id).
+        ids = pa.array(values)
+        if id_type != pa.uint32():
+            ids = ids.cast(id_type)         # a checked cast: an id past uint16 raises, never wraps
+        # n_tokens is the length of each record's ids (EOS included): offsets are its running sum.
+        offsets = np.zeros(self.rows + 1, dtype=np.int64)
+        np.cumsum(self.stats[0], out=offsets[1:])
+        token_ids = pa.ListArray.from_arrays(pa.array(offsets).cast(pa.int32()), ids)
+        columns = [pa.array(self.ids, pa.string()), token_ids] + [pa.array(c, pa.int32()) for c in self.stats]
+        if self.timestamp_field:
+            columns.append(pa.array(self.event_times, pa.int64()).cast(tables.EVENT_TIME_TYPE))
+        if self.group_field:
+            columns.append(pa.array(self.groups, pa.string()))
+        columns += [pa.array(self.keep[k], schema.field(k).type) for k in self.keep_fields]
+        return pa.Table.from_arrays(columns, schema=schema)
+
+
+class RowGroupWriter:
+    """The writing step: row groups, and at a shard's end its last row group, footer and rename, written
+    by one background thread in order (Arrow drops the GIL): a row group while the next is filled, a
+    shard's end while the next shard is read and encoded. `wait` raises what a write raised."""
+
+    def __init__(self):
+        self.thread: ThreadPoolExecutor | None = None     # made on first use
+        self.started: Future | None = None                # the write started last, until waited for
+
+    def start(self, write: Callable, *args) -> None:
+        """Start a write once the one before it is done (and raise what that one raised)."""
+        self.wait()
+        if self.thread is None:
+            self.thread = ThreadPoolExecutor(1, thread_name_prefix="tokenbeam-write")
+        self.started = self.thread.submit(write, *args)
+
+    def finish(self, url: str, stack: ExitStack, writer, last: pa.Table | None, entry: dict) -> None:
+        """Start writing a shard's end: its last row group, the footer holding its accounting, the rename."""
+        self.start(finish_file, url, stack, writer, last, entry)
+
+    def wait(self, quiet: bool = False) -> None:
+        """Wait for the write started last; raise what it raised, unless `quiet` (another error is on
+        its way)."""
+        started, self.started = self.started, None
+        if started is not None:
+            if quiet:
+                wait([started])
+            else:
+                started.result()
+
+    def close(self) -> None:
+        if self.thread is not None:
+            self.thread.shutdown()
+
+
+def finish_file(url: str, stack: ExitStack, writer, last: pa.Table | None, entry: dict) -> None:
+    """Write a shard's last row group and its footer, and rename the file into place (`stack` holds
+    the writer and the temporary file)."""
+    with writing(url), stack:
+        if last is not None:
+            writer.write_table(last)
+        # The footer carries the shard's accounting: a rerun rebuilds its summary from the file alone.
+        writer.add_key_value_metadata({tables.SHARD_KEY: json.dumps(entry, sort_keys=True)})
+        writer.close()
