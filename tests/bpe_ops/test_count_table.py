@@ -105,6 +105,7 @@ def test_compiled_table_equals_the_specification_on_random_tables(parts, min_cou
     assert unpack_counts(compiled.packed()) == spec.counts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("table_type", implementations())
 def test_count_values_are_every_count_once(table_type, multi_counts):
     from array import array

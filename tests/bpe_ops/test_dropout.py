@@ -94,6 +94,7 @@ def test_merge_dropout_that_never_skips_follows_lowest_rank_first_on_a_hand_merg
         assert table.dropout_python(table.symbols(word), Never()) == table.reference(word), word
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(merging._piece_merge is None, reason="bpe_ops._piece_merge is not built")
 def test_compiled_dropout_replay_equals_the_python_one(gpt2, gpt2_files, english, corpora):
     """The C twin draws the same stream and makes the same ids, piece after piece (the stream goes

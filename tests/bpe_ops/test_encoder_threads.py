@@ -21,6 +21,8 @@ from bpe_ops.encoder import _Fallback, _TextEncoder
 from bpe_ops.implementation import Implementation
 from tests.conftest import ROOT, read_jsonl_texts
 
+pytestmark = pytest.mark.slow
+
 THREADS = 8
 ROUNDS = 2
 SMALL_CACHE = 48                 # entries: full after a few sentences, so eviction runs all along

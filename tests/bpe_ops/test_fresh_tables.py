@@ -9,7 +9,7 @@ import pytest
 from bpe_ops import Implementation, Tokenizer, encoder, formats, table_cache
 from tests.conftest import read_jsonl_texts
 
-pytestmark = pytest.mark.oracle
+pytestmark = [pytest.mark.oracle, pytest.mark.slow]
 
 TEXTS = ["Hello world, 1234 567!\t\n  x", "naïve café 日本語 👍🏽", "<|endoftext|> after", ""]
 

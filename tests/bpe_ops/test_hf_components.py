@@ -12,7 +12,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from bpe_ops import Implementation, Tokenizer, encoder
 from tests.conftest import read_jsonl_texts
 
-pytestmark = pytest.mark.oracle
+pytestmark = [pytest.mark.oracle, pytest.mark.slow]
 
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
           r"|\s*[\r\n]+|\s+(?!\S)|\s+")

@@ -117,6 +117,7 @@ def merges_learned_from_a_text(draw):
     return merges, text
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(merges_learned_from_a_text(), st.text(alphabet=st.sampled_from(CHAR_ALPHABET), max_size=40))
 def test_characters_merged_first_give_the_ids_of_bytes_merged_first(learned, other):

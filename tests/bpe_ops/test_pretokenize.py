@@ -13,6 +13,8 @@ from bpe_ops import pretokenize
 from bpe_ops.implementation import DEFAULT, Implementation, from_environment
 from tests.conftest import read_jsonl_texts
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize("name", ["gpt2", "gpt4", "o200k"])
 def test_named_patterns_split_like_hf_on_real_text(name, corpora):

@@ -16,7 +16,7 @@ from bpe_ops import Tokenizer, hf_components, train_bpe
 from bpe_ops.pretokenize import GPT2_PATTERN, GPT4_PATTERN, LLAMA3_PATTERN, O200K_PATTERN
 from bpe_ops.regex_dialect import from_oniguruma, reads_differently, to_oniguruma
 
-pytestmark = pytest.mark.oracle
+pytestmark = [pytest.mark.oracle, pytest.mark.slow]
 
 # tiktoken's cl100k_base pattern as tiktoken ships it, which transformers' TikTokenConverter copies into
 # tokenizer.json unchanged: `\p{N}{1,3}+` is possessive in tiktoken and a repetition in Oniguruma.

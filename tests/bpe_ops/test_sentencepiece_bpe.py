@@ -21,7 +21,7 @@ from bpe_ops.sentencepiece_bpe import PieceModel, byte_piece, merge_heap
 from pipelines import tokenize
 from tests.conftest import ROOT, read_jsonl_texts
 
-pytestmark = pytest.mark.oracle
+pytestmark = [pytest.mark.oracle, pytest.mark.slow]
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "sentencepiece"
 CONVERTED = ["llama", "llama-legacy", "gemma", "unk"]

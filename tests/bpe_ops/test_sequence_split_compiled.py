@@ -13,7 +13,7 @@ from bpe_ops import Implementation, Tokenizer
 from bpe_ops._pcre2 import Fallback
 from tests.conftest import read_jsonl_texts
 
-pytestmark = pytest.mark.oracle
+pytestmark = [pytest.mark.oracle, pytest.mark.slow]
 
 # DeepSeek-V3's chain: digit runs, CJK runs, then a word regex, before ByteLevel(use_regex=false).
 DIGITS = r"\p{N}{1,3}"

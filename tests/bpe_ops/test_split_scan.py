@@ -15,8 +15,9 @@ from bpe_ops.pretokenize import SCANNED_PATTERNS, _pcre2_compile
 from tests.conftest import read_jsonl_texts
 
 pcre2 = pretokenize._pcre2_module()
-pytestmark = pytest.mark.skipif(pcre2 is None and os.environ.get("TOKENBEAM_REQUIRE_PCRE2") != "1",
-                                reason="bpe_ops._pcre2 not built or libpcre2-8 missing (optional accelerator)")
+pytestmark = [pytest.mark.skipif(pcre2 is None and os.environ.get("TOKENBEAM_REQUIRE_PCRE2") != "1",
+                                 reason="bpe_ops._pcre2 not built or libpcre2-8 missing (optional accelerator)"),
+              pytest.mark.slow]
 
 PATTERNS = sorted(SCANNED_PATTERNS)
 # Every kind of character the scanned patterns tell apart, and the pairs where they part ways.

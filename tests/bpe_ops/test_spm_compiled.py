@@ -23,7 +23,7 @@ from bpe_ops import Implementation, Tokenizer
 from bpe_ops import sentencepiece_bpe
 from tests.fuzz import fuzz_spm_encode, harness
 
-pytestmark = pytest.mark.oracle
+pytestmark = [pytest.mark.oracle, pytest.mark.slow]
 
 _spm = sentencepiece_bpe._spm
 

@@ -22,6 +22,8 @@ from schemas.reports import SUPERWORD_KEYS
 from tests.conftest import ROOT, read_jsonl_texts
 from tests.bpe_ops.test_trainer import IMPLEMENTATIONS, implementation
 
+pytestmark = pytest.mark.slow
+
 TIE_BREAKS = ["largest", "smallest", "hf"]
 
 

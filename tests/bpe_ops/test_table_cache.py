@@ -14,6 +14,8 @@ from tokenizers import Tokenizer as HFTokenizer
 from bpe_ops import Implementation, Tokenizer, formats, load, table_cache
 from tests.conftest import read_jsonl_texts
 
+pytestmark = pytest.mark.slow
+
 PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
            r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 

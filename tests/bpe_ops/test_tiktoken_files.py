@@ -15,7 +15,7 @@ from pipelines import tokenizer_files
 from pipelines.errors import UserError
 from tests.conftest import read_jsonl_texts
 
-pytestmark = pytest.mark.oracle
+pytestmark = [pytest.mark.oracle, pytest.mark.slow]
 
 EOT = "<|endoftext|>"
 

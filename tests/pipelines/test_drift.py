@@ -27,6 +27,8 @@ from pipelines.drift_judging import compare
 from schemas import drift as layout
 from schemas.stats import STATS_SCHEMA_VERSION, dump_stats, stats_json
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def gpt2(gpt2_files):

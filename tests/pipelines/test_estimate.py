@@ -19,6 +19,8 @@ from pipelines import estimate
 from pipelines.shards import expand
 from pipelines.sources import Record, SourceOptions, read_shard, record_at
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def gpt2(gpt2_files, tmp_path_factory):
