@@ -49,9 +49,8 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 from bpe_ops.stats import Summary
 from pipelines.summaries import MergeSummaries, count_ids
 
-# MergeSummaries is pipelines.summaries' (the merge of every tokenize run), importable from here too.
 __all__ = ["parse_duration", "parse_timestamp", "format_utc", "window_start_micros", "window_file_name",
-           "WindowedSummaries", "MergeSummaries", "MergePerWindow", "WindowStats", "WriteWindowStats",
+           "WindowedSummaries", "MergePerWindow", "WindowStats", "WriteWindowStats",
            "merged_windows",
            "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "WINDOWS_FOLDER"]
 

@@ -187,7 +187,8 @@ def add_windowed_stats(shards, output, window_seconds):
 
     from bpe_ops.stats import Summary, batch_stats
     from pipelines.watch import WholeRun
-    from pipelines.windows import MergeSummaries, WindowedSummaries, WindowStats
+    from pipelines.summaries import MergeSummaries
+    from pipelines.windows import WindowedSummaries, WindowStats
     from schemas.stats import TokenizerFacts
 
     facts = TokenizerFacts(VOCAB, "0" * 64, {i: bytes([i]) for i in range(VOCAB)})
