@@ -12,8 +12,8 @@ byte, with each command's exit code, its standard output and the `tokenbeam: ...
 standard error.
 
 What may differ between two runs of the same code is no output of the code: BEFORE runs twice, and a
-JSON field whose value differs between those two runs (wall times, peak memory) is left out of the
-comparison, by its path in the file (a line of a text file: by its number), and listed. Anything else that differs is printed, and the exit
+JSON field whose value differs between those two runs (wall times, peak memory), or whose key names a
+measurement (seconds, RSS), is left out of the comparison, by its path in the file (a line of a text file: by its number), and listed. Anything else that differs is printed, and the exit
 code is 1.
 """
 from __future__ import annotations
@@ -140,7 +140,7 @@ def differences(a: Path, b: Path, volatile: dict[str, set[str]]) -> list[str]:
         if ja is None or jb is None:
             found.append(f"differs: {name}")
             continue
-        paths = json_differences(ja, jb) - volatile.get(name, set())
+        paths = {p for p in json_differences(ja, jb) - volatile.get(name, set()) if not measured(p)}
         if paths:
             found.append(f"differs: {name} at {', '.join(sorted(paths)[:8])}")
     return found
@@ -150,6 +150,14 @@ def text_lines(path: Path) -> list[str] | None:
     """A text file as its lines (compared as a JSON list: a line is a path), else None."""
     text = as_text(path)
     return None if text is None else text.splitlines()
+
+
+# Keys of measurements, never outputs of the code: left out even where two runs happened to agree.
+MEASURED = ("seconds", "rss", "started_at", "mb_per_cpu_second")
+
+
+def measured(path: str) -> bool:
+    return any(word in part for part in path.split("/") for word in MEASURED)
 
 
 def volatile_paths(a: Path, b: Path) -> dict[str, set[str]]:
