@@ -211,10 +211,10 @@ def cold_load(path: str, repeat: int) -> dict[str, float]:
     folder each time, and none at all) and HF, alternating."""
     import tokenizers
 
-    from bpe_ops import Implementation, encoder
+    from bpe_ops import Implementation, load
 
     def ours(cache: bool) -> float:
-        encoder._TABLES.clear()                    # this process's memory of loaded files, too
+        load._TABLES.clear()                    # this process's memory of loaded files, too
         with tempfile.TemporaryDirectory() as folder:
             start = time.process_time()
             Tokenizer.from_file(path, implementation=Implementation(cache_dir=folder if cache else None))

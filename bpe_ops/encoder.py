@@ -35,7 +35,7 @@ from . import formats, hf_components, hf_decoders, load, sequence_split, table_c
 from .dropout import DROPOUT_MODES, MASK, DropoutStream, check_dropout
 from .sentencepiece_bpe import compiled_encoder as compiled_piece_encoder
 from .implementation import DEFAULT, Implementation
-from .load import _TABLES, _TABLES_KEPT, _collector_paused  # noqa: F401  (the trainer and tests use them here)
+from .load import _collector_paused
 from .merging import (build_merge_table, byte_pairs, classic_symbols, first_ranks, invert, merge_dropout_python,
                       merge_python, piece_merger, ranks_ascend)
 from .pretokenize import (END_OF_WORD, Pcre2Pattern, compile_pattern, pattern_name, resolve_pattern,

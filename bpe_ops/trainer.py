@@ -34,7 +34,8 @@ from itertools import compress, repeat
 from operator import mul
 
 from . import pretokenize
-from .encoder import Tokenizer, _collector_paused
+from .encoder import Tokenizer
+from .load import _collector_paused
 from .text_rules import text_rules
 from .implementation import DEFAULT, Implementation
 

@@ -11,7 +11,7 @@ import pytest
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
 
-from bpe_ops import Implementation, Tokenizer, encoder
+from bpe_ops import Implementation, Tokenizer, load
 from tests.conftest import read_jsonl_texts
 
 pytestmark = pytest.mark.oracle
@@ -103,7 +103,7 @@ def test_added_tokens_survive_save_cache_and_pickle(hf_file, texts, tmp_path):
         (False, True, False)
     impl = Implementation(cache_dir=str(tmp_path / "cache"))
     Tokenizer.from_file(hf_file, implementation=impl)
-    encoder._TABLES.clear()
+    load._TABLES.clear()
     cached = Tokenizer.from_file(hf_file, implementation=impl)
     assert cached._tables is not None and cached.encode_batch(texts) == expected
     assert pickle.loads(pickle.dumps(tok)).encode_batch(texts) == expected

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bpe_ops import Implementation, Tokenizer, encoder, formats, table_cache
+from bpe_ops import Implementation, Tokenizer, load, formats, table_cache
 from tests.conftest import read_jsonl_texts
 
 pytestmark = [pytest.mark.oracle, pytest.mark.slow]
@@ -69,12 +69,12 @@ def test_tables_read_straight_from_the_file_equal_the_tokenizers(gpt2_json, tmp_
 def test_a_cold_load_gives_the_specified_tokenizer_and_caches_its_sha256(gpt2_json, tmp_path, corpora):
     path = written(variants(gpt2_json)["pairs"], tmp_path, "pairs")
     expected = Tokenizer(**formats.read_tokenizer_json(path))
-    encoder._TABLES.clear()
+    load._TABLES.clear()
     impl = Implementation(cache_dir=str(tmp_path / "cache"))
     cold = Tokenizer.from_file(path, implementation=impl)
     docs = read_jsonl_texts(corpora / "multi", limit=20)
     assert cold.encode_batch(docs) == expected.encode_batch(docs)
-    encoder._TABLES.clear()
+    load._TABLES.clear()
     warm = Tokenizer.from_file(path, implementation=impl)
     assert warm._tables.sha256 == expected.sha256 == cold.sha256
 
@@ -90,7 +90,7 @@ def test_files_outside_the_fast_read_are_refused_as_before(gpt2_json, tmp_path, 
     path = written(doc, tmp_path, "bad")
     read = formats.read_tokenizer_data(path.read_bytes(), path, as_tables=True)
     assert isinstance(read, dict)
-    encoder._TABLES.clear()
+    load._TABLES.clear()
     with pytest.raises(ValueError, match=message):
         Tokenizer.from_file(path)
 

@@ -9,7 +9,7 @@ import pytest
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
 
-from bpe_ops import Implementation, Tokenizer, encoder
+from bpe_ops import Implementation, Tokenizer, load
 from tests.conftest import read_jsonl_texts
 
 pytestmark = [pytest.mark.oracle, pytest.mark.slow]
@@ -109,7 +109,7 @@ def test_configuration_encodes_like_hf(base, name, documents, tmp_path):
     assert python.encode_batch(documents[:60] + HOSTILE) == expected[:60] + expected[-len(HOSTILE):]
     impl = Implementation(cache_dir=str(tmp_path / "cache"))
     Tokenizer.from_file(path, implementation=impl)
-    encoder._TABLES.clear()
+    load._TABLES.clear()
     cached = Tokenizer.from_file(path, implementation=impl)
     assert cached._tables is not None and cached.encode_batch(documents) == expected
     assert pickle.loads(pickle.dumps(tok)).encode_batch(HOSTILE) == expected[-len(HOSTILE):]

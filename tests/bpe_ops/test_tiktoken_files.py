@@ -9,7 +9,7 @@ import random
 import pytest
 import tiktoken
 
-from bpe_ops import Implementation, Tokenizer, encoder, formats
+from bpe_ops import Implementation, Tokenizer, load, formats
 from bpe_ops.pretokenize import GPT2_PATTERN, GPT4_PATTERN, unicode_to_token
 from pipelines import tokenizer_files
 from pipelines.errors import UserError
@@ -62,14 +62,14 @@ def test_trained_rank_file_with_its_pattern_and_through_the_cache(corpora, docum
     enc = tiktoken.Encoding("t", pat_str=GPT4_PATTERN, mergeable_ranks=ranks, special_tokens={})
     impl = Implementation(cache_dir=str(tmp_path / "cache"))
     first = Tokenizer.from_tiktoken(path, "cl100k_base", implementation=impl)
-    encoder._TABLES.clear()
+    load._TABLES.clear()
     cached = Tokenizer.from_tiktoken(path, "gpt4", implementation=impl)
     assert cached._tables is not None and cached.pattern_name == first.pattern_name == "gpt4"
     expected = enc.encode_ordinary_batch(documents)
     assert first.encode_batch(documents) == expected and cached.encode_batch(documents) == expected
     assert (cached.merges, cached.vocab, cached.sha256) == (first.merges, first.vocab, first.sha256)
     # Another pattern or other special tokens are another key, not the cached tables.
-    encoder._TABLES.clear()
+    load._TABLES.clear()
     other = Tokenizer.from_tiktoken(path, "gpt2", {EOT: len(ranks)}, implementation=impl)
     assert other.pattern_name == "gpt2" and other.special_tokens == {EOT: len(ranks)}
 

@@ -1,14 +1,11 @@
 """Which modules the drift and summary rooms pull in: the statistics stay pure, and tokenize runs
 `--baseline` and its summaries through libraries, never through another command's module."""
-import ast
 import json
 import subprocess
 import sys
 
 from tests.conftest import ROOT
-
-COMMAND_MODULES = {"pipelines.drift", "pipelines.stats_cmd", "pipelines.train", "pipelines.pack",
-                   "pipelines.evaluate", "pipelines.estimate", "pipelines.cli"}
+from tests.test_import_graph import COMMANDS, imported_by
 
 
 def modules_loaded_by(module: str) -> set[str]:
@@ -18,25 +15,13 @@ def modules_loaded_by(module: str) -> set[str]:
     return set(json.loads(out.stdout))
 
 
-def imported_anywhere(path) -> set[str]:
-    """Every module an `import` in the file names, at its top or inside a function."""
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            names |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-            names |= {f"{node.module}.{alias.name}" for alias in node.names}
-    return names
-
-
 def test_drift_statistics_import_neither_beam_nor_fsspec_nor_pipelines():
     loaded = modules_loaded_by("bpe_ops.drift_stats")
     assert not {m for m in loaded if m.split(".")[0] in ("apache_beam", "fsspec", "pipelines", "pyarrow")}
 
 
 def test_tokenize_imports_no_command_module_even_inside_a_function():
-    assert imported_anywhere(ROOT / "pipelines" / "tokenize.py") & COMMAND_MODULES == set()
+    assert imported_by("pipelines.tokenize") & (COMMANDS | {"pipelines.cli"}) == set()
 
 
 def test_tokenize_judges_and_summarises_through_the_libraries():
