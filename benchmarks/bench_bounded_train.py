@@ -101,7 +101,7 @@ def run_worker(tool: str, unique: int, merges: int) -> dict:
 
 
 def memory(args) -> None:
-    from pipelines.shards import unique_count
+    from pipelines.datasets.shards import unique_count
     sizes = [unique_count(s) for s in args.unique.split(",")]
     print("| tool | unique | merges | counts dict MB | training MB (peak - counts) | MB per M unique | "
           "whole s (CPU s) | setup s | loop ms/merge (CPU) |")
@@ -126,7 +126,7 @@ def held_out_texts() -> list[str]:
 
 def budgets(args) -> None:
     from bpe_ops import Tokenizer
-    from pipelines.shards import unique_count
+    from pipelines.datasets.shards import unique_count
 
     inputs = [str(p) for name in ("en", "code", "multi") for p in sorted((CORPORA / name).glob("*.jsonl"))[:-1]]
     held = held_out_texts()

@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from bpe_ops import Tokenizer, train_bpe  # noqa: E402
 from bpe_ops.stats import Summary, batch_stats, digit_runs_batch, single_byte_ids  # noqa: E402
-from pipelines import drift_judging  # noqa: E402
+from pipelines.monitoring import drift_judging  # noqa: E402
 from schemas.stats import TokenizerFacts, stats_json, validate_stats  # noqa: E402
 
 SHARED = Path(os.environ.get("TOKENBEAM_SHARED", ROOT.parent / "shared"))

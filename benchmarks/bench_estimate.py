@@ -19,8 +19,8 @@ sys.path.insert(0, str(ROOT))
 from bpe_ops import Tokenizer  # noqa: E402
 from bpe_ops.stats import count_words, utf8_length  # noqa: E402
 from pipelines import estimate  # noqa: E402
-from pipelines.shards import expand  # noqa: E402
-from pipelines.sources import Record, SourceOptions, offset_readable, read_shard  # noqa: E402
+from pipelines.datasets.shards import expand  # noqa: E402
+from pipelines.datasets.sources import Record, SourceOptions, offset_readable, read_shard  # noqa: E402
 
 
 def exact(tok, shards, options) -> dict[str, float]:

@@ -94,7 +94,7 @@ def write_jsonl(out: str, unique: int, tokens: int, shards: int = 8, seed: int =
 
 def main() -> int:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from pipelines.shards import unique_count
+    from pipelines.datasets.shards import unique_count
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out")

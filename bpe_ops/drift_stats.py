@@ -3,7 +3,7 @@ population stability index, Jensen-Shannon divergence, ratio and quantile estima
 sampling variances, Student's t and normal tail areas, Welch's degrees of freedom, Holm-Bonferroni,
 and the no-drift distributions of the divergences drawn from the random groups of stats.json.
 
-`pipelines/drift_judging.py` turns them into verdicts. Every public function shows a worked example
+`pipelines/monitoring/drift_judging.py` turns them into verdicts. Every public function shows a worked example
 that runs (tests/bpe_ops/test_drift_stats.py runs them as doctests).
 """
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The `tokenbeam` command: train, tokenize, pack, evaluate, drift, stats, estimate, encode.
 
 One argparse parser with a subcommand each, built from the `COMMAND` each command's module declares
-(pipelines/command.py: its texts, its flags, its body), so `tokenbeam NAME` is `python -m
+(pipelines/core/command.py: its texts, its flags, its body), so `tokenbeam NAME` is `python -m
 pipelines.MODULE`. The body runs under `errors.run_command`, which turns every user error into one
-line `tokenbeam: error: ...` and the exit code of `pipelines.errors` (never a traceback).
+line `tokenbeam: error: ...` and the exit code of `pipelines.core.errors` (never a traceback).
 No module imports this one.
 """
 from __future__ import annotations
@@ -13,9 +13,9 @@ import importlib
 import os
 import sys
 
-from pipelines import command
-from pipelines.command import Parser, refuse_leftovers
-from pipelines.errors import EXIT_USAGE, UserError, run_command
+from pipelines.core import command
+from pipelines.core.command import Parser, refuse_leftovers
+from pipelines.core.errors import EXIT_USAGE, UserError, run_command
 
 # Each command's module, imported only when the command runs (or `tokenbeam --help` lists them all):
 # tokenize, pack and evaluate import Beam, and train's launcher must not (its counting process does).
@@ -39,7 +39,7 @@ def version() -> str:
         import os
         import re
 
-        from pipelines.files import exists, read_text
+        from pipelines.core.files import exists, read_text
 
         setup_py = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "setup.py")
         found = re.search(r"""version\s*=\s*["']([^"']+)["']""", read_text(setup_py)) if exists(setup_py) else None

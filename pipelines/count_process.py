@@ -41,7 +41,7 @@ def main(argv: list[str]) -> int:
         sys.modules.setdefault(name, None)
     exit_with_launcher(launcher)
     try:
-        from pipelines.train_count import count_and_report
+        from pipelines.steps.train_count import count_and_report
         return count_and_report(result_fd, job)
     except KeyboardInterrupt:        # Ctrl-C reaches the whole process group; the launcher says so
         return 130

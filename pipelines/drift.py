@@ -2,8 +2,8 @@
 
 The command line only: its arguments, finding the stats files, and running the comparison of a
 pair (with its groups when both sides have them) or of several files over time. How each figure is
-judged against sampling noise is `pipelines/drift_judging.py`; the text and files shown,
-`pipelines/drift_reports.py`. Verdicts: `ok` (within noise), `moderate` (beyond noise, within the
+judged against sampling noise is `pipelines/monitoring/drift_judging.py`; the text and files shown,
+`pipelines/monitoring/drift_reports.py`. Verdicts: `ok` (within noise), `moderate` (beyond noise, within the
 threshold), `significant` (beyond noise and past the threshold). Exit code 0 = nothing at or past
 `--fail-on`, 1 = drift, 2 = error.
 """
@@ -13,12 +13,12 @@ import argparse
 import math
 import sys
 
-from pipelines import command
-from pipelines.command import Command
-from pipelines.drift_judging import Thresholds, compare_over_time, judging_errors, load_stats, pair_drifted
-from pipelines.drift_reports import render_over_time, show_pair, write_groups, write_over_time, write_report
+from pipelines.core import command
+from pipelines.core.command import Command
+from pipelines.monitoring.drift_judging import Thresholds, compare_over_time, judging_errors, load_stats, pair_drifted
+from pipelines.monitoring.drift_reports import render_over_time, show_pair, write_groups, write_over_time, write_report
 from schemas import drift as layout
-from pipelines.inputs import GLOB_CHARS, Sought, find_files
+from pipelines.core.inputs import GLOB_CHARS, Sought, find_files
 
 # What the arguments may name: a stats.json or a folder holding one; the current side also a glob.
 BASELINE = Sought(flag="", in_folder="stats.json", many=False, as_written=True)
@@ -71,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> int:
     """`tokenbeam drift` of parsed flags: 0 no drift, 1 drift; a file that cannot be read or judged is
     one line (exit 2)."""
-    from pipelines.folders import check_finished
+    from pipelines.core.folders import check_finished
 
     thresholds = Thresholds(bytes_per_token=args.bytes_per_token, tokens_per_word=args.tokens_per_word,
                             tokens_per_record=args.tokens_per_record, psi=args.psi, js=args.js,

@@ -4,9 +4,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipelines import command
-from pipelines.command import Command, add_dropout_arguments, implementation_from_environment, parse_dropout
-from pipelines.tokenizer_files import load_tokenizer, parse_special_token
+from pipelines.core import command
+from pipelines.core.command import Command, add_dropout_arguments, implementation_from_environment, parse_dropout
+from pipelines.datasets.tokenizer_files import load_tokenizer, parse_special_token
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from bpe_ops.sample_estimate import Estimate, StratumSample
 from bpe_ops.stats import record_stats
 
-from pipelines import command
-from pipelines.command import Command, implementation_from_environment
-from pipelines.errors import PREFIX, IncompleteRun, UserError, os_error_reason, say, warn
-from pipelines.files import filesystem, write_text_atomic
-from pipelines.shards import add_source_arguments, expand, source_options
-from pipelines.tokenizer_files import load_tokenizer
+from pipelines.core import command
+from pipelines.core.command import Command, implementation_from_environment
+from pipelines.core.errors import PREFIX, IncompleteRun, UserError, os_error_reason, say, warn
+from pipelines.core.files import filesystem, write_text_atomic
+from pipelines.datasets.shards import add_source_arguments, expand, source_options
+from pipelines.datasets.tokenizer_files import load_tokenizer
 
 DEFAULT_SAMPLE = "0.5%"
 MIN_DRAWS = 30                # below this a t interval on the draws is too wide to be of use
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentPars
     tok = load_tokenizer(args.tokenizer, implementation_from_environment(), args.pattern)
     started = time.perf_counter()
     sampler = Sampler(tok, options, random.Random(args.seed))
-    from pipelines.sources import offset_readable
+    from pipelines.datasets.sources import offset_readable
     by_offset = [s for s in shards if offset_readable(s, options)]
     read_through = [s for s in shards if not offset_readable(s, options)]
     total_bytes = sum(s.size for s in shards)
@@ -118,7 +118,7 @@ class Sampler:
 
     def figures(self, item) -> dict[str, float]:
         """A record's figures (a Rejected one counts only as rejected, a blank line as nothing)."""
-        from pipelines.sources import Record
+        from pipelines.datasets.sources import Record
         if item is None:
             return {}
         if not isinstance(item, Record):
@@ -133,7 +133,7 @@ class Sampler:
     def by_offset(self, shards, share: float, unreadable: list) -> StratumSample:
         """Draw offsets uniformly over the shards' bytes until `share` of them (and `MIN_DRAWS` lines)
         were read."""
-        from pipelines.sources import record_at
+        from pipelines.datasets.sources import record_at
         total = sum(s.size for s in shards)
         sample = StratumSample(total_bytes=total)
         ends = [0]
@@ -166,7 +166,7 @@ class Sampler:
     def read_through(self, shards, share: float, unreadable: list) -> StratumSample:
         """Read every record of these shards, keeping each with probability `share`; where that keeps
         fewer than `MIN_DRAWS`, a simple random sample of `MIN_DRAWS` records (a reservoir) instead."""
-        from pipelines.sources import ShardError, read_shard
+        from pipelines.datasets.sources import ShardError, read_shard
         kept, reservoir, population, read = [], [], 0, 0
         for shard in shards:
             for item in read_shard(shard, self.options):

@@ -1,6 +1,6 @@
 """`tokenbeam evaluate`: tokenizers side by side on a dataset -> evaluate.json, evaluate.md, evaluate.png.
 
-    shards -> EvaluateShard (each shard read through pipelines.shards; every batch encoded with every
+    shards -> EvaluateShard (each shard read through pipelines.datasets.shards; every batch encoded with every
     tokenizer: a TokenTally per (tokenizer, group); each word type counted per group)
       tallies     -> CombinePerKey(MergeTallies)                                   \\
       word counts -> CombinePerKey(add_counts), keyed by word -> batches ->          -> rows -> report
@@ -24,24 +24,24 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from pipelines.beam_options import (beam, check_worker_paths, local_cores_per_worker, one_local_worker,
+from pipelines.core.beam_options import (beam, check_worker_paths, local_cores_per_worker, one_local_worker,
                                     pipeline_options, split_beam_args)
 from bpe_ops.evaluation import (TokenTally, WordTally, iter_words, merge_count_for_vocab_size, raw_byte_ids,
                                 truncated, whitespace_ids, word_pieces, id_mask)
 from bpe_ops.stats import batch_stats
 from schemas.evaluate import DEFINITIONS, EVALUATE_KIND, EVALUATE_SCHEMA_VERSION, validate_evaluate
-from pipelines import command
-from pipelines.command import Command, add_quiet_argument, implementation_from_environment, option_strings
-from pipelines.errors import ShardFailure, UserError, pipeline_failures, quiet_worker_stderr, \
+from pipelines.core import command
+from pipelines.core.command import Command, add_quiet_argument, implementation_from_environment, option_strings
+from pipelines.core.errors import ShardFailure, UserError, pipeline_failures, quiet_worker_stderr, \
     say, set_quiet, shard_done
-from pipelines.folders import claim_output, mark_output
-from pipelines.files import (exists, join, open_atomic, read_json, remove, remove_stale_temporaries,
+from pipelines.core.folders import claim_output, mark_output
+from pipelines.core.files import (exists, join, open_atomic, read_json, remove, remove_stale_temporaries,
                              remove_tree, write_text_atomic, writing)
-from pipelines.groups import group_value
-from pipelines.outcome import RunFigures, RunWords, incomplete_run
-from pipelines.shards import REJECTED_DIR, ShardReader, add_source_arguments, describe_shard_error, expand, \
+from pipelines.accounts.groups import group_value
+from pipelines.datasets.outcome import RunFigures, RunWords, incomplete_run
+from pipelines.datasets.shards import REJECTED_DIR, ShardReader, add_source_arguments, describe_shard_error, expand, \
     source_options as make_source_options, warn_mostly_rejected, warn_shard_errors
-from pipelines.tokenizer_files import (TokenizerRef, check_id_range, identify_tokenizer, load_identified_tokenizer,
+from pipelines.datasets.tokenizer_files import (TokenizerRef, check_id_range, identify_tokenizer, load_identified_tokenizer,
                                       parse_special_token)
 
 ENCODE_BATCH_RECORDS = 256        # records encoded per encode_arrays call

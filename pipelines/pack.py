@@ -35,15 +35,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.beam_options import beam, check_worker_paths, one_local_worker, pipeline_options, split_beam_args
-from pipelines import command
-from pipelines.command import Command, add_quiet_argument, option_strings
-from pipelines.errors import IncompleteRun, UserError, pipeline_failures, say, set_quiet, warn
-from pipelines.files import (filesystem, inside, isdir, isfile, join, names_in, open_atomic, read_bytes, read_json,
+from pipelines.core.beam_options import beam, check_worker_paths, one_local_worker, pipeline_options, split_beam_args
+from pipelines.core import command
+from pipelines.core.command import Command, add_quiet_argument, option_strings
+from pipelines.core.errors import IncompleteRun, UserError, pipeline_failures, say, set_quiet, warn
+from pipelines.core.files import (filesystem, inside, isdir, isfile, join, names_in, open_atomic, read_bytes, read_json,
                              remove, remove_tree, remove_stale_temporaries, write_text_atomic, writing)
-from pipelines.folders import check_finished, claim_output, mark_output
-from pipelines.outcome import repeated_ids_line
-from pipelines.shards import byte_size
+from pipelines.core.folders import check_finished, claim_output, mark_output
+from pipelines.datasets.outcome import repeated_ids_line
+from pipelines.datasets.shards import byte_size
 from schemas import pack as layout
 from schemas import tables
 
@@ -139,8 +139,8 @@ def find_inputs(inputs: list[str]) -> tuple[list[TokenFile], dict[str, str | Non
     """Every token Parquet the inputs name (a folder means the `*.parquet` under it, `rejected/` and
     hidden files aside), sorted by URL, each checked; and the sha256 of the `stats.json` beside
     each input (None where there is none)."""
-    from pipelines.inputs import InputError, Sought
-    from pipelines.sources import expand_inputs
+    from pipelines.core.inputs import InputError, Sought
+    from pipelines.datasets.sources import expand_inputs
 
     if not inputs:
         raise UserError("no input: give --input TOKENS_DIR (or token Parquet files or globs)")
@@ -260,7 +260,7 @@ def read_row_group(url: str, group: int, columns: list[str]) -> pa.Table:
         with fs.open(path, "rb") as f:
             return pq.ParquetFile(f).read_row_group(group, columns=columns)
     except Exception as exc:  # noqa: BLE001  (the launcher read this file: now it is gone or broken)
-        from pipelines.errors import ShardFailure
+        from pipelines.core.errors import ShardFailure
         raise ShardFailure(f"cannot read {url} row group {group}: {str(exc).splitlines()[0]}") from exc
 
 
@@ -880,7 +880,7 @@ def warn_if_text_token(token: int, flag: str, first: TokenFile) -> None:
 
 def decide(args, files: list[TokenFile]) -> tuple[PackOptions, dict]:
     """The launcher's decisions: ids for the tokens, the buckets, and what the output records of them."""
-    from pipelines.tokenizer_files import load_tokenizer
+    from pipelines.datasets.tokenizer_files import load_tokenizer
 
     first = files[0]
     tok = None

@@ -25,14 +25,14 @@ import time
 from bpe_ops.dropout import Dropout
 from bpe_ops.stats import Summary
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
-from pipelines import command
-from pipelines.command import Command, add_quiet_argument
-from pipelines.errors import UserError, say, set_quiet, shard_done
-from pipelines.files import isdir, join, write_text_atomic
-from pipelines.inputs import InputError, Sought, find_files
-from pipelines.folders import check_finished, owner
-from pipelines.breakdowns import Breakdowns, StatsError, Windowing, add_file
-from pipelines.tokenizer_files import load_tokenizer
+from pipelines.core import command
+from pipelines.core.command import Command, add_quiet_argument
+from pipelines.core.errors import UserError, say, set_quiet, shard_done
+from pipelines.core.files import isdir, join, write_text_atomic
+from pipelines.core.inputs import InputError, Sought, find_files
+from pipelines.core.folders import check_finished, owner
+from pipelines.accounts.breakdowns import Breakdowns, StatsError, Windowing, add_file
+from pipelines.datasets.tokenizer_files import load_tokenizer
 
 
 TOKEN_FILES = Sought(flag="", in_folder="*.parquet")    # the positional GLOBs: a folder names its token Parquet
@@ -90,7 +90,7 @@ def rebuild(argv: list[str]) -> int:
 
 
 def rebuild_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> int:
-    from pipelines.windows import parse_duration
+    from pipelines.accounts.windows import parse_duration
 
     started = time.time()
     set_quiet(args.quiet)

@@ -22,7 +22,7 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 
-from pipelines.beam_options import (beam, check_worker_paths, local_cores_per_worker, one_local_worker,
+from pipelines.core.beam_options import (beam, check_worker_paths, local_cores_per_worker, one_local_worker,
                                     pipeline_options, split_beam_args)
 import numpy as np
 import pyarrow.parquet as pq
@@ -31,32 +31,32 @@ from bpe_ops.dropout import DROPOUT_MODES, Dropout
 from bpe_ops.stats import Summary
 from schemas import tables
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
-from pipelines import command
-from pipelines.command import (Command, add_dropout_arguments, add_quiet_argument, implementation_from_environment,
+from pipelines.core import command
+from pipelines.core.command import (Command, add_dropout_arguments, add_quiet_argument, implementation_from_environment,
                                option_strings, parse_dropout)
-from pipelines.errors import (EXIT_DRIFT, IncompleteRun, ShardFailure, UserError, os_error_reason,
+from pipelines.core.errors import (EXIT_DRIFT, IncompleteRun, ShardFailure, UserError, os_error_reason,
                               pipeline_failures, quiet_worker_stderr, say, set_quiet, shard_done, warn)
-from pipelines.files import (canonical, exists, filesystem, inside, join, open_atomic,
+from pipelines.core.files import (canonical, exists, filesystem, inside, join, open_atomic,
                              read_json, remove, remove_stale_temporaries, remove_tree, write_text_atomic, writing)
-from pipelines.folders import check_finished, claim_output, mark_output
-from pipelines.inputs import InputError, Sought, find_files
-from pipelines.shards import REJECTED_DIR, ShardReader, add_source_arguments, expand, \
+from pipelines.core.folders import check_finished, claim_output, mark_output
+from pipelines.core.inputs import InputError, Sought, find_files
+from pipelines.datasets.shards import REJECTED_DIR, ShardReader, add_source_arguments, expand, \
     first_rows, job_progress, numbered, parts_said, plan, source_options as make_source_options, \
     warn_mostly_rejected, warn_shard_errors
-from pipelines.tokenizer_files import (TokenizerRef, check_id_range, identify_tokenizer,
+from pipelines.datasets.tokenizer_files import (TokenizerRef, check_id_range, identify_tokenizer,
                                       load_identified_tokenizer, parse_special_token, settle_heap, token_bytes_of)
-from pipelines.outcome import RunFigures, RunWords, incomplete_run, repeated_ids_line
-from pipelines.alerts import ALERTS, ALERTS_DIR, JudgeShard, gather_alerts
-from pipelines.drift_judging import (Thresholds, check_calibrated, check_same_dropout, judging_errors, load_stats,
+from pipelines.datasets.outcome import RunFigures, RunWords, incomplete_run, repeated_ids_line
+from pipelines.monitoring.alerts import ALERTS, ALERTS_DIR, JudgeShard, gather_alerts
+from pipelines.monitoring.drift_judging import (Thresholds, check_calibrated, check_same_dropout, judging_errors, load_stats,
                                      pair_drifted)
-from pipelines.drift_reports import show_pair
-from pipelines.groups import GROUPS_FOLDER, NO_GROUP, GroupStats
-from pipelines.breakdowns import BreakdownSummaries, Breakdowns, Windowing, add_file
-from pipelines.summaries import MergeSummaries
-from pipelines.watch import StopSignal, WatchShards, WholeRun, install_stop_handlers
-from pipelines.tokenize_steps import (ENCODE_BATCH_RECORDS, ENCODE_CHUNK_RECORDS, OVERLAP_TEXT_BYTES, ChunkEncoder,
+from pipelines.monitoring.drift_reports import show_pair
+from pipelines.accounts.groups import GROUPS_FOLDER, NO_GROUP, GroupStats
+from pipelines.accounts.breakdowns import BreakdownSummaries, Breakdowns, Windowing, add_file
+from pipelines.accounts.summaries import MergeSummaries
+from pipelines.datasets.watch import StopSignal, WatchShards, WholeRun, install_stop_handlers
+from pipelines.steps.tokenize_steps import (ENCODE_BATCH_RECORDS, ENCODE_CHUNK_RECORDS, OVERLAP_TEXT_BYTES, ChunkEncoder,
                                       RowGroup, RowGroupWriter, text_size)
-from pipelines.windows import WINDOWS_FOLDER, WindowStats, format_utc, parse_duration
+from pipelines.accounts.windows import WINDOWS_FOLDER, WindowStats, format_utc, parse_duration
 
 SUCCESS = "_SUCCESS"
 STOP_FILE = "_STOP"              # created by anyone: a --watch run ends cleanly
@@ -343,8 +343,8 @@ def shard_fingerprint(shard, source_options, tokenizer_sha256: str, eos_token: s
     (the input file and its version, how it is read, the tokenizer, the EOS token, BPE-dropout, the
     kept columns' types, the layout). Without dropout or kept fields their key is absent, so outputs
     made before they existed are still reused."""
-    from pipelines.inputs import InputError
-    from pipelines.sources import shard_format
+    from pipelines.core.inputs import InputError
+    from pipelines.datasets.sources import shard_format
 
     options = json.loads(json.dumps(asdict(source_options)))     # tuples as lists, as the footer holds them
     try:
@@ -380,7 +380,7 @@ def kept_type_mismatch(kept_types: dict[str, str], record) -> tuple[str, str] | 
 def kept_field_kinds(shard, source_options, fields: tuple[str, ...]) -> set[tuple[str, str]]:
     """The kinds of value (`tables.value_kind`) each of `fields` takes in the records of a shard:
     {(field, kind)}, from which the whole dataset's kept column types are inferred."""
-    from pipelines.sources import Record, read_shard
+    from pipelines.datasets.sources import Record, read_shard
 
     if shard.part is not None and shard.part.first_row is None:     # its row numbers do not matter here
         shard = replace(shard, part=replace(shard.part, first_row=0))
@@ -611,7 +611,7 @@ def changed_inputs(inputs: list[str], manifest: dict) -> list[str]:
     """The inputs that are no longer what was tokenized (a file that grew after it was read, as a file
     written in parts can under --watch): their size or version in one listing now differs from the
     one the manifest records. A rerun tokenizes them again (their fingerprint no longer matches)."""
-    from pipelines.sources import expand_inputs
+    from pipelines.datasets.sources import expand_inputs
 
     try:
         now = {shard.url: shard for shard in expand_inputs(inputs)}

@@ -1,6 +1,6 @@
 """`tokenbeam train`: sharded text -> pre-token counts (Beam) -> BPE merge loop -> tokenizer files.
 
-    steps 1-4, in a child process (pipelines/train_count.py, the Beam pipeline): shards ->
+    steps 1-4, in a child process (pipelines/steps/train_count.py, the Beam pipeline): shards ->
         CountShardPretokens -> SumCounts -> PruneAndWriteCounts -> OUTPUT/counts/*.parquet + _totals.json
     step 5, here in the launching process: load counts -> learn merges (progress bar) -> write
         tokenizer.json, tokenizer.tiktoken, train_report.json, compression_curve.png.
@@ -30,16 +30,16 @@ from bpe_ops.count_table import budget_cut
 from bpe_ops.text_rules import NORMAL_FORMS
 from bpe_ops.trainer import MAX_IDS
 from schemas import reports
-from pipelines import command
-from pipelines.command import (Command, add_quiet_argument, check_special_token, implementation_from_environment,
+from pipelines.core import command
+from pipelines.core.command import (Command, add_quiet_argument, check_special_token, implementation_from_environment,
                                option_strings, refuse_leftovers)
-from pipelines.errors import EXIT_INCOMPLETE, IncompleteRun, UserError, is_quiet, say, set_quiet, warn
-from pipelines.folders import claim_output, mark_output
-from pipelines.files import exists, join, open_atomic, read_json, write_text_atomic
-from pipelines.outcome import RunFigures, RunWords, incomplete_run
-from pipelines.shards import add_source_arguments, unique_count, warn_mostly_rejected, \
+from pipelines.core.errors import EXIT_INCOMPLETE, IncompleteRun, UserError, is_quiet, say, set_quiet, warn
+from pipelines.core.folders import claim_output, mark_output
+from pipelines.core.files import exists, join, open_atomic, read_json, write_text_atomic
+from pipelines.datasets.outcome import RunFigures, RunWords, incomplete_run
+from pipelines.datasets.shards import add_source_arguments, unique_count, warn_mostly_rejected, \
     warn_shard_errors
-from pipelines.train_options import (SUCCESS, TOKENIZER_FILES, check_pattern, clear_tokenizer_files, text_options_of,
+from pipelines.steps.train_options import (SUCCESS, TOKENIZER_FILES, check_pattern, clear_tokenizer_files, text_options_of,
                                      text_rules_of, units_pattern_of, within_budget)
 
 VERDICT_WORDS = RunWords(done="counted", lost="no tokenizer was trained on part of the corpus",
@@ -49,7 +49,7 @@ VERDICT_WORDS = RunWords(done="counted", lost="no tokenizer was trained on part 
 # --- the launcher side ----------------------------------------------------------------------------
 
 class CountingProcess:
-    """Steps 1-4 (the Beam pipeline of pipelines/train_count.py) in a child process, started at once;
+    """Steps 1-4 (the Beam pipeline of pipelines/steps/train_count.py) in a child process, started at once;
     `wait` returns when OUTPUT/counts/ is written, or raises the child's one-line error as a UserError
     (a bug's traceback is on stderr above it). Its progress lines reach stderr as they come."""
 
@@ -123,7 +123,7 @@ def import_counts_reader() -> None:
 
 def count_files(counts_dir: str) -> tuple[object, list[str]]:
     """The filesystem of `counts_dir` and its counts/*.parquet, sorted."""
-    from pipelines.files import filesystem
+    from pipelines.core.files import filesystem
 
     fs, path = filesystem(counts_dir)
     return fs, sorted(fs.glob(path.rstrip("/") + "/*.parquet"))

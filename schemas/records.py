@@ -1,6 +1,6 @@
 """What a source yields for each shard, and the layout of `rejected/*.jsonl`.
 
-`pipelines.sources.read_shard` turns a shard into a stream of `Record`s (text to tokenize),
+`pipelines.datasets.sources.read_shard` turns a shard into a stream of `Record`s (text to tokenize),
 `Rejected`s (one row that cannot be used, with a reason from a fixed vocabulary) and at most one
 final `ShardError` (the rest of the file cannot be read). Both pipelines count rejections by reason
 and write them out with `rejected_to_json`, so the reasons and the file layout live here, once.

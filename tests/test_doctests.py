@@ -10,12 +10,12 @@ import pipelines
 import schemas
 
 MODULES = sorted(info.name for package in (bpe_ops, schemas, pipelines)
-                 for info in pkgutil.iter_modules(package.__path__, f"{package.__name__}.") if not info.ispkg)
+                 for info in pkgutil.walk_packages(package.__path__, f"{package.__name__}.") if not info.ispkg)
 
 
 def test_every_module_is_listed():
     assert {"bpe_ops.encoder", "bpe_ops.merging", "bpe_ops.load", "bpe_ops._educational", "schemas.stats",
-            "pipelines.windows", "pipelines.watch"} <= set(MODULES)
+            "pipelines.accounts.windows", "pipelines.datasets.watch"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -3,7 +3,15 @@ imports included): layers import only downwards, bpe_ops stays pure, no import c
 command module imports another. `pytest -s` prints each module's floor: its longest import chain.
 
 Layers, bottom up: bpe_ops (pure BPE), schemas (the file layouts), the pipelines services, the command
-modules (the ones pipelines/cli.py's table names), cli."""
+modules (the ones pipelines/cli.py's table names), cli. Inside pipelines the services live in rooms
+(subpackages) that stand on three floors, and the entry points (the commands, cli and train's counting
+process) on the fourth, side by side:
+
+    4  the entry points: train, tokenize, pack, evaluate, drift, stats, estimate, encode; cli; count_process
+    3  monitoring (drift judging, reports, alerts)   steps (each command's own Beam steps)
+    2  datasets (readers, shards, tokenizer files)  accounts (summaries and their breakdowns)
+    1  core (the command frame, errors, file access)
+"""
 import ast
 
 import pytest
@@ -14,6 +22,8 @@ from tests.conftest import ROOT
 PACKAGES = ("bpe_ops", "schemas", "pipelines")
 COMMANDS = set(COMMAND_MODULES.values())
 LAYERS = ("bpe_ops", "schemas", "services", "commands", "cli")
+ROOM_FLOORS = {"core": 1, "datasets": 2, "accounts": 2, "monitoring": 3, "steps": 3}
+ENTRY_FLOOR = 4
 IMPURE = ("apache_beam", "fsspec", "pipelines", "schemas")     # what bpe_ops must never import
 
 
@@ -21,8 +31,9 @@ def module_names() -> dict[str, object]:
     """Every module of the tree -> its file."""
     found = {}
     for package in PACKAGES:
-        for path in sorted((ROOT / package).glob("*.py")):
-            found[package if path.stem == "__init__" else f"{package}.{path.stem}"] = path
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
 
 
@@ -101,7 +112,33 @@ def test_the_floors_of_every_module_are_printed_with_s(capsys):
         print("\nimport floors (longest chain of imports below each module):")
         for name in sorted(found, key=lambda n: (found[n], n)):
             print(f"  {found[name]:2d}  {LAYERS[layer(name)]:9s} {name}")
-    assert found["pipelines.cli"] > found["pipelines.command"] > found["pipelines.errors"]
+    assert found["pipelines.cli"] > found["pipelines.core.command"] > found["pipelines.core.errors"]
+
+
+def room(name: str) -> str:
+    """The room of a pipelines module: its subpackage, or "entry" for a module of pipelines itself.
+
+    >>> room("pipelines.core.files"), room("pipelines.tokenize"), room("pipelines")
+    ('core', 'entry', 'entry')
+    """
+    parts = name.split(".")
+    return parts[1] if len(parts) > 2 or parts[1:] and parts[1] in ROOM_FLOORS else "entry"
+
+
+def room_floor(name: str) -> int:
+    return ROOM_FLOORS.get(room(name), ENTRY_FLOOR)
+
+
+def test_the_rooms_of_pipelines_stand_on_four_floors():
+    """A module imports within its own room or from a room on a lower floor; every subpackage has a
+    floor; and the entry points (the commands, side by side) stand over all of them."""
+    pipelines = [name for name in MODULES if name.partition(".")[0] == "pipelines"]
+    assert {room(name) for name in pipelines} == set(ROOM_FLOORS) | {"entry"}
+    wrong = sorted(f"{name} ({room(name)}, floor {room_floor(name)}) imports {dep} ({room(dep)}, floor {room_floor(dep)})"
+                   for name in pipelines for dep in GRAPH[name]
+                   if dep.startswith("pipelines") and room(dep) != room(name) and room_floor(dep) >= room_floor(name))
+    assert not wrong, "\n".join(wrong)
+    assert {room(name) for name in COMMANDS | {"pipelines.cli", "pipelines.count_process"}} == {"entry"}
 
 
 def test_the_commands_of_the_cli_table_are_modules_of_the_tree():
@@ -137,14 +174,14 @@ def test_no_command_module_imports_another_command_module():
 
 def test_the_reader_sees_relative_and_function_level_imports():
     assert "bpe_ops.patterns" in GRAPH["bpe_ops.hf_components"]          # from .patterns import ...
-    assert "pipelines.sources" in GRAPH["pipelines.tokenize"]            # inside functions only
+    assert "pipelines.datasets.sources" in GRAPH["pipelines.tokenize"]            # inside functions only
     assert "bpe_ops" not in GRAPH["bpe_ops.pretokenize"]                 # from . import _native (compiled)
 
 
 @pytest.mark.parametrize("name, dep", [("bpe_ops.hf_components", "bpe_ops.pretokenize"),
                                        ("pipelines.evaluate", "pipelines.tokenize"),
                                        ("pipelines.pack", "pipelines.tokenize"),
-                                       ("pipelines.train_count", "pipelines.train")])
+                                       ("pipelines.steps.train_count", "pipelines.train")])
 def test_a_module_no_longer_imports_what_it_shares_through_a_service(name, dep):
     """Imports that once made a circle or crossed between commands, each now through a room of its own
     (bpe_ops/patterns.py, tokenizer_files.py, outcome.py, train_options.py)."""

@@ -27,7 +27,7 @@ from bpe_ops.stats import (EXACT_ID_CLASSES, FOLDED_ID_CLASSES, REPLICATE_GROUPS
                            batch_stats, count_words, count_words_batch, id_class_count, id_class_table, id_classes, length_key, nearest_rank, record_group,
                            digit_runs, digit_runs_batch, measure_batch, record_stats, single_byte_ids)
 from pipelines import stats_cmd
-from pipelines.drift_judging import load_stats
+from pipelines.monitoring.drift_judging import load_stats
 from schemas.stats import (BYTES_PER_TOKEN_EDGES, STATS_SCHEMA_VERSION, TOKENS_PER_RECORD_EDGES,
                            bin_counts, dump_stats, stats_json, validate_stats)
 from tests.conftest import read_jsonl_texts

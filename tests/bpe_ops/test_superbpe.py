@@ -17,7 +17,7 @@ import regex
 from bpe_ops import Tokenizer, pretokenize, train_bpe, trainer
 from bpe_ops.implementation import Implementation
 from pipelines import train
-from pipelines.errors import UserError
+from pipelines.core.errors import UserError
 from schemas.reports import SUPERWORD_KEYS
 from tests.conftest import ROOT, read_jsonl_texts
 from tests.bpe_ops.test_trainer import IMPLEMENTATIONS, implementation

@@ -11,8 +11,8 @@ import tiktoken
 
 from bpe_ops import Implementation, Tokenizer, load, formats
 from bpe_ops.pretokenize import GPT2_PATTERN, GPT4_PATTERN, unicode_to_token
-from pipelines import tokenizer_files
-from pipelines.errors import UserError
+from pipelines.datasets import tokenizer_files
+from pipelines.core.errors import UserError
 from tests.conftest import read_jsonl_texts
 
 pytestmark = [pytest.mark.oracle, pytest.mark.slow]

@@ -18,7 +18,8 @@ from tests.fuzz import harness  # noqa: E402
 
 with harness.instrumented(__name__ == "__main__"):
     from bpe_ops import drift_stats
-    from pipelines import command, drift
+    from pipelines.core import command
+    from pipelines import drift
     from schemas import stats  # noqa: F401  (instrumented: drift reads stats.json through it)
 
 if __name__ == "__main__":

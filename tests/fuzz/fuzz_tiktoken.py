@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.fuzz import harness  # noqa: E402
 
 with harness.instrumented(__name__ == "__main__"):
-    from pipelines.tokenizer_files import load_tokenizer
+    from pipelines.datasets.tokenizer_files import load_tokenizer
 
 SPECIALS = {"<|endoftext|>": 299}       # the id after the seed's last rank
 

@@ -1,4 +1,4 @@
-"""Fuzz target: a tokenizer.json as the CLI loads it (`pipelines.tokenizer_files.load_tokenizer`), then
+"""Fuzz target: a tokenizer.json as the CLI loads it (`pipelines.datasets.tokenizer_files.load_tokenizer`), then
 encoded and decoded (tests/fuzz/harness.py says what a finding is). Run from the worktree:
 
     mkdir -p /tmp/fuzz-tokenizer_json && python3 tests/fuzz/fuzz_tokenizer_json.py -max_total_time=600 \
@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.fuzz import harness  # noqa: E402
 
 with harness.instrumented(__name__ == "__main__"):
-    from pipelines.tokenizer_files import load_tokenizer
+    from pipelines.datasets.tokenizer_files import load_tokenizer
 
 
 def check(data: bytes) -> None:

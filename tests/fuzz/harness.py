@@ -1,7 +1,7 @@
 """What every fuzz target shares: the contract a reader is held to, a scratch file, and the libFuzzer
 driver (atheris; imported only when a target runs as a fuzzer, so the regression test needs none).
 
-The contract (the CLI's, pipelines/errors.py): a file either loads, or its reader raises `UserError`
+The contract (the CLI's, pipelines/core/errors.py): a file either loads, or its reader raises `UserError`
 (the CLI prints it as one line `tokenbeam: error: ...` and exits 2) whose message is one line, names
 the file, and says what is wrong in the file's terms: a message that is only a Python exception's
 text caught by a reader's safety net (`malformed tokenizer.json (KeyError: 'id')`) means a check is
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from pipelines.errors import UserError  # noqa: E402
+from pipelines.core.errors import UserError  # noqa: E402
 
 # What a reader's catch-all says when an unchecked value reached Python code of the wrong shape.
 SAFETY_NET = re.compile(r"\((TypeError|KeyError|AttributeError|IndexError|OverflowError|RecursionError)\b")

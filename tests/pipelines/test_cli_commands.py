@@ -2,7 +2,9 @@
 the `COMMAND` the module declares, and `tokenbeam --help` lists every command of the table."""
 import pytest
 
-from pipelines import cli, command
+from pipelines import cli
+
+from pipelines.core import command
 
 pytestmark = pytest.mark.slow
 

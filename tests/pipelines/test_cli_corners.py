@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.errors import EXIT_INCOMPLETE, EXIT_USAGE, UserError
-from pipelines.sources import Record, Shard, SourceOptions, read_shard
-from pipelines.tokenizer_files import load_tokenizer
+from pipelines.core.errors import EXIT_INCOMPLETE, EXIT_USAGE, UserError
+from pipelines.datasets.sources import Record, Shard, SourceOptions, read_shard
+from pipelines.datasets.tokenizer_files import load_tokenizer
 from tests.conftest import ROOT
 from tests.pipelines.test_cli_strict import cli, one_error_line
 

@@ -1,9 +1,9 @@
-"""One input finder (pipelines/inputs.py) for every command: the same lines for the same mistakes, and
+"""One input finder (pipelines/core/inputs.py) for every command: the same lines for the same mistakes, and
 a folder naming the files each command reads."""
 import pytest
 
 from pipelines import cli, stats_cmd
-from pipelines.inputs import InputError, Sought, find_files
+from pipelines.core.inputs import InputError, Sought, find_files
 
 
 def error_line(capsys, *argv) -> str:

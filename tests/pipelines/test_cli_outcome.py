@@ -1,11 +1,11 @@
-"""Whether a run is complete is one verdict (pipelines/outcome.py): train, tokenize and evaluate give the
+"""Whether a run is complete is one verdict (pipelines/datasets/outcome.py): train, tokenize and evaluate give the
 same one, with the same hint, on inputs whose text is not where --text-field says."""
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from pipelines import evaluate, tokenize, train
-from pipelines.errors import IncompleteRun
+from pipelines.core.errors import IncompleteRun
 
 pytestmark = pytest.mark.slow
 

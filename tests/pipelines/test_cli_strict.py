@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import tokenize, train
-from pipelines.errors import EXIT_INCOMPLETE, EXIT_USAGE, IncompleteRun, UserError
+from pipelines.core.errors import EXIT_INCOMPLETE, EXIT_USAGE, IncompleteRun, UserError
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
@@ -326,7 +326,7 @@ def test_beam_asks_for_ipython_only_once_it_is_loaded(monkeypatch):
     IPython is loaded (a notebook or IPython shell)."""
     import types
 
-    import pipelines.beam_options  # noqa: F401  (applies the patch)
+    import pipelines.core.beam_options  # noqa: F401  (applies the patch)
     from apache_beam import pipeline as beam_pipeline
     from apache_beam.utils import interactive_utils
 

@@ -22,8 +22,9 @@ from bpe_ops.pretokenize import GPT2_PATTERN
 from bpe_ops.stats import Summary, single_byte_ids
 from bpe_ops import drift_stats
 from bpe_ops.drift_stats import holm, js_divergence, psi, ratio_estimate
-from pipelines import drift, drift_judging, drift_reports
-from pipelines.drift_judging import compare
+from pipelines import drift
+from pipelines.monitoring import drift_judging, drift_reports
+from pipelines.monitoring.drift_judging import compare
 from schemas import drift as layout
 from schemas.stats import STATS_SCHEMA_VERSION, dump_stats, stats_json
 

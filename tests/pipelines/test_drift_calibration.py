@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import bench_drift_calibration as calib  # noqa: E402
 
 from bpe_ops import train_bpe  # noqa: E402
-from pipelines import drift_judging  # noqa: E402
+from pipelines.monitoring import drift_judging  # noqa: E402
 from schemas.stats import validate_stats  # noqa: E402
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from bpe_ops import Tokenizer
-from pipelines import drift_judging, stats_cmd
+from pipelines.monitoring import drift_judging
+from pipelines import stats_cmd
 from tests.conftest import ROOT
 from tests.system.test_determinism import stats_without_timing
 from tests.pipelines.test_tokenize_pipeline import read_rows, run_tokenize, trained  # noqa: F401  (a fixture)

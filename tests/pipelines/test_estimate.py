@@ -16,8 +16,8 @@ import bpe_ops.sample_estimate
 from bpe_ops import Tokenizer
 from bpe_ops.stats import count_words, utf8_length
 from pipelines import estimate
-from pipelines.shards import expand
-from pipelines.sources import Record, SourceOptions, read_shard, record_at
+from pipelines.datasets.shards import expand
+from pipelines.datasets.sources import Record, SourceOptions, read_shard, record_at
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +51,7 @@ def run_estimate(tok, shards, options, seed, share=0.005):
 
 
 def estimate_by_offset(shard, options):
-    from pipelines.sources import offset_readable
+    from pipelines.datasets.sources import offset_readable
     return offset_readable(shard, options)
 
 

@@ -11,8 +11,9 @@ import pytest
 from bpe_ops import Tokenizer, train_bpe
 from bpe_ops.evaluation import evaluate_texts, iter_words, truncated, word_pieces
 from bpe_ops.stats import count_words
-from pipelines import evaluate, folders, tokenize
-from pipelines.errors import IncompleteRun
+from pipelines import evaluate, tokenize
+from pipelines.core import folders
+from pipelines.core.errors import IncompleteRun
 from schemas.evaluate import validate_evaluate
 from tests.conftest import ROOT
 

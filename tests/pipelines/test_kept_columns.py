@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import pack, stats_cmd, tokenize
-from pipelines.errors import UserError
+from pipelines.core.errors import UserError
 from schemas import tables
 
 pytestmark = pytest.mark.slow

@@ -25,5 +25,5 @@ def test_tokenize_imports_no_command_module_even_inside_a_function():
 
 
 def test_tokenize_judges_and_summarises_through_the_libraries():
-    libraries = {"pipelines.drift_judging", "pipelines.drift_reports", "pipelines.summaries", "pipelines.breakdowns"}
+    libraries = {"pipelines.monitoring.drift_judging", "pipelines.monitoring.drift_reports", "pipelines.accounts.summaries", "pipelines.accounts.breakdowns"}
     assert libraries <= modules_loaded_by("pipelines.tokenize")

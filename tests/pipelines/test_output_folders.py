@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import cli, folders
+from pipelines import cli
+
+from pipelines.core import folders
 
 pytestmark = pytest.mark.slow
 

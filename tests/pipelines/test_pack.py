@@ -19,7 +19,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import folders, pack
+from pipelines.core import folders
+
+from pipelines import pack
 from schemas import pack as layout
 from schemas import tables
 

@@ -15,8 +15,8 @@ import pytest
 import zstandard
 from hypothesis import given, settings, strategies as st
 
-from pipelines import sources
-from pipelines.sources import (
+from pipelines.datasets import sources
+from pipelines.datasets.sources import (
     InputError, Record, Rejected, Shard, ShardError, SourceOptions, expand_inputs, output_name,
     read_shard, shard_format,
 )

@@ -11,10 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import shards as shards_module
+from pipelines.datasets import shards as shards_module
 from pipelines import tokenize, train
-from pipelines.shards import progress_line, split_size
-from pipelines.sources import SourceOptions, count_rows, expand_inputs, plan_parts, read_shard, with_first_row
+from pipelines.datasets.shards import progress_line, split_size
+from pipelines.datasets.sources import SourceOptions, count_rows, expand_inputs, plan_parts, read_shard, with_first_row
 
 pytestmark = pytest.mark.slow
 

@@ -15,8 +15,11 @@ import pytest
 
 from bpe_ops import Tokenizer
 from bpe_ops.stats import Summary, batch_stats, record_stats
-from pipelines import errors, tokenize, tokenize_steps, tokenizer_files
-from pipelines.sources import Shard, SourceOptions
+from pipelines.core import errors
+from pipelines import tokenize
+from pipelines.steps import tokenize_steps
+from pipelines.datasets import tokenizer_files
+from pipelines.datasets.sources import Shard, SourceOptions
 from schemas import tables
 from schemas.records import Record
 from schemas.stats import TokenizerFacts, dump_stats, stats_json

@@ -177,7 +177,7 @@ def test_window_statistics_add_up_and_survive_a_rerun(tmp_path, sample, tokenize
 
 
 def test_window_flags_are_checked_at_launch(tmp_path, sample, tokenizer_json):
-    from pipelines.errors import UserError
+    from pipelines.core.errors import UserError
     base = ["--tokenizer", str(tokenizer_json), "--input", str(sample / "*.jsonl"), "--output", str(tmp_path / "o")]
     with pytest.raises(UserError, match="go together"):
         tokenize.run(base + ["--window", "1h"])

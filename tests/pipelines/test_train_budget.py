@@ -13,7 +13,7 @@ import pytest
 
 from bpe_ops.count_table import budget_cut
 from pipelines import train
-from pipelines.train_count import N_COUNT_BUCKETS, count_bucket
+from pipelines.steps.train_count import N_COUNT_BUCKETS, count_bucket
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow

@@ -15,9 +15,10 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from bpe_ops import pretokenize, train_bpe
 from bpe_ops.count_table import CountTable, pack_counts, unpack_counts
-from pipelines import train, train_count
-from pipelines.errors import UserError
-from pipelines.sources import SourceOptions, expand_inputs
+from pipelines import train
+from pipelines.steps import train_count
+from pipelines.core.errors import UserError
+from pipelines.datasets.sources import SourceOptions, expand_inputs
 from schemas.reports import TRAIN_REPORT_KEYS
 from tests.conftest import ROOT, read_jsonl_texts
 

@@ -1,4 +1,4 @@
-"""Watch mode's source (pipelines/watch.py), end to end: a real streaming pipeline on FnApiRunner in
+"""Watch mode's source (pipelines/datasets/watch.py), end to end: a real streaming pipeline on FnApiRunner in
 a child process, files dropped into its folder while it runs. Each file must come out exactly once
 and complete, temporary names never, and the pipeline must end by itself (idle, total time, a
 signal, a sentinel file) with the shards in flight finished. Bounds on wall time only say that it
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.watch import StopSignal, _PollShards, _StopWhen, fixed_folder, is_temporary_name
+from pipelines.datasets.watch import StopSignal, _PollShards, _StopWhen, fixed_folder, is_temporary_name
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
@@ -25,7 +25,7 @@ import json, sys, time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-from pipelines.watch import StopSignal, WatchShards, install_stop_handlers
+from pipelines.datasets.watch import StopSignal, WatchShards, install_stop_handlers
 
 cfg = json.loads(sys.argv[1])
 stop = StopSignal(cfg.get("sentinel"))
@@ -186,9 +186,9 @@ def add_windowed_stats(shards, output, window_seconds):
     import apache_beam as beam
 
     from bpe_ops.stats import Summary, batch_stats
-    from pipelines.watch import WholeRun
-    from pipelines.summaries import MergeSummaries
-    from pipelines.windows import WindowedSummaries, WindowStats
+    from pipelines.datasets.watch import WholeRun
+    from pipelines.accounts.summaries import MergeSummaries
+    from pipelines.accounts.windows import WindowedSummaries, WindowStats
     from schemas.stats import TokenizerFacts
 
     facts = TokenizerFacts(VOCAB, "0" * 64, {i: bytes([i]) for i in range(VOCAB)})
@@ -223,7 +223,7 @@ def add_windowed_stats(shards, output, window_seconds):
 def test_windowed_statistics_on_a_watched_stream(tmp_path):
     """WatchShards -> per-window partial summaries -> WindowStats in one streaming pipeline: the window
     files hold every timed record of every shard, once."""
-    from pipelines.drift_judging import load_stats
+    from pipelines.monitoring.drift_judging import load_stats
 
     drop, output = tmp_path / "drop", tmp_path / "out"
     drop.mkdir()

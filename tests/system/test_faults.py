@@ -18,7 +18,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import folders, tokenize, train, train_count
+from pipelines.core import folders
+
+from pipelines import tokenize, train
+
+from pipelines.steps import train_count
 from tests.conftest import ROOT
 
 RUN_TIMEOUT = 240

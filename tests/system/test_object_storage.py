@@ -40,7 +40,7 @@ import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 
 from pipelines import cli
-from pipelines.watch import is_temporary_name
+from pipelines.datasets.watch import is_temporary_name
 from tests.conftest import ROOT
 from tests.system.test_s3 import BUCKET, s3  # noqa: F401  (the module's S3 server: a fixture)
 

@@ -15,8 +15,10 @@ import time
 
 import pytest
 
-from pipelines import tokenize, train, train_count
-from pipelines.errors import UserError
+from pipelines import tokenize, train
+
+from pipelines.steps import train_count
+from pipelines.core.errors import UserError
 
 pytestmark = pytest.mark.engine
 

@@ -21,7 +21,9 @@ import urllib.request
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import files, tokenize, train
+from pipelines.core import files
+
+from pipelines import tokenize, train
 from schemas import tables
 
 pytestmark = pytest.mark.engine

@@ -9,7 +9,7 @@ import posixpath
 from dataclasses import dataclass
 from typing import Sequence
 
-from pipelines.files import filesystem, join
+from pipelines.core.files import filesystem, join
 
 GLOB_CHARS = "*?["
 

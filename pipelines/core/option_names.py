@@ -1,10 +1,10 @@
 """The flag a user probably meant by a misspelt one, and the error that names it: shared by the command
-line's parser (pipelines/command.py) and the sorting of Beam's flags (pipelines/beam_options.py)."""
+line's parser (pipelines/core/command.py) and the sorting of Beam's flags (pipelines/core/beam_options.py)."""
 from __future__ import annotations
 
 import difflib
 
-from pipelines.errors import UserError
+from pipelines.core.errors import UserError
 
 
 def closest_option(name: str, tool_options: list[str], other_options: list[str] = ()) -> str | None:

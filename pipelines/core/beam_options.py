@@ -28,8 +28,8 @@ import apache_beam as beam  # noqa: E402  (after the filter: the warning is logg
 from apache_beam.options.pipeline_options import (  # noqa: E402
     DirectOptions, PipelineOptions, StandardOptions)
 
-from pipelines.option_names import unknown_option_error  # noqa: E402
-from pipelines.errors import UserError  # noqa: E402
+from pipelines.core.option_names import unknown_option_error  # noqa: E402
+from pipelines.core.errors import UserError  # noqa: E402
 
 
 def _ask_ipython_only_when_loaded() -> None:

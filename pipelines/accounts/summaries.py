@@ -1,13 +1,13 @@
 """The summaries every tokenize run combines: `MergeSummaries`, the exact merge of partial `Summary`s
 (the whole run's stats.json, each window's, each group's) on any runner, and `count_ids`, a batch's
 token ids into a Summary's id frequencies. The breakdowns kept beside the dataset's summary (per
-window, per group) are `pipelines/breakdowns.py`, above windows.py and groups.py, which use these.
+window, per group) are `pipelines/accounts/breakdowns.py`, above windows.py and groups.py, which use these.
 """
 from __future__ import annotations
 
 from typing import Sequence
 
-from pipelines.beam_options import beam  # first: it hides Beam's import-time apitools warning
+from pipelines.core.beam_options import beam  # first: it hides Beam's import-time apitools warning
 import numpy as np
 
 from bpe_ops.stats import Summary

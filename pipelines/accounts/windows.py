@@ -42,12 +42,12 @@ import math
 import re
 from typing import Iterable, Iterator, Mapping, Sequence
 
-from pipelines.beam_options import beam  # first: it hides Beam's import-time apitools warning
+from pipelines.core.beam_options import beam  # first: it hides Beam's import-time apitools warning
 from apache_beam.transforms import trigger, window
 from apache_beam.utils.timestamp import Duration, Timestamp
 
 from bpe_ops.stats import Summary
-from pipelines.summaries import MergeSummaries, count_ids
+from pipelines.accounts.summaries import MergeSummaries, count_ids
 
 __all__ = ["parse_duration", "parse_timestamp", "format_utc", "window_start_micros", "window_file_name",
            "WindowedSummaries", "MergePerWindow", "WindowStats", "WriteWindowStats",
@@ -255,7 +255,7 @@ def write_window_stats(output: str, start_micros: int, end_micros: int, summary:
                        extra: Mapping | None = None) -> str:
     """Write the window [start, end) as `OUTPUT/windows/<UTC start>.stats.json`, atomically; returns
     its URL."""
-    from pipelines.files import join, write_text_atomic, writing
+    from pipelines.core.files import join, write_text_atomic, writing
     from schemas.stats import dump_stats, stats_json
 
     extra = {**(extra or {}), "window": {"start": format_utc(start_micros), "end": format_utc(end_micros),

@@ -15,8 +15,8 @@ from typing import Mapping
 
 from bpe_ops.implementation import DEFAULT, Implementation
 
-from pipelines.errors import UserError, os_error_reason, warn
-from pipelines.files import filesystem, is_local, read_bytes, read_head
+from pipelines.core.errors import UserError, os_error_reason, warn
+from pipelines.core.files import filesystem, is_local, read_bytes, read_head
 
 MAX_TOKEN_ID = 2**32 - 1          # the widest id type of the token Parquet is uint32
 
@@ -131,7 +131,7 @@ def parse_special_token(spec: str) -> tuple[str, int]:
     token may contain `=`. UserError when malformed."""
     from bpe_ops.formats import MAX_ID
 
-    from pipelines.command import check_special_token
+    from pipelines.core.command import check_special_token
 
     token, sep, number = spec.rpartition("=")
     if not sep or not number.isascii() or not number.isdigit():

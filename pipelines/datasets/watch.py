@@ -1,7 +1,7 @@
 """Watch mode's source: every new file matching the input globs, once, as it lands (`tokenize --watch`).
 
 `WatchShards` is an unbounded PTransform that polls the globs and emits each matching file exactly
-once, as a `pipelines.sources.Shard`, on the local FnApiRunner (with `--streaming`) and on streaming
+once, as a `pipelines.datasets.sources.Shard`, on the local FnApiRunner (with `--streaming`) and on streaming
 runners such as Dataflow. It is `apache_beam.io.watch.Watch` (a splittable DoFn that remembers the
 files it has emitted) with three things of ours around it:
 
@@ -60,16 +60,16 @@ import time
 import uuid
 from typing import Callable, Sequence
 
-from pipelines.beam_options import beam  # first: it hides Beam's import-time apitools warning
+from pipelines.core.beam_options import beam  # first: it hides Beam's import-time apitools warning
 from apache_beam import coders
 from apache_beam.io.watch import PollResult, TerminationCondition, Watch
 from apache_beam.transforms import trigger, window
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import MIN_TIMESTAMP, Duration, Timestamp
 
-from pipelines.files import filesystem
-from pipelines.inputs import GLOB_CHARS, file_version
-from pipelines.sources import Shard
+from pipelines.core.files import filesystem
+from pipelines.core.inputs import GLOB_CHARS, file_version
+from pipelines.datasets.sources import Shard
 
 __all__ = ["WatchShards", "WholeRun", "StopSignal", "install_stop_handlers", "fixed_folder", "is_temporary_name"]
 

@@ -1,5 +1,5 @@
 """The options both of train's processes need: the launcher (pipelines/train.py, no Beam) and its
-counting process (pipelines/train_count.py, the Beam pipeline), which must read the command line the
+counting process (pipelines/steps/train_count.py, the Beam pipeline), which must read the command line the
 same way: the text rules and split pattern of the flags, the budget cut of --max-unique, and the
 files a run's merge loop writes (which either process clears before it starts)."""
 from __future__ import annotations
@@ -12,8 +12,8 @@ from bpe_ops.count_table import tie_order
 from bpe_ops.implementation import DEFAULT, Implementation
 from bpe_ops.text_rules import TextRules, text_rules
 from schemas import reports
-from pipelines.errors import UserError
-from pipelines.files import join, remove
+from pipelines.core.errors import UserError
+from pipelines.core.files import join, remove
 
 SUCCESS = "_SUCCESS"
 # The files the merge loop writes: a run removes the earlier run's before it starts, so a failed run

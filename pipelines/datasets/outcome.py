@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from schemas.records import MISSING_TEXT_COLUMN, MISSING_TEXT_FIELD
-from pipelines.errors import IncompleteRun
-from pipelines.shards import describe_shard_error
+from pipelines.core.errors import IncompleteRun
+from pipelines.datasets.shards import describe_shard_error
 
 
 @dataclass(frozen=True)

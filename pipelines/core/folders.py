@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 import posixpath
 
-from pipelines.errors import IncompleteRun, UserError, os_error_reason
-from pipelines.files import check_output_folder, exists, filesystem, join, read_json, write_text_atomic
+from pipelines.core.errors import IncompleteRun, UserError, os_error_reason
+from pipelines.core.files import check_output_folder, exists, filesystem, join, read_json, write_text_atomic
 
 MARKER = ".tokenbeam.json"
 SUCCESS = "_SUCCESS"

@@ -15,7 +15,7 @@ with the record as the sampling unit (the statistics are `bpe_ops/drift_stats.py
 
 A figure is flagged only when its change is beyond noise (Holm-Bonferroni over all judged figures)
 *and* past its practical threshold (`Thresholds`). Rendering and writing the reports is
-`pipelines/drift_reports.py`.
+`pipelines/monitoring/drift_reports.py`.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ import numpy as np
 from bpe_ops.drift_stats import (Estimate, NullDistribution, holm, js_divergence, js_null, pooled_ratio_null, psi,
                                  psi_null, quantile_estimate, ratio_estimate, relative_change, t_quantile,
                                  two_sided_p, welch_df, z_quantile)
-from pipelines import files
+from pipelines.core import files
 from schemas import drift as layout
 from schemas.stats import REBUILD_HINT, parse_stats
 
@@ -459,8 +459,8 @@ def compare_files(baseline: dict, baseline_path: str, current: dict, current_pat
 def judging_errors() -> Iterator[None]:
     """Inside the block, a stats file that cannot be read or judged (OSError, ValueError) is the
     command's one-line UserError, naming the file."""
-    from pipelines.errors import UserError, os_error_reason
-    from pipelines.inputs import InputError
+    from pipelines.core.errors import UserError, os_error_reason
+    from pipelines.core.inputs import InputError
 
     try:
         yield

@@ -3,7 +3,7 @@ parser whose errors are our one-line errors, and the check that nothing the user
 
 `tokenbeam NAME ...` (pipelines/cli.py) and `python -m pipelines.MODULE ...` build their parser from
 the same `Command`, so the two are one command line. Beam's flags are sorted out in
-`pipelines.beam_options` (which imports Beam); this module does not import Beam, so commands without a
+`pipelines.core.beam_options` (which imports Beam); this module does not import Beam, so commands without a
 pipeline, and train's launcher, stay light.
 """
 from __future__ import annotations
@@ -14,8 +14,8 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from pipelines.errors import UserError, run_command
-from pipelines.option_names import unknown_option_error
+from pipelines.core.errors import UserError, run_command
+from pipelines.core.option_names import unknown_option_error
 
 BEAM_EPILOG = "Any other --flag must be one of Beam's (--runner, --direct_num_workers, ...)."
 
@@ -91,7 +91,7 @@ class Command:
 
 def beam_option_names() -> list[str]:
     """Beam's flags, asked only to name a misspelt flag of a `beam` command (it imports Beam)."""
-    from pipelines.beam_options import beam_option_names as names
+    from pipelines.core.beam_options import beam_option_names as names
 
     return names()
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import time
 
-from pipelines.beam_options import beam  # first: it hides Beam's import-time apitools warning
+from pipelines.core.beam_options import beam  # first: it hides Beam's import-time apitools warning
 
-from pipelines.drift_judging import compare, headline
-from pipelines.errors import say
-from pipelines.files import append_text, filesystem, is_local, join, read_json, write_text_atomic, writing
+from pipelines.monitoring.drift_judging import compare, headline
+from pipelines.core.errors import say
+from pipelines.core.files import append_text, filesystem, is_local, join, read_json, write_text_atomic, writing
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
 
 class JudgeShard(beam.DoFn):
@@ -51,7 +51,7 @@ ALERTS_DIR = "alerts"
 
 
 def write_alert(output: str, relpath: str, line: str) -> None:
-    from pipelines.sources import output_name
+    from pipelines.datasets.sources import output_name
 
     url = join(output, ALERTS_DIR, output_name(relpath, ".json"))
     with writing(url):

@@ -20,10 +20,10 @@ import json
 import re
 from typing import Iterable, Iterator, Mapping, Sequence
 
-from pipelines.beam_options import beam  # first: it hides Beam's import-time apitools warning
+from pipelines.core.beam_options import beam  # first: it hides Beam's import-time apitools warning
 
 from bpe_ops.stats import Summary
-from pipelines.summaries import MergeSummaries, count_ids
+from pipelines.accounts.summaries import MergeSummaries, count_ids
 
 GROUPS_FOLDER = "groups"
 NO_GROUP = "(none)"          # records without the field (or with null in it)
@@ -91,7 +91,7 @@ class WriteGroupStats(beam.DoFn):
 def write_group_stats(output: str, value: str, summary: Summary, tokenizer_facts, field: str) -> dict:
     """Write `OUTPUT/groups/<value>.stats.json` atomically; returns the group's entry in the
     dataset's `groups` index (records, tokens, file)."""
-    from pipelines.files import join, write_text_atomic, writing
+    from pipelines.core.files import join, write_text_atomic, writing
     from schemas.stats import dump_stats, stats_json
 
     name = group_file_name(value)

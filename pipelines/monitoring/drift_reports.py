@@ -1,6 +1,6 @@
 """Showing drift: the terminal text, drift.md, drift.json and drift.png of each report kind of
 `tokenbeam drift` (a pair, a series over time, the groups of a pair), from the judgements of
-`pipelines/drift_judging.py`. The picture needs the `plot` extra (matplotlib); without it the other
+`pipelines/monitoring/drift_judging.py`. The picture needs the `plot` extra (matplotlib); without it the other
 files are written and the Markdown has no picture.
 """
 from __future__ import annotations
@@ -11,8 +11,8 @@ import os
 import posixpath
 from typing import Callable, Sequence
 
-from pipelines import files
-from pipelines.drift_judging import (DATA, INFO_SECTION, TOKENIZATION, DriftReport, GroupComparison, Judged, Metric,
+from pipelines.core import files
+from pipelines.monitoring.drift_judging import (DATA, INFO_SECTION, TOKENIZATION, DriftReport, GroupComparison, Judged, Metric,
                                      Thresholds, compare_files, compare_groups, headline)
 from schemas import drift as layout
 

@@ -14,7 +14,7 @@ import re
 import uuid
 from typing import TYPE_CHECKING, Iterator
 
-from pipelines.errors import ShardFailure, UserError, os_error_reason
+from pipelines.core.errors import ShardFailure, UserError, os_error_reason
 
 if TYPE_CHECKING:
     import fsspec

@@ -45,8 +45,8 @@ import zstandard
 from fsspec.compression import compr
 from fsspec.utils import infer_compression
 
-from pipelines.files import open_read
-from pipelines.inputs import InputError, Sought, find_files
+from pipelines.core.files import open_read
+from pipelines.core.inputs import InputError, Sought, find_files
 from schemas.records import (
     BAD_JSON, INVALID_UTF8, MISSING_TEXT_COLUMN, MISSING_TEXT_FIELD, NOT_AN_OBJECT, RECORD_TOO_LARGE,
     TEXT_COLUMN_NOT_STRING, TEXT_NOT_A_STRING, TRUNCATED_OR_CORRUPT, UNREADABLE_FILE, WRONG_FORMAT,
@@ -170,7 +170,7 @@ class Shard:
 # ---------------------------------------------------------------------------- finding shards
 
 def expand_inputs(patterns: Sequence[str], sought: Sought = Sought()) -> list[Shard]:
-    """Expand the input globs once, at launch: every matched file (pipelines/inputs.py: what a
+    """Expand the input globs once, at launch: every matched file (pipelines/core/inputs.py: what a
     pattern may name, `sought`), deduplicated, sorted by URL, each with its path relative to the
     deepest folder holding them all."""
     if isinstance(patterns, str):

@@ -20,10 +20,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from bpe_ops.stats import Summary, digit_runs_batch
-from pipelines.errors import UserError, say
-from pipelines.files import join, open_read, remove_tree
-from pipelines.groups import GROUPS_FOLDER, NO_GROUP, GroupedSummaries, write_group_stats
-from pipelines.windows import WINDOWS_FOLDER, WindowedSummaries, write_window_stats
+from pipelines.core.errors import UserError, say
+from pipelines.core.files import join, open_read, remove_tree
+from pipelines.accounts.groups import GROUPS_FOLDER, NO_GROUP, GroupedSummaries, write_group_stats
+from pipelines.accounts.windows import WINDOWS_FOLDER, WindowedSummaries, write_window_stats
 from schemas import tables
 
 

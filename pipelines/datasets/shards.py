@@ -24,8 +24,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from schemas.records import Rejected, ShardError, rejected_to_json
-from pipelines.errors import PROGRESS_SECONDS, ShardFailure, UserError, say, warn
-from pipelines.files import join, remove, write_text_atomic, writing
+from pipelines.core.errors import PROGRESS_SECONDS, ShardFailure, UserError, say, warn
+from pipelines.core.files import join, remove, write_text_atomic, writing
 
 REJECTED_DIR = "rejected"
 SIZE_SUFFIXES = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
@@ -80,7 +80,7 @@ def scaled_number(text: str, value: str, scale: dict[str, int], what: str, how: 
 def add_source_arguments(parser: argparse.ArgumentParser, split: bool = False) -> None:
     """The input flags both pipelines take (DESIGN.md section 5, Sources); `split`: also
     `--split-size`, for the commands that read large files in parts (train, tokenize)."""
-    from pipelines.sources import DEFAULT_MAX_RECORD_BYTES
+    from pipelines.datasets.sources import DEFAULT_MAX_RECORD_BYTES
 
     parser.add_argument("--input", action="append", default=[], metavar="GLOB",
                         help="input shards: a path or glob, local or any fsspec URL (repeatable); arguments "
@@ -113,8 +113,8 @@ def add_source_arguments(parser: argparse.ArgumentParser, split: bool = False) -
 
 def source_options(args: argparse.Namespace, keep_fields: tuple[str, ...] = (), extra_fields: tuple[str, ...] = ()):
     """The SourceOptions of the parsed flags; a contradiction is a UserError."""
-    from pipelines.inputs import InputError
-    from pipelines.sources import SourceOptions
+    from pipelines.core.inputs import InputError
+    from pipelines.datasets.sources import SourceOptions
 
     try:
         return SourceOptions(format=args.format, text_field=args.text_field, id_field=args.id_field or None,
@@ -129,8 +129,8 @@ def source_options(args: argparse.Namespace, keep_fields: tuple[str, ...] = (), 
 def expand(inputs: list[str], options, allow_empty: bool = False) -> list:
     """Match the input shards once, at launch, and check each one's format against the options, so
     that nothing matching, an unknown extension or a txt-only flag on JSONL fails before any work."""
-    from pipelines.inputs import InputError
-    from pipelines.sources import expand_inputs, output_name, shard_format
+    from pipelines.core.inputs import InputError
+    from pipelines.datasets.sources import expand_inputs, output_name, shard_format
 
     if not inputs:
         raise UserError("no input: give --input GLOB (or the files after the options)")
@@ -168,7 +168,7 @@ def rejected_url(output: str, shard) -> str:
 def plan(shards: list, options, size: int) -> tuple[list, dict[str, str]]:
     """The run's work units (`sources.plan_parts`): the shards, large files cut into parts of about
     `size` bytes (0: none). Returns them with {relpath: why read whole} for large files that are not."""
-    from pipelines.sources import plan_parts
+    from pipelines.datasets.sources import plan_parts
 
     try:
         return plan_parts(shards, options, size)
@@ -187,7 +187,7 @@ def first_rows(p, units: list, options):
     file are numbered (a first pass over the bytes, spread like the parts, that neither decodes
     nor parses; a file's last part is never needed), or None when no part needs it. Whole files and
     Parquet parts know their first row already."""
-    from pipelines.beam_options import beam
+    from pipelines.core.beam_options import beam
 
     counted = [u for u in units if u.part is not None and u.part.first_row is None and u.part.index < u.part.count - 1]
     if not counted:
@@ -199,14 +199,14 @@ def first_rows(p, units: list, options):
 
 
 def part_rows(unit, options) -> tuple[tuple[str, int], int]:
-    from pipelines.sources import count_rows
+    from pipelines.datasets.sources import count_rows
 
     return (unit.url, unit.part.index), count_rows(unit, options)
 
 
 def numbered(shard, rows: dict | None):
     """The shard with its part's first row number set from `first_rows`' counts."""
-    from pipelines.sources import with_first_row
+    from pipelines.datasets.sources import with_first_row
 
     return shard if rows is None else with_first_row(shard, rows)
 
@@ -280,7 +280,7 @@ class ShardReader:
         self.rejected_lines: list[str] = []
 
     def __iter__(self):
-        from pipelines.sources import Record, read_shard
+        from pipelines.datasets.sources import Record, read_shard
 
         account = self.account
         for item in read_shard(self.shard, self.source_options, progress=bytes_read().add):
@@ -340,7 +340,7 @@ class BytesRead:
         if not n:
             return
         if self.counter is None:
-            from pipelines.beam_options import beam
+            from pipelines.core.beam_options import beam
             self.counter = beam.metrics.Metrics.counter("tokenbeam", "bytes_read")
         self.counter.inc(n)       # outside a DoFn call Beam drops it
         with self.lock:

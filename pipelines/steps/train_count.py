@@ -28,7 +28,7 @@ import zlib
 
 import argparse
 
-from pipelines.beam_options import (beam, check_worker_paths, local_cores_per_worker, one_local_worker,
+from pipelines.core.beam_options import (beam, check_worker_paths, local_cores_per_worker, one_local_worker,
                                     pipeline_options, split_beam_args)
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -44,14 +44,14 @@ from bpe_ops.stats import utf8_length
 from schemas import reports
 from schemas.reports import HISTOGRAM_FILE
 from schemas.tables import COUNTS_SCHEMA, SUPERWORD_DIR
-from pipelines.errors import (UserError, debugging, os_error_reason, pipeline_failures, quiet_worker_stderr, say,
+from pipelines.core.errors import (UserError, debugging, os_error_reason, pipeline_failures, quiet_worker_stderr, say,
                               shard_done)
-from pipelines.folders import claim_output, mark_output
-from pipelines.files import (filesystem, join, open_atomic, remove_stale_temporaries,
+from pipelines.core.folders import claim_output, mark_output
+from pipelines.core.files import (filesystem, join, open_atomic, remove_stale_temporaries,
                              remove_tree, write_text_atomic, writing)
-from pipelines.shards import (REJECTED_DIR, ShardReader, expand, first_rows, job_progress, numbered, parts_said, plan,
+from pipelines.datasets.shards import (REJECTED_DIR, ShardReader, expand, first_rows, job_progress, numbered, parts_said, plan,
                               source_options as make_source_options)
-from pipelines.train_options import (check_pattern, clear_tokenizer_files, text_options_of, text_rules_of,
+from pipelines.steps.train_options import (check_pattern, clear_tokenizer_files, text_options_of, text_rules_of,
                                      units_pattern_of, within_budget)
 
 N_COUNT_BUCKETS = 16            # counts/part-XXXXX-of-00016.parquet

@@ -1,0 +1,4 @@
+"""Reading datasets and tokenizers: the record readers and the plan of split files (`sources`), the
+shard bookkeeping shared by every Beam job (`shards`: reading, parts, progress, rejected records,
+manifests), the tokenizer files a command is given (`tokenizer_files`), watch mode's source of new
+shards (`watch`) and the one verdict of whether a run is complete (`outcome`)."""
