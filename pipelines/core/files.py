@@ -11,6 +11,7 @@ import json
 import os
 import posixpath
 import re
+import tempfile
 import uuid
 from typing import TYPE_CHECKING, Iterator
 
@@ -172,6 +173,20 @@ def remove_tree(url: str) -> None:
 
 def is_local(url: str) -> bool:
     return "://" not in url or url.startswith("file://")
+
+
+@contextlib.contextmanager
+def local_copy(url: str, name: str = "file") -> Iterator[str]:
+    """A local path holding the file at `url` for the block: the file itself when it is local, else
+    a copy named `name` in a temporary folder removed afterwards (for readers that take paths)."""
+    if is_local(url):
+        yield filesystem(url)[1]
+        return
+    fs, path = filesystem(url)
+    with tempfile.TemporaryDirectory() as folder:
+        local = os.path.join(folder, name)
+        fs.get(path, local)
+        yield local
 
 
 @contextlib.contextmanager

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import gc
 import hashlib
-import os
-import tempfile
 from dataclasses import dataclass
 from typing import Mapping
 
 from bpe_ops.implementation import DEFAULT, Implementation
 
 from pipelines.core.errors import UserError, os_error_reason, warn
-from pipelines.core.files import filesystem, is_local, read_bytes, read_head
+from pipelines.core.files import exists, isdir, isfile, join, local_copy, read_bytes, read_head
 
 MAX_TOKEN_ID = 2**32 - 1          # the widest id type of the token Parquet is uint32
 
@@ -81,26 +79,24 @@ def token_bytes_of(ref: TokenizerRef) -> dict[int, bytes]:
     return _TOKEN_BYTES[ref]
 
 
-def _tokenizer_path(fs, path: str, url: str) -> str:
-    """The file a `--tokenizer` names: the path itself, or the tokenizer.json of the folder it names.
+def _tokenizer_file(url: str) -> str:
+    """The file a `--tokenizer` names: `url` itself, or the tokenizer.json of the folder it names.
     UserError when there is no such file, or the folder holds no tokenizer.json."""
-    if fs.isdir(path):
-        inside = path.rstrip("/") + "/tokenizer.json"
-        if not fs.isfile(inside):
+    if isdir(url):
+        inside = join(url, "tokenizer.json")
+        if not isfile(inside):
             raise UserError(f"cannot use tokenizer {url}: the folder holds no tokenizer.json (give a "
                             f"tokenizer.json, a folder holding one, or a tiktoken rank file with --pattern)")
         return inside
-    if not fs.exists(path):
+    if not exists(url):
         raise UserError(f"cannot use tokenizer {url}: no such file")
-    return path
+    return url
 
 
 def tokenizer_file_sha256(url: str) -> str:
     """Hex SHA-256 of the raw bytes of the tokenizer file at `url` (or the tokenizer.json in the folder `url`)."""
-    fs, path = filesystem(url)
     try:
-        with fs.open(_tokenizer_path(fs, path, url), "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
+        return hashlib.sha256(read_bytes(_tokenizer_file(url))).hexdigest()
     except OSError as exc:
         raise UserError(f"cannot use tokenizer {url}: {os_error_reason(exc)}") from None
 
@@ -175,14 +171,8 @@ def load_tokenizer(url: str, implementation: Implementation = DEFAULT, pattern: 
 
     local = None
     try:
-        fs, path = filesystem(url)
-        found = _tokenizer_path(fs, path, url)
-        if is_local(url):
-            local = found                              # named in errors as `url`
-            return load(found)
-        with tempfile.TemporaryDirectory() as tmp:
-            local = os.path.join(tmp, "tokenizer")     # named in errors as `url`
-            fs.get(found, local)
+        found = _tokenizer_file(url)
+        with local_copy(found, "tokenizer") as local:   # named in errors as `url`
             return load(local)
     except UserError:
         raise
