@@ -21,6 +21,7 @@ from collections import deque
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 from functools import partial
+from typing import TYPE_CHECKING
 
 from pipelines.core.beam_options import (beam, check_worker_paths, local_cores_per_worker, one_local_worker,
                                     pipeline_options, split_beam_args)
@@ -54,6 +55,8 @@ from pipelines.accounts.groups import GROUPS_FOLDER, NO_GROUP, GroupStats
 from pipelines.accounts.breakdowns import BreakdownSummaries, Breakdowns, Windowing, add_file
 from pipelines.accounts.summaries import MergeSummaries
 from pipelines.datasets.watch import StopSignal, WatchShards, WholeRun, install_stop_handlers
+if TYPE_CHECKING:
+    from pipelines.datasets.sources import SourceOptions
 from pipelines.steps.tokenize_steps import (ENCODE_BATCH_RECORDS, ENCODE_CHUNK_RECORDS, OVERLAP_TEXT_BYTES, ChunkEncoder,
                                       RowGroup, RowGroupWriter, text_size)
 from pipelines.accounts.windows import WINDOWS_FOLDER, WindowStats, format_utc, parse_duration
@@ -77,6 +80,34 @@ def read_shard_metadata(url: str) -> dict | None:
         return None
 
 
+@dataclass(frozen=True)
+class ShardJob:
+    """What every TokenizeShard call needs, decided by the launcher and pickled to the workers.
+
+    Args:
+        tokenizer: the tokenizer the launcher identified (workers load it by this reference).
+        source_options: how to read the shards.
+        output: the output folder.
+        eos_token: the special token ending every record, if any.
+        fail_fast: stop at the first bad record instead of rejecting it.
+        encode_threads: threads encoding each shard's chunks.
+        breakdowns: the per-window and per-group statistics asked for.
+        judged: watch mode with a baseline: each shard's summary goes on to be judged.
+        dropout: BPE-dropout, if asked.
+        kept_types: the --keep-field types given on the command line (the others are inferred).
+    """
+    tokenizer: TokenizerRef
+    source_options: SourceOptions
+    output: str
+    eos_token: str | None = None
+    fail_fast: bool = False
+    encode_threads: int = 1
+    breakdowns: Breakdowns = Breakdowns()
+    judged: bool = False
+    dropout: Dropout | None = None
+    kept_types: tuple[tuple[str, str], ...] = ()
+
+
 class TokenizeShard(beam.DoFn):
     """Tokenize one shard into `<output>/<shard name>.parquet`; emit its Summary and manifest entry.
 
@@ -91,19 +122,18 @@ class TokenizeShard(beam.DoFn):
     JUDGED = "judged"
     IDS = "ids"
 
-    def __init__(self, tokenizer: TokenizerRef, source_options, output: str, eos_token: str | None,
-                 fail_fast: bool = False, encode_threads: int = 1, breakdowns: "Breakdowns | None" = None,
-                 judged: bool = False, dropout: Dropout | None = None, kept_types: dict[str, str] | None = None):
-        self.tokenizer = tokenizer
-        self.kept_types = kept_types or {}      # --keep-field types given on the command line
-        self.dropout = dropout
-        self.breakdowns = breakdowns or Breakdowns()
-        self.judged = judged
-        self.source_options = source_options
-        self.output = output
-        self.eos_token = eos_token
-        self.fail_fast = fail_fast
-        self.encode_threads = encode_threads
+    def __init__(self, job: ShardJob):
+        self.job = job
+        self.tokenizer = job.tokenizer
+        self.kept_types = dict(job.kept_types)
+        self.dropout = job.dropout
+        self.breakdowns = job.breakdowns
+        self.judged = job.judged
+        self.source_options = job.source_options
+        self.output = job.output
+        self.eos_token = job.eos_token
+        self.fail_fast = job.fail_fast
+        self.encode_threads = job.encode_threads
         self.launcher_pid = os.getpid()
 
     def setup(self):
@@ -500,26 +530,48 @@ class Watching:
     baseline: str | None = None
 
 
-def build_tokenize_pipeline(p, shards, tokenizer: TokenizerRef, facts: TokenizerFacts, source_options,
-                            output: str, eos_token: str | None, inputs: list[str], started_at: float,
-                            fail_fast: bool = False, encode_threads: int = 1, spread: bool = True,
-                            allow_shard_errors: bool = False, breakdowns: Breakdowns = Breakdowns(),
-                            watching: Watching | None = None, dropout: Dropout | None = None,
-                            kept_types: dict[str, str | None] | None = None, 
-                            read_whole: dict[str, str] | None = None):
-    """The tokenize pipeline for a tokenizer the launcher loaded: `tokenizer` names it (and carries its
-    sha256), `facts` is what stats.json needs of it, so no worker computes either again. The shards
-    are `shards` (batch), or what `watching.source` finds as they land (watch mode): the same
-    per-shard transform, windows and whole-run results serve both. `kept_types`: the --keep-field
-    types given, None for those to infer from every record of the input (batch runs only: a stage
-    reads the kept fields of every shard before any is tokenized). `shards` may hold parts of split
-    files (`shards.plan`); `read_whole` says which large files are not split and why (stats.json)."""
-    kept_types = kept_types or {}
-    to_infer = tuple(name for name, type_name in kept_types.items() if type_name is None)
+@dataclass(frozen=True)
+class TokenizeJob:
+    """A tokenize pipeline as the launcher decided it.
+
+    Args:
+        shard: what each shard's tokenizing needs (pickled to the workers).
+        facts: what stats.json needs of the tokenizer, computed once by the launcher.
+        inputs: the inputs as a sorted set (as stats.json lists them).
+        started_at: when the run started (seconds since the epoch).
+        to_infer: the kept fields whose type a first stage infers from every record.
+        spread: spread the shards over the workers (not when they are this one process).
+        allow_shard_errors: a shard that cannot be read does not fail the run.
+        watching: the watch source and baseline, None for a batch run.
+        read_whole: (file, why) for the large files read whole (not split).
+    """
+    shard: ShardJob
+    facts: TokenizerFacts
+    inputs: tuple[str, ...]
+    started_at: float
+    to_infer: tuple[str, ...] = ()
+    spread: bool = True
+    allow_shard_errors: bool = False
+    watching: Watching | None = None
+    read_whole: tuple[tuple[str, str], ...] = ()
+
+
+def build_tokenize_pipeline(p, shards, job: "TokenizeJob"):
+    """The tokenize pipeline for a tokenizer the launcher loaded: `job.shard.tokenizer` names it (and
+    carries its sha256), `job.facts` is what stats.json needs of it, so no worker computes either
+    again. The shards are `shards` (batch), or what `job.watching.source` finds as they land (watch
+    mode): the same per-shard transform, windows and whole-run results serve both. Kept fields
+    without a type on the command line (`job.to_infer`, batch runs only) are inferred by a stage that
+    reads the kept fields of every shard before any is tokenized. `shards` may hold parts of split
+    files (`shards.plan`); `job.read_whole` says which large files are not split and why (stats.json)."""
+    shard_job, facts, watching = job.shard, job.facts, job.watching
+    tokenizer, source_options, output, breakdowns = (shard_job.tokenizer, shard_job.source_options, shard_job.output,
+                                                     shard_job.breakdowns)
+    to_infer = job.to_infer
     if watching is None:
         # One element per shard, spread over the workers unless they are this one process.
         shard_elements = p | "Shards" >> beam.Create(shards)
-        if spread:
+        if job.spread:
             shard_elements = shard_elements | "SpreadShards" >> beam.Reshuffle()
     else:
         shard_elements = p | "WatchShards" >> watching.source
@@ -532,12 +584,7 @@ def build_tokenize_pipeline(p, shards, tokenizer: TokenizerRef, facts: Tokenizer
             | "AllKinds" >> beam.CombineGlobally(union_all)
             | "KeptFieldTypes" >> beam.Map(inferred_types, to_infer)),)
     results = (shard_elements
-               | "TokenizeShard" >> beam.ParDo(TokenizeShard(tokenizer, source_options, output, eos_token,
-                                                             fail_fast, encode_threads, breakdowns,
-                                                             judged=bool(watching and watching.baseline),
-                                                             dropout=dropout,
-                                                             kept_types={k: v for k, v in kept_types.items() if v}),
-                                               *inferred, **({"rows": rows} if rows is not None else {})
+               | "TokenizeShard" >> beam.ParDo(TokenizeShard(shard_job), *inferred, **({"rows": rows} if rows is not None else {})
                                                ).with_outputs(TokenizeShard.MANIFEST, TokenizeShard.WINDOWS,
                                                               TokenizeShard.GROUPS, TokenizeShard.JUDGED,
                                                               TokenizeShard.IDS, main="summaries"))
@@ -567,12 +614,12 @@ def build_tokenize_pipeline(p, shards, tokenizer: TokenizerRef, facts: Tokenizer
                     | "AddRepeatedIds" >> beam.CombineGlobally(add_pairs).without_defaults())
     stats_url = (summaries
                  | "CombineStats" >> beam.CombineGlobally(MergeSummaries(facts.vocab_size)).without_defaults()
-                 | "WriteStats" >> beam.Map(write_stats, facts, tokenizer.url, output, inputs, started_at, groups,
-                                            read_whole))
+                 | "WriteStats" >> beam.Map(write_stats, facts, tokenizer.url, output, list(job.inputs), job.started_at,
+                                            groups, dict(job.read_whole) or None))
     (manifest
      | "CollectManifest" >> beam.CombineGlobally(beam.combiners.ToListCombineFn()).without_defaults()
      | "WriteSuccess" >> beam.Map(write_success, beam.pvalue.AsSingleton(stats_url), output, tokenizer.sha256,
-                                  allow_shard_errors, beam.pvalue.AsSingleton(repeated_ids, default_value=(0, 0))))
+                                  job.allow_shard_errors, beam.pvalue.AsSingleton(repeated_ids, default_value=(0, 0))))
 
 
 # --- the output folder ----------------------------------------------------------------------------
@@ -648,15 +695,16 @@ def holds_a_value(url: str, name: str) -> bool:
     return column.null_count < len(column)
 
 
-def warn_doubtful_run(args: argparse.Namespace, inputs: list[str], stats: dict, manifest: dict) -> None:
+def warn_doubtful_run(options: "TokenizeOptions", inputs: list[str], stats: dict, manifest: dict) -> None:
     """Warnings for a run that is legal but probably not what was meant."""
-    for what in absent_fields(args.output, manifest, list(parse_keep_fields(args.keep_field)), stats, args.group_field):
+    for what in absent_fields(options.output, manifest, [name for name, _ in options.kept_types], stats,
+                              options.shard.breakdowns.group_field):
         warn(f"{what}; is the name right?")
     for text in changed_inputs(inputs, manifest):
         warn(f"{text} changed after it was tokenized: the output holds it as it was; rerun to tokenize it again")
     warn_mostly_rejected(stats["records_read"], stats["rejected"]["by_reason"])
     if "repeated_ids" in manifest:
-        warn(repeated_ids_line(manifest["repeated_ids"], f"--id-field {args.id_field}"))
+        warn(repeated_ids_line(manifest["repeated_ids"], f"--id-field {options.id_field}"))
 
 
 # --- command line -------------------------------------------------------------------------------
@@ -767,20 +815,57 @@ def check_baseline(url: str, output: str, dropout: Dropout | None = None) -> str
     return path
 
 
-def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> dict:
-    started_at = time.time()
-    set_quiet(args.quiet)
+@dataclass(frozen=True)
+class Watch:
+    """`--watch`'s settings: how often to look for new shards, and when to end (seconds, or None)."""
+    poll_interval: float
+    stop_after: float | None = None
+    stop_when_idle: float | None = None
+
+
+@dataclass(frozen=True)
+class TokenizeOptions:
+    """`tokenbeam tokenize`'s command line, checked once (`checked_options`) and frozen.
+
+    Args:
+        tokenizer: the tokenizer the launcher identified.
+        output: the output folder.
+        inputs: the input files and patterns, as given.
+        beam_args: the Beam flags of the command line.
+        shard: what each shard's tokenizing needs (`ShardJob`), `encode_threads` 0 until the runner
+            is known (then: the cores each local worker has).
+        kept_types: each --keep-field with its type, or None to infer it from the input.
+        baseline: the stats.json to judge the run against (`--baseline`), if any.
+        watch: `--watch`'s settings, None for a batch run.
+        split_size: files above this many bytes are read in parts (0: never).
+        allow_shard_errors: a shard that cannot be read makes the run fail unless this is set.
+        id_field: the record id field (for the repeated-ids warning).
+    """
+    tokenizer: TokenizerRef
+    output: str
+    inputs: tuple[str, ...]
+    beam_args: tuple[str, ...]
+    shard: ShardJob
+    kept_types: tuple[tuple[str, str | None], ...]
+    baseline: str | None
+    watch: Watch | None
+    split_size: int
+    allow_shard_errors: bool
+    id_field: str | None
+
+
+def checked_options(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser):
+    """The command line checked, every contradiction a UserError before anything runs:
+    `(TokenizeOptions, the loaded Tokenizer)`."""
     beam_args, bare = split_beam_args(rest, option_strings(parser))
-    inputs = list(args.input) + bare
     dropout = parse_dropout(args.dropout, args.seed)
     if args.dropout is not None and dropout is None:
         say("--dropout 0 is the deterministic encoding: tokenizing without dropout")
-    if args.baseline:
-        args.baseline = check_baseline(args.baseline, args.output, dropout)
+    baseline = check_baseline(args.baseline, args.output, dropout) if args.baseline else None
     if (args.timestamp_field is None) != (args.window is None):
         raise UserError("--timestamp-field and --window go together: the field that dates each record, and "
                         "the window length (15m, 1h, 1d, ...)")
-    windowing = args.window and Windowing(args.timestamp_field, duration("--window", args.window))
+    windowing = Windowing(args.timestamp_field, duration("--window", args.window)) if args.window is not None else None
     watch_flags = [flag for flag, value in (("--stop-after", args.stop_after), ("--stop-when-idle", args.stop_when_idle))
                    if value is not None]
     if watch_flags and not args.watch:
@@ -808,77 +893,104 @@ def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.Argum
         raise UserError(f"--encode-threads must be at least 1, got {args.encode_threads}")
     source_options = make_source_options(args, tuple(kept_types),
                                          tuple(f for f in (args.timestamp_field, args.group_field) if f))
-    watching = None
+    watch = None
     if args.watch:
         if args.poll_interval <= 0:
             raise UserError(f"--poll-interval must be positive, got {args.poll_interval}")
-        shards = expand(inputs, source_options, allow_empty=True)   # what is there already (more will come)
-        stop = StopSignal(sentinel=join(args.output, STOP_FILE))
+        watch = Watch(args.poll_interval, duration("--stop-after", args.stop_after),
+                      duration("--stop-when-idle", args.stop_when_idle))
+    shard = ShardJob(tokenizer, source_options, args.output, args.eos_token, args.fail_fast,
+                     args.encode_threads or 0, Breakdowns(windowing, args.group_field),
+                     judged=bool(watch and baseline), dropout=dropout,
+                     kept_types=tuple((k, v) for k, v in kept_types.items() if v))
+    return TokenizeOptions(tokenizer, args.output, (*args.input, *bare), tuple(beam_args), shard,
+                           tuple(kept_types.items()), baseline, watch, 0 if watch else args.split_size,
+                           args.allow_shard_errors, args.id_field), tok
+
+
+def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> dict:
+    started_at = time.time()
+    set_quiet(args.quiet)
+    options, tok = checked_options(args, rest, parser)
+    output, shard_job, watch = options.output, options.shard, options.watch
+    beam_args, stop, watching = list(options.beam_args), None, None
+    if watch:
+        shards = expand(options.inputs, shard_job.source_options, allow_empty=True)   # what is there already
+        stop = StopSignal(sentinel=join(output, STOP_FILE))
         try:
-            source = WatchShards(inputs, args.poll_interval, duration("--stop-after", args.stop_after),
-                                 duration("--stop-when-idle", args.stop_when_idle), stop)
+            source = WatchShards(list(options.inputs), watch.poll_interval, watch.stop_after, watch.stop_when_idle,
+                                 stop)
         except ValueError as exc:
             raise UserError(str(exc)) from None
-        watching = Watching(source, args.baseline)
-        beam_args = [*beam_args, "--streaming"]
+        watching = Watching(source, options.baseline)
+        beam_args.append("--streaming")
     else:
-        shards = expand(inputs, source_options)
-    units, read_whole = plan(shards, source_options, 0 if watching else args.split_size)
-    options, runner = pipeline_options(beam_args)
-    check_worker_paths(options, [*inputs, args.output, args.tokenizer])
-    claim_output(args.output, "tokenize")
-    say(f"tokenize: {len(shards)} shard(s){' so far, watching for more' if args.watch else ''}, "
+        shards = expand(options.inputs, shard_job.source_options)
+    units, read_whole = plan(shards, shard_job.source_options, options.split_size)
+    beam_options, runner = pipeline_options(beam_args)
+    check_worker_paths(beam_options, [*options.inputs, output, options.tokenizer.url])
+    claim_output(output, "tokenize")
+    dropout = shard_job.dropout
+    say(f"tokenize: {len(shards)} shard(s){' so far, watching for more' if watch else ''}, "
         f"{sum(s.size for s in shards) / 1e6:.1f} MB{parts_said(shards, units)}, vocabulary {tok.vocab_size:,}"
-        f"{f', BPE-dropout p={dropout.p} seed {dropout.seed}' if dropout else ''} -> {args.output}")
-    stale = clear_stale_outputs(args.output, units)
-    mark_output(args.output, "tokenize")
+        f"{f', BPE-dropout p={dropout.p} seed {dropout.seed}' if dropout else ''} -> {output}")
+    stale = clear_stale_outputs(output, units)
+    mark_output(output, "tokenize")
     if stale:
         say(f"removed the outputs of {stale} input(s) of an earlier run that this run does not have")
-    if remove_stale_temporaries(args.output):
-        say(f"removed the temporary files of an interrupted earlier run under {args.output}")
+    if remove_stale_temporaries(output):
+        say(f"removed the temporary files of an interrupted earlier run under {output}")
     # The inputs as a sorted set: the same inputs listed in another order give the same stats.json.
-    inputs = sorted(set(inputs))
+    inputs = sorted(set(options.inputs))
+    job = TokenizeJob(
+        replace(shard_job, encode_threads=shard_job.encode_threads or local_cores_per_worker(beam_options, runner)),
+        TokenizerFacts.of(tok, reload=partial(token_bytes_of, options.tokenizer), dropout=dropout),
+        tuple(inputs), started_at, tuple(name for name, type_name in options.kept_types if type_name is None),
+        spread=not one_local_worker(beam_options, runner) and not watching,
+        allow_shard_errors=options.allow_shard_errors, watching=watching,
+        read_whole=tuple(sorted(read_whole.items())) if read_whole else ())
     restore = install_stop_handlers(stop) if watching else (lambda: None)
     try:
-        with pipeline_failures(args.output), quiet_worker_stderr(), job_progress(shards, watching), \
-                beam.Pipeline(runner=runner, options=options) as p:
-            build_tokenize_pipeline(p, units, tokenizer,
-                                    TokenizerFacts.of(tok, reload=partial(token_bytes_of, tokenizer), dropout=dropout),
-                                    source_options,
-                                    args.output, args.eos_token, inputs, started_at, args.fail_fast,
-                                    args.encode_threads or local_cores_per_worker(options, runner),
-                                    spread=not one_local_worker(options, runner) and not watching,
-                                    allow_shard_errors=args.allow_shard_errors,
-                                    breakdowns=Breakdowns(windowing, args.group_field),
-                                    watching=watching, dropout=dropout, kept_types=kept_types, read_whole=read_whole)
+        with pipeline_failures(output), quiet_worker_stderr(), job_progress(shards, watching), \
+                beam.Pipeline(runner=runner, options=beam_options) as p:
+            build_tokenize_pipeline(p, units, job)
     finally:
         restore()
         if watching:
-            remove(join(args.output, STOP_FILE))
-    if not exists(join(args.output, "stats.json")):
+            remove(join(output, STOP_FILE))
+    return report(options, inputs, started_at)
+
+
+def report(options: TokenizeOptions, inputs: list[str], started_at: float) -> dict:
+    """Read back what the run wrote, say it, and judge it: the `done` line; IncompleteRun when the
+    output is not complete; warnings for a legal run that is probably not what was meant; the
+    baseline's verdict (SystemExit(EXIT_DRIFT) when the data drifted). Returns stats.json's content."""
+    output, watch = options.output, options.watch
+    if not exists(join(output, "stats.json")):
         raise IncompleteRun(f"the watch ended before any shard matching {', '.join(inputs)} arrived; nothing "
-                            f"was written" if watching else f"{join(args.output, 'stats.json')} was not written")
-    stats = read_json(join(args.output, "stats.json"))
-    manifest = read_json(join(args.output, SUCCESS)) if exists(join(args.output, SUCCESS)) else {}
+                            f"was written" if watch else f"{join(output, 'stats.json')} was not written")
+    stats = read_json(join(output, "stats.json"))
+    manifest = read_json(join(output, SUCCESS)) if exists(join(output, SUCCESS)) else {}
     elapsed = time.time() - started_at
-    warn_shard_errors(stats["shard_errors"], args.allow_shard_errors)
-    untimed = (f", {manifest['untimed_records']:,} without a usable {args.timestamp_field}"
+    warn_shard_errors(stats["shard_errors"], options.allow_shard_errors)
+    windowing = options.shard.breakdowns.windowing
+    untimed = (f", {manifest['untimed_records']:,} without a usable {windowing.field}"
                if "untimed_records" in manifest else "")
     say(f"done: {stats['records_read']:,} records read, {stats['records']:,} written{untimed}, "
         f"{stats['rejected']['total']:,} rejected, {len(stats['shard_errors'])} of {stats['shards']['count']} shard(s) "
         f"failed; {stats['tokens']:,} tokens, {stats['bytes'] / 1e6:.1f} MB in {elapsed:.1f}s "
-        f"({stats['bytes'] / 1e6 / max(elapsed, 1e-9):.2f} MB/s) -> {args.output}")
-    failure = incomplete_run(RunFigures.of_report(stats), args.allow_shard_errors, VERDICT_WORDS)
+        f"({stats['bytes'] / 1e6 / max(elapsed, 1e-9):.2f} MB/s) -> {output}")
+    failure = incomplete_run(RunFigures.of_report(stats), options.allow_shard_errors, VERDICT_WORDS)
     if failure is not None:
         raise failure
-    warn_doubtful_run(args, inputs, stats, manifest)
-    if watching and args.baseline:
-        drifted = gather_alerts(args.output)
-        say(f"{drifted} of {stats['shards']['count']} shard(s) drifted from {args.baseline} "
-            f"({join(args.output, ALERTS)})")
+    warn_doubtful_run(options, inputs, stats, manifest)
+    if watch and options.baseline:
+        drifted = gather_alerts(output)
+        say(f"{drifted} of {stats['shards']['count']} shard(s) drifted from {options.baseline} "
+            f"({join(output, ALERTS)})")
         if drifted:
             raise SystemExit(EXIT_DRIFT)
-    elif args.baseline and judge_against_baseline(args.baseline, join(args.output, "stats.json")):
+    elif options.baseline and judge_against_baseline(options.baseline, join(output, "stats.json")):
         raise SystemExit(EXIT_DRIFT)
     return stats
 
