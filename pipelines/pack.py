@@ -17,6 +17,11 @@ bucket, one output file or SPILL_BYTES of documents. The shuffles carry only ref
 files under `OUTPUT/.pack-spill/` (names in open_atomic's temporary style), so what a runner holds
 for them does not grow with the token ids: Beam's local FnApiRunner keeps every GroupByKey's input
 in its own memory.
+
+This module is the command: the command line checked once (`PackRequest`), the launcher's decisions
+(`decide`: `PackOptions`), the job as a chain of labelled transforms, the output folder, the report.
+The inputs are read in pack_inputs.py, the steps are pack_steps.py's, the files are written by
+pack_output.py.
 """
 from __future__ import annotations
 
@@ -25,7 +30,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import posixpath
 import sys
 import time
 
@@ -33,11 +37,10 @@ from pipelines.beam_options import beam, check_worker_paths, one_local_worker, p
 from pipelines import command
 from pipelines.command import Command, add_quiet_argument, option_strings
 from pipelines.errors import IncompleteRun, UserError, pipeline_failures, say, set_quiet, warn
-from pipelines.files import (filesystem, inside, join, names_in, read_json, remove, remove_tree,
-                             remove_stale_temporaries)
+from pipelines.files import inside, join, read_json, remove_stale_temporaries
 from pipelines.folders import claim_output, mark_output
 from pipelines.pack_inputs import TokenFile, find_inputs, first_record_last_id, read_units, warn_if_text_token
-from pipelines.pack_output import TRAIN, VALIDATION, PackOptions, write_pack_json
+from pipelines.pack_output import TRAIN, VALIDATION, PackOptions, clear_outputs, done_before, write_pack_json
 from pipelines.pack_steps import (HASH_BITS, PackBucket, SpillDocuments, SplitHashes, SumFigures, WriteFile,
                                   remove_spill_files, stream_layout)
 from pipelines.shards import byte_size
@@ -208,37 +211,6 @@ def build_pack_pipeline(p, files: list[TokenFile], options: PackOptions, output:
 
 
 
-# --- the output folder ----------------------------------------------------------------------------
-
-def done_before(output: str, fingerprint: str) -> dict | None:
-    """pack.json of an earlier complete run with this fingerprint whose files are all there, or None."""
-    fs, root = filesystem(output)
-    try:
-        if not fs.isfile(posixpath.join(root, layout.SUCCESS)):
-            return None
-        manifest = read_json(join(output, layout.PACK_JSON))
-    except (OSError, ValueError):
-        return None
-    if manifest.get("fingerprint") != fingerprint:
-        return None
-    names = [n for s in manifest.get("splits", {}).values() for group in s["files"].values() for n in group]
-    return manifest if all(fs.isfile(posixpath.join(root, n)) for n in names) else None
-
-
-def clear_outputs(output: str, inputs: list[TokenFile]) -> None:
-    """Remove an earlier run's outputs (`_SUCCESS` first, so a failed run never leaves one vouching for
-    it); refuse a folder holding anything pack does not write (say, the token Parquet itself)."""
-    ours = {layout.PACK_JSON, layout.SUCCESS, *layout.SPLITS}
-    foreign = [name for name in names_in(output) if name not in ours and not name.startswith(".")]
-    if foreign:
-        raise UserError(f"--output {output} holds files tokenbeam pack did not write ({', '.join(foreign[:3])}"
-                        f"{', ...' if len(foreign) > 3 else ''}); give an empty folder or an earlier pack output")
-    remove(join(output, layout.SUCCESS))
-    remove(join(output, layout.PACK_JSON))
-    for split in layout.SPLITS:
-        remove_tree(join(output, split))
-
-
 # --- command line -------------------------------------------------------------------------------
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -293,14 +265,11 @@ def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.Argum
     options, shaping = decide(request, files)
     beam_options, runner = pipeline_options(beam_args)
     check_worker_paths(beam_options, [*[f.url for f in files], request.output])
-    inputs = [{"url": f.url, "size": f.size, "version": f.version, "rows": sum(f.rows),
-               "tokenize_footer_sha256": f.footer_sha256} for f in files]
-    fingerprint = hashlib.sha256(json.dumps({"layout": [layout.PACKED_SCHEMA_VERSION, layout.PACK_JSON_VERSION],
-                                             "options": shaping, "inputs": inputs}, sort_keys=True).encode()).hexdigest()
+    header = run_header(files, options, shaping, stats_digests)
     claim_output(request.output, "pack")
     if any(inside(f.url, request.output) for f in files):
         raise UserError(f"--output {request.output} holds the inputs; give another folder")
-    earlier = done_before(request.output, fingerprint)
+    earlier = done_before(request.output, header["fingerprint"])
     if earlier is not None:
         say(f"skipped: {request.output} is complete from an earlier run with the same inputs and options")
         return earlier
@@ -310,10 +279,6 @@ def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.Argum
     remove_stale_temporaries(request.output)
     say(f"pack: {len(files)} file(s), {records:,} records, {sum(sum(f.ids) for f in files):,} ids -> rows of "
         f"{options.seq_len}, {options.buckets} bucket(s) -> {request.output}")
-    header = {"version": layout.PACK_JSON_VERSION, "tokenizer_sha256": options.tokenizer_sha256,
-              "vocab_size": options.vocab_size, "id_dtype": options.dtype.name, "seq_len": options.seq_len,
-              "options": shaping, "inputs": {"files": len(files), "records": records, "list": inputs},
-              "inputs_stats_sha256": stats_digests, "fingerprint": fingerprint}
     try:
         with pipeline_failures(request.output), beam.Pipeline(runner=runner, options=beam_options) as p:
             build_pack_pipeline(p, files, options, request.output, request.threshold(), request.validation_records or 0,
@@ -321,20 +286,38 @@ def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.Argum
     finally:
         remove_spill_files(request.output)             # whether the run succeeded or not
     manifest = read_json(join(request.output, layout.PACK_JSON))
+    say_outcome(manifest, options.seq_len, started_at, request.output)
+    return manifest
+
+
+def run_header(files: list[TokenFile], options: PackOptions, shaping: dict, stats_digests: dict) -> dict:
+    """What pack.json holds besides the figures: the layout, the options that shape the output, the
+    inputs, and their fingerprint (a rerun with the same one is skipped)."""
+    inputs = [{"url": f.url, "size": f.size, "version": f.version, "rows": sum(f.rows),
+               "tokenize_footer_sha256": f.footer_sha256} for f in files]
+    fingerprint = hashlib.sha256(json.dumps({"layout": [layout.PACKED_SCHEMA_VERSION, layout.PACK_JSON_VERSION],
+                                             "options": shaping, "inputs": inputs}, sort_keys=True).encode()).hexdigest()
+    return {"version": layout.PACK_JSON_VERSION, "tokenizer_sha256": options.tokenizer_sha256,
+            "vocab_size": options.vocab_size, "id_dtype": options.dtype.name, "seq_len": options.seq_len,
+            "options": shaping, "inputs": {"files": len(files), "records": sum(sum(f.rows) for f in files),
+                                           "list": inputs},
+            "inputs_stats_sha256": stats_digests, "fingerprint": fingerprint}
+
+
+def say_outcome(manifest: dict, seq_len: int, started_at: float, output: str) -> None:
+    """The run's report on stderr, a line per split; IncompleteRun when train holds no row."""
     for split, s in manifest["splits"].items():
         say(f"{split}: {s['documents']:,} documents, {s['rows']:,} rows, {s['tokens']:,} ids "
             f"({s['documents_split']:,} documents split across rows, {s['padding_tokens']:,} padding, "
             f"{s['tokens_dropped']:,} dropped)")
     if not manifest["splits"][TRAIN]["rows"]:
         raise IncompleteRun(f"nothing was packed: train holds {manifest['splits'][TRAIN]['tokens_dropped']:,} ids, "
-                            f"less than one row of {options.seq_len} (try --tail keep or pad); no _SUCCESS")
+                            f"less than one row of {seq_len} (try --tail keep or pad); no _SUCCESS")
     elapsed = time.time() - started_at
     say(f"done in {elapsed:.1f}s ({manifest['splits'][TRAIN]['tokens'] / 1e6 / max(elapsed, 1e-9):.2f} M ids/s) "
-        f"-> {request.output}")
+        f"-> {output}")
     if VALIDATION in manifest["splits"] and not manifest["splits"][VALIDATION]["rows"]:
         warn("validation holds less than one row: all of it was dropped (try --tail keep or pad)")
-    return manifest
-
 
 COMMAND = Command(name="pack", help="pack token Parquet into shuffled fixed-length sequences (Beam)",
                   usage="tokenbeam pack --input TOKENS_DIR --output DIR --seq-len N [options] [INPUT ...]",

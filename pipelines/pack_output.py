@@ -3,8 +3,10 @@ output file's rows in the formats asked for, and the run's report (pack.json, bi
 
 A split's stream of ids is cut into files of `tokens_per_file` ids (the last may be shorter); each
 file is written in each format: Parquet rows of `seq_len` ids with their document starts
-(`write_parquet`), a Megatron `.bin` + `.idx` with one sequence per document (`write_megatron`), or the
-flat ids (`write_flat`). Every file is written under a temporary name and renamed (`open_atomic`).
+(`write_parquet`), a Megatron `.bin` + `.idx` with one sequence per document (`write_megatron`), or
+the flat ids (`write_flat`), each under a temporary name, then renamed (`open_atomic`). The output
+folder: an earlier complete run of the same fingerprint is kept (`done_before`); otherwise what an
+earlier run wrote is removed first (`clear_outputs`).
 """
 from __future__ import annotations
 
@@ -17,7 +19,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.files import join, open_atomic, write_text_atomic, writing
+from pipelines.errors import UserError
+from pipelines.files import (filesystem, join, names_in, open_atomic, read_json, remove, remove_tree,
+                             write_text_atomic, writing)
+from pipelines.pack_inputs import TokenFile
 from schemas import pack as layout
 from schemas import tables
 
@@ -153,3 +158,34 @@ def write_pack_json(files: list[dict], stream: dict, figures: dict, options: Pac
         with writing(url):
             write_text_atomic(url, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return manifest
+
+
+# --- the output folder ----------------------------------------------------------------------------
+
+def done_before(output: str, fingerprint: str) -> dict | None:
+    """pack.json of an earlier complete run with this fingerprint whose files are all there, or None."""
+    fs, root = filesystem(output)
+    try:
+        if not fs.isfile(posixpath.join(root, layout.SUCCESS)):
+            return None
+        manifest = read_json(join(output, layout.PACK_JSON))
+    except (OSError, ValueError):
+        return None
+    if manifest.get("fingerprint") != fingerprint:
+        return None
+    names = [n for s in manifest.get("splits", {}).values() for group in s["files"].values() for n in group]
+    return manifest if all(fs.isfile(posixpath.join(root, n)) for n in names) else None
+
+
+def clear_outputs(output: str, inputs: list[TokenFile]) -> None:
+    """Remove an earlier run's outputs (`_SUCCESS` first, so a failed run never leaves one vouching for
+    it); refuse a folder holding anything pack does not write (say, the token Parquet itself)."""
+    ours = {layout.PACK_JSON, layout.SUCCESS, *layout.SPLITS}
+    foreign = [name for name in names_in(output) if name not in ours and not name.startswith(".")]
+    if foreign:
+        raise UserError(f"--output {output} holds files tokenbeam pack did not write ({', '.join(foreign[:3])}"
+                        f"{', ...' if len(foreign) > 3 else ''}); give an empty folder or an earlier pack output")
+    remove(join(output, layout.SUCCESS))
+    remove(join(output, layout.PACK_JSON))
+    for split in layout.SPLITS:
+        remove_tree(join(output, split))

@@ -73,6 +73,8 @@ def remove_spill_files(output: str) -> None:
         warn(f"could not remove the spill files under {join(output, SPILL_FOLDER)}: {exc}")
 
 
+# --- the steps ------------------------------------------------------------------------------------
+
 class SplitHashes(beam.DoFn):
     """One row group -> the split hash of each of its records (read from the id column alone): what
     `--validation-records K` takes its threshold from, before any document is read."""

@@ -47,7 +47,8 @@ def token_parquet(path, row_groups, vocab_size: int = 1000) -> TokenFile:
 
 
 def table(orders, ids, lists) -> pa.Table:
-    return pa.table({"order": pa.array(orders, pa.int64()), "id": ids, "token_ids": pa.array(lists, pa.list_(pa.uint16()))})
+    return pa.table({"order": pa.array(orders, pa.int64()), "id": ids,
+                     "token_ids": pa.array(lists, pa.list_(pa.uint16()))})
 
 
 # ---------------------------------------------------------------------------- hashing and order
@@ -183,7 +184,8 @@ def test_read_pieces_gathers_ids_and_starts_and_refuses_a_short_spill_file(tmp_p
 
 def test_sum_figures_adds_nested_counts_in_any_grouping():
     fn = SumFigures()
-    parts = [{"train": {"documents": 2}}, {"train": {"documents": 3, "separators": 1}}, {"validation": {"documents": 1}}]
+    parts = [{"train": {"documents": 2}}, {"train": {"documents": 3, "separators": 1}},
+             {"validation": {"documents": 1}}]
     one = fn.add_input(fn.add_input(fn.add_input(fn.create_accumulator(), parts[0]), parts[1]), parts[2])
     two = fn.merge_accumulators([fn.add_input(fn.create_accumulator(), parts[2]),
                                  fn.add_input(fn.add_input(fn.create_accumulator(), parts[1]), parts[0])])
