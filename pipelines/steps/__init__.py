@@ -1,2 +1,3 @@
 """The Beam steps that belong to one command each: tokenize's (`tokenize_steps`), train's counting
-pipeline (`train_count`) and the options both train processes read (`train_options`)."""
+pipeline (`train_count`) and the options both train processes read (`train_options`), pack's steps
+(`pack_steps`) and its outputs (`pack_output`: the format writers and pack.json)."""

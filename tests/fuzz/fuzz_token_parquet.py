@@ -1,6 +1,6 @@
 """Fuzz target: a token Parquet file as `tokenbeam stats` reads it back (`pipelines.stats_cmd.rebuild`,
 with --group-field or --window when a recipe asks) and as `tokenbeam pack` checks its inputs
-(`pipelines.pack.find_inputs`, then the records' last id when the footer says they end with an EOS),
+(`pipelines.datasets.pack_inputs.find_inputs`, then the records' last id when the footer says they end with an EOS),
 held to tests/fuzz/harness.py's contract. Run from the worktree:
 
     mkdir -p /tmp/fuzz-token_parquet && python3 tests/fuzz/fuzz_token_parquet.py -max_total_time=600 \
@@ -26,7 +26,8 @@ import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 with harness.instrumented(__name__ == "__main__"):
-    from pipelines import pack, stats_cmd
+    from pipelines.datasets import pack_inputs
+    from pipelines import stats_cmd
     from schemas import tables  # noqa: F401
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -116,9 +117,9 @@ def check(data: bytes) -> None:
     with contextlib.redirect_stderr(io.StringIO()):
         harness.expect_refusal_or(
             lambda: stats_cmd.rebuild([path, "--tokenizer", str(TOKENIZER), "--output", output, *options]), path)
-        files = harness.expect_refusal_or(lambda: pack.find_inputs([path])[0], path)
+        files = harness.expect_refusal_or(lambda: pack_inputs.find_inputs([path])[0], path)
         if files and files[0].eos_token is not None:
-            harness.expect_refusal_or(lambda: pack.first_record_last_id(files), path)
+            harness.expect_refusal_or(lambda: pack_inputs.first_record_last_id(files), path)
 
 
 if __name__ == "__main__":

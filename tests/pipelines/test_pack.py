@@ -22,6 +22,8 @@ import pytest
 from pipelines.core import folders
 
 from pipelines import pack
+
+from pipelines.steps import pack_steps
 from schemas import pack as layout
 from schemas import tables
 
@@ -268,11 +270,11 @@ def test_no_element_of_either_shuffle_carries_token_ids(tmp_path, monkeypatch):
 
 def test_spill_files_are_removed_after_a_run_and_a_killed_runs_before_the_next(tmp_path, medium, monkeypatch):
     out = tmp_path / "o"
-    stale = out / pack.SPILL_FOLDER / pack.spill_name("docs", ".arrow")
+    stale = out / pack_steps.SPILL_FOLDER / pack_steps.spill_name("docs", ".arrow")
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"left by a killed run")
     pack_medium(medium, out)
-    assert not (out / pack.SPILL_FOLDER).exists()
+    assert not (out / pack_steps.SPILL_FOLDER).exists()
     assert not [p for p in out.rglob(".*") if p.name != folders.MARKER]   # the folder's owner mark stays
 
     def fail(self, url, ids, starts):
@@ -280,7 +282,7 @@ def test_spill_files_are_removed_after_a_run_and_a_killed_runs_before_the_next(t
     monkeypatch.setattr(pack.WriteFile, "write_megatron", fail)
     with pytest.raises(Exception, match="a bug in the Megatron writer"):
         pack_medium(medium, tmp_path / "failed")
-    assert not (tmp_path / "failed" / pack.SPILL_FOLDER).exists()
+    assert not (tmp_path / "failed" / pack_steps.SPILL_FOLDER).exists()
     assert not (tmp_path / "failed" / "_SUCCESS").exists()
 
 
