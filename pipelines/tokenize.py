@@ -1,7 +1,7 @@
 """`tokenbeam tokenize`: sharded text -> one token Parquet per shard + stats.json + _SUCCESS.
 
-    shards -> TokenizeShard (one DoFn call per shard: read, encode in batches, write Parquet under a
-    temporary name, rename) -> per-shard Summary -> MergeSummaries (exact, any runner) -> stats.json
+    shards -> TokenizeShard (steps/tokenize_shard.py; one DoFn call per shard: read, encode in
+    batches, write Parquet under a temporary name, rename) -> per-shard Summary -> MergeSummaries (exact, any runner) -> stats.json
     -> _SUCCESS (written last: the shards, their record counts, the tokenizer sha256).
 
 A rerun into the same output skips shards whose Parquet is complete and was made with the same
@@ -11,439 +11,50 @@ shards whose input could not be read to the end last time (it may have been repa
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import os
 import posixpath
 import sys
 import time
-from collections import deque
-from contextlib import ExitStack
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from functools import partial
-from typing import TYPE_CHECKING
 
 from pipelines.core.beam_options import (beam, check_worker_paths, local_cores_per_worker, one_local_worker,
-                                    pipeline_options, split_beam_args)
-import numpy as np
+                                         pipeline_options, split_beam_args)
 import pyarrow.parquet as pq
 
 from bpe_ops.dropout import DROPOUT_MODES, Dropout
-from bpe_ops.stats import Summary
 from schemas import tables
 from schemas.stats import TokenizerFacts, dump_stats, stats_json
 from pipelines.core import command
 from pipelines.core.command import (Command, add_dropout_arguments, add_quiet_argument, implementation_from_environment,
-                               option_strings, parse_dropout)
-from pipelines.core.errors import (EXIT_DRIFT, IncompleteRun, ShardFailure, UserError, os_error_reason,
-                              pipeline_failures, quiet_worker_stderr, say, set_quiet, shard_done, warn)
-from pipelines.core.files import (canonical, exists, filesystem, inside, join, open_atomic,
-                             read_json, remove, remove_stale_temporaries, remove_tree, write_text_atomic, writing)
+                                    option_strings, parse_dropout)
+from pipelines.core.errors import (EXIT_DRIFT, IncompleteRun, UserError, os_error_reason, pipeline_failures,
+                                   quiet_worker_stderr, say, set_quiet, warn)
+from pipelines.core.files import (canonical, exists, filesystem, inside, join, read_json, remove,
+                                  remove_stale_temporaries, remove_tree, write_text_atomic, writing)
 from pipelines.core.folders import check_finished, claim_output, mark_output
 from pipelines.core.inputs import InputError, Sought, find_files
-from pipelines.datasets.shards import REJECTED_DIR, ShardReader, add_source_arguments, expand, \
-    first_rows, job_progress, numbered, parts_said, plan, source_options as make_source_options, \
-    warn_mostly_rejected, warn_shard_errors
-from pipelines.datasets.tokenizer_files import (TokenizerRef, check_id_range, identify_tokenizer,
-                                      load_identified_tokenizer, parse_special_token, settle_heap, token_bytes_of)
+from pipelines.datasets.shards import (REJECTED_DIR, add_source_arguments, expand, first_rows, job_progress, parts_said,
+                                       plan, source_options as make_source_options, warn_mostly_rejected,
+                                       warn_shard_errors)
+from pipelines.datasets.tokenizer_files import (TokenizerRef, check_id_range, identify_tokenizer, parse_special_token,
+                                                token_bytes_of)
 from pipelines.datasets.outcome import RunFigures, RunWords, incomplete_run, repeated_ids_line
-from pipelines.monitoring.alerts import ALERTS, ALERTS_DIR, JudgeShard, gather_alerts
-from pipelines.monitoring.drift_judging import (Thresholds, check_calibrated, check_same_dropout, judging_errors, load_stats,
-                                     pair_drifted)
-from pipelines.monitoring.drift_reports import show_pair
-from pipelines.accounts.groups import GROUPS_FOLDER, NO_GROUP, GroupStats
-from pipelines.accounts.breakdowns import BreakdownSummaries, Breakdowns, Windowing, add_file
-from pipelines.accounts.summaries import MergeSummaries
 from pipelines.datasets.watch import StopSignal, WatchShards, WholeRun, install_stop_handlers
-if TYPE_CHECKING:
-    from pipelines.datasets.sources import SourceOptions
-from pipelines.steps.tokenize_steps import (ENCODE_BATCH_RECORDS, ENCODE_CHUNK_RECORDS, OVERLAP_TEXT_BYTES, ChunkEncoder,
-                                      RowGroup, RowGroupWriter, text_size)
-from pipelines.accounts.windows import WINDOWS_FOLDER, WindowStats, format_utc, parse_duration
+from pipelines.accounts.breakdowns import Breakdowns, Windowing
+from pipelines.accounts.groups import GROUPS_FOLDER, NO_GROUP, GroupStats
+from pipelines.accounts.summaries import MergeSummaries
+from pipelines.accounts.windows import WINDOWS_FOLDER, WindowStats, parse_duration
+from pipelines.monitoring.alerts import ALERTS, ALERTS_DIR, JudgeShard, gather_alerts
+from pipelines.monitoring.drift_judging import (Thresholds, check_calibrated, check_same_dropout, judging_errors,
+                                                load_stats, pair_drifted)
+from pipelines.monitoring.drift_reports import show_pair
+from pipelines.steps.tokenize_shard import (MANIFEST_VERSION, CountRepeatedIds, ShardJob, TokenizeShard, add_pairs,
+                                            inferred_types, kept_field_kinds, read_shard_metadata, union_all)
 
 SUCCESS = "_SUCCESS"
 STOP_FILE = "_STOP"              # created by anyone: a --watch run ends cleanly
-MANIFEST_VERSION = 1
 VERDICT_WORDS = RunWords(done="tokenized", lost="no _SUCCESS", nothing="nothing was written", last="; no _SUCCESS")
-
-
-def read_shard_metadata(url: str) -> dict | None:
-    """The tokenbeam shard record in a finished Parquet file's footer, or None if absent/unreadable."""
-    fs, path = filesystem(url)
-    try:
-        if not fs.exists(path):
-            return None
-        with fs.open(path, "rb") as f:
-            meta = tables.file_metadata(pq.ParquetFile(f).metadata.metadata)
-        return json.loads(meta[tables.SHARD_KEY])
-    except Exception:  # a truncated or foreign file is simply not complete: it gets redone
-        return None
-
-
-@dataclass(frozen=True)
-class ShardJob:
-    """What every TokenizeShard call needs, decided by the launcher and pickled to the workers.
-
-    Args:
-        tokenizer: the tokenizer the launcher identified (workers load it by this reference).
-        source_options: how to read the shards.
-        output: the output folder.
-        eos_token: the special token ending every record, if any.
-        fail_fast: stop at the first bad record instead of rejecting it.
-        encode_threads: threads encoding each shard's chunks.
-        breakdowns: the per-window and per-group statistics asked for.
-        judged: watch mode with a baseline: each shard's summary goes on to be judged.
-        dropout: BPE-dropout, if asked.
-        kept_types: the --keep-field types given on the command line (the others are inferred).
-    """
-    tokenizer: TokenizerRef
-    source_options: SourceOptions
-    output: str
-    eos_token: str | None = None
-    fail_fast: bool = False
-    encode_threads: int = 1
-    breakdowns: Breakdowns = Breakdowns()
-    judged: bool = False
-    dropout: Dropout | None = None
-    kept_types: tuple[tuple[str, str], ...] = ()
-
-
-class TokenizeShard(beam.DoFn):
-    """Tokenize one shard into `<output>/<shard name>.parquet`; emit its Summary and manifest entry.
-
-    The tokenizer is loaded once per worker in `setup()` from its path (cheaper than pickling a
-    merge table into the pipeline); its sha256 comes from the launcher (`TokenizerRef`). Rows keep
-    input order; row groups are bounded. A shard whose Parquet an earlier run completed with the
-    same fingerprint (`shard_fingerprint`) is not redone: its summary is rebuilt from the file.
-    """
-    MANIFEST = "manifest"
-    WINDOWS = "windows"
-    GROUPS = "groups"
-    JUDGED = "judged"
-    IDS = "ids"
-
-    def __init__(self, job: ShardJob):
-        self.job = job
-        self.tokenizer = job.tokenizer
-        self.kept_types = dict(job.kept_types)
-        self.dropout = job.dropout
-        self.breakdowns = job.breakdowns
-        self.judged = job.judged
-        self.source_options = job.source_options
-        self.output = job.output
-        self.eos_token = job.eos_token
-        self.fail_fast = job.fail_fast
-        self.encode_threads = job.encode_threads
-        self.launcher_pid = os.getpid()
-
-    def setup(self):
-        try:
-            self.tok = load_identified_tokenizer(self.tokenizer)
-        except UserError as exc:      # the launcher could read it, this worker cannot: say so in one line
-            raise ShardFailure(str(exc)) from exc
-        self.sha256 = self.tokenizer.sha256
-        if os.getpid() != self.launcher_pid:    # a worker process of its own, not the caller's process
-            settle_heap()
-        self.raw_byte_ids = self.tok.raw_byte_ids
-        self.eos_id = self.tok.special_tokens[self.eos_token] if self.eos_token else None
-        self.encoder = ChunkEncoder(self.tok, self.encode_threads, self.dropout, self.eos_id)
-        self.writes = RowGroupWriter()
-        self.counters = {name: beam.metrics.Metrics.counter("tokenbeam", name)
-                         for name in ("records", "bytes", "tokens", "rejected")}
-
-    def process(self, shard, inferred_types: dict[str, str] | None = None, rows: dict | None = None):
-        """`inferred_types`: the kept fields' types inferred from the whole input (a side input),
-        when they were not all given on the command line; `rows`: the rows of the parts of split
-        files (`shards.first_rows`), which number the records of the parts after them."""
-        shard = numbered(shard, rows)
-        self.shard_types = {name: (inferred_types or {}).get(name) or self.kept_types[name]
-                            for name in self.source_options.keep_fields}
-        self.schema = tables.tokens_schema(self.tok.vocab_size, self.shard_types, {
-            tables.TOKENIZER_SHA256_KEY: self.sha256, tables.VOCAB_SIZE_KEY: str(self.tok.vocab_size)},
-            event_time=self.breakdowns.windowing is not None, group=self.breakdowns.group_field is not None)
-        out_url = join(self.output, shard.output_name())
-        fingerprint = shard_fingerprint(shard, self.source_options, self.sha256, self.eos_token, self.dropout,
-                                        self.shard_types)
-        done = read_shard_metadata(out_url)
-        partials = ShardPartials(self.breakdowns, self.tok.vocab_size, self.raw_byte_ids)
-        if done is not None and done.get("fingerprint") == fingerprint and not done.get("shard_errors"):
-            summary = self.summary_from_parquet(out_url, partials)
-            shard_done(f"skipped {shard.name}: complete from an earlier run with the same inputs and options "
-                       f"({done['rows']:,} rows)")
-            entry = dict(done, reused=True)
-        else:
-            with writing(out_url):
-                summary, entry = self.tokenize(shard, out_url, fingerprint, partials)
-            entry = dict(entry, reused=False)
-        if partials.windowed:
-            entry["untimed_records"] = partials.windowed.untimed.records
-            entry["windows"] = [format_utc(e.timestamp.micros) for e in partials.windowed.elements()]
-            for element in partials.windowed.elements():
-                yield beam.pvalue.TaggedOutput(self.WINDOWS, element)
-        if partials.grouped:
-            for element in partials.grouped.elements():
-                yield beam.pvalue.TaggedOutput(self.GROUPS, element)
-        yield from (beam.pvalue.TaggedOutput(self.IDS, bucket) for bucket in partials.id_buckets())
-        if self.judged:
-            self.writes.wait()          # judged (watch mode) once its file is in place, as before
-            yield beam.pvalue.TaggedOutput(self.JUDGED, (entry, summary))
-        yield summary
-        yield beam.pvalue.TaggedOutput(self.MANIFEST, entry)
-
-    def tokenize(self, shard, out_url: str, fingerprint: dict, partials: "ShardPartials"):
-        started = time.perf_counter()
-        summary = Summary(self.tok.vocab_size, raw_byte_ids=self.raw_byte_ids)
-        summary.add_shard(shard.relpath)
-        reader = ShardReader(shard, self.source_options, self.output, self.fail_fast,
-                             check=partial(kept_type_mismatch, self.shard_types))
-        batch: list = []
-        group = self.new_row_group()
-        # The writer is a context too: a failure mid-shard closes it before its file goes, rather than
-        # leaving its finalizer to write into a closed file (a traceback on the terminal).
-        # No dictionary encoding: plain token ids compress better under zstd and write faster; ids and
-        # counts do not repeat enough for a dictionary to pay.
-        # Row groups are written, and the file finished, by the writing step (`RowGroupWriter`); its
-        # `wait` (at the next write, at the end of the bundle) raises what a write raised.
-        with ExitStack() as stack:
-            f = stack.enter_context(open_atomic(out_url))
-            writer = stack.enter_context(pq.ParquetWriter(f, self.schema, compression="zstd", use_dictionary=False,
-                                                          write_statistics=False))
-            try:
-                # Chunks of records encode and are measured in the background threads (the compiled
-                # encoder and numpy drop the GIL) while this thread reads the next records and adds
-                # the finished chunks, in order, to the summary and row group: the file is the same
-                # as encoding them one after the other.
-                pending: deque = deque()                    # (chunk, its text size, its future), in order
-                ahead = 2 * max(1, self.encode_threads)     # chunks encoding at once, at most
-                for record in reader:
-                    batch.append(record)
-                    if len(batch) >= ENCODE_CHUNK_RECORDS:
-                        group = self.submit(batch, pending, ahead, group, summary, partials, writer)
-                        batch = []
-                if batch:
-                    group = self.submit(batch, pending, ahead, group, summary, partials, writer)
-                while pending:
-                    group = self.settle(pending.popleft(), group, summary, partials, writer)
-                last = group.to_table(self.schema, summary) if group.rows or summary.records == 0 else None
-                account = reader.finish()
-                if account.records != summary.records:
-                    raise RuntimeError(f"{shard.name}: record accounting is broken: {account.records} read, "
-                                       f"{summary.records} written")
-                add_account(summary, account)
-                entry = manifest_entry(shard, account, fingerprint, self.sha256)
-                self.writes.wait()
-            except BaseException:
-                self.writes.wait(quiet=True)    # no write of this file runs while it is closed
-                raise
-            finishing = stack.pop_all()
-        self.writes.finish(out_url, finishing, writer, last, entry)
-        for name, value in (("records", account.records_read), ("tokens", summary.tokens),
-                            ("bytes", summary.bytes), ("rejected", account.rejected)):
-            self.counters[name].inc(value)
-        elapsed = time.perf_counter() - started
-        shard_done(f"tokenized {shard.name}: {account.records:,} rows, {summary.tokens:,} tokens, "
-                   f"{account.rejected} rejected, {summary.bytes / 1e6 / max(elapsed, 1e-9):.2f} MB/s")
-        return summary, entry
-
-    def new_row_group(self) -> "RowGroup":
-        windowing = self.breakdowns.windowing
-        return RowGroup(self.shard_types, windowing and windowing.field, self.breakdowns.group_field)
-
-    def submit(self, chunk, pending: deque, ahead: int, group: "RowGroup", summary, partials, writer) -> "RowGroup":
-        """Start encoding `chunk` in the background after the chunks `pending`, first adding the
-        oldest of them while `ahead` chunks are encoding or their texts would pass
-        OVERLAP_TEXT_BYTES; returns the row group to go on with."""
-        size = text_size(chunk)
-        while pending and (len(pending) >= ahead or sum(p[1] for p in pending) + size > OVERLAP_TEXT_BYTES):
-            group = self.settle(pending.popleft(), group, summary, partials, writer)
-        pending.append((chunk, size, self.encoder.start(chunk, summary)))
-        return group
-
-    def settle(self, in_flight, group: "RowGroup", summary, partials, writer) -> "RowGroup":
-        """Add a chunk whose encoding was started (`(chunk, size, future)`) to `group`, and write
-        the group once it is full at a whole number of ENCODE_BATCH_RECORDS records; returns the
-        group to go on with."""
-        chunk, _, measured = in_flight
-        self.add_encoded(chunk, *measured.result(), group, summary, partials)
-        if group.rows % ENCODE_BATCH_RECORDS == 0 and group.full():
-            table = group.to_table(self.schema, summary)
-            self.writes.start(writer.write_table, table)
-            return self.new_row_group()
-        return group
-
-    def finish_bundle(self):
-        self.writes.wait()
-
-    def teardown(self):
-        for step in (getattr(self, "writes", None), getattr(self, "encoder", None)):
-            if step is not None:
-                step.close()
-
-    def add_encoded(self, batch, id_arrays: list, stats, runs, calibration, group: "RowGroup", summary,
-                    partials) -> None:
-        """Add an encoded, measured batch to `group`, the shard's summary and its partials (token
-        ids are counted later, per row group)."""
-        record_ids = [r.id for r in batch]
-        summary.add_batch(*stats, record_ids=record_ids, id_arrays=id_arrays, digit_runs=runs,
-                          calibration=calibration)
-        group.extend(batch, id_arrays, stats)
-        if partials is not None:
-            partials.add_batch([r.keep for r in batch], stats, id_arrays, record_ids, digit_runs=runs)
-            partials.add_ids(record_ids)
-
-    def summary_from_parquet(self, url: str, partials: "ShardPartials"):
-        """Rebuild a finished shard's Summary, and its window and group partials, from its Parquet
-        rows and footer in one read (no re-encoding; the texts' number formats from the ids)."""
-        summary = Summary(self.tok.vocab_size, raw_byte_ids=self.raw_byte_ids)
-        add_file(summary, url, self.sha256, partials if partials.windowed or partials.grouped else None,
-                 decode_bytes=self.tok.decode_bytes)
-        fs, path = filesystem(url)
-        with fs.open(path, "rb") as f:
-            partials.add_ids(pq.read_table(f, columns=["id"]).column("id").to_pylist())
-        return summary
-
-
-ID_BUCKETS = 64       # the id hashes are counted per bucket: no worker holds more than a bucket's
-
-
-def id_hashes(record_ids) -> np.ndarray:
-    """Each record id as a 128-bit hash (two uint64 columns): equal ids, equal rows; a collision
-    between different ids is out of reach (about n^2 / 2^129)."""
-    digests = b"".join(hashlib.blake2b(str(i).encode("utf-8", "surrogatepass"), digest_size=16).digest()
-                       for i in record_ids)
-    return np.frombuffer(digests, dtype="<u8").reshape(-1, 2)
-
-
-class CountRepeatedIds(beam.CombineFn):
-    """One bucket of id hashes -> (records whose id another record has too, distinct such ids): an
-    exact count of repeated ids, each bucket counted on its own."""
-
-    def create_accumulator(self):
-        return []
-
-    def add_input(self, acc, hashes):
-        acc.append(hashes)
-        return acc
-
-    def merge_accumulators(self, accs):
-        return [hashes for acc in accs for hashes in acc]
-
-    def extract_output(self, acc):
-        if not acc:
-            return 0, 0
-        hashes = np.concatenate(acc)
-        hashes = hashes[np.lexsort((hashes[:, 1], hashes[:, 0]))]
-        # Runs of equal rows in sorted order: each run's length is how many records have that id.
-        starts = np.flatnonzero(np.r_[True, np.any(hashes[1:] != hashes[:-1], axis=1)])
-        counts = np.diff(np.r_[starts, len(hashes)])
-        repeated = counts[counts > 1]
-        return int(repeated.sum()), len(repeated)
-
-
-def add_pairs(pairs) -> tuple[int, int]:
-    pairs = list(pairs)
-    return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
-
-
-class ShardPartials(BreakdownSummaries):
-    """One shard's partial summaries per window and per group, fed batch by batch as it is encoded,
-    or rebuilt from its Parquet (the `event_time` and `group` columns, by `summary_from_parquet`)
-    when a rerun reuses it; and the hashes of its record ids, to count the ids repeated in the run."""
-
-    def __init__(self, breakdowns: Breakdowns, vocab_size: int, raw_byte_ids):
-        super().__init__(breakdowns, vocab_size, raw_byte_ids)
-        self.ids: list[np.ndarray] = []
-
-    def add_ids(self, record_ids) -> None:
-        self.ids.append(id_hashes(record_ids))
-
-    def id_buckets(self):
-        """The shard's record-id hashes as (bucket, hashes) pairs, for `CountRepeatedIds`."""
-        if not self.ids:
-            return
-        hashes = np.concatenate(self.ids)
-        buckets = hashes[:, 0] % ID_BUCKETS
-        for bucket in np.unique(buckets):
-            yield int(bucket), hashes[buckets == bucket]
-
-
-def shard_fingerprint(shard, source_options, tokenizer_sha256: str, eos_token: str | None,
-                      dropout: Dropout | None = None, kept_types: dict[str, str] | None = None) -> dict:
-    """Everything that shapes a shard's output: a rerun reuses the output only when all of it matches
-    (the input file and its version, how it is read, the tokenizer, the EOS token, BPE-dropout, the
-    kept columns' types, the layout). Without dropout or kept fields their key is absent, so outputs
-    made before they existed are still reused."""
-    from pipelines.core.inputs import InputError
-    from pipelines.datasets.sources import shard_format
-
-    options = json.loads(json.dumps(asdict(source_options)))     # tuples as lists, as the footer holds them
-    try:
-        fmt = shard_format(shard, source_options)
-    except InputError:            # read_shard lists the shard as unreadable; its output is never reused
-        fmt = None
-    fingerprint = {"layout": {"tokens_schema": tables.TOKENS_SCHEMA_VERSION, "manifest": MANIFEST_VERSION},
-                   "input": {"url": shard.url, "size": shard.size, "version": shard.version},
-                   "format": fmt, "source_options": options,
-                   "tokenizer_sha256": tokenizer_sha256, "eos_token": eos_token}
-    if dropout is not None:
-        fingerprint["dropout"] = dropout.to_json()
-    if kept_types:
-        fingerprint["kept_types"] = dict(kept_types)
-    if shard.part is not None:      # a part of a split file: its output holds only that part
-        fingerprint["part"] = shard.part.to_json()
-    return fingerprint
-
-
-def kept_type_mismatch(kept_types: dict[str, str], record) -> tuple[str, str] | None:
-    """Why a record is rejected when a kept field does not fit the type given for it (`--keep-field
-    NAME:TYPE`): (reason, detail); None when every kept value fits (inferred types fit every value)."""
-    from schemas.records import KEPT_FIELD_TYPE
-
-    for name, type_name in kept_types.items():
-        value = record.keep.get(name)
-        if not tables.fits(value, type_name):
-            return KEPT_FIELD_TYPE, (f"field {name!r} holds a {tables.value_kind(value)} value, not {type_name} "
-                                     f"(--keep-field {name}:{type_name})")
-    return None
-
-
-def kept_field_kinds(shard, source_options, fields: tuple[str, ...]) -> set[tuple[str, str]]:
-    """The kinds of value (`tables.value_kind`) each of `fields` takes in the records of a shard:
-    {(field, kind)}, from which the whole dataset's kept column types are inferred."""
-    from pipelines.datasets.sources import Record, read_shard
-
-    if shard.part is not None and shard.part.first_row is None:     # its row numbers do not matter here
-        shard = replace(shard, part=replace(shard.part, first_row=0))
-    return {(name, tables.value_kind(item.keep.get(name))) for item in read_shard(shard, source_options)
-            if isinstance(item, Record) for name in fields}
-
-
-def union_all(sets) -> set:
-    return set().union(*sets)
-
-
-def inferred_types(kinds: set[tuple[str, str]], fields: tuple[str, ...]) -> dict[str, str]:
-    """{field: its kept column type} from the kinds every shard found (`tables.kept_type`)."""
-    return {name: tables.kept_type(kind for field, kind in kinds if field == name) for name in fields}
-
-
-def add_account(summary: Summary, account) -> None:
-    """What the shard reader set aside, into the shard's summary."""
-    for reason, n in account.rejected_by_reason.items():
-        summary.add_rejected(reason, n)
-    summary.add_repaired(account.repaired)
-    for error in account.shard_errors:
-        summary.add_shard_error(error["source"], error["rows_read"], error["reason"], error["detail"])
-
-
-def manifest_entry(shard, account, fingerprint: dict, tokenizer_sha256: str) -> dict:
-    """A shard's line of the manifest, also kept in its Parquet footer (a part's: its own line,
-    merged with its file's other parts into one line of the manifest by `merge_parts`)."""
-    return {"source": shard.url, "relpath": shard.relpath, "output": shard.output_name(),
-            "tokenizer_sha256": tokenizer_sha256, "fingerprint": fingerprint,
-            "records_read": account.records_read, "rows": account.records, "rejected": account.rejected,
-            "rejected_by_reason": account.rejected_by_reason, "repaired": account.repaired,
-            "shard_errors": account.shard_errors}
 
 
 def write_stats(summary, tokenizer: TokenizerFacts, tokenizer_url: str, output: str, inputs: list[str],

@@ -17,7 +17,7 @@ from bpe_ops import Tokenizer
 from bpe_ops.stats import Summary, batch_stats, record_stats
 from pipelines.core import errors
 from pipelines import tokenize
-from pipelines.steps import tokenize_steps
+from pipelines.steps import tokenize_shard, tokenize_steps
 from pipelines.datasets import tokenizer_files
 from pipelines.datasets.sources import Shard, SourceOptions
 from schemas import tables
@@ -131,7 +131,7 @@ def test_worker_takes_the_sha256_from_the_launcher_and_writes_stats_without_the_
     # Neither the worker nor the stats step may build the canonical tokenizer.json to hash it, and the
     # stats step may not load the tokenizer at all.
     monkeypatch.setattr(Tokenizer, "sha256", property(lambda self: pytest.fail("sha256 computed again")))
-    fn = tokenize.TokenizeShard(tokenize.ShardJob(ref, SourceOptions(), str(tmp_path / "out"), "<|endoftext|>"))
+    fn = tokenize_shard.TokenizeShard(tokenize_shard.ShardJob(ref, SourceOptions(), str(tmp_path / "out"), "<|endoftext|>"))
     frozen = gc.get_freeze_count()
     fn.setup()
     assert gc.get_freeze_count() == frozen      # only a worker process of its own freezes its heap
@@ -158,6 +158,6 @@ def test_worker_refuses_a_tokenizer_file_changed_since_launch(tmp_path, tok):
     Tokenizer(tokenizer.merges[:2]).save(str(folder))        # another tokenizer at the same path
     with pytest.raises(errors.UserError, match="changed since the run started"):
         tokenizer_files.load_identified_tokenizer(ref)
-    fn = tokenize.TokenizeShard(tokenize.ShardJob(ref, SourceOptions(), str(tmp_path / "out"), None))
+    fn = tokenize_shard.TokenizeShard(tokenize_shard.ShardJob(ref, SourceOptions(), str(tmp_path / "out"), None))
     with pytest.raises(errors.ShardFailure, match="changed since the run started"):
         fn.setup()
