@@ -133,7 +133,8 @@ def main() -> None:
     print(f"corpus {corpus} ({size_mb:.1f} MB), vocab {args.vocab_size}, pattern {args.pattern}, "
           f"{os.cpu_count()} cores, best of {args.repeat}")
     print(f"{'scale':>5} {'tool':<20} {'wall s':>8} {'CPU s':>8} {'peak MB':>8}")
-    train = ("-m", "pipelines.train", "--vocab-size", str(args.vocab_size), "--pattern", args.pattern,
+    # `python -m pipelines.cli` is the `tokenbeam` console script (which skips the interpreter's teardown).
+    train = ("-m", "pipelines.cli", "train", "--vocab-size", str(args.vocab_size), "--pattern", args.pattern,
              "--tie-break", "hf", "--quiet")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
