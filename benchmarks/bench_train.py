@@ -5,6 +5,7 @@ pattern and the same vocabulary size.
 
     python benchmarks/bench_train.py [--corpus ../shared/corpora/en] [--vocab-size 32768] [--repeat 3]
     python benchmarks/bench_train.py --peers gigatoken hf rustbpe --mp --scales 1 2 4
+    python benchmarks/bench_train.py --baseline /tmp/old    # also an older checkout, built, in the same rounds
 
 Each tool runs in its own process, measured from outside: wall time, CPU time, peak RSS of the
 process tree; the tools take turns run by run (the machine may be busy) and the least wall time of
@@ -117,6 +118,8 @@ def main() -> None:
     parser.add_argument("--mp", action="store_true", help="also tokenbeam with --direct_running_mode multi_processing")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--peers", nargs="*", default=["gigatoken", "hf"], choices=PEERS)
+    parser.add_argument("--baseline", metavar="DIR",
+                        help="also run tokenbeam from this checkout (its compiled modules built), as 'baseline'")
     parser.add_argument("--run-peer", help=argparse.SUPPRESS)
     parser.add_argument("--input", help=argparse.SUPPRESS)
     parser.add_argument("--merges-out", help=argparse.SUPPRESS)
@@ -142,6 +145,13 @@ def main() -> None:
             files = repeated_corpus(corpus, scale, tmp)
             out = {name: tmp / f"{name}-{scale}" for name in ("tokenbeam", "tokenbeam-mp", "tokenbeam-counts")}
             commands = {"tokenbeam": python(*train, "--input", files, "--output", str(out["tokenbeam"]))}
+            roots = {"tokenbeam": ROOT}
+            if args.baseline:
+                out["baseline"], out["baseline-counts"] = tmp / f"baseline-{scale}", tmp / f"baseline-counts-{scale}"
+                commands["baseline"] = python(*train, "--input", files, "--output", str(out["baseline"]))
+                commands["baseline --counts"] = python(*train, "--counts", str(out["baseline"]),
+                                                       "--output", str(out["baseline-counts"]))
+                roots["baseline"] = roots["baseline --counts"] = Path(args.baseline).resolve()
             if args.mp:
                 commands[f"tokenbeam-mp{args.workers}"] = python(
                     *train, "--input", files, "--output", str(out["tokenbeam-mp"]), "--direct_running_mode",
@@ -156,14 +166,16 @@ def main() -> None:
             best, stages = {}, {}
             for _ in range(args.repeat):
                 for name, cmd in commands.items():
-                    m = measure(cmd, env=env, cwd=str(ROOT))
+                    root = roots.get(name, ROOT)
+                    m = measure(cmd, env=dict(env, PYTHONPATH=str(root)), cwd=str(root))
                     if m.returncode:
                         raise SystemExit(f"{name} failed:\n{m.stderr[-3000:]}")
                     if name not in best or m.wall < best[name].wall:
                         best[name] = m
-                        if name.startswith("tokenbeam"):
-                            folder = out["tokenbeam-counts" if "--counts" in name else
-                                         "tokenbeam-mp" if "-mp" in name else "tokenbeam"]
+                        if name.startswith(("tokenbeam", "baseline")):
+                            base = name.split(" ")[0].split("-mp")[0]
+                            folder = out[f"{base}-counts" if "--counts" in name else
+                                         f"{base}-mp" if "-mp" in name else base]
                             stages[name] = json.loads((folder / "train_report.json").read_text())["timing_seconds"]
             for name, m in best.items():
                 print(f"{scale:>4}x {name:<20} {m.wall:8.2f} {m.cpu:8.2f} {m.peak_rss_mb:8.0f}")
@@ -173,12 +185,18 @@ def main() -> None:
             merge_part = stages["tokenbeam"]["merge_loop"]
             for peer in peers:
                 m = best[peer]
-                for name in [n for n in best if n.startswith("tokenbeam")]:
+                for name in [n for n in best if n.startswith(("tokenbeam", "baseline"))]:
                     mine = best[name]
                     print(f"       {name} / {peer}: wall {mine.wall / m.wall:.2f}, CPU {mine.cpu / m.cpu:.2f}, "
                           f"memory {mine.peak_rss_mb / m.peak_rss_mb:.2f}")
                 print(f"       tokenbeam merge part ({merge_part:.2f}s) / {peer} wall: {merge_part / m.wall:.2f}")
                 print(f"       {peer}: {agreement(ours, read_merges(tmp / f'{peer}-{scale}.json'))}")
+            if args.baseline:
+                same = all((out["tokenbeam"] / f).read_bytes() == (out["baseline"] / f).read_bytes()
+                           for f in ("tokenizer.json", "tokenizer.tiktoken"))
+                print(f"       baseline: tokenizer files {'byte-identical' if same else 'DIFFER'}; "
+                      f"tokenbeam / baseline wall {best['tokenbeam'].wall / best['baseline'].wall:.2f}, "
+                      f"CPU {best['tokenbeam'].cpu / best['baseline'].cpu:.2f}")
 
 
 if __name__ == "__main__":
