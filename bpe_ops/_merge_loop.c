@@ -9,8 +9,12 @@
  *   - each distinct word is an array of int32 symbol ids with its count (an int64 weight);
  *   - a hash map from the pair (left, right) to a record holding the pair's live weighted count
  *     and `where`: the words the pair was ever created in (words that lost it since are skipped);
- *   - a binary max-heap of (count, pair) with lazy invalidation: whenever a pair's count changes a
- *     new entry is pushed, and a popped entry whose count is no longer the live one is dropped;
+ *   - a binary max-heap of (count, pair) with lazy invalidation: whenever a pair's count rises a
+ *     new entry is pushed; a fall pushes nothing (the pair's entries are then above its count), and
+ *     a popped entry above the live count goes back in with the live count, one below is dropped.
+ *     Every live pair thus keeps an entry at or above its count, and the first entry popped whose
+ *     count is live is the best pair: the same pair as pushing on every change, with about half
+ *     the pushes and a smaller heap;
  *   - a merge rewrites only the words that contain the merged pair, left to right without overlap
  *     (`a a a` + (a, a) -> `aa a`), and applies the net change of each neighbouring pair once.
  * On equal counts the tie rule orders pairs by content: the tuple (left bytes, right bytes),
@@ -540,11 +544,29 @@ static int apply_merge(State *s, const Merge *m, int64_t min_frequency, int64_t 
         if (p->count == 0) {
             if (drop_pair(s, s->touched[t]) < 0)
                 return -1;
-        } else if (p->count != p->before && p->count >= min_frequency) {
+        } else if (p->count > p->before && p->count >= min_frequency) {   /* a fall: see settle */
             if (heap_push(s, p->count, p->left, p->right) < 0)
                 return -1;
         }
     }
+    return 0;
+}
+
+static int settle(State *s, const Entry *e, int64_t min_frequency, int *live)
+{
+    /* The popped entry e against its pair's live count: *live is 1 when e is exact. An entry above
+       the count (the pair fell since) goes back in with the live count, if it can still win; a
+       dead pair's entry, or one below the count (a higher one was pushed), is dropped. */
+    int32_t rec = find_pair(s, e->left, e->right);
+    int64_t count;
+    *live = 0;
+    if (rec < 0)
+        return 0;
+    count = s->pairs[rec].count;
+    if (count == e->count)
+        *live = 1;
+    else if (count < e->count && count >= min_frequency)
+        return heap_push(s, count, e->left, e->right);
     return 0;
 }
 
@@ -946,29 +968,41 @@ merge_loop(PyObject *module, PyObject *args)
         Entry best;
         int64_t saved;
         int found = 0;
-        /* The best live pair: skip entries whose count is stale (lazy invalidation). */
+        /* The best live pair: settle entries whose count is stale (lazy invalidation). */
         while (s->nheap && !found) {
-            int32_t rec;
             best = heap_pop(s);
-            rec = find_pair(s, best.left, best.right);
-            found = rec >= 0 && s->pairs[rec].count == best.count;
+            if (settle(s, &best, (int64_t)min_frequency, &found) < 0) {
+                rc = -1;
+                break;
+            }
         }
+        if (rc < 0)
+            break;
         if (!found) {
-            /* Every pair at or above min_frequency has a live entry, so what is left is rarer. */
+            /* Every pair at or above min_frequency has an entry at or above its count, so what
+               is left is rarer. */
             stop_reason = s->used ? "min_frequency" : "no_pairs";
             break;
         }
-        /* A tie: once stale entries (and copies of the winner) are dropped, the next live entry
-           has the same count. */
+        /* A tie: once stale entries are settled (and copies of the winner dropped), the next
+           live entry has the same count. */
         while (s->nheap) {
-            Entry *top = &s->heap[0];
-            if (!(top->left == best.left && top->right == best.right)) {
-                int32_t rec = find_pair(s, top->left, top->right);
-                if (rec >= 0 && s->pairs[rec].count == top->count)
+            Entry top = s->heap[0];
+            int live = 0;
+            if (!(top.left == best.left && top.right == best.right)) {
+                int32_t rec = find_pair(s, top.left, top.right);
+                if (rec >= 0 && s->pairs[rec].count == top.count)
                     break;
             }
             heap_pop(s);
+            if (!(top.left == best.left && top.right == best.right) &&
+                settle(s, &top, (int64_t)min_frequency, &live) < 0) {
+                rc = -1;
+                break;
+            }
         }
+        if (rc < 0)
+            break;
         if (s->nheap && s->heap[0].count == best.count)
             tied++;
 

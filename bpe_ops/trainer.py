@@ -266,24 +266,40 @@ def _merge_loop_python(words: list[str], weights: list[int], alphabet: list[byte
     tokens_saved: list[int] = []
     tied = duplicates = new_tokens = 0
     stop_reason = "vocab_size"
+    def settle(entry) -> bool:
+        # A popped entry against its pair's live count: True when exact. An entry above the count
+        # (the pair fell since, which pushes nothing) goes back in with the live count if it can
+        # still win; a dead pair's entry, or one below the count (a higher one was pushed), is
+        # dropped. Every live pair keeps an entry at or above its count.
+        neg, tie_key, key = entry
+        n = get_count(key)
+        if n == -neg:
+            return True
+        if n is not None and n < -neg and n >= min_frequency:
+            heappush(heap, (-n, tie_key, key))
+        return False
+
     while new_tokens < num_merges:
-        # The best live pair: skip entries whose count is stale (lazy invalidation).
+        # The best live pair: settle entries whose count is stale (lazy invalidation).
         while heap:
-            neg, _, pair = heappop(heap)
-            if get_count(pair) == -neg:
+            neg, _, pair = entry = heappop(heap)
+            if settle(entry):
                 break
         else:
-            # Every pair at or above min_frequency has a live entry, so what is left is rarer.
+            # Every pair at or above min_frequency has an entry at or above its count, so what is
+            # left is rarer.
             stop_reason = "min_frequency" if pair_counts else "no_pairs"
             break
         count = -neg
-        # A tie: once stale entries (and copies of the winner) are dropped, the next live entry
-        # has the same count.
+        # A tie: once stale entries are settled (and copies of the winner dropped), the next live
+        # entry has the same count.
         while heap:
             top = heap[0]
             if top[2] != pair and get_count(top[2]) == -top[0]:
                 break
             heappop(heap)
+            if top[2] != pair:
+                settle(top)
         if heap and heap[0][0] == neg:
             tied += 1
 
@@ -314,7 +330,7 @@ def _merge_loop_python(words: list[str], weights: list[int], alphabet: list[byte
                 n = get_count(key, 0) + change
                 if n:
                     pair_counts[key] = n
-                    if n >= min_frequency:
+                    if change > 0 and n >= min_frequency:     # a fall: see settle
                         heappush(heap, (-n, left_key[ord(key[0])] + right_key[ord(key[1])], key))
                 else:
                     del pair_counts[key]

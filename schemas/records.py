@@ -11,6 +11,13 @@ from dataclasses import dataclass, field
 
 REJECTED_SCHEMA_VERSION = 1
 
+# The default of --max-record-bytes (RECORD_TOO_LARGE below). A record this large is no use for
+# training and costs many times its size to tokenize; a whole novel is far smaller, so the bound
+# rejects only what is almost surely not one document. Here, not in pipelines.datasets.sources, so that
+# building a command's flags imports no pyarrow or fsspec (train's launcher starts its counting
+# process only once its flags are parsed).
+DEFAULT_MAX_RECORD_BYTES = 16 << 20
+
 # Row-level reasons: one row of a shard could not become a record; the rows around it are fine.
 BAD_JSON = "bad_json"                       # the line is not JSON
 NOT_AN_OBJECT = "not_an_object"             # JSON, but an array, string, number... not {...}

@@ -23,7 +23,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from schemas.records import Rejected, ShardError, rejected_to_json
+from schemas.records import DEFAULT_MAX_RECORD_BYTES, Rejected, ShardError, rejected_to_json
 from pipelines.core.errors import PROGRESS_SECONDS, ShardFailure, UserError, say, warn
 from pipelines.core.files import join, remove, write_text_atomic, writing
 
@@ -80,8 +80,6 @@ def scaled_number(text: str, value: str, scale: dict[str, int], what: str, how: 
 def add_source_arguments(parser: argparse.ArgumentParser, split: bool = False) -> None:
     """The input flags both pipelines take (DESIGN.md section 5, Sources); `split`: also
     `--split-size`, for the commands that read large files in parts (train, tokenize)."""
-    from pipelines.datasets.sources import DEFAULT_MAX_RECORD_BYTES
-
     parser.add_argument("--input", action="append", default=[], metavar="GLOB",
                         help="input shards: a path or glob, local or any fsspec URL (repeatable); arguments "
                              "after the options are inputs too, so a glob the shell expanded reads every file")

@@ -48,9 +48,9 @@ from fsspec.utils import infer_compression
 from pipelines.core.files import open_read
 from pipelines.core.inputs import InputError, Sought, find_files
 from schemas.records import (
-    BAD_JSON, INVALID_UTF8, MISSING_TEXT_COLUMN, MISSING_TEXT_FIELD, NOT_AN_OBJECT, RECORD_TOO_LARGE,
-    TEXT_COLUMN_NOT_STRING, TEXT_NOT_A_STRING, TRUNCATED_OR_CORRUPT, UNREADABLE_FILE, WRONG_FORMAT,
-    Record, Rejected, ShardError,
+    BAD_JSON, DEFAULT_MAX_RECORD_BYTES, INVALID_UTF8, MISSING_TEXT_COLUMN, MISSING_TEXT_FIELD, NOT_AN_OBJECT,
+    RECORD_TOO_LARGE, TEXT_COLUMN_NOT_STRING, TEXT_NOT_A_STRING, TRUNCATED_OR_CORRUPT, UNREADABLE_FILE,
+    WRONG_FORMAT, Record, Rejected, ShardError,
 )
 
 __all__ = ["SourceOptions", "Shard", "Record", "Rejected", "ShardError",
@@ -75,9 +75,6 @@ _BINARY_MAGIC = re.compile(rb"(\x1f\x8b)|(\x28\xb5\x2f\xfd)|(BZh[1-9](?:1AY&SY|\
                            rb"|(PK\x03\x04)|(PAR1\x15)|(\xff\xfe|\xfe\xff)")
 _BINARY_NAMES = ("gzip", "zstd", "bzip2", "xz", "zip", "Parquet", "UTF-16/UTF-32 text")
 ZSTD_READ_SIZE = 1 << 16      # compressed bytes fed to the zstd decompressor at a time
-# A record this large is no use for training and costs many times its size to tokenize; a whole
-# novel is far smaller, so the bound rejects only what is almost surely not one document.
-DEFAULT_MAX_RECORD_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)

@@ -230,6 +230,18 @@ def test_the_launcher_never_imports_beam_and_passes_the_counting_errors_on(tmp_p
                    "--vocab-size", "300"])
 
 
+def test_launcher_starts_counting_before_heavy_imports():
+    """Everything the launcher does before it starts the counting process (importing the command,
+    parsing its flags) imports no pyarrow or fsspec: those imports take it half a second, which the
+    counting process, importing Beam meanwhile, would wait for. They come after, beside Beam's."""
+    code = ("import sys; from pipelines import train; from pipelines.core.command import build_parser; "
+            "build_parser(train.COMMAND).parse_known_args(['--input', 'x', '--output', 'y', '--vocab-size', '300']); "
+            "heavy = sorted(m for m in ('pyarrow', 'fsspec', 'apache_beam') if m in sys.modules); "
+            "assert not heavy, heavy")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+
+
 # ---- text options: --normalize, --lowercase, --split-digits, --digit-group, --max-token-length -------
 
 def tokenize_like_hf(tokenizer_json, corpora, out):
