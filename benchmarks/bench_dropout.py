@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bpe_ops import Tokenizer, train_bpe  # noqa: E402
+from bpe_ops import Tokenizer, saving, train_bpe  # noqa: E402
 from bpe_ops.implementation import Implementation  # noqa: E402
 
 SHARED = Path(os.environ.get("TOKENBEAM_SHARED", ROOT.parent / "shared"))
@@ -51,7 +51,7 @@ def cpu(fn):
 
 def hf_tokenizer(tok, p: float):
     from tokenizers import Tokenizer as HFTokenizer
-    data = json.loads(tok._json_text())
+    data = json.loads(saving.json_text(tok))
     data["model"]["dropout"] = p or None
     return HFTokenizer.from_str(json.dumps(data))
 

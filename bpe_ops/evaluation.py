@@ -36,6 +36,7 @@ from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from .specials import is_base
 from .stats import WORD_COUNT_CHUNK, _ratio, batch_stats, record_ids_view, single_byte_ids
 
 __all__ = ["TokenTally", "WordTally", "iter_words", "word_pieces", "whitespace_ids", "truncated",
@@ -246,8 +247,8 @@ def merge_count_for_vocab_size(tok, vocab_size: int) -> int:
 
 
 def _alphabet(tok) -> dict[int, bytes]:
-    specials = set(tok.special_tokens.values())
-    return {i: b for i, b in tok.vocab.items() if i not in specials and tok._is_base(b)}   # noqa: SLF001
+    special_ids = set(tok.special_tokens.values())
+    return {i: b for i, b in tok.vocab.items() if i not in special_ids and is_base(tok.mode, b)}
 
 
 def truncated(tok, n_merges: int):

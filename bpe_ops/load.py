@@ -34,7 +34,13 @@ _REMEMBERING = threading.Lock()    # threads may load tokenizers at once
 
 
 def from_file(cls: type[T], path: str | os.PathLike, implementation: Implementation = DEFAULT) -> T:
-    """See `Tokenizer.from_file`."""
+    """`Tokenizer.from_file`: load a tokenizer.json (ours, or a byte-level BPE written by Hugging Face
+    `tokenizers`); `path` may be the file or a directory holding one.
+
+    Its checked tables are kept by the SHA-256 of the file's bytes (`source_sha256`): in this
+    process, and in `implementation.cache_dir` when set (see bpe_ops/table_cache.py), so that
+    the next load of the same bytes skips the parse. `Tokenizer(**formats.read_tokenizer_json(path))`
+    is what this returns in every case."""
     if os.path.isdir(path):
         path = os.path.join(path, "tokenizer.json")
     with open(path, "rb") as f:
@@ -53,8 +59,12 @@ def from_file(cls: type[T], path: str | os.PathLike, implementation: Implementat
 def from_tiktoken(cls: type[T], path: str | os.PathLike, pattern: str,
                   special_tokens: Mapping[str, int] | None = None,
                   implementation: Implementation = DEFAULT) -> T:
-    """See `Tokenizer.from_tiktoken`: cached as `from_file`, keyed by the file's bytes, the pattern
-    and the special tokens."""
+    """`Tokenizer.from_tiktoken`: load a tiktoken rank file (`.tiktoken`, or a `tokenizer.model` in that
+    format) with its split `pattern` (a name: `gpt2`, `gpt4`/`cl100k_base`, `o200k`/`o200k_base`, or a
+    regex) and its special tokens `{token: id}`: the ids tiktoken's `Encoding(pat_str=...,
+    mergeable_ranks=..., special_tokens=...)` gives. A whole pre-token that is a token is that token
+    (tiktoken looks pieces up before merging: `ignore_merges`). Tables are cached as in `from_file`,
+    keyed by the file's bytes, the pattern and the special tokens."""
     specials = dict(special_tokens or {})
     resolved = resolve_pattern(pattern)
     with open(path, "rb") as f:

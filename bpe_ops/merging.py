@@ -165,6 +165,29 @@ def piece_merger(left: list[int], right: list[int], merged: list[int], token_ids
 
 # ---- first symbols ------------------------------------------------------------------------------
 
+def byte_ids_of(token_ids: dict[bytes, int]) -> list[int]:
+    """The id of each byte 0..255 in a byte-level vocab; ValueError naming the missing ones.
+
+    >>> byte_ids_of({bytes([b]): b + 1 for b in range(256)})[:3]
+    [1, 2, 3]
+    """
+    byte_ids = list(map(token_ids.get, map(bytes, zip(range(256)))))
+    if None in byte_ids:
+        missing = [b for b in range(256) if byte_ids[b] is None]
+        raise ValueError(f"a byte-level vocab must hold all 256 single bytes; missing: "
+                         f"{', '.join(f'0x{b:02x}' for b in missing)}")
+    return byte_ids
+
+
+def byte_symbols(data: bytes, byte_ids: list[int], identity: bool) -> list[int]:
+    """Byte mode's first symbols: the id of each byte (`identity`: the ids are the bytes).
+
+    >>> byte_symbols(b"ab", list(range(256)), True), byte_symbols(b"ab", list(range(255, -1, -1)), False)
+    ([97, 98], [158, 157])
+    """
+    return list(data) if identity else list(map(byte_ids.__getitem__, data))
+
+
 def classic_symbols(word: str, token_ids: dict[bytes, int], end_of_word: int) -> list[int]:
     """Classic mode's first symbols: a word's characters as symbol ids, then the end-of-word symbol;
     ValueError for a character the vocabulary lacks.

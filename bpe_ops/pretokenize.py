@@ -511,6 +511,31 @@ def split_on_special(text: str, special_tokens: Sequence[str]) -> Iterator[tuple
         yield text[pos:], False
 
 
+def split_with_gaps(compiled: "regex.Pattern[str] | Pcre2Pattern", text: str, matches_everything: bool) -> list[str]:
+    """The pre-tokens of `text`: the matches of `compiled`, and the text between them as pieces too (as
+    Hugging Face's `Split(behavior="Isolated")` does), so no character is ever dropped. The named
+    patterns match every character (`matches_everything`), so only a custom regex needs the check
+    (and the slower path when it has capturing groups, which change what findall returns).
+
+    >>> split_with_gaps(compile_pattern(r"[a-z]+"), "ab, cd", False)
+    ['ab', ', ', 'cd']
+    """
+    if not compiled.groups:
+        pieces = compiled.findall(text)
+        if matches_everything or sum(map(len, pieces)) == len(text):
+            return pieces
+    pieces, pos = [], 0
+    for m in compiled.finditer(text):
+        if m.start() > pos:
+            pieces.append(text[pos:m.start()])
+        if m.end() > m.start():
+            pieces.append(m.group())
+        pos = m.end()
+    if pos < len(text):
+        pieces.append(text[pos:])
+    return pieces
+
+
 def pretokenize(text: str, pattern: str = "gpt4", special_tokens: Sequence[str] = (), *,
                 implementation: Implementation = DEFAULT) -> list[str]:
     """The pre-tokens of `text` as strings, special tokens removed (the training view).

@@ -3,7 +3,7 @@
 This is the model of the tokenizer.json files that `transformers` converts from SentencePiece BPE
 models (Llama 2, Mistral 7B, Gemma) and that `tokenizers` builds with `models.BPE(byte_fallback=True)`.
 It differs from byte-level BPE only in its first symbols; the merge replay is the same
-(`Tokenizer._merge`: lowest merge rank first, leftmost on ties), so the encoder runs it, compiled
+(`merging.merge_python`: lowest merge rank first, leftmost on ties), so the encoder runs it, compiled
 where built. Written from `tokenizers`' `BPE::merge_word` and `Word::merge_all` (models/bpe/):
 
   - each character of a pre-token is its piece when the vocabulary holds it;
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 from heapq import heapify, heappop, heappush
-from typing import Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 try:
     from . import _spm                  # the compiled twin of this module (optional)
@@ -116,6 +116,33 @@ class PieceModel:
         at.append(len(word))
         return [word[s:e] for s, e in zip(at, at[1:])]
 
+    def word_ids(self, word: str, merge: Callable[[list[int]], list[int]], *, ignore_merges: bool,
+                 segments: Any) -> tuple[int, ...]:
+        """The ids of one pre-token (the encoder's cache miss): the whole word when it is a piece and
+        `ignore_merges`; else its `segments`, each merged from its first symbols by `merge` and kept
+        apart in the cache `segments` (a `piece_cache.PieceCache`: a segment is not a whole word for
+        `ignore_merges`).
+
+        >>> model = PieceModel({"▁": 0, "a": 1, "▁a": 2}, [("▁", "a")], byte_fallback=False, unk_id=None)
+        >>> model.word_ids("▁a", lambda ids: ids, ignore_merges=True, segments={})
+        (2,)
+        >>> model.word_ids("▁a", lambda ids: ids, ignore_merges=False, segments={})   # no merge here
+        (0, 1)
+        """
+        if ignore_merges:
+            whole = self.piece_ids.get(word)
+            if whole is not None:
+                return (whole,)
+        if len(word) <= UNCUT_CHARS:
+            return tuple(merge(self.symbols(word)))
+        out: list[int] = []
+        for segment in self.segments(word):
+            ids = segments.get(segment)
+            if ids is None:
+                ids = segments.remember(segment, tuple(merge(self.symbols(segment))))
+            out.extend(ids)
+        return tuple(out)
+
 
 # A character is a cut candidate when at most this many characters join it from the left (a
 # space mark, punctuation, most ideographs): cutting at some of the safe places only is exact, and
@@ -143,7 +170,7 @@ def compiled_encoder(model: PieceModel, left: list[int], right: list[int], merge
                      ignore_merges: bool, cache_size: int):
     """The compiled encoder of this model (`bpe_ops._spm.SpmEncoder`), or None where it is not built.
 
-    Its `encode_words(pre_tokens)` is `Tokenizer._encode_word` of each pre-token, the ids one after the
+    Its `encode_words(pre_tokens)` is `PieceModel.word_ids` of each pre-token, the ids one after the
     other, as a list (`encode_words_bytes`: as native uint32 bytes, for an `array("I")`). The merges
     are by rank: merge r joins left[r] and right[r] into merged[r]; up to `cache_size` segments are
     cached (0: none)."""

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bpe_ops import Tokenizer, _educational, encoder, merging
+from bpe_ops import Tokenizer, _educational, merging, text_encoder
 from bpe_ops.implementation import Implementation
 from tests.conftest import read_jsonl_texts
 
@@ -171,7 +171,7 @@ def test_encode_with_and_without_the_compiled_merger(gpt2_files, corpora, monkey
     fast = Tokenizer.from_gpt2_files(*gpt2_files)
     pure = Tokenizer.from_gpt2_files(*gpt2_files, implementation=Implementation(compiled=False))
     assert fast._merger is not None and pure._merger is None
-    assert pure._text_encoder is None and (fast._text_encoder is None) == (encoder._TextEncoder is None)
+    assert pure._text_encoder is None and (fast._text_encoder is None) == (text_encoder.TextEncoder is None)
     assert pure.implementation == Implementation(compiled=False)
     ids = fast.encode_batch(texts)
     assert ids == pure.encode_batch(texts)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from bpe_ops import Tokenizer, formats, load, train_bpe
-from bpe_ops.encoder import _Fallback, _TextEncoder
+from bpe_ops import Tokenizer, formats, load, text_encoder, train_bpe
+from bpe_ops.text_encoder import Fallback as _Fallback, TextEncoder as _TextEncoder
 from bpe_ops.implementation import Implementation
 from tests.conftest import ROOT, read_jsonl_texts
 
@@ -194,11 +194,11 @@ def test_encode_arrays_from_threads_with_several_thread_counts(files, texts):
         for r in range(ROUNDS):
             if tok.encode_arrays(batch, 2 + (k + r) % 3) != expected:
                 wrong.append(k)
-            pools.append(tok._pool)
+            pools.append(tok._threads.pool)
 
     errors = run_at_once(work, 4)
     assert not errors and not wrong, (errors[:1], wrong)
-    replaced = {id(p): p for p in pools if p is not tok._pool}.values()
+    replaced = {id(p): p for p in pools if p is not tok._threads.pool}.values()
     assert replaced, "the pool was never replaced: the test proves nothing"
     for pool in replaced:
         with pytest.raises(RuntimeError, match="shutdown"):
@@ -211,14 +211,14 @@ def test_threads_asking_at_once_for_the_compiled_encoder_build_it_once(files, mo
     share one build (each build is ~100 ms and ~40 MB with 200k ids)."""
     tok = small_cache_tokenizer(files["regex"], COMPILED)
     builds: list = []
-    build = tok._compiled_text_encoder
+    build = text_encoder.build
 
-    def counted_build():
+    def counted_build(t):
         builds.append(1)
         time.sleep(0.05)                       # lets the other threads get here meanwhile
-        return build()
+        return build(t)
 
-    monkeypatch.setattr(tok, "_compiled_text_encoder", counted_build)
+    monkeypatch.setattr(text_encoder, "build", counted_build)
     seen: list = []
     errors = run_at_once(lambda k: seen.append(tok._text_encoder))
     assert not errors

@@ -59,8 +59,8 @@ def test_tables_read_straight_from_the_file_equal_the_tokenizers(gpt2_json, tmp_
         fast = formats.read_tokenizer_data(data, path, as_tables=True)
         assert isinstance(fast, table_cache.Tables), name
         expected = Tokenizer(**formats.read_tokenizer_data(data, path))
-        rebuilt = Tokenizer._from_tables(fast)
-        assert rebuilt._as_tables() == expected._as_tables(), name
+        rebuilt = load.tokenizer_of_tables(Tokenizer, fast)
+        assert load.tables_of(rebuilt) == load.tables_of(expected), name
         assert rebuilt.sha256 == expected.sha256, name
         assert [rebuilt.encode(t, allowed_special="all") for t in TEXTS] == \
             [expected.encode(t, allowed_special="all") for t in TEXTS], name

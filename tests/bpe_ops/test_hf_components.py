@@ -9,7 +9,7 @@ import pytest
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
 
-from bpe_ops import Implementation, Tokenizer, load
+from bpe_ops import Implementation, Tokenizer, load, saving
 from tests.conftest import read_jsonl_texts
 
 pytestmark = [pytest.mark.oracle, pytest.mark.slow]
@@ -135,7 +135,7 @@ def test_files_without_components_keep_their_sha256(base, tmp_path):
     hf.save(str(path))
     tok = Tokenizer.from_file(path)
     assert tok.normalizer_spec is None and tok.pre_tokenizer_spec is None and tok._text_encoder is not None
-    doc = json.loads(tok._json_text())
+    doc = json.loads(saving.json_text(tok))
     assert doc["normalizer"] is None and doc["pre_tokenizer"]["pretokenizers"][0]["pattern"] == {"Regex": LLAMA3}
 
 

@@ -14,7 +14,7 @@ import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bpe_ops import Implementation, Tokenizer, pretokenize
+from bpe_ops import Implementation, Tokenizer, pretokenize, text_encoder
 from tests.conftest import read_jsonl_texts
 from tests.bpe_ops.test_pretokenize import ADVERSARIAL
 
@@ -210,7 +210,7 @@ def test_forks_share_the_tables_and_encode_side_by_side(gpt2_merges, corpora):
     tok = byte_tokenizer(gpt2_merges, "gpt4", ignore_merges=True)
     texts = read_jsonl_texts(corpora / "multi", limit=60)
     expected = [python_ids(tok, t) for t in texts]
-    parent = tok._compiled_text_encoder()
+    parent = text_encoder.build(tok)
     forks = [parent.fork() for _ in range(3)]
     forks.append(forks[0].fork())
     del parent

@@ -9,7 +9,7 @@ import pytest
 import regex
 from tokenizers import Regex, pre_tokenizers
 
-from bpe_ops import pretokenize
+from bpe_ops import pretokenize, saving
 from bpe_ops.implementation import DEFAULT, Implementation, from_environment
 from tests.conftest import read_jsonl_texts
 
@@ -311,7 +311,7 @@ def test_a_tokenizer_file_splitting_on_a_bare_word_still_loads(tmp_path):
     import json
     from bpe_ops import Tokenizer
     tok = Tokenizer([(b"a", b"b")], pattern="gpt2")
-    doc = json.loads(tok._json_text())
+    doc = json.loads(saving.json_text(tok))
     doc["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {"Regex": "gpt4"}
     (tmp_path / "tokenizer.json").write_text(json.dumps(doc), encoding="utf-8")
     loaded = Tokenizer.from_file(tmp_path)

@@ -1,5 +1,5 @@
 """Piece mode's compiled encoder (bpe_ops/_spm.c) gives the ids of its specification (the pure-Python
-piece mode: bpe_ops/sentencepiece_bpe.py with `Tokenizer._encode_word`) and of Hugging Face
+piece mode: bpe_ops/sentencepiece_bpe.py with `PieceModel.word_ids`) and of Hugging Face
 `tokenizers`, on generated texts (every script, emoji, characters outside the vocabulary, runs of
 spaces, `▁` in the input, lone surrogates, empty) and real documents, for every converted file of
 tests/data/sentencepiece (llama, llama-legacy, gemma, unk, and llama32k: a 32k SentencePiece BPE with

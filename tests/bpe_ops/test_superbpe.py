@@ -14,7 +14,7 @@ import sys
 import pytest
 import regex
 
-from bpe_ops import Tokenizer, pretokenize, train_bpe, trainer
+from bpe_ops import Tokenizer, pretokenize, saving, train_bpe, trainer
 from bpe_ops.implementation import Implementation
 from pipelines import train
 from pipelines.core.errors import UserError
@@ -248,7 +248,7 @@ def test_text_rules_apply_inside_the_units(sample):
     tok = train_bpe(texts, 3000, superword_transition=2000, split_digits=True, lowercase=True)
     assert not any(sum(c.isdigit() for c in (a + b).decode("utf-8", "replace")) > 1 for a, b in tok.merges)
     assert any(b" " in (a + b).strip() for a, b in tok.merges[tok.training.phase_one_merges:])
-    hf = tokenizers.Tokenizer.from_str(tok._json_text())
+    hf = tokenizers.Tokenizer.from_str(saving.json_text(tok))
     tik = tiktoken.Encoding("s", pat_str=tok.pattern, mergeable_ranks={t: i for i, t in tok.vocab.items()},
                             special_tokens={})
     probe = texts[:40] + ["THE YEAR 2024 and 1999"]

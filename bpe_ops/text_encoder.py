@@ -1,0 +1,46 @@
+"""The compiled whole-text encoder of a tokenizer: split, cache and merge replay in one C call.
+
+Where the split runs on PCRE2 (see `pretokenize.Pcre2Pattern`) and the merge replay is compiled
+(`merging.piece_merger`), byte mode encodes every text PCRE2 may split with `bpe_ops._pcre2`'s
+`TextEncoder` (a byte-keyed cache, the same replay); a pre-tokenizer chain runs there too where it is
+all Splits PCRE2 may run (bpe_ops/sequence_split.py). Piece mode's encoder is
+`sentencepiece_bpe.compiled_encoder` (bpe_ops/_spm.c), which takes pre-tokens. Classic mode, or
+a tokenizer with none of these, has none: `build` gives None and the Tokenizer's Python path (the
+specification) encodes. The Tokenizer builds it on first use (its tables cost 50 ms at 131k ids).
+
+>>> from bpe_ops import Tokenizer
+>>> from bpe_ops.implementation import Implementation
+>>> build(Tokenizer([(b"a", b"b")], implementation=Implementation(compiled=False))) is None
+True
+>>> encoder = build(Tokenizer([(b"a", b"b")]))
+>>> encoder is None or encoder.encode("abab") == [256, 256]
+True
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from . import sequence_split
+from .pretokenize import Pcre2Pattern
+from .sentencepiece_bpe import compiled_encoder as compiled_piece_encoder
+
+try:
+    from ._pcre2 import Fallback, TextEncoder   # optional: PCRE2 and C
+except ImportError:
+    Fallback = TextEncoder = None
+
+
+def build(tok: Any) -> Any:
+    """The compiled whole-text encoder of `tok`, or None: classic mode, the split not on PCRE2, no
+    compiled merger (see `merging.piece_merger`)."""
+    if tok.mode == "piece" and tok._merger is not None:
+        return compiled_piece_encoder(tok._piece_model, tok._left, tok._right, tok._merged,
+                                      ignore_merges=tok.ignore_merges, cache_size=tok.cache_size)
+    if tok.mode != "byte" or tok._merger is None or not isinstance(tok._regex, Pcre2Pattern):
+        return None
+    steps = (sequence_split.encoder_steps(tok.pre_tokenizer_spec, tok._regex.cache_dir)
+             if tok._pre_tokenize is not None else {})
+    if steps is None:
+        return None
+    return TextEncoder(tok._regex.compiled, tok._left, tok._right, tok._merged, tok._byte_ids,
+                       tok._token_ids if tok.ignore_merges else None, tok.cache_size, **steps)
