@@ -46,6 +46,7 @@ from pipelines.outcome import repeated_ids_line
 from pipelines.shards import byte_size
 from schemas import pack as layout
 from schemas import tables
+from schemas.accounts import ACCOUNT_KEY
 
 BUCKET_TOKENS = 1 << 22          # ids per shuffle bucket: what one PackBucket call holds
 SPILL_BYTES = 1 << 25            # documents one SpillDocuments holds (Arrow bytes) before it writes them out
@@ -768,7 +769,7 @@ def done_before(output: str, fingerprint: str) -> dict | None:
     try:
         if not fs.isfile(posixpath.join(root, layout.SUCCESS)):
             return None
-        manifest = read_json(join(output, layout.PACK_JSON))
+        manifest = layout.upgrade_pack_json(read_json(join(output, layout.PACK_JSON)))
     except (OSError, ValueError):
         return None
     if manifest.get("fingerprint") != fingerprint:
@@ -942,7 +943,7 @@ def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.Argum
     check_worker_paths(beam_options, [*[f.url for f in files], args.output])
     inputs = [{"url": f.url, "size": f.size, "version": f.version, "rows": sum(f.rows),
                "tokenize_footer_sha256": f.footer_sha256} for f in files]
-    fingerprint = hashlib.sha256(json.dumps({"layout": [layout.PACKED_SCHEMA_VERSION, layout.PACK_JSON_VERSION],
+    fingerprint = hashlib.sha256(json.dumps({"layout": list(layout.FINGERPRINT_LAYOUT),
                                              "options": shaping, "inputs": inputs}, sort_keys=True).encode()).hexdigest()
     claim_output(args.output, "pack")
     if any(inside(f.url, args.output) for f in files):
@@ -959,7 +960,7 @@ def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.Argum
         f"{options.seq_len}, {options.buckets} bucket(s) -> {args.output}")
     header = {"version": layout.PACK_JSON_VERSION, "tokenizer_sha256": options.tokenizer_sha256,
               "vocab_size": options.vocab_size, "id_dtype": options.dtype.name, "seq_len": options.seq_len,
-              "options": shaping, "inputs": {"files": len(files), "records": records, "list": inputs},
+              "options": shaping, "inputs": {"list": inputs}, ACCOUNT_KEY: layout.pack_account(len(files), records),
               "inputs_stats_sha256": stats_digests, "fingerprint": fingerprint}
     try:
         with pipeline_failures(args.output), beam.Pipeline(runner=runner, options=beam_options) as p:

@@ -30,7 +30,8 @@ import pyarrow.parquet as pq
 from bpe_ops.dropout import DROPOUT_MODES, Dropout
 from bpe_ops.stats import Summary
 from schemas import tables
-from schemas.stats import TokenizerFacts, dump_stats, stats_json
+from schemas.accounts import ACCOUNT_KEY, Account, account_of
+from schemas.stats import TokenizerFacts, dump_stats, stats_json, upgrade_stats
 from pipelines import command
 from pipelines.command import (Command, add_dropout_arguments, add_quiet_argument, implementation_from_environment,
                                option_strings, parse_dropout)
@@ -60,7 +61,7 @@ from pipelines.windows import WINDOWS_FOLDER, WindowStats, format_utc, parse_dur
 
 SUCCESS = "_SUCCESS"
 STOP_FILE = "_STOP"              # created by anyone: a --watch run ends cleanly
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 1            # the layout of the shard records in the footers (and so in the fingerprint)
 VERDICT_WORDS = RunWords(done="tokenized", lost="no _SUCCESS", nothing="nothing was written", last="; no _SUCCESS")
 
 
@@ -439,30 +440,31 @@ def write_success(entries: list[dict], stats_url: str, output: str, tokenizer_sh
     """`_SUCCESS`, written last, when the run is complete: every shard read (or shard errors allowed)
     and at least one record written. It lists the shards, their record counts and the tokenizer.
 
-    The books must balance: records read == written + rejected for every shard and in total, and
-    the totals of the manifest equal those of stats.json (two separate aggregations)."""
-    entries = merge_parts(entries)
-    manifest = {"version": MANIFEST_VERSION, "tokenizer_sha256": tokenizer_sha256, "stats": "stats.json",
-                "shards": [dict({k: e[k] for k in ("relpath", "output", "parts", "records_read", "rows", "rejected",
-                                                   "shard_errors") if k in e},
-                                input=e["fingerprint"]["input"]) for e in entries],
-                "records_read": sum(e["records_read"] for e in entries),
-                "rows": sum(e["rows"] for e in entries), "rejected": sum(e["rejected"] for e in entries),
-                "shards_failed": sum(bool(e["shard_errors"]) for e in entries)}
+    The books must balance: records read == written + rejected for every shard and in total (the
+    Account checks it), and the account of the manifest equals that of stats.json (two separate
+    aggregations)."""
+    try:
+        by_file: dict[str, Account] = {}
+        for e in entries:      # a split file's parts summed: one shard, counted by its first part
+            first = e["fingerprint"].get("part", {}).get("index", 0) == 0
+            by_file[e["relpath"]] = by_file.get(e["relpath"], Account()) + tables.shard_account(e, shards=int(first))
+        entries = merge_parts(entries)
+        accounts = [by_file[e["relpath"]] for e in entries]
+        account = Account.total(accounts)
+    except ValueError as exc:
+        raise RuntimeError(f"record accounting is broken: {exc}") from None
+    manifest = {"version": tables.SUCCESS_VERSION, "tokenizer_sha256": tokenizer_sha256, "stats": "stats.json",
+                "shards": [dict({k: e[k] for k in ("relpath", "output", "parts", "shard_errors") if k in e},
+                                input=e["fingerprint"]["input"], account=a.to_json()) for e, a in zip(entries, accounts)],
+                ACCOUNT_KEY: account.to_json()}
     if repeated_ids[0]:      # records whose id another record has too, and how many such ids
         manifest["repeated_ids"] = {"records": repeated_ids[0], "ids": repeated_ids[1]}
     if any("untimed_records" in e for e in entries):     # --window: records without a usable timestamp
         manifest["untimed_records"] = sum(e.get("untimed_records", 0) for e in entries)
-    stats = read_json(stats_url)
-    unbalanced = [e["relpath"] for e in entries if e["records_read"] != e["rows"] + e["rejected"]]
-    if unbalanced or manifest["records_read"] != manifest["rows"] + manifest["rejected"] or (
-            (manifest["records_read"], manifest["rows"], manifest["rejected"])
-            != (stats["records_read"], stats["records"], stats["rejected"]["total"])):
-        raise RuntimeError(f"record accounting is broken (shards {unbalanced}): the manifest says "
-                           f"{manifest['records_read']} read, {manifest['rows']} written, {manifest['rejected']} "
-                           f"rejected; stats.json says {stats['records_read']}, {stats['records']}, "
-                           f"{stats['rejected']['total']}")
-    if manifest["rows"] == 0 or (manifest["shards_failed"] and not allow_shard_errors):
+    counted = account_of(read_json(stats_url))
+    if account != counted:
+        raise RuntimeError(f"record accounting is broken: the manifest says {account}; stats.json says {counted}")
+    if account.records_written == 0 or (account.shards_failed and not allow_shard_errors):
         return False
     url = join(output, SUCCESS)
     with writing(url):
@@ -630,7 +632,7 @@ def absent_fields(output: str, manifest: dict, keep_fields: list[str], stats: di
     """The --keep-field / --group-field names that no record had (a typo gives an all-null column, or
     one group `(none)`)."""
     absent = []
-    files = [join(output, name) for entry in manifest.get("shards", []) if entry["rows"]
+    files = [join(output, name) for entry in manifest.get("shards", []) if entry[ACCOUNT_KEY]["records"]["written"]
              for name in entry.get("parts", [entry.get("output")])]
     for name in keep_fields:
         if files and not any(holds_a_value(url, name) for url in files):
@@ -654,7 +656,7 @@ def warn_doubtful_run(args: argparse.Namespace, inputs: list[str], stats: dict, 
         warn(f"{what}; is the name right?")
     for text in changed_inputs(inputs, manifest):
         warn(f"{text} changed after it was tokenized: the output holds it as it was; rerun to tokenize it again")
-    warn_mostly_rejected(stats["records_read"], stats["rejected"]["by_reason"])
+    warn_mostly_rejected(account_of(stats))
     if "repeated_ids" in manifest:
         warn(repeated_ids_line(manifest["repeated_ids"], f"--id-field {args.id_field}"))
 
@@ -743,14 +745,14 @@ def check_baseline(url: str, output: str, dropout: Dropout | None = None) -> str
     """A baseline to judge against must be a readable, calibrated stats.json (or a folder holding one),
     of data encoded with the same BPE-dropout, and not a file this run replaces: refused at launch,
     not after the run. Returns the stats.json's URL."""
-    from schemas.stats import validate_stats
+    from schemas.stats import upgrade_stats, validate_stats
 
     if not exists(url):
         raise UserError(f"--baseline {url}: no such file")
     check_finished(url, "--baseline", "tokenize --baseline")
     try:
         (path,) = [found.url for found in find_files([url], BASELINE_FILE)]
-        stats = read_json(path)
+        stats = upgrade_stats(read_json(path))
         validate_stats(stats)
         check_calibrated(stats, "baseline")
         check_same_dropout(stats.get("dropout"), dropout and dropout.to_json())
@@ -858,23 +860,24 @@ def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.Argum
     if not exists(join(args.output, "stats.json")):
         raise IncompleteRun(f"the watch ended before any shard matching {', '.join(inputs)} arrived; nothing "
                             f"was written" if watching else f"{join(args.output, 'stats.json')} was not written")
-    stats = read_json(join(args.output, "stats.json"))
-    manifest = read_json(join(args.output, SUCCESS)) if exists(join(args.output, SUCCESS)) else {}
+    stats = upgrade_stats(read_json(join(args.output, "stats.json")))
+    manifest = tables.upgrade_success(read_json(join(args.output, SUCCESS))) if exists(join(args.output, SUCCESS)) else {}
     elapsed = time.time() - started_at
     warn_shard_errors(stats["shard_errors"], args.allow_shard_errors)
     untimed = (f", {manifest['untimed_records']:,} without a usable {args.timestamp_field}"
                if "untimed_records" in manifest else "")
-    say(f"done: {stats['records_read']:,} records read, {stats['records']:,} written{untimed}, "
-        f"{stats['rejected']['total']:,} rejected, {len(stats['shard_errors'])} of {stats['shards']['count']} shard(s) "
+    account = account_of(stats)
+    say(f"done: {account.records_read:,} records read, {account.records_written:,} written{untimed}, "
+        f"{account.records_rejected:,} rejected, {len(stats['shard_errors'])} of {account.shards_read} shard(s) "
         f"failed; {stats['tokens']:,} tokens, {stats['bytes'] / 1e6:.1f} MB in {elapsed:.1f}s "
         f"({stats['bytes'] / 1e6 / max(elapsed, 1e-9):.2f} MB/s) -> {args.output}")
-    failure = incomplete_run(RunFigures.of_report(stats), args.allow_shard_errors, VERDICT_WORDS)
+    failure = incomplete_run(RunFigures.of_file(stats), args.allow_shard_errors, VERDICT_WORDS)
     if failure is not None:
         raise failure
     warn_doubtful_run(args, inputs, stats, manifest)
     if watching and args.baseline:
         drifted = gather_alerts(args.output)
-        say(f"{drifted} of {stats['shards']['count']} shard(s) drifted from {args.baseline} "
+        say(f"{drifted} of {account.shards_read} shard(s) drifted from {args.baseline} "
             f"({join(args.output, ALERTS)})")
         if drifted:
             raise SystemExit(EXIT_DRIFT)
