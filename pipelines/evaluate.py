@@ -30,7 +30,7 @@ from bpe_ops.evaluation import (TokenTally, WordTally, iter_words, merge_count_f
                                 truncated, whitespace_ids, word_pieces, id_mask)
 from bpe_ops.stats import batch_stats
 from schemas.accounts import ACCOUNT_KEY, Account, account_of
-from schemas.evaluate import DEFINITIONS, EVALUATE_KIND, EVALUATE_SCHEMA_VERSION, validate_evaluate
+from schemas.evaluate import DEFINITIONS, EVALUATE_KIND, EVALUATE_SCHEMA_VERSION, success_json, validate_evaluate
 from pipelines import command
 from pipelines.command import Command, add_quiet_argument, implementation_from_environment, option_strings
 from pipelines.errors import ShardFailure, UserError, pipeline_failures, quiet_worker_stderr, \
@@ -404,8 +404,7 @@ def write_report(_, rows: list[dict], account: tuple, output: str, context: Repo
     if report["records"] and (context.allow_shard_errors or not report["shard_errors"]):
         url = join(output, SUCCESS)
         with writing(url):
-            write_text_atomic(url, json.dumps({"evaluate": "evaluate.json", ACCOUNT_KEY: report[ACCOUNT_KEY]},
-                                              sort_keys=True) + "\n")
+            write_text_atomic(url, json.dumps(success_json(report), sort_keys=True) + "\n")
     return report
 
 

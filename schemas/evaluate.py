@@ -88,3 +88,22 @@ def upgrade_evaluate(d):
     out = {k: v for k, v in d.items() if k not in ("records_read", "rejected", "repaired_records", "shards")}
     out.update({"schema_version": EVALUATE_SCHEMA_VERSION, ACCOUNT_KEY: account.to_json()})
     return out
+
+
+def success_json(report: dict) -> dict:
+    """evaluate's `_SUCCESS`: which file is the report, and its account."""
+    return {"evaluate": "evaluate.json", ACCOUNT_KEY: report[ACCOUNT_KEY]}
+
+
+def upgrade_success(success, report: dict):
+    """An evaluate `_SUCCESS` written before the account ({evaluate, records, shards: {count, failed}})
+    as today's, from the evaluate.json beside it (of either version), whose figures it must repeat;
+    any other object unchanged."""
+    if not isinstance(success, dict) or "evaluate" not in success or ACCOUNT_KEY in success:
+        return success
+    report = upgrade_evaluate(report)
+    account = account_of(report)
+    if (success.get("records"), success.get("shards")) != (account.records_written, {
+            "count": account.shards_read, "failed": account.shards_failed}):
+        raise ValueError("evaluate _SUCCESS disagrees with the evaluate.json beside it")
+    return success_json(report)
