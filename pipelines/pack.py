@@ -960,7 +960,7 @@ def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.Argum
         f"{options.seq_len}, {options.buckets} bucket(s) -> {args.output}")
     header = {"version": layout.PACK_JSON_VERSION, "tokenizer_sha256": options.tokenizer_sha256,
               "vocab_size": options.vocab_size, "id_dtype": options.dtype.name, "seq_len": options.seq_len,
-              "options": shaping, "inputs": {"list": inputs}, ACCOUNT_KEY: layout.pack_account(len(files), records),
+              "options": shaping, "inputs": {"list": inputs}, ACCOUNT_KEY: layout.pack_account(len(files), records).to_json(),
               "inputs_stats_sha256": stats_digests, "fingerprint": fingerprint}
     try:
         with pipeline_failures(args.output), beam.Pipeline(runner=runner, options=beam_options) as p:

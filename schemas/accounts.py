@@ -137,8 +137,12 @@ class Account:
         except (KeyError, TypeError):
             raise ValueError(f"account must be {{shards: {{{', '.join(SHARD_KEYS)}}}, "
                              f"records: {{{', '.join(RECORD_KEYS)}}}}}") from None
-        account = cls(shards["read"], tuple(e["source"] for e in shard_errors), records["read"], records["written"],
-                      tuple(reasons.items()), records["repaired"])
+        try:
+            sources = tuple(e["source"] for e in shard_errors)
+            account = cls(shards["read"], sources, records["read"], records["written"], tuple(reasons.items()),
+                          records["repaired"])
+        except (KeyError, TypeError):
+            raise ValueError("account: the shard errors beside it must be {source, ...} objects") from None
         if records["rejected"] != account.records_rejected or any(n == 0 for n in reasons.values()):
             raise ValueError("account: records.rejected is not the sum of rejected_by_reason")
         if shards["failed"] != account.shards_failed:
