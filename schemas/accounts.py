@@ -153,5 +153,10 @@ class Account:
 
 def account_of(d: Mapping, shard_errors: Iterable[Mapping] | None = None) -> Account:
     """The Account of a file of the current version (or upgraded), which holds it under ACCOUNT_KEY
-    and its shard errors under "shard_errors" (or as given)."""
-    return Account.from_json(d[ACCOUNT_KEY], d.get("shard_errors", ()) if shard_errors is None else shard_errors)
+    and its shard errors under "shard_errors", or per shard (tokenize's _SUCCESS: "shards", a list of
+    entries with their "shard_errors"), or as given."""
+    if shard_errors is None:
+        shards = d.get("shards")
+        shard_errors = d["shard_errors"] if "shard_errors" in d else [
+            e for entry in shards for e in entry.get("shard_errors", [])] if isinstance(shards, list) else []
+    return Account.from_json(d[ACCOUNT_KEY], shard_errors)

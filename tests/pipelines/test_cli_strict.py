@@ -296,7 +296,7 @@ def test_a_record_above_the_bound_is_rejected_in_both_pipelines(tmp_path, shards
     assert json.loads(line)["reason"] == "record_too_large" and "16,384" in json.loads(line)["detail"]
     assert "huge" not in parquet_ids(tmp_path / "out" / "s-0.parquet")
     report = train.run(["--output", str(tmp_path / "tok"), "--vocab-size", "300", *args])
-    assert report["rejected_by_reason"] == {"record_too_large": 1}
+    assert report["account"]["records"]["rejected_by_reason"] == {"record_too_large": 1}
     with pytest.raises(UserError, match="not a size"):
         tokenize.run(["--tokenizer", str(tokenizer_json), "--output", str(tmp_path / "o2"), *args[:2],
                       "--max-record-bytes", "lots"])
