@@ -220,7 +220,7 @@ def describe_shard_error(error: dict) -> str:
     return f"{error['source']}: {error['reason']} ({error['detail']}); {kept}"
 
 
-def warn_mostly_rejected(account) -> None:
+def warn_mostly_rejected(account: Account) -> None:
     """Most records rejected is a legal run that is probably not what was meant (a --max-record-bytes
     in the wrong unit, a wrong --text-field): say so, with the reasons (of the run's `Account`)."""
     records_read, rejected_by_reason, rejected = account.records_read, account.reasons(), account.records_rejected

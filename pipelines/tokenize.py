@@ -745,7 +745,7 @@ def check_baseline(url: str, output: str, dropout: Dropout | None = None) -> str
     """A baseline to judge against must be a readable, calibrated stats.json (or a folder holding one),
     of data encoded with the same BPE-dropout, and not a file this run replaces: refused at launch,
     not after the run. Returns the stats.json's URL."""
-    from schemas.stats import upgrade_stats, validate_stats
+    from schemas.stats import validate_stats
 
     if not exists(url):
         raise UserError(f"--baseline {url}: no such file")
