@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import evaluate, pack, tokenize, train
+from pipelines import drift_judging, evaluate, pack, tokenize, train
 from schemas import evaluate as evaluate_layout, pack as pack_layout, reports, tables
 from schemas.accounts import ACCOUNT_KEY, RECORD_KEYS, SHARD_KEYS, UNKNOWN_REASON, Account, account_of
 from schemas.stats import parse_stats, upgrade_stats, validate_stats
@@ -190,3 +190,12 @@ def test_every_command_writes_the_same_account_of_the_same_inputs(runs):
     assert account == Account(2, (), 31, 30, {"bad_json": 1})
     # pack reads the tokens written: every one is packed
     assert account_of(files["packed/pack.json"]) == Account(shards_read=2, records_read=30, records_written=30)
+
+
+def test_tokenize_takes_a_version_2_stats_json_as_its_baseline(tmp_path):
+    """A baseline written before the account is read through the same upgrade, not refused."""
+    baseline = tmp_path / "old" / "stats.json"
+    baseline.parent.mkdir()
+    baseline.write_bytes((FUZZ_STATS / "stats.json").read_bytes())
+    assert tokenize.check_baseline(str(baseline), str(tmp_path / "out")) == str(baseline)
+    assert drift_judging.load_stats(baseline)["schema_version"] == 3
