@@ -42,7 +42,7 @@ from bpe_ops.pretokenize import GPT2_PATTERN  # noqa: E402
 from bpe_ops.stats import Summary, record_stats, single_byte_ids  # noqa: E402
 from pipelines import drift, stats_cmd  # noqa: E402
 from pipelines.monitoring import drift_judging
-from pipelines.accounts.breakdowns import add_file  # noqa: E402
+from pipelines.statistics.breakdowns import add_file  # noqa: E402
 from pipelines.monitoring.drift_judging import load_stats  # noqa: E402
 from schemas.stats import TOKENS_PER_RECORD_EDGES, dump_stats, stats_json  # noqa: E402
 

@@ -29,7 +29,8 @@ from pipelines.core.beam_options import (beam, check_worker_paths, local_cores_p
 from bpe_ops.evaluation import (TokenTally, WordTally, iter_words, merge_count_for_vocab_size, raw_byte_ids,
                                 truncated, whitespace_ids, word_pieces, id_mask)
 from bpe_ops.stats import batch_stats
-from schemas.evaluate import DEFINITIONS, EVALUATE_KIND, EVALUATE_SCHEMA_VERSION, validate_evaluate
+from schemas.accounts import ACCOUNT_KEY, Account, account_of
+from schemas.evaluate import DEFINITIONS, EVALUATE_KIND, EVALUATE_SCHEMA_VERSION, success_json, validate_evaluate
 from pipelines.core import command
 from pipelines.core.command import Command, add_quiet_argument, implementation_from_environment, option_strings
 from pipelines.core.errors import ShardFailure, UserError, pipeline_failures, quiet_worker_stderr, \
@@ -37,7 +38,7 @@ from pipelines.core.errors import ShardFailure, UserError, pipeline_failures, qu
 from pipelines.core.folders import claim_output, mark_output
 from pipelines.core.files import (exists, join, open_atomic, read_json, remove, remove_stale_temporaries,
                              remove_tree, write_text_atomic, writing)
-from pipelines.accounts.groups import group_value
+from pipelines.statistics.groups import group_value
 from pipelines.datasets.outcome import RunFigures, RunWords, incomplete_run
 from pipelines.datasets.shards import REJECTED_DIR, ShardReader, add_source_arguments, describe_shard_error, expand, \
     source_options as make_source_options, warn_mostly_rejected, warn_shard_errors
@@ -235,28 +236,20 @@ class ScoreWordTypes(beam.DoFn):
 
 
 class MergeAccounts(beam.CombineFn):
-    """The shards' accounts, summed: records read, written, rejected by reason, repaired, shard errors."""
+    """The shards' accounts summed (`schemas.accounts.Account`), with their shard errors in order."""
 
     def create_accumulator(self):
-        return {"shards": 0, "records_read": 0, "records": 0, "repaired": 0, "rejected_by_reason": {},
-                "shard_errors": []}
+        return Account(), []
 
     def add_input(self, acc, account):
-        return self.merge_accumulators([acc, {
-            "shards": 1, "records_read": account.records_read, "records": account.records,
-            "repaired": account.repaired, "rejected_by_reason": account.rejected_by_reason,
-            "shard_errors": account.shard_errors}])
+        return self.merge_accumulators([acc, (account.account(), account.shard_errors)])
 
     def merge_accumulators(self, accs):
-        out = self.create_accumulator()
-        for acc in accs:
-            for key in ("shards", "records_read", "records", "repaired"):
-                out[key] += acc[key]
-            for reason, n in acc["rejected_by_reason"].items():
-                out["rejected_by_reason"][reason] = out["rejected_by_reason"].get(reason, 0) + n
-            out["shard_errors"] = sorted(out["shard_errors"] + acc["shard_errors"],
-                                         key=lambda e: (e["source"], e["rows_read"], e["reason"]))
-        return out
+        total, errors = self.create_accumulator()
+        for account, shard_errors in accs:
+            total = total + account
+            errors = sorted(errors + shard_errors, key=lambda e: (e["source"], e["rows_read"], e["reason"]))
+        return total, errors
 
     def extract_output(self, acc):
         return acc
@@ -283,18 +276,15 @@ class ReportContext:
     allow_shard_errors: bool
 
 
-def report_json(rows: list[dict], account: dict, context: ReportContext) -> dict:
+def report_json(rows: list[dict], account_and_errors: tuple, context: ReportContext) -> dict:
     order = {t["name"]: i for i, t in enumerate(context.tokenizers)}
     rows = sorted(rows, key=lambda r: (order[r["tokenizer"]], r["group"] is not None, r["group"] or ""))
-    rejected = dict(sorted(account["rejected_by_reason"].items()))
+    account, shard_errors = account_and_errors
     report = {
         "kind": EVALUATE_KIND, "schema_version": EVALUATE_SCHEMA_VERSION, "inputs": context.inputs,
         "group_field": context.group_field, "definitions": DEFINITIONS, "tokenizers": context.tokenizers,
-        "rows": rows, "records_read": account["records_read"], "records": account["records"],
-        "rejected": {"total": sum(rejected.values()), "by_reason": rejected},
-        "repaired_records": account["repaired"],
-        "shards": {"count": account["shards"], "failed": len({e["source"] for e in account["shard_errors"]})},
-        "shard_errors": account["shard_errors"],
+        "rows": rows, ACCOUNT_KEY: account.to_json(), "records": account.records_written,
+        "shard_errors": shard_errors,
         "timing": {"started_at": context.started_at, "elapsed_seconds": round(time.time() - context.started_at, 3)},
     }
     validate_evaluate(report)
@@ -334,9 +324,10 @@ def _table(columns, rows: list[dict], first: tuple[str, str]) -> list[str]:
 def render_markdown(report: dict, picture: str | None) -> str:
     rows = report["rows"]
     whole = [r for r in rows if r["group"] is None]
+    account = account_of(report)
     out = ["# Tokenizer evaluation", "",
-           f"{report['records']:,} records ({report['records_read']:,} read, {report['rejected']['total']:,} rejected) "
-           f"of {report['shards']['count']} shard(s): {', '.join(report['inputs'])}", ""]
+           f"{account.records_written:,} records ({account.records_read:,} read, {account.records_rejected:,} rejected) "
+           f"of {account.shards_read} shard(s): {', '.join(report['inputs'])}", ""]
     out += _table(TABLE, whole, ("tokenizer", "tokenizer")) + [""]
     merges = {t["name"]: t for t in report["tokenizers"]}
     series = [t for t in report["tokenizers"] if t["truncated_from"]]
@@ -394,7 +385,7 @@ def plot_available() -> bool:
     return importlib.util.find_spec("matplotlib") is not None       # the `plot` extra
 
 
-def write_report(_, rows: list[dict], account: dict, output: str, context: ReportContext) -> dict:
+def write_report(_, rows: list[dict], account: tuple, output: str, context: ReportContext) -> dict:
     """evaluate.json, evaluate.md, evaluate.png (with the plot extra) and, when complete, _SUCCESS."""
     report = report_json(rows, account, context)
     picture = None
@@ -413,8 +404,7 @@ def write_report(_, rows: list[dict], account: dict, output: str, context: Repor
     if report["records"] and (context.allow_shard_errors or not report["shard_errors"]):
         url = join(output, SUCCESS)
         with writing(url):
-            write_text_atomic(url, json.dumps({"evaluate": "evaluate.json", "records": report["records"],
-                                               "shards": report["shards"]}, sort_keys=True) + "\n")
+            write_text_atomic(url, json.dumps(success_json(report), sort_keys=True) + "\n")
     return report
 
 
@@ -630,14 +620,15 @@ def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.Argum
             say(f"  {row['tokenizer']}: {_cell(row['bytes_per_token'], 'ratio')} bytes/token, "
                 f"{_cell(row['tokens_per_word'], 'ratio')} tokens/word, {_cell(row['words_kept_whole'], 'share')} "
                 f"of words kept whole, {_cell(row['raw_byte_share'], 'share')} raw bytes")
-    say(f"done: {report['records_read']:,} records read, {report['records']:,} evaluated, "
-        f"{report['rejected']['total']:,} rejected in {time.time() - started_at:.1f}s -> "
+    account = account_of(report)
+    say(f"done: {account.records_read:,} records read, {account.records_written:,} evaluated, "
+        f"{account.records_rejected:,} rejected in {time.time() - started_at:.1f}s -> "
         f"{join(args.output, 'evaluate.md')}" + ("" if exists(join(args.output, "evaluate.png")) else
                                                  "; evaluate.png skipped (install the plot extra: matplotlib)"))
-    failure = incomplete_run(RunFigures.of_report(report), args.allow_shard_errors, VERDICT_WORDS)
+    failure = incomplete_run(RunFigures.of_file(report), args.allow_shard_errors, VERDICT_WORDS)
     if failure is not None:
         raise failure
-    warn_mostly_rejected(report["records_read"], report["rejected"]["by_reason"])
+    warn_mostly_rejected(account)
     return report
 
 

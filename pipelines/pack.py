@@ -45,6 +45,7 @@ from pipelines.steps.pack_steps import (HASH_BITS, PackBucket, SpillDocuments, S
                                   remove_spill_files, stream_layout)
 from pipelines.datasets.shards import byte_size
 from schemas import pack as layout
+from schemas.accounts import ACCOUNT_KEY
 
 BUCKET_TOKENS = 1 << 22          # ids per shuffle bucket: what one PackBucket call holds
 SPILL_BYTES = 1 << 25            # documents one SpillDocuments holds (Arrow bytes) before it writes them out
@@ -295,12 +296,12 @@ def run_header(files: list[TokenFile], options: PackOptions, shaping: dict, stat
     inputs, and their fingerprint (a rerun with the same one is skipped)."""
     inputs = [{"url": f.url, "size": f.size, "version": f.version, "rows": sum(f.rows),
                "tokenize_footer_sha256": f.footer_sha256} for f in files]
-    fingerprint = hashlib.sha256(json.dumps({"layout": [layout.PACKED_SCHEMA_VERSION, layout.PACK_JSON_VERSION],
+    fingerprint = hashlib.sha256(json.dumps({"layout": list(layout.FINGERPRINT_LAYOUT),
                                              "options": shaping, "inputs": inputs}, sort_keys=True).encode()).hexdigest()
     return {"version": layout.PACK_JSON_VERSION, "tokenizer_sha256": options.tokenizer_sha256,
             "vocab_size": options.vocab_size, "id_dtype": options.dtype.name, "seq_len": options.seq_len,
-            "options": shaping, "inputs": {"files": len(files), "records": sum(sum(f.rows) for f in files),
-                                           "list": inputs},
+            "options": shaping, "inputs": {"list": inputs},
+            ACCOUNT_KEY: layout.pack_account(len(files), sum(sum(f.rows) for f in files)).to_json(),
             "inputs_stats_sha256": stats_digests, "fingerprint": fingerprint}
 
 

@@ -31,7 +31,7 @@ from pipelines.core.errors import UserError, say, set_quiet, shard_done
 from pipelines.core.files import isdir, join, write_text_atomic
 from pipelines.core.inputs import InputError, Sought, find_files
 from pipelines.core.folders import check_finished, owner
-from pipelines.accounts.breakdowns import Breakdowns, StatsError, Windowing, add_file
+from pipelines.statistics.breakdowns import Breakdowns, StatsError, Windowing, add_file
 from pipelines.datasets.tokenizer_files import load_tokenizer
 
 
@@ -90,7 +90,7 @@ def rebuild(argv: list[str]) -> int:
 
 
 def rebuild_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> int:
-    from pipelines.accounts.windows import parse_duration
+    from pipelines.statistics.windows import parse_duration
 
     started = time.time()
     set_quiet(args.quiet)

@@ -24,7 +24,8 @@ import pyarrow.parquet as pq
 
 from bpe_ops.dropout import DROPOUT_MODES, Dropout
 from schemas import tables
-from schemas.stats import TokenizerFacts, dump_stats, stats_json
+from schemas.accounts import ACCOUNT_KEY, Account, account_of
+from schemas.stats import TokenizerFacts, dump_stats, stats_json, upgrade_stats
 from pipelines.core import command
 from pipelines.core.command import (Command, add_dropout_arguments, add_quiet_argument, implementation_from_environment,
                                     option_strings, parse_dropout)
@@ -41,15 +42,15 @@ from pipelines.datasets.tokenizer_files import (TokenizerRef, check_id_range, id
                                                 token_bytes_of)
 from pipelines.datasets.outcome import RunFigures, RunWords, incomplete_run, repeated_ids_line
 from pipelines.datasets.watch import StopSignal, WatchShards, WholeRun, install_stop_handlers
-from pipelines.accounts.breakdowns import Breakdowns, Windowing
-from pipelines.accounts.groups import GROUPS_FOLDER, NO_GROUP, GroupStats
-from pipelines.accounts.summaries import MergeSummaries
-from pipelines.accounts.windows import WINDOWS_FOLDER, WindowStats, parse_duration
+from pipelines.statistics.breakdowns import Breakdowns, Windowing
+from pipelines.statistics.groups import GROUPS_FOLDER, NO_GROUP, GroupStats
+from pipelines.statistics.summaries import MergeSummaries
+from pipelines.statistics.windows import WINDOWS_FOLDER, WindowStats, parse_duration
 from pipelines.monitoring.alerts import ALERTS, ALERTS_DIR, JudgeShard, gather_alerts
 from pipelines.monitoring.drift_judging import (Thresholds, check_calibrated, check_same_dropout, judging_errors,
                                                 load_stats, pair_drifted)
 from pipelines.monitoring.drift_reports import show_pair
-from pipelines.steps.tokenize_shard import (MANIFEST_VERSION, CountRepeatedIds, ShardJob, TokenizeShard, add_pairs,
+from pipelines.steps.tokenize_shard import (CountRepeatedIds, ShardJob, TokenizeShard, add_pairs,
                                             inferred_types, kept_field_kinds, read_shard_metadata, union_all)
 
 SUCCESS = "_SUCCESS"
@@ -80,30 +81,31 @@ def write_success(entries: list[dict], stats_url: str, output: str, tokenizer_sh
     """`_SUCCESS`, written last, when the run is complete: every shard read (or shard errors allowed)
     and at least one record written. It lists the shards, their record counts and the tokenizer.
 
-    The books must balance: records read == written + rejected for every shard and in total, and
-    the totals of the manifest equal those of stats.json (two separate aggregations)."""
-    entries = merge_parts(entries)
-    manifest = {"version": MANIFEST_VERSION, "tokenizer_sha256": tokenizer_sha256, "stats": "stats.json",
-                "shards": [dict({k: e[k] for k in ("relpath", "output", "parts", "records_read", "rows", "rejected",
-                                                   "shard_errors") if k in e},
-                                input=e["fingerprint"]["input"]) for e in entries],
-                "records_read": sum(e["records_read"] for e in entries),
-                "rows": sum(e["rows"] for e in entries), "rejected": sum(e["rejected"] for e in entries),
-                "shards_failed": sum(bool(e["shard_errors"]) for e in entries)}
+    The books must balance: records read == written + rejected for every shard and in total (the
+    Account checks it), and the account of the manifest equals that of stats.json (two separate
+    aggregations)."""
+    try:
+        by_file: dict[str, Account] = {}
+        for e in entries:      # a split file's parts summed: one shard, counted by its first part
+            first = e["fingerprint"].get("part", {}).get("index", 0) == 0
+            by_file[e["relpath"]] = by_file.get(e["relpath"], Account()) + tables.shard_account(e, shards=int(first))
+        entries = merge_parts(entries)
+        accounts = [by_file[e["relpath"]] for e in entries]
+        account = Account.total(accounts)
+    except ValueError as exc:
+        raise RuntimeError(f"record accounting is broken: {exc}") from None
+    manifest = {"version": tables.SUCCESS_VERSION, "tokenizer_sha256": tokenizer_sha256, "stats": "stats.json",
+                "shards": [dict({k: e[k] for k in ("relpath", "output", "parts", "shard_errors") if k in e},
+                                input=e["fingerprint"]["input"], account=a.to_json()) for e, a in zip(entries, accounts)],
+                ACCOUNT_KEY: account.to_json()}
     if repeated_ids[0]:      # records whose id another record has too, and how many such ids
         manifest["repeated_ids"] = {"records": repeated_ids[0], "ids": repeated_ids[1]}
     if any("untimed_records" in e for e in entries):     # --window: records without a usable timestamp
         manifest["untimed_records"] = sum(e.get("untimed_records", 0) for e in entries)
-    stats = read_json(stats_url)
-    unbalanced = [e["relpath"] for e in entries if e["records_read"] != e["rows"] + e["rejected"]]
-    if unbalanced or manifest["records_read"] != manifest["rows"] + manifest["rejected"] or (
-            (manifest["records_read"], manifest["rows"], manifest["rejected"])
-            != (stats["records_read"], stats["records"], stats["rejected"]["total"])):
-        raise RuntimeError(f"record accounting is broken (shards {unbalanced}): the manifest says "
-                           f"{manifest['records_read']} read, {manifest['rows']} written, {manifest['rejected']} "
-                           f"rejected; stats.json says {stats['records_read']}, {stats['records']}, "
-                           f"{stats['rejected']['total']}")
-    if manifest["rows"] == 0 or (manifest["shards_failed"] and not allow_shard_errors):
+    counted = account_of(read_json(stats_url))
+    if account != counted:
+        raise RuntimeError(f"record accounting is broken: the manifest says {account}; stats.json says {counted}")
+    if account.records_written == 0 or (account.shards_failed and not allow_shard_errors):
         return False
     url = join(output, SUCCESS)
     with writing(url):
@@ -288,7 +290,7 @@ def absent_fields(output: str, manifest: dict, keep_fields: list[str], stats: di
     """The --keep-field / --group-field names that no record had (a typo gives an all-null column, or
     one group `(none)`)."""
     absent = []
-    files = [join(output, name) for entry in manifest.get("shards", []) if entry["rows"]
+    files = [join(output, name) for entry in manifest.get("shards", []) if entry[ACCOUNT_KEY]["records"]["written"]
              for name in entry.get("parts", [entry.get("output")])]
     for name in keep_fields:
         if files and not any(holds_a_value(url, name) for url in files):
@@ -313,7 +315,7 @@ def warn_doubtful_run(options: "TokenizeOptions", inputs: list[str], stats: dict
         warn(f"{what}; is the name right?")
     for text in changed_inputs(inputs, manifest):
         warn(f"{text} changed after it was tokenized: the output holds it as it was; rerun to tokenize it again")
-    warn_mostly_rejected(stats["records_read"], stats["rejected"]["by_reason"])
+    warn_mostly_rejected(account_of(stats))
     if "repeated_ids" in manifest:
         warn(repeated_ids_line(manifest["repeated_ids"], f"--id-field {options.id_field}"))
 
@@ -409,7 +411,7 @@ def check_baseline(url: str, output: str, dropout: Dropout | None = None) -> str
     check_finished(url, "--baseline", "tokenize --baseline")
     try:
         (path,) = [found.url for found in find_files([url], BASELINE_FILE)]
-        stats = read_json(path)
+        stats = upgrade_stats(read_json(path))
         validate_stats(stats)
         check_calibrated(stats, "baseline")
         check_same_dropout(stats.get("dropout"), dropout and dropout.to_json())
@@ -580,24 +582,25 @@ def report(options: TokenizeOptions, inputs: list[str], started_at: float) -> di
     if not exists(join(output, "stats.json")):
         raise IncompleteRun(f"the watch ended before any shard matching {', '.join(inputs)} arrived; nothing "
                             f"was written" if watch else f"{join(output, 'stats.json')} was not written")
-    stats = read_json(join(output, "stats.json"))
-    manifest = read_json(join(output, SUCCESS)) if exists(join(output, SUCCESS)) else {}
+    stats = upgrade_stats(read_json(join(output, "stats.json")))
+    manifest = tables.upgrade_success(read_json(join(output, SUCCESS))) if exists(join(output, SUCCESS)) else {}
     elapsed = time.time() - started_at
     warn_shard_errors(stats["shard_errors"], options.allow_shard_errors)
     windowing = options.shard.breakdowns.windowing
     untimed = (f", {manifest['untimed_records']:,} without a usable {windowing.field}"
                if "untimed_records" in manifest else "")
-    say(f"done: {stats['records_read']:,} records read, {stats['records']:,} written{untimed}, "
-        f"{stats['rejected']['total']:,} rejected, {len(stats['shard_errors'])} of {stats['shards']['count']} shard(s) "
+    account = account_of(stats)
+    say(f"done: {account.records_read:,} records read, {account.records_written:,} written{untimed}, "
+        f"{account.records_rejected:,} rejected, {len(stats['shard_errors'])} of {account.shards_read} shard(s) "
         f"failed; {stats['tokens']:,} tokens, {stats['bytes'] / 1e6:.1f} MB in {elapsed:.1f}s "
         f"({stats['bytes'] / 1e6 / max(elapsed, 1e-9):.2f} MB/s) -> {output}")
-    failure = incomplete_run(RunFigures.of_report(stats), options.allow_shard_errors, VERDICT_WORDS)
+    failure = incomplete_run(RunFigures.of_file(stats), options.allow_shard_errors, VERDICT_WORDS)
     if failure is not None:
         raise failure
     warn_doubtful_run(options, inputs, stats, manifest)
     if watch and options.baseline:
         drifted = gather_alerts(output)
-        say(f"{drifted} of {stats['shards']['count']} shard(s) drifted from {options.baseline} "
+        say(f"{drifted} of {account.shards_read} shard(s) drifted from {options.baseline} "
             f"({join(output, ALERTS)})")
         if drifted:
             raise SystemExit(EXIT_DRIFT)

@@ -30,6 +30,7 @@ from bpe_ops.count_table import budget_cut
 from bpe_ops.text_rules import NORMAL_FORMS
 from bpe_ops.trainer import MAX_IDS
 from schemas import reports
+from schemas.accounts import ACCOUNT_KEY, account_of
 from pipelines.core import command
 from pipelines.core.command import (Command, add_quiet_argument, check_special_token, implementation_from_environment,
                                option_strings, refuse_leftovers)
@@ -445,19 +446,20 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
         counts_dir = join(args.output, "counts")
         timing["count"] = time.perf_counter() - started
     t0 = time.perf_counter()
-    totals = read_json(join(counts_dir, "_totals.json"))
-    if totals["records"] != totals["records_counted"] + totals["records_rejected"]:
-        raise RuntimeError(f"record accounting is broken: {totals['records']} read != "
-                           f"{totals['records_counted']} counted + {totals['records_rejected']} rejected")
+    try:
+        totals = reports.upgrade_totals(read_json(join(counts_dir, "_totals.json")))
+        account = account_of(totals)
+    except ValueError as exc:
+        raise RuntimeError(f"record accounting is broken: {exc}") from None
     warn_shard_errors(totals["shard_errors"], args.allow_shard_errors)
-    failure = incomplete_run(RunFigures.of_totals(totals), args.allow_shard_errors, VERDICT_WORDS)
+    failure = incomplete_run(RunFigures.of_file(totals), args.allow_shard_errors, VERDICT_WORDS)
     if failure is not None:
         if counting is not None:
             write_text_atomic(join(args.output, "train_report.json"),
                               json.dumps(dict(corpus_report(totals, inputs), complete=False, error=str(failure)),
                                          indent=1, ensure_ascii=False) + "\n")
         raise failure
-    warn_mostly_rejected(totals["records"], totals["rejected_by_reason"])
+    warn_mostly_rejected(account)
     if args.counts and args.max_unique is not None:
         cut = budget_of_counts(counts_dir, args.max_unique)
         totals = dict(totals, budget=reports.budget_report(cut, totals["pretokens"]))
@@ -470,7 +472,7 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
         units = load_counts(join(counts_dir, SUPERWORD_DIR))
     timing["load_counts"] = time.perf_counter() - t0
     if not counts:
-        raise IncompleteRun(f"nothing to train on: {totals['records_counted']:,} records counted, but every "
+        raise IncompleteRun(f"nothing to train on: {account.records_written:,} records counted, but every "
                             f"pre-token was seen fewer than --min-count {args.min_count} times")
     if totals.get("budget"):
         say(describe_budget(totals["budget"]))
@@ -532,14 +534,13 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
     write_text_atomic(join(args.output, "train_report.json"), json.dumps(report, indent=1, ensure_ascii=False) + "\n")
     write_text_atomic(join(args.output, SUCCESS), json.dumps(
         {"version": reports.TRAIN_REPORT_VERSION, "tokenizer_sha256": tok.sha256, "inputs": report["inputs"],
-         "shards": report["shards"], "shards_failed": report["shards_failed"], "records": report["records"],
-         "records_counted": report["records_counted"], "records_rejected": report["records_rejected"],
+         ACCOUNT_KEY: report[ACCOUNT_KEY],
          "files": [name for name in TOKENIZER_FILES[:-1] if (name != "compression_curve.png" or plotted)
                    and (name != "tokenizer.tiktoken" or tiktoken["written"])]},
         indent=1, sort_keys=True) + "\n")
     say(f"trained {tok.vocab_size:,} ids ({len(result.merges):,} merges, {result.tied_merges:,} tied, stop: "
-        f"{result.stop_reason}) from {report['records_counted']:,} records ({report['records_rejected']:,} rejected, "
-        f"{report['shards_failed']} of {report['shards']} shard(s) failed) in {timing['total']:.1f}s -> {tokenizer_url}"
+        f"{result.stop_reason}) from {account.records_written:,} records ({account.records_rejected:,} rejected, "
+        f"{account.shards_failed} of {account.shards_read} shard(s) failed) in {timing['total']:.1f}s -> {tokenizer_url}"
         + ("" if plotted else " (install the plot extra for compression_curve.png)"))
     return report
 
@@ -587,10 +588,7 @@ def check_superword_counts(totals: dict, args: argparse.Namespace, counts_dir: s
 
 def corpus_report(totals: dict, inputs) -> dict:
     """The train report's account of the corpus, from the counting stage's totals."""
-    return {"inputs": inputs, "shards": totals["shards"], "shards_failed": len({e["source"] for e in totals["shard_errors"]}),
-            "records": totals["records"], "records_counted": totals["records_counted"],
-            "records_rejected": totals["records_rejected"], "rejected_by_reason": totals["rejected_by_reason"],
-            "records_repaired": totals["records_repaired"], "shard_errors": totals["shard_errors"],
+    return {"inputs": inputs, ACCOUNT_KEY: totals[ACCOUNT_KEY], "shard_errors": totals["shard_errors"],
             "bytes": totals["bytes"], "pretokens": totals["pretokens"],
             "unique_pretokens_before_pruning": totals["unique_pretokens_before_pruning"],
             "unique_pretokens_after_pruning": totals["unique_pretokens_after_pruning"]}

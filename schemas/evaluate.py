@@ -1,22 +1,29 @@
 """The layout of `evaluate.json` (written by `tokenbeam evaluate`), its version and definitions.
 
-Layout (version 1; ratios are null where their denominator is zero):
+Layout (version 2; ratios are null where their denominator is zero):
 
-    kind: "tokenbeam.evaluate", schema_version: 1
+    kind: "tokenbeam.evaluate", schema_version: 2
     inputs: [globs], group_field: str | null
     definitions: {figure name: what it is}            (DEFINITIONS below, so the file explains itself)
     tokenizers: [{name, path, sha256, vocab_size, merges (null: not a merge list),
                   truncated_from (the name of the tokenizer whose first `merges` merges this is) | null}]
     rows: [{tokenizer, group (null: the whole dataset), <every key of ROW_FIGURES>}]
           one per tokenizer and group, tokenizers in the order given, the whole dataset first
-    records_read, records, rejected: {total, by_reason}, repaired_records
-    shards: {count, failed}, shard_errors: [{source, rows_read, reason, detail}]
+    account: {shards: {read, failed}, records: {read, written, rejected, rejected_by_reason, repaired}}
+             (schemas.accounts: the same object as every other file's account)
+    records: the records evaluated (= account.records.written)
+    shard_errors: [{source, rows_read, reason, detail}]
     timing: {started_at, elapsed_seconds}            the only part that differs between runs
+
+Version 1 had records_read, rejected: {total, by_reason}, repaired_records and shards: {count,
+failed} in place of the account; `upgrade_evaluate` reads it as version 2.
 """
 from __future__ import annotations
 
+from schemas.accounts import ACCOUNT_KEY, Account, account_of
+
 EVALUATE_KIND = "tokenbeam.evaluate"
-EVALUATE_SCHEMA_VERSION = 1
+EVALUATE_SCHEMA_VERSION = 2
 
 DEFINITIONS = {
     "bytes_per_token": "UTF-8 bytes / tokens over the records encoded whole (stats.json's bytes_per_token.overall)",
@@ -39,11 +46,12 @@ ROW_FIGURES = ("records", "tokens", "bytes", "chars", "words", "bytes_per_token"
                "word_types_kept_whole", "pieces_per_word", "words_kept_whole")
 TOKENIZER_KEYS = ("name", "path", "sha256", "vocab_size", "merges", "truncated_from")
 REQUIRED_KEYS = ("kind", "schema_version", "inputs", "group_field", "definitions", "tokenizers", "rows",
-                 "records_read", "records", "rejected", "repaired_records", "shards", "shard_errors")
+                 ACCOUNT_KEY, "records", "shard_errors")
 
 
 def validate_evaluate(d) -> None:
-    """Raise ValueError with one line if `d` is not an evaluate.json of this version."""
+    """Raise ValueError with one line if `d` is not an evaluate.json of this version (read a version-1
+    file through `upgrade_evaluate` first)."""
     if not isinstance(d, dict) or d.get("kind") != EVALUATE_KIND:
         raise ValueError("not a tokenbeam evaluate.json")
     if d.get("schema_version") != EVALUATE_SCHEMA_VERSION:
@@ -63,5 +71,39 @@ def validate_evaluate(d) -> None:
             raise ValueError(f"row {row.get('tokenizer')!r}/{row.get('group')!r} lacks {missing[0]!r}")
         if row["tokenizer"] not in names:
             raise ValueError(f"row names tokenizer {row['tokenizer']!r}, which the file does not list")
-    if d["records"] + d["rejected"]["total"] != d["records_read"]:
-        raise ValueError("records + rejected.total != records_read")
+    if account_of(d).records_written != d["records"]:
+        raise ValueError("records != account.records.written")
+
+
+def upgrade_evaluate(d):
+    """An evaluate.json object of version 1 as version 2 (its record and shard counts as the `account`);
+    any other object unchanged (validate_evaluate judges it)."""
+    if not isinstance(d, dict) or d.get("kind") != EVALUATE_KIND or d.get("schema_version") != 1:
+        return d
+    try:
+        account = Account.of_shard(d["records_read"], d["records"], d["rejected"]["by_reason"],
+                                   d["repaired_records"], d["shard_errors"], shards=d["shards"]["count"])
+    except (KeyError, TypeError, AttributeError):
+        raise ValueError("evaluate.json schema_version 1 lacks its record counts") from None
+    out = {k: v for k, v in d.items() if k not in ("records_read", "rejected", "repaired_records", "shards")}
+    out.update({"schema_version": EVALUATE_SCHEMA_VERSION, ACCOUNT_KEY: account.to_json()})
+    return out
+
+
+def success_json(report: dict) -> dict:
+    """evaluate's `_SUCCESS`: which file is the report, and its account."""
+    return {"evaluate": "evaluate.json", ACCOUNT_KEY: report[ACCOUNT_KEY]}
+
+
+def upgrade_success(success, report: dict):
+    """An evaluate `_SUCCESS` written before the account ({evaluate, records, shards: {count, failed}})
+    as today's, from the evaluate.json beside it (of either version), whose figures it must repeat;
+    any other object unchanged."""
+    if not isinstance(success, dict) or "evaluate" not in success or ACCOUNT_KEY in success:
+        return success
+    report = upgrade_evaluate(report)
+    account = account_of(report)
+    if (success.get("records"), success.get("shards")) != (account.records_written, {
+            "count": account.shards_read, "failed": account.shards_failed}):
+        raise ValueError("evaluate _SUCCESS disagrees with the evaluate.json beside it")
+    return success_json(report)

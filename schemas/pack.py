@@ -22,10 +22,17 @@ import struct
 import numpy as np
 import pyarrow as pa
 
+from schemas.accounts import ACCOUNT_KEY, Account
 from schemas.tables import UINT16_MAX_VOCAB
 
 PACKED_SCHEMA_VERSION = 1
-PACK_JSON_VERSION = 1
+# 2: the input files and records counted as the "account" (schemas.accounts) in place of version 1's
+# inputs.files and inputs.records; `upgrade_pack_json` reads version 1 as version 2.
+PACK_JSON_VERSION = 2
+# What a run's fingerprint says of the layout: the packed files' and pack.json version 1's. Version 2
+# changed only how pack.json keeps its counts (read back through upgrade_pack_json), not what a run
+# writes, so an earlier output stays reusable.
+FINGERPRINT_LAYOUT = (PACKED_SCHEMA_VERSION, 1)
 BIN_JSON_VERSION = 1
 
 SPLITS = ("train", "validation")
@@ -133,4 +140,29 @@ def bin_json(dtype: np.dtype, files: list[dict], tokenizer_sha256: str, vocab_si
 SPLIT_KEYS = ("documents", "tokens", "separators", "rows", "documents_split", "padding_tokens", "padding_share",
               "tokens_dropped", "files")
 PACK_JSON_KEYS = ("version", "tokenizer_sha256", "vocab_size", "id_dtype", "seq_len", "options", "inputs",
-                  "inputs_stats_sha256", "fingerprint", "splits", "timing")
+                  ACCOUNT_KEY, "inputs_stats_sha256", "fingerprint", "splits", "timing")
+
+
+def pack_account(files: int, records: int) -> Account:
+    """pack.json's account: every token Parquet file read (a shard each; none fails: pack refuses an
+    unreadable input at launch) and every record laid in a split's stream as a document (pack rejects
+    none; `--tail drop` drops ids, counted as the split's tokens_dropped, not records).
+
+    >>> pack_account(2, 10).to_json()["records"]["written"]
+    10
+    """
+    return Account(shards_read=files, records_read=records, records_written=records)
+
+
+def upgrade_pack_json(d):
+    """A pack.json object of version 1 as version 2 (inputs.files and inputs.records as the account);
+    any other object unchanged."""
+    if not isinstance(d, dict) or d.get("version") != 1 or ACCOUNT_KEY in d:
+        return d
+    try:
+        inputs = d["inputs"]
+        account = pack_account(inputs["files"], inputs["records"])
+    except (KeyError, TypeError):
+        raise ValueError("pack.json version 1 lacks inputs.files or inputs.records") from None
+    return dict(d, version=PACK_JSON_VERSION, inputs={k: v for k, v in inputs.items() if k not in ("files", "records")},
+                **{ACCOUNT_KEY: account.to_json()})

@@ -4,13 +4,13 @@
 comparison works from two of these files alone, so everything it needs is here and the histogram
 bins are defined once, in this file: every stats.json of one schema version is comparable bin for bin.
 
-Layout (version 2; `...` = a JSON number, `null` where the figure is undefined for an empty set):
+Layout (version 3; `...` = a JSON number, `null` where the figure is undefined for an empty set):
 
-    kind: "tokenbeam.stats", schema_version: 2
+    kind: "tokenbeam.stats", schema_version: 3
     tokenizer_sha256, vocab_size (ids 0 .. vocab_size-1, special tokens included)
-    records (written), records_read (= records + rejected.total), tokens, bytes, chars, words,
-    repaired_records (invalid UTF-8 replaced by U+FFFD)
-    rejected: {total, by_reason: {reason: count}}
+    account: {shards: {read, failed}, records: {read, written, rejected, rejected_by_reason, repaired}}
+             (schemas.accounts: the same object as every other file's account)
+    records (the records every figure below describes, = account.records.written), tokens, bytes, chars, words
     tokens_per_record: {mean, min, max, p50, p90, p99, quantile_rule, histogram: {edges, counts},
                         percentiles: [p0, p1, ..., p100] (nearest rank; [] without records)}
     bytes_per_token: {overall, records_without_tokens, histogram: {edges, counts}}
@@ -36,7 +36,7 @@ Layout (version 2; `...` = a JSON number, `null` where the figure is undefined f
                  digit_run_counts: [[K x 5]]}            (optional, with digit_runs)
     digit_runs: {lengths: ["1", "2", "3", "4", "5+"], records, counts: [5]}   optional: ASCII digit
                 runs by length in the `records` the writer counted them for (number formats)
-    shards: {count, names}
+    shards: {names}   (as many as account.shards.read)
     shard_errors: [{source, rows_read, reason, detail}]   files that could not be read (completely):
                   the first rows_read rows of source were read, the rest is lost; sorted
     dropout: {p, seed}   only when the records were encoded with BPE-dropout (`tokenize --dropout P
@@ -64,6 +64,9 @@ Why version 2 (what calibrated drift verdicts rest on; the record is the samplin
 - `tokens_per_record.percentiles` give the order-statistic interval of p90.
 - `digit_runs` (added within version 2: older files lack it, and drift says that figure cannot be
   judged): how numbers are written, per group, for a PSI against its no-drift value.
+Version 3 moved the record and shard counts (version 2's records_read, repaired_records,
+rejected: {total, by_reason} and shards.count) into `account`; `upgrade_stats` reads a version-2
+file into version 3, so every reader sees the account.
 Version 1 files lack `moments`, `replicates` and `percentiles`: they are refused with a message
 saying so and how to rebuild (`tokenbeam stats` from the token Parquet).
 """
@@ -78,9 +81,10 @@ from bpe_ops.dropout import Dropout
 from bpe_ops.stats import (DIGIT_RUN_LENGTHS, EXACT_ID_CLASSES, FOLDED_ID_CLASSES, MOMENT_PAIRS, MOMENT_VARIABLES,
                            REPLICATE_GROUPS, _ratio, bin_counts, id_class_count, nearest_rank,
                            single_byte_ids, token_label)
+from schemas.accounts import ACCOUNT_KEY, Account, account_of
 
 STATS_KIND = "tokenbeam.stats"
-STATS_SCHEMA_VERSION = 2
+STATS_SCHEMA_VERSION = 3
 GROUP_RULE = f"crc32(utf-8 record id) mod {REPLICATE_GROUPS}"
 REBUILD_HINT = ("rebuild it from the token Parquet: tokenbeam stats 'DIR/*.parquet' --tokenizer "
                 "TOKENIZER --output DIR/stats.json")
@@ -122,16 +126,12 @@ REQUIRED_KEYS: list[tuple[str, tuple]] = [
     ("schema_version", _INT),
     ("tokenizer_sha256", (str,)),
     ("vocab_size", _INT),
+    ("account", (dict,)),
     ("records", _INT),
-    ("records_read", _INT),
     ("tokens", _INT),
     ("bytes", _INT),
     ("chars", _INT),
     ("words", _INT),
-    ("repaired_records", _INT),
-    ("rejected", (dict,)),
-    ("rejected.total", _INT),
-    ("rejected.by_reason", (dict,)),
     ("tokens_per_record", (dict,)),
     ("tokens_per_record.mean", _OPT_NUM),
     ("tokens_per_record.min", _OPT_INT),
@@ -159,7 +159,6 @@ REQUIRED_KEYS: list[tuple[str, tuple]] = [
     ("token_frequency.counts", (list,)),
     ("token_frequency.top", (list,)),
     ("shards", (dict,)),
-    ("shards.count", _INT),
     ("shards.names", (list,)),
     ("tokens_per_record.percentiles", (list,)),
     ("moments", (dict,)),
@@ -211,6 +210,8 @@ def validate_stats(d) -> None:
         raise ValueError("stats.json schema_version 1 lacks what calibrated drift verdicts need "
                          "(per-record moments, random-group replicates, tokens-per-record percentiles); "
                          + REBUILD_HINT)
+    if version == 2:
+        raise ValueError("stats.json schema_version 2 is read through upgrade_stats (parse_stats does it)")
     if version != STATS_SCHEMA_VERSION:
         raise ValueError(f"stats.json schema_version {version!r} is not supported "
                          f"(this tokenbeam reads version {STATS_SCHEMA_VERSION})")
@@ -236,8 +237,11 @@ def validate_stats(d) -> None:
         raise ValueError("bytes_per_token.histogram.counts do not add up to records")
     if sum(freq) != d["tokens"]:
         raise ValueError("token_frequency.counts do not add up to tokens")
-    if d["records"] + d["rejected"]["total"] != d["records_read"]:
-        raise ValueError("records + rejected.total != records_read")
+    account = account_of(d)
+    if account.records_written != d["records"]:
+        raise ValueError("records != account.records.written")
+    if account.shards_read != len(d["shards"]["names"]):
+        raise ValueError("shards.names are not account.shards.read")
     _check_calibration(d)
     dropout = d.get("dropout")
     if dropout is not None and not (
@@ -361,10 +365,39 @@ def parse_stats(data: bytes, path) -> dict:
     except RecursionError:
         raise ValueError(f"{path}: JSON nested too deeply to read (not a stats.json?)") from None
     try:
+        d = upgrade_stats(d)
         validate_stats(d)
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
     return d
+
+
+def upgrade_stats(d):
+    """A stats.json object of version 2 as version 3 (its record and shard counts as the `account`);
+    any other object unchanged (validate_stats judges it). Every figure is kept.
+
+    >>> old = {"kind": STATS_KIND, "schema_version": 2, "records": 2, "records_read": 3, "repaired_records": 0,
+    ...        "rejected": {"total": 1, "by_reason": {"bad_json": 1}}, "shards": {"count": 1, "names": ["a"]},
+    ...        "shard_errors": []}
+    >>> new = upgrade_stats(old)
+    >>> new["schema_version"], new["account"]["records"]["read"], new["shards"], "records_read" in new
+    (3, 3, {'names': ['a']}, False)
+    """
+    if not isinstance(d, dict) or d.get("kind") != STATS_KIND or d.get("schema_version") != 2:
+        return d
+    try:
+        rejected, shards = d["rejected"], d["shards"]
+        account = Account.of_shard(d["records_read"], d["records"], rejected["by_reason"], d["repaired_records"],
+                                   d.get("shard_errors", []), shards=shards["count"])
+    except (KeyError, TypeError, AttributeError):
+        raise ValueError("stats.json schema_version 2 lacks its record counts (records_read, rejected, "
+                         "repaired_records, shards.count)") from None
+    if rejected.get("total") != account.records_rejected:
+        raise ValueError("rejected.total is not the sum of rejected.by_reason")
+    out = {k: v for k, v in d.items() if k not in ("records_read", "repaired_records", "rejected")}
+    out["shards"] = {k: v for k, v in shards.items() if k != "count"}
+    out.update({"schema_version": STATS_SCHEMA_VERSION, ACCOUNT_KEY: account.to_json()})
+    return out
 
 
 def _is_scalar(v) -> bool:
@@ -534,20 +567,20 @@ def stats_json(summary, tokenizer, extra: Mapping | None = None) -> dict:
     raw_bytes = int(sum(counts[i] for i in byte_ids if i < summary.vocab_size))
     # The most used ids, most first, lower ids first on ties.
     ranked = nonzero[np.lexsort((nonzero, -counts[nonzero]))][:TOP_TOKENS].tolist()
-    rejected_total = sum(summary.rejected.values())
+    account = Account.of_shard(summary.records + sum(summary.rejected.values()), summary.records,
+                               summary.rejected_by_reason(), summary.repaired, summary.shard_errors,
+                               shards=len(summary.shards))
     out = {
         "kind": STATS_KIND,
         "schema_version": STATS_SCHEMA_VERSION,
         "tokenizer_sha256": tokenizer.sha256,
         "vocab_size": summary.vocab_size,
+        ACCOUNT_KEY: account.to_json(),
         "records": summary.records,
-        "records_read": summary.records + rejected_total,
         "tokens": summary.tokens,
         "bytes": summary.bytes,
         "chars": summary.chars,
         "words": summary.words,
-        "repaired_records": summary.repaired,
-        "rejected": {"total": rejected_total, "by_reason": summary.rejected_by_reason()},
         "tokens_per_record": {
             "mean": _ratio(summary.tokens, summary.records),
             "min": min(tpr) if tpr else None,
@@ -577,7 +610,7 @@ def stats_json(summary, tokenizer, extra: Mapping | None = None) -> dict:
                     "sums": list(summary.moment_sums), "products": _symmetric(summary.moment_products)},
         "replicates": replicates_json(summary),
         "digit_runs": digit_runs_json(summary),
-        "shards": {"count": len(summary.shards), "names": sorted(summary.shards)},
+        "shards": {"names": sorted(summary.shards)},
         "shard_errors": [dict(e) for e in summary.shard_errors],
     }
     dropout = getattr(tokenizer, "dropout", None)

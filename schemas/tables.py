@@ -10,6 +10,8 @@ from typing import Iterable, Mapping
 
 import pyarrow as pa
 
+from schemas.accounts import ACCOUNT_KEY, UNKNOWN_REASON, Account
+
 COUNTS_SCHEMA_VERSION = 1
 # 2: kept fields are typed columns (version 1 stored every kept field as JSON text); both are read.
 TOKENS_SCHEMA_VERSION = 2
@@ -219,3 +221,38 @@ def _shard_problem(record: dict) -> str | None:
                                              and all(isinstance(f, str) for f in options.get("extra_fields", []))):
         return "fingerprint.source_options.extra_fields must be a list of field names"
     return None
+
+
+# --- tokenize's _SUCCESS ---------------------------------------------------------------------------
+#
+# Version 2: {version, tokenizer_sha256, stats: "stats.json", account (schemas.accounts),
+# shards: [{relpath, output | parts, input, shard_errors, account}], repeated_ids?, untimed_records?}.
+# Version 1 had, in place of the accounts, records_read / rows / rejected per shard and in total and
+# shards_failed; `upgrade_success` reads it as version 2. (The shard records of the footers keep their
+# own layout: `shard_account` reads one.)
+SUCCESS_VERSION = 2
+
+
+def shard_account(record: Mapping, shards: int = 1) -> Account:
+    """The Account of one shard record of a token Parquet's footer (`shards` 0 for a split file's
+    later parts: the file is one shard)."""
+    return Account.of_shard(record["records_read"], record["rows"], record.get("rejected_by_reason", {}),
+                            record.get("repaired", 0), record.get("shard_errors", []), shards=shards)
+
+
+def upgrade_success(d):
+    """A tokenize `_SUCCESS` of version 1 as version 2 (each count into the accounts); any other
+    object unchanged. Version 1 listed no reasons for the rejected records: they are kept as
+    `unknown` (and nothing was listed as repaired)."""
+    if not isinstance(d, dict) or d.get("version") != 1 or "records_read" not in d:
+        return d
+    shards = []
+    for entry in d.get("shards", []):
+        rejected = {UNKNOWN_REASON: entry["rejected"]} if entry["rejected"] else {}
+        account = Account.of_shard(entry["records_read"], entry["rows"], rejected, 0, entry.get("shard_errors", []))
+        shards.append(dict({k: v for k, v in entry.items() if k not in ("records_read", "rows", "rejected")},
+                           account=account.to_json()))
+    total = Account.total(Account.from_json(e["account"], e.get("shard_errors", [])) for e in shards)
+    out = {k: v for k, v in d.items() if k not in ("records_read", "rows", "rejected", "shards_failed")}
+    out.update(version=SUCCESS_VERSION, shards=shards, **{ACCOUNT_KEY: total.to_json()})
+    return out

@@ -15,7 +15,7 @@ MODULES = sorted(info.name for package in (bpe_ops, schemas, pipelines)
 
 def test_every_module_is_listed():
     assert {"bpe_ops.encoder", "bpe_ops.merging", "bpe_ops.load", "bpe_ops._educational", "schemas.stats",
-            "pipelines.accounts.windows", "pipelines.datasets.watch"} <= set(MODULES)
+            "pipelines.statistics.windows", "pipelines.datasets.watch"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -9,7 +9,7 @@ process) on the fourth, side by side:
 
     4  the entry points: train, tokenize, pack, evaluate, drift, stats, estimate, encode; cli; count_process
     3  monitoring (drift judging, reports, alerts)   steps (each command's own Beam steps)
-    2  datasets (readers, shards, tokenizer files)  accounts (summaries and their breakdowns)
+    2  datasets (readers, shards, tokenizer files)  statistics (summaries and their breakdowns)
     1  core (the command frame, errors, file access)
 """
 import ast
@@ -22,7 +22,7 @@ from tests.conftest import ROOT
 PACKAGES = ("bpe_ops", "schemas", "pipelines")
 COMMANDS = set(COMMAND_MODULES.values())
 LAYERS = ("bpe_ops", "schemas", "services", "commands", "cli")
-ROOM_FLOORS = {"core": 1, "datasets": 2, "accounts": 2, "monitoring": 3, "steps": 3}
+ROOM_FLOORS = {"core": 1, "datasets": 2, "statistics": 2, "monitoring": 3, "steps": 3}
 ENTRY_FLOOR = 4
 IMPURE = ("apache_beam", "fsspec", "pipelines", "schemas")     # what bpe_ops must never import
 

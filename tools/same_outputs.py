@@ -11,6 +11,11 @@ and a report), estimate and encode. Then every file under each run's output fold
 byte, with each command's exit code, its standard output and the `tokenbeam: ...` lines of its
 standard error.
 
+Files that keep an account of the inputs (stats.json, evaluate.json, train_report.json, _totals.json,
+the `_SUCCESS` files, pack.json) are read on both sides through this tree's readers (schemas/), which
+upgrade a file of an earlier version to the current one: a change of their layout version alone is
+no difference, and every figure they hold is still compared.
+
 What may differ between two runs of the same code is no output of the code: BEFORE runs twice, and a
 JSON field whose value differs between those two runs (wall times, peak memory), or whose key names a
 measurement (seconds, RSS), is left out of the comparison, by its path in the file (a line of a text file: by its number), and listed. Anything else that differs is printed, and the exit
@@ -29,6 +34,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from schemas import evaluate as evaluate_layout, pack as pack_layout, reports, stats as stats_layout, tables  # noqa: E402
 
 # (name, arguments): run in the output folder, in order; `{sample}` and `{corpora}` are filled in.
 COMMANDS = [
@@ -117,12 +125,38 @@ def as_text(path: Path) -> str | None:
     return text.replace(str(run), "<run>") if run is not None else text
 
 
-def read_json(path: Path):
+def read_json(path: Path, upgrade: bool = True):
     text = as_text(path)
     try:
-        return None if text is None else json.loads(text)
+        d = None if text is None else json.loads(text)
     except ValueError:
         return None
+    return upgraded(path, d) if upgrade else d
+
+
+def upgraded(path: Path, d):
+    """A file that keeps an account, as the current version of its layout (old versions upgraded by
+    this tree's readers); any other JSON as it is."""
+    if not isinstance(d, dict):
+        return d
+    if d.get("kind") == stats_layout.STATS_KIND:
+        return stats_layout.upgrade_stats(d)
+    if d.get("kind") == evaluate_layout.EVALUATE_KIND:
+        return evaluate_layout.upgrade_evaluate(d)
+    if path.name == "train_report.json":
+        return reports.upgrade_train_report(d)
+    if path.name == "_totals.json":
+        return reports.upgrade_totals(d)
+    if path.name == pack_layout.PACK_JSON:
+        return pack_layout.upgrade_pack_json(d)
+    if path.name == "_SUCCESS":
+        if "stats" in d:                            # tokenize's
+            return tables.upgrade_success(d)
+        if "evaluate" in d:
+            return evaluate_layout.upgrade_success(d, read_json(path.parent / d["evaluate"], upgrade=False))
+        if "tokenizer_sha256" in d and "files" in d:   # train's
+            return reports.upgrade_train_report(d)
+    return d
 
 
 def differences(a: Path, b: Path, volatile: dict[str, set[str]]) -> list[str]:

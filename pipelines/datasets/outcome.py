@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from schemas.accounts import Account, account_of
 from schemas.records import MISSING_TEXT_COLUMN, MISSING_TEXT_FIELD
 from pipelines.core.errors import IncompleteRun
 from pipelines.datasets.shards import describe_shard_error
@@ -21,24 +22,31 @@ class RunWords:
 
 @dataclass(frozen=True)
 class RunFigures:
-    """The figures the verdict is drawn from, whichever report holds them."""
+    """The figures the verdict is drawn from, whichever file holds them: its shard errors and its
+    account (schemas.accounts)."""
     shard_errors: list[dict]
-    shards: int
-    records_read: int
-    records_used: int
-    rejected_by_reason: dict[str, int]
+    account: Account
+
+    @property
+    def shards(self) -> int:
+        return self.account.shards_read
+
+    @property
+    def records_read(self) -> int:
+        return self.account.records_read
+
+    @property
+    def records_used(self) -> int:
+        return self.account.records_written
+
+    @property
+    def rejected_by_reason(self) -> dict[str, int]:
+        return self.account.reasons()
 
     @classmethod
-    def of_report(cls, report: dict) -> "RunFigures":
-        """From a stats.json or an evaluate.json."""
-        return cls(report["shard_errors"], report["shards"]["count"], report["records_read"], report["records"],
-                   report["rejected"]["by_reason"])
-
-    @classmethod
-    def of_totals(cls, totals: dict) -> "RunFigures":
-        """From the _totals.json of train's counts."""
-        return cls(totals["shard_errors"], totals["shards"], totals["records"], totals["records_counted"],
-                   totals["rejected_by_reason"])
+    def of_file(cls, d: dict) -> "RunFigures":
+        """From a stats.json, evaluate.json, train_report.json or _totals.json (of the current version)."""
+        return cls(d["shard_errors"], account_of(d))
 
 
 def incomplete_run(figures: RunFigures, allow_shard_errors: bool, words: RunWords) -> IncompleteRun | None:

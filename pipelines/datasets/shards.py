@@ -23,6 +23,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from schemas.accounts import Account
 from schemas.records import DEFAULT_MAX_RECORD_BYTES, Rejected, ShardError, rejected_to_json
 from pipelines.core.errors import PROGRESS_SECONDS, ShardFailure, UserError, say, warn
 from pipelines.core.files import join, remove, write_text_atomic, writing
@@ -217,10 +218,10 @@ def describe_shard_error(error: dict) -> str:
     return f"{error['source']}: {error['reason']} ({error['detail']}); {kept}"
 
 
-def warn_mostly_rejected(records_read: int, rejected_by_reason: dict[str, int]) -> None:
+def warn_mostly_rejected(account: Account) -> None:
     """Most records rejected is a legal run that is probably not what was meant (a --max-record-bytes
-    in the wrong unit, a wrong --text-field): say so, with the reasons."""
-    rejected = sum(rejected_by_reason.values())
+    in the wrong unit, a wrong --text-field): say so, with the reasons (of the run's `Account`)."""
+    records_read, rejected_by_reason, rejected = account.records_read, account.reasons(), account.records_rejected
     if records_read and rejected * 2 > records_read:
         reasons = ", ".join(f"{n:,} {reason}" for reason, n in sorted(rejected_by_reason.items(), key=lambda kv: -kv[1]))
         hint = " (is --max-record-bytes right?)" if "record_too_large" in rejected_by_reason else ""
@@ -258,6 +259,11 @@ class ShardAccount:
     @property
     def rejected(self) -> int:
         return sum(self.rejected_by_reason.values())
+
+    def account(self, shards: int = 1) -> Account:
+        """This shard's `schemas.accounts.Account` (`shards` 0 for a split file's later parts)."""
+        return Account.of_shard(self.records_read, self.records, self.rejected_by_reason, self.repaired,
+                                self.shard_errors, shards=shards)
 
 
 class ShardReader:

@@ -33,6 +33,7 @@ from bpe_ops.drift_stats import (Estimate, NullDistribution, holm, js_divergence
                                  two_sided_p, welch_df, z_quantile)
 from pipelines.core import files
 from schemas import drift as layout
+from schemas.accounts import account_of
 from schemas.stats import REBUILD_HINT, parse_stats
 
 TOP_SHIFTED = 15
@@ -361,8 +362,7 @@ def compare(baseline: dict, current: dict, thresholds: Thresholds = Thresholds()
         _ratio_test("tokens_per_record_p90", "tokens per record (p90)", DATA, p90(baseline), p90(current),
                     t.tokens_per_record, null=p90_null),
         _rate_test("rejected_rate", "rejected records rate", DATA,
-                   (baseline["rejected"]["total"], baseline["records_read"]),
-                   (current["rejected"]["total"], current["records_read"]), t.rejected_rate),
+                   _rejected_of_read(baseline), _rejected_of_read(current), t.rejected_rate),
     ]
     _judge([r for r in rows if isinstance(r, _Test)], t.level)
     metrics = [r.metric if isinstance(r, _Test) else r for r in rows]
@@ -434,6 +434,11 @@ def headline(report: DriftReport) -> str:
 
 
 # ---- the stats files judged -------------------------------------------------------------------
+
+def _rejected_of_read(stats: dict) -> tuple[int, int]:
+    account = account_of(stats)
+    return account.records_rejected, account.records_read
+
 
 def load_stats(path) -> dict:
     """Read and validate a stats.json (a local path or any fsspec URL). OSError if unreadable, ValueError

@@ -168,7 +168,7 @@ def done_before(output: str, fingerprint: str) -> dict | None:
     try:
         if not fs.isfile(posixpath.join(root, layout.SUCCESS)):
             return None
-        manifest = read_json(join(output, layout.PACK_JSON))
+        manifest = layout.upgrade_pack_json(read_json(join(output, layout.PACK_JSON)))
     except (OSError, ValueError):
         return None
     if manifest.get("fingerprint") != fingerprint:

@@ -29,15 +29,15 @@ from pipelines.core.errors import ShardFailure, UserError, shard_done
 from pipelines.core.files import filesystem, join, open_atomic, writing
 from pipelines.datasets.shards import ShardReader, numbered
 from pipelines.datasets.tokenizer_files import TokenizerRef, load_identified_tokenizer, settle_heap
-from pipelines.accounts.breakdowns import BreakdownSummaries, Breakdowns, add_file
-from pipelines.accounts.windows import format_utc
+from pipelines.statistics.breakdowns import BreakdownSummaries, Breakdowns, add_file
+from pipelines.statistics.windows import format_utc
 from pipelines.steps.tokenize_steps import (ENCODE_BATCH_RECORDS, ENCODE_CHUNK_RECORDS, OVERLAP_TEXT_BYTES, ChunkEncoder,
                                             RowGroup, RowGroupWriter, text_size)
 
 if TYPE_CHECKING:
     from pipelines.datasets.sources import SourceOptions
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 1            # the layout of the shard records in the footers (and so in the fingerprint)
 
 def read_shard_metadata(url: str) -> dict | None:
     """The tokenbeam shard record in a finished Parquet file's footer, or None if absent/unreadable."""

@@ -23,8 +23,8 @@ from bpe_ops.dropout import Dropout
 from bpe_ops.stats import Summary, measure_batch
 from schemas import tables
 from pipelines.core.files import writing
-from pipelines.accounts.groups import group_value
-from pipelines.accounts.windows import parse_timestamp
+from pipelines.statistics.groups import group_value
+from pipelines.statistics.windows import parse_timestamp
 
 # Row groups are cut only after a whole number of batches of this many records (with the bounds
 # below), as when a batch of this many records was the unit of encoding: the files keep that layout.

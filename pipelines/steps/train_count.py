@@ -117,7 +117,6 @@ class CountShardPretokens(beam.DoFn):
         started = time.perf_counter()
         shard = numbered(shard, rows)
         totals = reports.empty_totals()
-        totals["shards"] = int(shard.part is None or shard.part.index == 0)    # a split file is one shard
         counter = self.counter
         reader = ShardReader(shard, self.source_options, self.output, self.fail_fast)
         for record in reader:
@@ -127,15 +126,15 @@ class CountShardPretokens(beam.DoFn):
             if counter.full():
                 yield from self._emit_counts(counter, windowed=False)
         account = reader.finish()
-        totals.update(records=account.records_read, records_counted=account.records,
-                      records_rejected=account.rejected, records_repaired=account.repaired,
-                      rejected_by_reason=account.rejected_by_reason, shard_errors=account.shard_errors)
-        self.records.inc(totals["records"])
+        # A split file is one shard: its first part counts it.
+        totals.update(account=account.account(shards=int(shard.part is None or shard.part.index == 0)),
+                      shard_errors=account.shard_errors)
+        self.records.inc(account.records_read)
         self.bytes.inc(totals["bytes"])
-        self.rejected.inc(totals["records_rejected"])
+        self.rejected.inc(account.rejected)
         elapsed = time.perf_counter() - started
-        shard_done(f"read {shard.name}: {totals['records_counted']:,} records, {totals['bytes'] / 1e6:.1f} MB, "
-                   f"{totals['records_rejected']} rejected, {totals['bytes'] / 1e6 / max(elapsed, 1e-9):.1f} MB/s")
+        shard_done(f"read {shard.name}: {account.records:,} records, {totals['bytes'] / 1e6:.1f} MB, "
+                   f"{account.rejected} rejected, {totals['bytes'] / 1e6 / max(elapsed, 1e-9):.1f} MB/s")
         yield beam.pvalue.TaggedOutput(self.TOTALS, totals)
 
     def finish_bundle(self):
@@ -386,7 +385,7 @@ def write_totals(totals, counts_dir, text_options=None, units_pattern=None, hist
     with writing(url):
         write_text_atomic(url, json.dumps(reports.histogram_file(merged), separators=(",", ":")) + "\n")
     budget = None if cut is None else reports.budget_report(cut, totals["pretokens"])
-    totals = dict(totals, version=reports.TOTALS_VERSION, text_options=text_options or reports.text_options(),
+    totals = dict(reports.totals_json(totals), version=reports.TOTALS_VERSION, text_options=text_options or reports.text_options(),
                   superword_pattern=units_pattern, budget=budget)
     url = join(counts_dir, "_totals.json")
     with writing(url):

@@ -98,7 +98,7 @@ def test_merge_of_any_split_in_any_order_equals_one_pass(tiny_records, gpt2):
     extra = {"inputs": ["tiny/*.jsonl"]}
     items = [(k, text, ids) for k, (text, ids) in enumerate(tiny_records)]
     expected = dump_stats(stats_json(feed(items, gpt2), gpt2, extra))
-    assert '"missing_text_field": ' in expected and '"repaired_records": 0' not in expected
+    assert '"missing_text_field": ' in expected and '"repaired": 0' not in expected
     for seed in range(5):
         rng = random.Random(seed)
         records = items[:]
@@ -126,7 +126,7 @@ def test_figures_against_plain_computation(tiny_records, gpt2):
     freq = Counter(all_ids)
     n = len(lengths)
 
-    assert stats["records"] == stats["records_read"] == n
+    assert stats["records"] == stats["account"]["records"]["read"] == n
     assert stats["tokens"] == len(all_ids)
     assert stats["bytes"] == sum(len(t.encode("utf-8")) for t, _ in tiny_records)
     assert stats["chars"] == sum(len(t) for t, _ in tiny_records)
@@ -230,9 +230,11 @@ def test_rejected_repaired_and_shards_are_reported():
     for name in ("b.jsonl", "a.jsonl", "b.jsonl"):
         s.add_shard(name)
     stats = stats_json(s, TOY, {"timing": {"elapsed_seconds": 1.5}})
-    assert stats["rejected"] == {"total": 3, "by_reason": {"bad_json": 1, "missing_text_field": 2}}
-    assert stats["records_read"] == 4 and stats["repaired_records"] == 1
-    assert stats["shards"] == {"count": 2, "names": ["a.jsonl", "b.jsonl"]}
+    assert stats["account"] == {"shards": {"read": 2, "failed": 0}, "records": {
+        "read": 4, "written": 1, "rejected": 3, "rejected_by_reason": {"bad_json": 1, "missing_text_field": 2},
+        "repaired": 1}}
+    assert stats["shards"] == {"names": ["a.jsonl", "b.jsonl"]}
+    assert not {"records_read", "rejected", "repaired_records"} & set(stats)
     assert stats["timing"] == {"elapsed_seconds": 1.5}
 
 

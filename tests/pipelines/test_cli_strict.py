@@ -73,7 +73,7 @@ def test_bare_inputs_mix_with_beam_flags_and_train_reads_them_all(tmp_path, shar
     """Beam's `--flag value` pairs are told apart from bare inputs, in train's counting process too."""
     report = train.run(["--input", str(shards[0]), *map(str, shards[1:3]), "--direct_num_workers", "1",
                         str(shards[3]), "--output", str(tmp_path / "tok"), "--vocab-size", "300"])
-    assert report["shards"] == 4 and report["records"] == records_in(shards[:4])
+    assert report["account"]["shards"]["read"] == 4 and report["account"]["records"]["read"] == records_in(shards[:4])
     assert sorted(report["inputs"]) == sorted(map(str, shards[:4]))
 
 
@@ -190,7 +190,7 @@ def test_unreadable_shards_fail_the_run_and_are_listed(tmp_path, broken_inputs, 
     allowed = cli("tokenize", "--tokenizer", tokenizer_json, "--input", broken_inputs / "*", "--output", out,
                   "--allow-shard-errors")
     assert allowed.returncode == 0, allowed.stderr
-    assert "warning:" in allowed.stderr and json.loads((out / "_SUCCESS").read_text())["shards_failed"] == 2
+    assert "warning:" in allowed.stderr and json.loads((out / "_SUCCESS").read_text())["account"]["shards"]["failed"] == 2
 
 
 def test_train_refuses_to_train_on_part_of_the_corpus(tmp_path, broken_inputs):
@@ -198,11 +198,12 @@ def test_train_refuses_to_train_on_part_of_the_corpus(tmp_path, broken_inputs):
     with pytest.raises(IncompleteRun, match="2 of 4 shard"):
         train.run(["--input", str(broken_inputs / "*"), "--output", str(out), "--vocab-size", "300"])
     report = json.loads((out / "train_report.json").read_text())
-    assert report["complete"] is False and report["shards_failed"] == 2
+    assert report["complete"] is False and report["account"]["shards"]["failed"] == 2
     assert not (out / "tokenizer.json").exists() and not (out / "_SUCCESS").exists()
     report = train.run(["--input", str(broken_inputs / "*"), "--output", str(out), "--vocab-size", "300",
                         "--allow-shard-errors"])
-    assert report["complete"] is True and report["shards_failed"] == 2 and (out / "_SUCCESS").exists()
+    assert report["complete"] is True and report["account"]["shards"]["failed"] == 2 and (out / "_SUCCESS").exists()
+    assert json.loads((out / "_SUCCESS").read_text())["account"] == report["account"]
 
 
 # ---------------------------------------------------------------------------- reruns
@@ -249,8 +250,8 @@ def test_a_rerun_with_other_inputs_leaves_only_their_outputs(tmp_path, shards, t
                           "--input", str(shards[1])])
     assert sorted(p.name for p in out.glob("*.parquet")) == ["s-0.parquet", "s-1.parquet"]
     assert list((out / "rejected").glob("*")) == []        # s-4 is no input any more
-    assert stats["records"] == records_in(shards[:2]) and stats["shards"]["count"] == 2
-    assert json.loads((out / "_SUCCESS").read_text())["rows"] == records_in(shards[:2])
+    assert stats["records"] == records_in(shards[:2]) and stats["account"]["shards"]["read"] == 2
+    assert json.loads((out / "_SUCCESS").read_text())["account"]["records"]["written"] == records_in(shards[:2])
 
 
 def test_a_folder_with_foreign_parquet_is_refused(tmp_path, shards, tokenizer_json):
@@ -266,11 +267,11 @@ def test_train_rerun_after_fixing_a_record_lists_nothing_stale(tmp_path, shards)
     bad = shards[0].read_text() + '{"id": "bad", "text": 5}\n'
     shards[0].write_text(bad)
     args = ["--input", str(shards[0].parent / "*.jsonl"), "--output", str(tmp_path / "tok"), "--vocab-size", "300"]
-    assert train.run(args)["records_rejected"] == 1
+    assert train.run(args)["account"]["records"]["rejected"] == 1
     assert (tmp_path / "tok" / "rejected" / "s-0.jsonl").exists()
     shards[0].write_text(bad.replace('"text": 5', '"text": "five"'))
     report = train.run(args)
-    assert report["records_rejected"] == 0
+    assert report["account"]["records"]["rejected"] == 0
     assert list((tmp_path / "tok" / "rejected").glob("*")) == []
 
 
@@ -290,12 +291,12 @@ def test_a_record_above_the_bound_is_rejected_in_both_pipelines(tmp_path, shards
     shards[0].write_text(shards[0].read_text() + json.dumps(big) + "\n")
     args = ["--input", str(shards[0]), "--max-record-bytes", "16K"]
     stats = tokenize.run(["--tokenizer", str(tokenizer_json), "--output", str(tmp_path / "out"), *args])
-    assert stats["rejected"]["by_reason"] == {"record_too_large": 1}
+    assert stats["account"]["records"]["rejected_by_reason"] == {"record_too_large": 1}
     (line,) = (tmp_path / "out" / "rejected" / "s-0.jsonl").read_text().splitlines()
     assert json.loads(line)["reason"] == "record_too_large" and "16,384" in json.loads(line)["detail"]
     assert "huge" not in parquet_ids(tmp_path / "out" / "s-0.parquet")
     report = train.run(["--output", str(tmp_path / "tok"), "--vocab-size", "300", *args])
-    assert report["rejected_by_reason"] == {"record_too_large": 1}
+    assert report["account"]["records"]["rejected_by_reason"] == {"record_too_large": 1}
     with pytest.raises(UserError, match="not a size"):
         tokenize.run(["--tokenizer", str(tokenizer_json), "--output", str(tmp_path / "o2"), *args[:2],
                       "--max-record-bytes", "lots"])

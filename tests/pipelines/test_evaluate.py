@@ -16,6 +16,7 @@ from pipelines.core import folders
 from pipelines.core.errors import IncompleteRun
 from schemas.evaluate import validate_evaluate
 from tests.conftest import ROOT
+from schemas.accounts import account_of
 
 pytestmark = pytest.mark.slow
 
@@ -197,8 +198,9 @@ def test_unreadable_shard_is_exit_3_unless_allowed(tmp_path, sample):
     assert "could not be read" in error_line(result) and not (tmp_path / "out" / "_SUCCESS").exists()
     report = json.loads((tmp_path / "out" / "evaluate.json").read_text())
     (error,) = report["shard_errors"]        # the rows before the cut are read and counted
-    assert report["records"] == 2 + error["rows_read"] and report["rejected"]["total"] == 1
-    assert report["records_read"] == report["records"] + 1 and report["shards"] == {"count": 3, "failed": 1}
+    account = account_of(report)
+    assert report["records"] == account.records_written == 2 + error["rows_read"] and account.records_rejected == 1
+    assert account.records_read == report["records"] + 1 and report["account"]["shards"] == {"read": 3, "failed": 1}
     assert len((tmp_path / "out" / "rejected" / "s0.jsonl").read_text().splitlines()) == 1
     result = run_cli(*args, "--allow-shard-errors")
     assert result.returncode == 0, result.stderr

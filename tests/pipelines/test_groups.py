@@ -4,7 +4,7 @@ import json
 import pytest
 
 from pipelines import drift, tokenize
-from pipelines.accounts.groups import group_file_name, group_value
+from pipelines.statistics.groups import group_file_name, group_value
 
 pytestmark = pytest.mark.slow
 

@@ -89,7 +89,7 @@ def test_a_shard_that_widens_a_type_redoes_every_shard_and_the_same_inputs_reuse
 def test_a_declared_type_fixes_the_column_and_rejects_a_value_that_does_not_fit(tmp_path, tokenizer_json):
     corpus(tmp_path / "in")
     stats = run(tokenizer_json, tmp_path / "in", tmp_path / "out", "mix:string", "x:float64", "pkg:json")
-    assert stats["rejected"]["by_reason"] == {"kept_field_type": 1}
+    assert stats["account"]["records"]["rejected_by_reason"] == {"kept_field_type": 1}
     rejected = json.loads((tmp_path / "out" / "rejected" / "a.jsonl").read_text())
     assert rejected["id"] == "a1" and "'mix' holds a int64 value, not string" in rejected["detail"]
     table = pq.read_table(tmp_path / "out" / "a.parquet")

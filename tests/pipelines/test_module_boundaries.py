@@ -25,5 +25,5 @@ def test_tokenize_imports_no_command_module_even_inside_a_function():
 
 
 def test_tokenize_judges_and_summarises_through_the_libraries():
-    libraries = {"pipelines.monitoring.drift_judging", "pipelines.monitoring.drift_reports", "pipelines.accounts.summaries", "pipelines.accounts.breakdowns"}
+    libraries = {"pipelines.monitoring.drift_judging", "pipelines.monitoring.drift_reports", "pipelines.statistics.summaries", "pipelines.statistics.breakdowns"}
     assert libraries <= modules_loaded_by("pipelines.tokenize")

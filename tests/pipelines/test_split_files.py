@@ -187,7 +187,8 @@ def test_train_of_a_split_file_writes_the_counts_and_tokenizer_of_the_unsplit_ru
     reports = [json.loads((out / "train_report.json").read_text()) for out in (whole, split)]
     for report in reports:
         report.pop("timing_seconds"), report.pop("peak_rss_mb"), report.pop("peak_rss_mb_by_process", None)
-    assert reports[0] == reports[1] and reports[0]["records_rejected"] > 0
+    assert reports[0] == reports[1] and reports[0]["account"]["records"]["rejected"] > 0
+    assert reports[0]["account"]["shards"]["read"] == 1
     assert rejected_lines(split) == (whole / "rejected" / "all.jsonl").read_bytes()
 
 

@@ -10,6 +10,7 @@ import pytest
 from bpe_ops import Tokenizer
 from pipelines import tokenize
 from tests.conftest import ROOT
+from schemas.accounts import account_of
 
 pytestmark = pytest.mark.slow
 
@@ -99,8 +100,9 @@ def test_stats_agree_with_rows_and_manifest(sample_runs):
     assert stats["records"] == sum(t.num_rows for t in tables.values())
     manifest = json.loads((out / "_SUCCESS").read_text())
     for shard in manifest["shards"]:
-        assert shard["records_read"] == shard["rows"] + shard["rejected"]
-        assert pq.read_metadata(out / shard["output"]).num_rows == shard["rows"]
+        account = account_of(shard)
+        assert account.records_read == account.records_written + account.records_rejected
+        assert pq.read_metadata(out / shard["output"]).num_rows == account.records_written
     for name, table in tables.items():
         n_bytes = table.column("n_bytes").to_pylist()
         assert all(b > 0 for b in n_bytes)
@@ -145,10 +147,10 @@ def test_rejected_records_are_listed_and_counted(tmp_path, trained):
     rejected = [json.loads(l) for l in (out / "rejected" / "bad.jsonl").read_text().splitlines()]
     assert [r["reason"] for r in rejected] == ["bad_json", "text_not_a_string", "missing_text_field"]
     assert stats["records"] == 2
-    assert stats["rejected"]["by_reason"] == {"bad_json": 1, "missing_text_field": 1, "text_not_a_string": 1}
-    assert stats["records_read"] == 5
+    assert stats["account"]["records"] == {"read": 5, "written": 2, "rejected": 3, "repaired": 0, "rejected_by_reason": {
+        "bad_json": 1, "missing_text_field": 1, "text_not_a_string": 1}}
     manifest = json.loads((out / "_SUCCESS").read_text())
-    assert manifest["records_read"] == 5 and manifest["rows"] == 2 and manifest["rejected"] == 3
+    assert manifest["account"] == stats["account"] and manifest["version"] == 2
 
 
 def test_outputs_keep_relative_paths_of_several_folders(tmp_path, trained):

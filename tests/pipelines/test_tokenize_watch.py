@@ -14,6 +14,7 @@ import pytest
 
 from pipelines import tokenize, train
 from tests.conftest import ROOT
+from schemas.accounts import account_of
 
 pytestmark = pytest.mark.slow
 
@@ -85,7 +86,8 @@ def test_watch_tokenizes_each_shard_as_it_lands_and_alerts_only_on_the_other_dom
     # stats.json and _SUCCESS describe every shard of the watch.
     stats = json.loads((out / "stats.json").read_text())
     manifest = json.loads((out / "_SUCCESS").read_text())
-    assert stats["shards"]["count"] == 3 and manifest["rows"] == stats["records"]
+    assert account_of(stats).shards_read == 3 and account_of(manifest) == account_of(stats)
+    assert account_of(manifest).records_written == stats["records"]
 
     # The same bytes as a batch run over the same files.
     batch = tmp_path / "batch"
@@ -111,7 +113,7 @@ def test_sigterm_ends_a_watch_cleanly_with_whole_run_results(tmp_path, english, 
     assert watch.returncode == 0, stderr
     assert "Traceback" not in stderr
     assert json.loads((out / "stats.json").read_text())["records"] == 80
-    assert json.loads((out / "_SUCCESS").read_text())["shards_failed"] == 0
+    assert json.loads((out / "_SUCCESS").read_text())["account"]["shards"]["failed"] == 0
     assert not list(out.glob(".*tmp-*")) and not (out / "_STOP").exists()
 
 

@@ -21,6 +21,7 @@ from pipelines.core.errors import UserError
 from pipelines.datasets.sources import SourceOptions, expand_inputs
 from schemas.reports import TRAIN_REPORT_KEYS
 from tests.conftest import ROOT, read_jsonl_texts
+from schemas.accounts import account_of
 
 pytestmark = pytest.mark.slow
 
@@ -45,8 +46,9 @@ def test_count_shard_pretokens_dofn_counts_exactly(tmp_path):
         assert_that(summed, equal_to([(train_count.count_bucket(p), p, n) for p, n in expected.items()]),
                     label="counts")
         totals = counted[train_count.CountShardPretokens.TOTALS] | beam.CombineGlobally(train_count.MergeTotals())
-        assert_that(totals | beam.Map(lambda t: (t["shards"], t["records"], t["records_counted"],
-                                                 t["records_rejected"], t["pretokens"])),
+        assert_that(totals | beam.Map(lambda t: (t["account"].shards_read, t["account"].records_read,
+                                                 t["account"].records_written, t["account"].records_rejected,
+                                                 t["pretokens"])),
                     equal_to([(1, 4, 3, 1, sum(expected.values()))]), label="totals")
     rejected = (tmp_path / "rejected" / "a.jsonl").read_text().splitlines()
     assert len(rejected) == 1 and json.loads(rejected[0])["reason"] == "bad_json"
@@ -72,7 +74,8 @@ def test_one_counter_per_bundle_counts_many_shards_and_flushes_when_full(tmp_pat
                       | beam.FlatMap(lambda kv: list(unpack_counts(kv[1].packed()).items())))
             assert_that(summed, equal_to(list(expected.items())), label="counts")
             totals = counted[train_count.CountShardPretokens.TOTALS] | beam.CombineGlobally(train_count.MergeTotals())
-            assert_that(totals | beam.Map(lambda t: (t["shards"], t["records_counted"], t["pretokens"])),
+            assert_that(totals | beam.Map(lambda t: (t["account"].shards_read, t["account"].records_written,
+                                                     t["pretokens"])),
                         equal_to([(5, 15, sum(expected.values()))]), label="totals")
 
 
@@ -130,7 +133,8 @@ def test_train_report_accounts_for_every_record(sample_runs, sample):
     report = json.loads((sample_runs["in_memory"] / "train_report.json").read_text())
     assert set(TRAIN_REPORT_KEYS) <= set(report)
     n_docs = len(read_jsonl_texts(sample))
-    assert report["records"] == report["records_counted"] + report["records_rejected"] == n_docs
+    account = account_of(report)
+    assert account.records_read == account.records_written + account.records_rejected == n_docs
     assert report["bytes"] == sum(len(t.encode()) for t in read_jsonl_texts(sample))
     assert report["merges"] == 700 - 256 and report["stop_reason"] == "vocab_size"
     curve = report["compression_curve"]

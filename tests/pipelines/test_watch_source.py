@@ -187,8 +187,8 @@ def add_windowed_stats(shards, output, window_seconds):
 
     from bpe_ops.stats import Summary, batch_stats
     from pipelines.datasets.watch import WholeRun
-    from pipelines.accounts.summaries import MergeSummaries
-    from pipelines.accounts.windows import WindowedSummaries, WindowStats
+    from pipelines.statistics.summaries import MergeSummaries
+    from pipelines.statistics.windows import WindowedSummaries, WindowStats
     from schemas.stats import TokenizerFacts
 
     facts = TokenizerFacts(VOCAB, "0" * 64, {i: bytes([i]) for i in range(VOCAB)})

@@ -1,4 +1,4 @@
-"""Statistics per event-time window (pipelines/accounts/windows.py): parsing, the per-shard partial summaries,
+"""Statistics per event-time window (pipelines/statistics/windows.py): parsing, the per-shard partial summaries,
 the windowed merge under TestStream (on-time, early, late and empty windows) on the
 BundleBasedDirectRunner, and a batch run on FnApiRunner that writes real window files."""
 import json
@@ -15,8 +15,8 @@ from apache_beam.transforms.window import IntervalWindow, TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
 from bpe_ops.stats import Summary
-from pipelines.accounts.summaries import MergeSummaries
-from pipelines.accounts.windows import (
+from pipelines.statistics.summaries import MergeSummaries
+from pipelines.statistics.windows import (
     MergePerWindow, WindowedSummaries, WindowStats, WriteWindowStats, format_utc,
     merged_windows, parse_duration, parse_timestamp, window_file_name,
 )

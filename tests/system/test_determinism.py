@@ -91,7 +91,7 @@ def test_tokenizer_files_are_byte_identical(trained):
 def test_train_counts_report_and_rejected_are_identical(trained):
     first, *others = trained.values()
     report = json.loads((first / "train_report.json").read_text())
-    assert report["records_rejected"] > 0 and report["shard_errors"] and report["records_repaired"] > 0
+    assert report["account"]["records"]["rejected"] > 0 and report["shard_errors"] and report["account"]["records"]["repaired"] > 0
     varying = ("timing_seconds", "peak_rss_mb", "peak_rss_mb_by_process", "inputs")
     for out in others:
         assert files(out / "counts", "*") == files(first / "counts", "*")
@@ -106,7 +106,7 @@ def test_parquet_stats_and_manifest_are_byte_identical(tokenized):
     parquet = files(first, "*.parquet")
     assert len(parquet) == 6
     stats = json.loads((first / "stats.json").read_text())
-    assert stats["rejected"]["total"] > 0 and stats["shard_errors"] and stats["repaired_records"] > 0
+    assert stats["account"]["records"]["rejected"] > 0 and stats["shard_errors"] and stats["account"]["records"]["repaired"] > 0
     for out in others:
         assert files(out, "*.parquet") == parquet
         assert stats_without_timing(out) == stats_without_timing(first)

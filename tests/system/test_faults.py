@@ -146,7 +146,8 @@ def test_killed_worker_fails_the_run_and_a_rerun_gives_the_undisturbed_bytes(tmp
     assert parquet_bytes(out) == expected
     assert without_timing(out / "stats.json") == without_timing(undisturbed / "stats.json")
     manifest = json.loads((out / "_SUCCESS").read_text())
-    assert manifest["records_read"] == manifest["rows"] == json.loads((undisturbed / "_SUCCESS").read_text())["rows"]
+    assert manifest["account"] == json.loads((undisturbed / "_SUCCESS").read_text())["account"]
+    assert manifest["account"]["records"]["read"] == manifest["account"]["records"]["written"]
     assert not [p for p in out.rglob("*") if ".tmp-" in p.name]      # the dead worker's temporary is gone
 
 

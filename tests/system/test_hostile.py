@@ -24,6 +24,7 @@ from bpe_ops import Tokenizer
 from pipelines import tokenize, train
 from tests.conftest import ROOT
 from tests.data.hostile.make_hostile import SPECIAL, make_hostile
+from schemas.accounts import account_of
 
 SUBFOLDERS = ("jsonl", "text", "parquet", "compressed", "scripts")
 
@@ -121,7 +122,8 @@ def test_every_row_is_written_or_rejected_with_reason_and_row(tokenized, hostile
         else:
             assert not rejected.exists(), e.path
         entry = shard_entry(manifest, e.path)
-        assert (entry["records_read"], entry["rows"], entry["rejected"], entry["shard_errors"]) == (
+        account = account_of(entry)
+        assert (account.records_read, account.records_written, account.records_rejected, entry["shard_errors"]) == (
             len(e.records) + len(e.rejected), len(e.records), len(e.rejected), [])
         checked += 1
     assert checked == len([e for e in expects.values() if not e.error]) >= 10
@@ -139,15 +141,17 @@ def test_unreadable_files_are_reported_and_their_readable_rows_kept(tokenized, h
         entry = shard_entry(manifest, e.path)
         (error,) = entry["shard_errors"]
         assert (error["source"], error["reason"]) == (str(folder / e.path), e.error)
-        assert error["rows_read"] == entry["rows"] == entry["records_read"]
+        written = account_of(entry).records_written
+        assert error["rows_read"] == written == account_of(entry).records_read
+        assert entry["account"]["shards"] == {"read": 1, "failed": 1}
         rows = pq.read_table(out / parquet_name(e.path))
         if e.prefix:      # a cut compressed file: a proper prefix of its records, nothing after the damage
-            assert 0 < entry["rows"] < len(e.records)
-            assert rows.column("id").to_pylist() == expected_ids(e)[: entry["rows"]]
+            assert 0 < written < len(e.records)
+            assert rows.column("id").to_pylist() == expected_ids(e)[:written]
             assert [tok.decode(x) for x in rows.column("token_ids").to_pylist()] == [
-                t for _, _, t in e.records[: entry["rows"]]]
+                t for _, _, t in e.records[:written]]
         else:
-            assert entry["rows"] == rows.num_rows == 0
+            assert written == rows.num_rows == 0
         assert sum(str(folder / e.path) in w and e.error in w for w in warnings) == 1, e.path
     assert len(warnings) == len(broken)
     from_manifest = sorted((e["source"], e["rows_read"], e["reason"], e["detail"])
@@ -158,14 +162,16 @@ def test_unreadable_files_are_reported_and_their_readable_rows_kept(tokenized, h
 def test_records_read_equal_written_plus_rejected_in_total(tokenized, hostile):
     _, _, manifest, stats = tokenized
     _, expects = hostile
-    kept = {s["relpath"]: s["rows"] for s in manifest["shards"]}
+    kept = {s["relpath"]: account_of(s).records_written for s in manifest["shards"]}
     written = sum(kept[e.path] if e.prefix else len(e.records) for e in expects.values())
     rejected = Counter(reason for e in expects.values() for _, reason in e.rejected)
-    assert stats["records"] == manifest["rows"] == written
-    assert stats["rejected"]["by_reason"] == dict(rejected)
-    assert stats["records_read"] == manifest["records_read"] == written + sum(rejected.values())
-    assert stats["repaired_records"] == sum(e.repaired for e in expects.values())
-    assert stats["shards"]["count"] == len(expects)
+    account = account_of(stats)
+    assert account == account_of(manifest)
+    assert stats["records"] == account.records_written == written
+    assert account.reasons() == dict(rejected)
+    assert account.records_read == written + sum(rejected.values())
+    assert account.records_repaired == sum(e.repaired for e in expects.values())
+    assert account.shards_read == len(expects) and account.shards_failed == len([e for e in expects.values() if e.error])
 
 
 def test_tokenize_fails_loudly_when_the_books_do_not_balance(tmp_path, hostile, tokenizer_json, monkeypatch):
@@ -190,8 +196,9 @@ def test_train_fails_loudly_when_the_books_do_not_balance(tmp_path, hostile):
                "--min-frequency", "1"])
     totals_file = counted / "counts" / "_totals.json"
     totals = json.loads(totals_file.read_text())
-    assert totals["records_rejected"] > 0
-    totals_file.write_text(json.dumps(dict(totals, records_rejected=0)))
+    assert totals["account"]["records"]["rejected"] > 0
+    totals["account"]["records"].update(rejected=0, rejected_by_reason={})
+    totals_file.write_text(json.dumps(totals))
     out = tmp_path / "out"
     with pytest.raises(RuntimeError, match="record accounting is broken"):
         train.run(["--counts", str(counted), "--output", str(out), "--vocab-size", "260", "--min-frequency", "1"])
@@ -253,10 +260,9 @@ def test_train_accounts_for_the_same_records_and_files(trained, tokenized, hosti
     out, stderr, report = trained
     tok_out, _, manifest, stats = tokenized
     folder, expects = hostile
-    assert report["records"] == manifest["records_read"]
-    assert report["records_counted"] == manifest["rows"]
-    assert report["rejected_by_reason"] == stats["rejected"]["by_reason"]
-    assert report["records_repaired"] == sum(e.repaired for e in expects.values())
+    assert account_of(report) == account_of(manifest) == account_of(stats)
+    assert report["account"] == manifest["account"] == stats["account"]
+    assert account_of(report).records_repaired == sum(e.repaired for e in expects.values())
     assert [(e["source"], e["rows_read"], e["reason"]) for e in report["shard_errors"]] == [
         (e["source"], e["rows_read"], e["reason"]) for e in stats["shard_errors"]]
     warnings = [line for line in stderr.splitlines() if line.startswith("tokenbeam: warning:")]
@@ -344,7 +350,7 @@ def test_big_records_round_trip_through_tokenize(big, tmp_path, tokenizer_json, 
             # quadratic on one long piece, where HF is fine.
             oracle = hf.encode(text, add_special_tokens=False).ids if len(set(text)) == 1 else tiktok.encode_ordinary(text)
             assert ids == oracle, e.path
-    assert stats["records"] == stats["records_read"] == sum(len(e.records) for e in expects)
+    assert stats["records"] == stats["account"]["records"]["read"] == sum(len(e.records) for e in expects)
     assert stats["tokens_per_record"]["max"] > 10_000_000
 
 
@@ -354,7 +360,7 @@ def test_big_records_are_counted_by_train(big, tmp_path):
                         "--vocab-size", "400", "--max-record-bytes", "0"])
     texts = [t for e in expects for _, _, t in e.records]
     assert len(texts) == 6
-    assert report["records"] == report["records_counted"] == len(texts)
+    assert report["account"]["records"]["read"] == report["account"]["records"]["written"] == len(texts)
     assert report["bytes"] == sum(len(t.encode()) for t in texts)
     assert report["merges"] == 400 - 256
     # 1 MB of 'a' is one pre-token with 2**20 - 1 pairs ('a', 'a'), then 2**19 - 1 pairs ('aa', 'aa').

@@ -167,7 +167,7 @@ def test_token_files_equal_the_local_run(s3, runs, name):
     for s in stats:
         del s["timing"], s["inputs"], s["tokenizer"]
     assert stats[0] == stats[1]
-    assert stats[0]["records"] == 40 and stats[0]["shards"]["count"] == 2
+    assert stats[0]["records"] == 40 and stats[0]["account"]["shards"]["read"] == 2
     assert no_temporaries(s3, runs[name]) == []
 
 

@@ -1,7 +1,7 @@
 """The summaries every tokenize run combines: `MergeSummaries`, the exact merge of partial `Summary`s
 (the whole run's stats.json, each window's, each group's) on any runner, and `count_ids`, a batch's
 token ids into a Summary's id frequencies. The breakdowns kept beside the dataset's summary (per
-window, per group) are `pipelines/accounts/breakdowns.py`, above windows.py and groups.py, which use these.
+window, per group) are `pipelines/statistics/breakdowns.py`, above windows.py and groups.py, which use these.
 """
 from __future__ import annotations
 

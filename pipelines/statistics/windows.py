@@ -47,7 +47,7 @@ from apache_beam.transforms import trigger, window
 from apache_beam.utils.timestamp import Duration, Timestamp
 
 from bpe_ops.stats import Summary
-from pipelines.accounts.summaries import MergeSummaries, count_ids
+from pipelines.statistics.summaries import MergeSummaries, count_ids
 
 __all__ = ["parse_duration", "parse_timestamp", "format_utc", "window_start_micros", "window_file_name",
            "WindowedSummaries", "MergePerWindow", "WindowStats", "WriteWindowStats",

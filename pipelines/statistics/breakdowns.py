@@ -22,8 +22,8 @@ import pyarrow.parquet as pq
 from bpe_ops.stats import Summary, digit_runs_batch
 from pipelines.core.errors import UserError, say
 from pipelines.core.files import join, open_read, remove_tree
-from pipelines.accounts.groups import GROUPS_FOLDER, NO_GROUP, GroupedSummaries, write_group_stats
-from pipelines.accounts.windows import WINDOWS_FOLDER, WindowedSummaries, write_window_stats
+from pipelines.statistics.groups import GROUPS_FOLDER, NO_GROUP, GroupedSummaries, write_group_stats
+from pipelines.statistics.windows import WINDOWS_FOLDER, WindowedSummaries, write_window_stats
 from schemas import tables
 
 

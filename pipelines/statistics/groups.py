@@ -23,7 +23,7 @@ from typing import Iterable, Iterator, Mapping, Sequence
 from pipelines.core.beam_options import beam  # first: it hides Beam's import-time apitools warning
 
 from bpe_ops.stats import Summary
-from pipelines.accounts.summaries import MergeSummaries, count_ids
+from pipelines.statistics.summaries import MergeSummaries, count_ids
 
 GROUPS_FOLDER = "groups"
 NO_GROUP = "(none)"          # records without the field (or with null in it)
