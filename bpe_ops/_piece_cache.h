@@ -63,13 +63,13 @@ static inline int piece_cache_init(PieceCache *c, size_t capacity)
 {
     /* An empty map with room for `capacity` keys (at least 1); -1 when out of memory. */
     size_t size = 64;
-    void *slots = NULL;
+    void *slots;
     memset(c, 0, sizeof(*c));
     if (capacity == 0)
         capacity = 1;
     while (size < 2 * capacity)
         size *= 2;
-    if (posix_memalign(&slots, 64, size * sizeof(PieceSlot)) != 0)
+    if ((slots = tb_alloc_table(size * sizeof(PieceSlot))) == NULL)
         return -1;
     memset(slots, 0, size * sizeof(PieceSlot));
     c->slots = slots;
