@@ -154,8 +154,17 @@ static inline uint64_t tb_hash_bytes(const uint8_t *s, size_t n)
         n -= 8;
     }
     if (n) {
-        w = 0;
-        memcpy(&w, s, n);
+        /* The last 1-7 bytes, little-endian, zero-padded (what memcpy into a zeroed word gives,
+         * without a call to memcpy for a length the compiler cannot see): two overlapping 4-byte
+         * reads from 4 bytes on, else byte by byte. */
+        if (n >= 4) {
+            uint32_t lo, hi;
+            memcpy(&lo, s, 4);
+            memcpy(&hi, s + n - 4, 4);
+            w = (uint64_t)lo | ((uint64_t)hi >> (8 * (8 - n))) << 32;
+        } else {
+            w = (uint64_t)s[0] | (n > 1 ? (uint64_t)s[1] << 8 : 0) | (n > 2 ? (uint64_t)s[2] << 16 : 0);
+        }
         h = (h ^ w) * 0xFF51AFD7ED558CCDULL;
         h ^= h >> 32;
     }
