@@ -13,6 +13,32 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+/* ---- large tables ------------------------------------------------------------------------------ */
+
+/* Tables at least this big are placed on 2 MiB boundaries and offered to the kernel as huge pages. */
+#define TB_HUGE_PAGE ((size_t)2 << 20)
+
+static inline void *tb_alloc_table(size_t bytes)
+{
+    /* `bytes` of memory aligned to a cache line (free() releases it), or NULL. A table of megabytes
+     * probed at random (the encoder's piece cache, the whole-token map, the merge map) touches a new
+     * 4 KiB page on nearly every lookup, and the processor's page-table cache holds a few thousand
+     * of them: on 2 MiB pages (Linux's transparent huge pages, where the system grants them on
+     * request) the same lookups find their page cached. */
+    void *p = NULL;
+    size_t align = bytes >= TB_HUGE_PAGE ? TB_HUGE_PAGE : 64;
+    if (posix_memalign(&p, align, bytes ? bytes : 1) != 0)
+        return NULL;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (align == TB_HUGE_PAGE)
+        (void)madvise(p, bytes - bytes % TB_HUGE_PAGE, MADV_HUGEPAGE);   /* advice: refused is fine */
+#endif
+    return p;
+}
 
 /* ---- growable arrays ---------------------------------------------------------------------------- */
 
@@ -128,8 +154,17 @@ static inline uint64_t tb_hash_bytes(const uint8_t *s, size_t n)
         n -= 8;
     }
     if (n) {
-        w = 0;
-        memcpy(&w, s, n);
+        /* The last 1-7 bytes, little-endian, zero-padded (what memcpy into a zeroed word gives,
+         * without a call to memcpy for a length the compiler cannot see): two overlapping 4-byte
+         * reads from 4 bytes on, else byte by byte. */
+        if (n >= 4) {
+            uint32_t lo, hi;
+            memcpy(&lo, s, 4);
+            memcpy(&hi, s + n - 4, 4);
+            w = (uint64_t)lo | ((uint64_t)hi >> (8 * (8 - n))) << 32;
+        } else {
+            w = (uint64_t)s[0] | (n > 1 ? (uint64_t)s[1] << 8 : 0) | (n > 2 ? (uint64_t)s[2] << 16 : 0);
+        }
         h = (h ^ w) * 0xFF51AFD7ED558CCDULL;
         h ^= h >> 32;
     }

@@ -205,14 +205,14 @@ static int merge_table_init(MergeTable *m, const int32_t *left, const int32_t *r
     for (size = 16, m->shift = 60; size < 2 * n; size *= 2, m->shift--)
         ;
     if (packed) {
-        m->packed = malloc((size_t)size * sizeof(uint64_t));
+        m->packed = tb_alloc_table((size_t)size * sizeof(uint64_t));
         m->filter = calloc(FILTER_WORDS, sizeof(uint64_t));
         if (m->filter == NULL) {
             merge_table_free(m);
             return -1;
         }
     } else
-        m->slots = malloc((size_t)size * sizeof(Slot));
+        m->slots = tb_alloc_table((size_t)size * sizeof(Slot));
     m->merged = malloc(n ? (size_t)n * sizeof(int32_t) : 1);
     if (!merge_table_ready(m) || m->merged == NULL) {
         merge_table_free(m);

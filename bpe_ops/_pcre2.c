@@ -1226,9 +1226,16 @@ static int encode_piece(TextEncoder *self, const uint8_t *piece, size_t len, uin
     if (self->cache_size) {
         e = piece_cache_find(&self->cache, piece, len, hash);
         if (e->hash) {
+            int32_t *to;
             if (ids_reserve(&self->out, e->count) < 0)
                 return -1;
-            tb_copy(self->out.ids + self->out.n, piece_cache_ids(&self->cache, e), e->count * sizeof(int32_t));
+            to = self->out.ids + self->out.n;
+            if (e->count <= PIECE_IDS_INLINE) {     /* mostly one or two ids: no call to memcpy */
+                for (i = 0; i < e->count; i++)
+                    to[i] = e->val.ids[i];
+            } else {
+                tb_copy(to, piece_cache_ids(&self->cache, e), e->count * sizeof(int32_t));
+            }
             self->out.n += e->count;
             return 0;
         }

@@ -63,13 +63,13 @@ static inline int piece_cache_init(PieceCache *c, size_t capacity)
 {
     /* An empty map with room for `capacity` keys (at least 1); -1 when out of memory. */
     size_t size = 64;
-    void *slots = NULL;
+    void *slots;
     memset(c, 0, sizeof(*c));
     if (capacity == 0)
         capacity = 1;
     while (size < 2 * capacity)
         size *= 2;
-    if (posix_memalign(&slots, 64, size * sizeof(PieceSlot)) != 0)
+    if ((slots = tb_alloc_table(size * sizeof(PieceSlot))) == NULL)
         return -1;
     memset(slots, 0, size * sizeof(PieceSlot));
     c->slots = slots;
@@ -104,13 +104,26 @@ static inline size_t piece_cache_index(const PieceCache *c, uint64_t hash)
     return (size_t)(hash >> 7) & c->mask;
 }
 
+static inline int piece_key_equal(const PieceCache *c, const PieceSlot *s, const uint8_t *key, size_t len)
+{
+    /* Whether the slot's key (of `len` bytes) is `key`: an inline key byte by byte (a few bytes, where
+     * a call to memcmp cost more than the compare), a long one with memcmp. */
+    size_t i;
+    uint8_t differ = 0;
+    if (len > PIECE_KEY_INLINE)
+        return tb_equal(c->keys + s->key.at, key, len);
+    for (i = 0; i < len; i++)
+        differ |= s->key.bytes[i] ^ key[i];
+    return differ == 0;
+}
+
 static inline PieceSlot *piece_cache_find(const PieceCache *c, const uint8_t *key, size_t len, uint64_t hash)
 {
     /* The slot of `key`, or the empty slot where it would go. */
     size_t i = piece_cache_index(c, hash);
     for (;;) {
         PieceSlot *s = &c->slots[i];
-        if (s->hash == 0 || (s->hash == hash && s->len == len && tb_equal(piece_cache_key(c, s), key, len)))
+        if (s->hash == 0 || (s->hash == hash && s->len == len && piece_key_equal(c, s, key, len)))
             return s;
         i = (i + 1) & c->mask;
     }

@@ -14,8 +14,10 @@
  *           | \s*[\r\n]+ | \s+(?!\S) | \s+, where P is [^\r\n\p{L}\p{N}], H the upper-case word
  *           class [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}], T the lower-case one [\p{Ll}\p{Lm}\p{Lo}\p{M}], and
  *           C an optional contraction (a word followed by an apostrophe is left to PCRE2).
- * A piece that starts with an apostrophe (where the families' contractions differ, caseless or
- * not) or meets a character outside the Basic Multilingual Plane is left to PCRE2: scan_piece
+ * A piece that starts with an apostrophe is a contraction where the family has one there (cl100k
+ * in any case, gpt2 in lower case; an o200k piece that starts with one is left to PCRE2), read
+ * here where the characters after it are ASCII. A piece that meets a character outside the Basic
+ * Multilingual Plane, or a contraction with a character beyond ASCII, is left to PCRE2: scan_piece
  * says SCAN_PCRE2 and the caller runs the pattern from there. Everything else is decided by the
  * class of each character, from a table of the 65,536 BMP code points that the caller fills from
  * PCRE2's own `\p{Lu}`, `\p{Ll}`, ..., `\p{M}`, `\p{N}` and `\s` (so both read Unicode alike).
@@ -207,14 +209,51 @@ static size_t scan_o200k(const Scanner *sc, const uint8_t *s, size_t len, size_t
     return scan_white(sc, s, len, i);
 }
 
+static size_t scan_contraction(const uint8_t *s, size_t len, size_t i)
+{
+    /* The end of the contraction `'(?:[sdmt]|ll|ve|re)` at byte i (an apostrophe), in any case;
+     * 0 where there is none. SCAN_PCRE2 where a character it reads is not ASCII: in caseless
+     * matching U+017F (long s) is an 's', and PCRE2 knows such foldings. The cl100k family matches
+     * it in any case, gpt2 in lower case only: its caller checks the case. */
+    uint8_t a, b;
+    if (i + 1 >= len)
+        return 0;
+    if ((a = s[i + 1]) >= 0x80)
+        return SCAN_PCRE2;
+    a |= 0x20;                  /* upper-case ASCII letters to lower case; no other byte becomes one */
+    if (a == 's' || a == 'd' || a == 'm' || a == 't')
+        return i + 2;
+    if ((a != 'l' && a != 'v' && a != 'r') || i + 2 >= len)
+        return 0;
+    if ((b = s[i + 2]) >= 0x80)
+        return SCAN_PCRE2;
+    b |= 0x20;
+    return (a == 'l' && b == 'l') || (a != 'l' && b == 'e') ? i + 3 : 0;
+}
+
+static int scan_lower_ascii(const uint8_t *s, size_t from, size_t end)
+{
+    /* Whether s[from..end) has no upper-case ASCII letter. */
+    for (; from < end; from++)
+        if (s[from] >= 'A' && s[from] <= 'Z')
+            return 0;
+    return 1;
+}
+
 static size_t scan_piece(const Scanner *sc, const uint8_t *s, size_t len, size_t i)
 {
     /* The end of the piece that starts at byte i < len, or SCAN_PCRE2. */
     const uint8_t *cl = sc->classes;
     size_t n1, n2 = 0;
     int c0 = scan_char(cl, s, i, &n1), c1 = CH_END;
-    if (c0 == CH_QUOTE || c0 == CH_ASTRAL)
+    if (c0 == CH_ASTRAL || (c0 == CH_QUOTE && sc->family == SCAN_O200K))
         return SCAN_PCRE2;
+    if (c0 == CH_QUOTE) {
+        /* The contraction is the first alternative; without one the apostrophe is [^\s\p{L}\p{N}]. */
+        size_t end = scan_contraction(s, len, i);
+        if (end == SCAN_PCRE2 || (end != 0 && (sc->family == SCAN_CL100K || scan_lower_ascii(s, i + 1, end))))
+            return end;
+    }
     if (n1 < len && (c1 = scan_char(cl, s, n1, &n2)) == CH_ASTRAL)
         return SCAN_PCRE2;
     if (sc->family == SCAN_CL100K) {

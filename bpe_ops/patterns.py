@@ -27,6 +27,12 @@ LLAMA3_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N
                   r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
 QWEN2_PATTERN = LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
 HF_GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+# tiktoken's own spellings (its `pat_str`), which callers of `Tokenizer.from_tiktoken` pass as given:
+# cl100k_base's with the possessive `\p{N}{1,3}+` (GPT4_PATTERN's pieces in PCRE2, `regex` and Rust),
+# and r50k_base's (GPT-2's pieces: `\s++$` takes a run that ends the text, as `\s+(?!\S)` does).
+TIKTOKEN_CL100K_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+                           r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s""")
+TIKTOKEN_R50K_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
 
 PATTERNS = {
     "gpt2": GPT2_PATTERN,

@@ -36,7 +36,8 @@ import regex
 from . import hf_components
 from .count_table import pack_counts
 from .patterns import (CLASSIC_PATTERN, GPT2_PATTERN, GPT4_PATTERN, HF_GPT2_PATTERN, LLAMA3_PATTERN,  # noqa: F401
-                       O200K_PATTERN, PATTERN_ALIASES, PATTERNS, QWEN2_PATTERN)
+                       O200K_PATTERN, PATTERN_ALIASES, PATTERNS, QWEN2_PATTERN, TIKTOKEN_CL100K_PATTERN,
+                       TIKTOKEN_R50K_PATTERN)
 from .implementation import DEFAULT, ENGINE_VARIABLE, ENGINES as ENGINE_CHOICES, Implementation  # noqa: F401
 
 try:
@@ -54,6 +55,8 @@ SCANNED_PATTERNS = {
     LLAMA3_PATTERN: ("cl100k", 3, False),
     QWEN2_PATTERN: ("cl100k", 1, False),
     O200K_PATTERN: ("o200k", 3, False),
+    TIKTOKEN_CL100K_PATTERN: ("cl100k", 3, True),
+    TIKTOKEN_R50K_PATTERN: ("gpt2", 0, False),
 }
 END_OF_WORD = "</w>"
 

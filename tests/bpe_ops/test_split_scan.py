@@ -3,6 +3,7 @@ same pattern: identical pieces for every pattern of `SCANNED_PATTERNS` on real d
 corpus, on every code point of the Basic Multilingual Plane beside every class of character, and
 on random texts over the class boundaries (whitespace of each kind before letters, digits,
 punctuation, apostrophes and contractions in every case, characters beyond the BMP)."""
+import inspect
 import os
 import pickle
 
@@ -77,3 +78,20 @@ def test_every_bmp_code_point_beside_every_class(pattern):
 def test_random_texts(pattern, parts):
     text = "".join(parts)
     assert pieces(pattern, text, True) == pieces(pattern, text, False)
+
+
+def test_tiktokens_own_spellings_scan():
+    # `Tokenizer.from_tiktoken` callers pass tiktoken's `pat_str` as tiktoken ships it (cl100k_base's
+    # possessive `\p{N}{1,3}+`, r50k_base's `\s++$`): the scanner takes those too, else PCRE2 split
+    # every piece.
+    openai_public = pytest.importorskip("tiktoken_ext.openai_public")
+    source = inspect.getsource(openai_public)
+    assert openai_public.r50k_pat_str == pretokenize.TIKTOKEN_R50K_PATTERN
+    assert f'r"""{pretokenize.TIKTOKEN_CL100K_PATTERN}"""' in source
+    for pattern in (pretokenize.TIKTOKEN_CL100K_PATTERN, pretokenize.TIKTOKEN_R50K_PATTERN):
+        assert _pcre2_compile(pattern).scans
+    text = "I'm sure they'LL say 'twas he's—DON'T, it'ſ 'x'"
+    expected = ["I", "'m", " sure", " they", "'LL", " say", " '", "twas", " he", "'s", "—DON", "'T", ",", " it",
+                "'ſ", " '", "x", "'"]
+    assert pieces(pretokenize.TIKTOKEN_CL100K_PATTERN, text, True) == expected
+    assert pieces(pretokenize.TIKTOKEN_CL100K_PATTERN, text, False) == expected
