@@ -246,6 +246,9 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     parts = set(args.only.split(","))
 
+    missing = [corpus for corpus in CORPORA if not any((Path(args.corpora) / corpus).glob("*.jsonl"))]
+    if missing:
+        sys.exit(f"bench_race: no *.jsonl in {', '.join(missing)} under --corpora {args.corpora}")
     builtin = args.tiktoken is None
     rank_file = args.tiktoken or cl100k_rank_file()
     pattern = CL100K_TIKTOKEN if builtin else resolve_pattern(args.pattern or "gpt4")

@@ -1,7 +1,7 @@
 /*
  * bpe_ops._spm: piece mode's per-word work, compiled: SentencePiece-style BPE over a text's
  * pre-tokens. bpe_ops/sentencepiece_bpe.py is the specification (`PieceModel.symbols`, `.segments`)
- * with `Tokenizer._encode_word` (bpe_ops/encoder.py); the tests require identical ids.
+ * with `.word_ids`; the tests require identical ids.
  *
  * `SpmEncoder(...)` (built by `sentencepiece_bpe.compiled_encoder`) encodes a list of pre-tokens:
  *   - with `whole` (ignore_merges), a pre-token that is a piece is that piece's id;
