@@ -64,6 +64,24 @@ class StratumSample:
         self.draws.append({name: value * scale for name, value in figures.items()})
         self.bytes_read += line_bytes
 
+    def add_window_draw(self, window: int, figures: dict[str, float], read_bytes: int) -> None:
+        """A draw of a window of `window` bytes whose start is uniform over the stratum's
+        `total_bytes` possible starts (each file's bytes plus window - 1 starts before its first
+        byte, the window cut at the file's ends, so every byte lies in `window` of them): the figures
+        of what starts in the window estimate every total as figures * total_bytes / window.
+
+        Over every start the estimate is exact: a file of 10 bytes, one token each, windows of 4:
+
+        >>> s = StratumSample(total_bytes=10 + 4 - 1)
+        >>> for start in range(-3, 10):
+        ...     s.add_window_draw(4, {"tokens": len(range(max(start, 0), min(start + 4, 10)))}, 4)
+        >>> s.total(lambda d: d["tokens"])[0]
+        10.0
+        """
+        scale = self.total_bytes / window
+        self.draws.append({name: value * scale for name, value in figures.items()})
+        self.bytes_read += read_bytes
+
     def add_bernoulli(self, kept: list[dict[str, float]], q: float, read_bytes: int) -> None:
         """Records of files read through, each kept with probability q: the figures of the kept ones."""
         self.keep_probability = q

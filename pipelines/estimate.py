@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 
 from bpe_ops.sample_estimate import Estimate, StratumSample
-from bpe_ops.stats import record_stats
+from bpe_ops.stats import count_words, record_stats, utf8_length
 
 from pipelines import command
 from pipelines.command import Command, implementation_from_environment
@@ -33,6 +33,7 @@ from pipelines.tokenizer_files import load_tokenizer
 
 DEFAULT_SAMPLE = "0.5%"
 MIN_DRAWS = 30                # below this a t interval on the draws is too wide to be of use
+WINDOW = 1024                 # bytes of a window drawn by offset
 FIXED_SECONDS = 3.0           # a tokenize run's fixed cost on the local runner (Beam's start, the tokenizer)
 FIGURES = ("records", "tokens", "bytes", "chars", "words", "rejected")
 WITH_INTERVALS = ("tokens", "words")
@@ -130,34 +131,62 @@ class Sampler:
         self.encoded_bytes += n_bytes
         return {"records": 1, "tokens": n_tokens, "bytes": n_bytes, "chars": n_chars, "words": n_words}
 
+    def pieces_figures(self, pieces) -> dict[str, float]:
+        """The figures of what a window holds: a whole line's record as `figures` gives them; a piece
+        of a longer line as the growth of each count from its context to its context and text (the
+        record counted where its line starts)."""
+        total: dict[str, float] = {}
+        for piece in pieces:
+            if piece.is_whole:
+                figures = self.figures(piece.whole)
+            else:
+                figures = {"records": int(piece.starts_record), **self.growth(piece.context, piece.text)}
+            for name, value in figures.items():
+                total[name] = total.get(name, 0) + value
+        return total
+
+    def growth(self, context: str, text: str) -> dict[str, float]:
+        """How much tokens, bytes, characters and words grow when `text` follows `context`."""
+        if not text:
+            return {}
+        start = time.process_time()
+        n_tokens = len(self.tok.encode(context + text)) - (len(self.tok.encode(context)) if context else 0)
+        self.encode_seconds += time.process_time() - start
+        n_bytes = utf8_length(text)
+        self.encoded_bytes += n_bytes + 2 * utf8_length(context)
+        n_words = count_words(context + text) - (count_words(context) if context else 0)
+        return {"tokens": n_tokens, "bytes": n_bytes, "chars": len(text), "words": n_words}
+
     def by_offset(self, shards, share: float, unreadable: list) -> StratumSample:
-        """Draw offsets uniformly over the shards' bytes until `share` of them (and `MIN_DRAWS` lines)
-        were read."""
-        from pipelines.sources import record_at
+        """Draw windows of `WINDOW` bytes at uniform starts over the shards until `share` of their
+        bytes (and `MIN_DRAWS` windows) were read."""
+        from pipelines.byte_windows import window_pieces
         total = sum(s.size for s in shards)
-        sample = StratumSample(total_bytes=total)
+        sample = StratumSample(total_bytes=sum(s.size + WINDOW - 1 for s in shards))
         ends = [0]
         for s in shards:
-            ends.append(ends[-1] + s.size)
+            ends.append(ends[-1] + s.size + WINDOW - 1)
         handles = {}
         try:
             while sample.bytes_read < share * total or len(sample.draws) < MIN_DRAWS:
                 if len(sample.draws) >= 1_000_000 or total == 0:
                     break
-                at = self.rng.randrange(total)
+                at = self.rng.randrange(sample.total_bytes)
                 k = bisect.bisect_right(ends, at) - 1
                 shard = shards[k]
                 if shard.url in dict(unreadable):
                     continue
+                first = at - ends[k] - (WINDOW - 1)
                 try:
                     if shard.url not in handles:
                         fs, path = filesystem(shard.url)
                         handles[shard.url] = fs.open(path, "rb")
-                    length, item = record_at(handles[shard.url], shard, self.options, at - ends[k])
+                    pieces, read = window_pieces(handles[shard.url], shard, self.options, max(first, 0),
+                                                 min(first + WINDOW, shard.size))
                 except OSError as exc:
                     unreadable.append((shard.url, os_error_reason(exc)))
                     continue
-                sample.add_offset_draw(length, self.figures(item))
+                sample.add_window_draw(WINDOW, self.pieces_figures(pieces), read)
         finally:
             for f in handles.values():
                 f.close()
