@@ -43,6 +43,7 @@ TAIL = 16                     # bytes read after it: an escape or a UTF-8 sequen
 
 _WS = re.compile(rb"[ \t\r]*")
 _STRING_BODY = re.compile(rb'(?:[^"\\\n]|\\[^\n])*')          # up to an unescaped quote or the line's end
+_STRUCTURE = re.compile(rb"[\s\d,.:eE+\-\[\]{}truefalsn]*")    # what may lie between strings
 _SCALAR = re.compile(rb"[^,}\]\s]*")
 _NESTED = re.compile(rb'"(?:[^"\\\n]|\\[^\n])*"|[\[\]{}]|\n')
 _ESCAPE = re.compile(rb"\\(?:u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|[^\n])")
@@ -182,7 +183,7 @@ def _resume(raw: bytes, spans: list) -> None:
     after = raw[k:k + 1]
     if after == b":":
         _string_values(raw, k + 1, "value", _UNKNOWN, spans)
-    elif after in (b",", b"}"):
+    elif after in (b",", b"}", b"]") or not _STRUCTURE.fullmatch(raw, s, q):     # the end of a value
         spans.append((_UNKNOWN, s, q))
         _string_values(raw, q + 1, "after", None, spans)
     else:
