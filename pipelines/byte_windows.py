@@ -38,13 +38,13 @@ from typing import BinaryIO
 
 from pipelines.sources import Record, Rejected, Shard, SourceOptions, line_record, shard_format
 
-MARGIN = 512                  # bytes read before a window: the text that gives its first piece context
+MARGIN = 256                  # bytes read before a window: the text that gives its first piece context
 TAIL = 16                     # bytes read after it: an escape or a UTF-8 sequence cut at its end
 
 _WS = re.compile(rb"[ \t\r]*")
 _STRING_BODY = re.compile(rb'(?:[^"\\\n]|\\[^\n])*')          # up to an unescaped quote or the line's end
 _STRUCTURE = re.compile(rb"[\s\d,.:eE+\-\[\]{}truefalsn]*")    # what may lie between strings
-_SCALAR = re.compile(rb"[^,}\]\s]*")
+_SCALAR = re.compile(rb"-?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|true|false|null")
 _NESTED = re.compile(rb'"(?:[^"\\\n]|\\[^\n])*"|[\[\]{}]|\n')
 _ESCAPE = re.compile(rb"\\(?:u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|[^\n])")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -165,9 +165,10 @@ def _json_text(raw: bytes, line: int | None, line_end: int | None, lo: int, opti
 
 
 def _resume(raw: bytes, spans: list) -> None:
-    """Follow a line's JSON from inside it: from the first byte known to begin a character, up to
-    the first unescaped quote, then what that quote must be (the end of a key or of a value, or the
-    start of a string)."""
+    """Follow a line's JSON from inside it: from the first byte known to begin a character up to the
+    first unescaped quote, then each reading of that quote in turn (the end of a key or of a value
+    we were in, or the start of a key or a value), keeping the first under which the rest of the
+    bytes read parse as JSON."""
     s = 5                     # no backslash in the 5 bytes before: not inside an escape
     while s < len(raw) and (b"\\" in raw[s - 5:s] or raw[s] in b'"\\\n' or 0x80 <= raw[s] < 0xC0):
         s += 1
@@ -180,42 +181,51 @@ def _resume(raw: bytes, spans: list) -> None:
     if raw[q] != ord('"'):
         return                                               # the line ended: s was after its last string
     k = _WS.match(raw, q + 1).end()
-    after = raw[k:k + 1]
-    if after == b":":
-        _string_values(raw, k + 1, "value", _UNKNOWN, spans)
-    elif after in (b",", b"}", b"]") or not _STRUCTURE.fullmatch(raw, s, q):     # the end of a value
-        spans.append((_UNKNOWN, s, q))
-        _string_values(raw, q + 1, "after", None, spans)
-    else:
-        before = raw[s:q].rstrip(b" \t\r")[-1:]
-        if not before:                                       # the string's own end tells a key
-            j = _STRING_BODY.match(raw, q + 1).end()
-            before = b"," if raw[_WS.match(raw, j + 1).end():][:1] == b":" else b":"
-        _string_values(raw, q, "value" if before == b":" else "key", _UNKNOWN, spans)
+    if raw[k:k + 1] == b":":                                 # we were in a key
+        readings = [([], k + 1, "value", _UNKNOWN)]
+    else:                                                    # or in a value
+        readings = [([(_UNKNOWN, s, q)], q + 1, "after", None)]
+    if _STRUCTURE.fullmatch(raw, s, q):                      # or between strings
+        readings += [([], q, "value", _UNKNOWN), ([], q, "key", None)]
+    for found, i, state, key in readings:
+        if _string_values(raw, i, state, key, found):
+            spans.extend(found)
+            return
+    spans.extend(readings[0][0])
 
 
-def _string_values(raw: bytes, i: int, state: str, key, spans: list) -> None:
+def _string_values(raw: bytes, i: int, state: str, key, spans: list) -> bool:
     """Append (key, first, end) for each top-level string value of a JSON object line read from
-    raw[i] in `state` ("key", "value" or "after" a value); end is None past the bytes read."""
+    raw[i] in `state` ("key", "value" or "after" a value); end is None past the bytes read. Whether
+    the bytes parsed as JSON up to the line's end or the end of the bytes read."""
     n = len(raw)
     while True:
         i = _WS.match(raw, i).end()
-        if i >= n or raw[i] == ord("\n"):
-            return
+        if i >= n:
+            return True
         c = raw[i]
+        if c == ord("\n"):
+            return state == "end"
         if state == "key":
+            if c == ord("}"):
+                i, state = i + 1, "end"
+                continue
             if c != ord('"'):
-                return
+                return False
             j = _STRING_BODY.match(raw, i + 1).end()
-            if j >= n or raw[j] != ord('"'):
-                return
+            if j >= n or raw[j] == ord("\\"):
+                return True
+            if raw[j] != ord('"'):
+                return False
             try:
                 key = json.loads(raw[i:j + 1].decode("utf-8", errors="replace"))
             except ValueError:
-                return
+                return False
             i = _WS.match(raw, j + 1).end()
-            if i >= n or raw[i] != ord(":"):
-                return
+            if i >= n:
+                return True
+            if raw[i] != ord(":"):
+                return False
             i, state = i + 1, "value"
         elif state == "value":
             if c == ord('"'):
@@ -223,25 +233,33 @@ def _string_values(raw: bytes, i: int, state: str, key, spans: list) -> None:
                 closed = j < n and raw[j] == ord('"')
                 spans.append((key, i + 1, j if closed else None))
                 if not closed:
-                    return
+                    return j >= n or raw[j] == ord("\\")
                 i = j + 1
             elif c in b"{[":
                 depth = 0
                 for m in _NESTED.finditer(raw, i):
                     token = m.group()
                     if token == b"\n":
-                        return
+                        return False
                     depth += token in (b"{", b"[")
                     depth -= token in (b"}", b"]")
                     if depth == 0:
                         i = m.end()
                         break
                 else:
-                    return
+                    return True
             else:
-                i = _SCALAR.match(raw, i).end()
+                m = _SCALAR.match(raw, i)
+                if not m:
+                    return False
+                i = m.end()
             state = "after"
+        elif state == "after":
+            if c == ord(","):
+                i, state = i + 1, "key"
+            elif c == ord("}"):
+                i, state = i + 1, "end"
+            else:
+                return False
         else:
-            if c != ord(","):
-                return
-            i, state = i + 1, "key"
+            return False
