@@ -56,6 +56,7 @@ class StratumSample:
     bytes_read: int = 0
     keep_probability: float | None = None      # drawn by record: each record kept with this probability
     population: int | None = None              # or a simple random sample of this many records
+    systematic: bool = False                   # draws by offset one from each of len(draws) equal strata, in order
 
     def add_offset_draw(self, line_bytes: int, figures: dict[str, float]) -> None:
         """A draw by byte offset that landed in a line of `line_bytes` bytes holding a record with
@@ -115,6 +116,8 @@ class StratumSample:
         if self.population is not None:           # N * mean, with the finite population correction
             big_n = self.population
             return big_n * mean, (big_n * big_n * (1 - n / big_n) * spread / n) if n < big_n else 0.0
+        if self.systematic and n > 1:
+            return mean, successive_difference_variance(values)
         return mean, spread / n
 
 
@@ -153,6 +156,24 @@ class Estimate:
         _, variance = self._sum(lambda d: d.get(numerator, 0.0) - r * d.get(denominator, 0.0))
         half = t_quantile_975(self.df) * math.sqrt(variance) / bottom
         return Figure(r, r - half, r + half)
+
+
+def successive_difference_variance(values: list[float]) -> float:
+    """The variance of the mean of draws taken one from each of n equal strata in order (a stratified
+    or systematic sample), from the differences of neighbouring draws: sum (y_h - y_h-1)^2 / (2 n (n-1)).
+    Each pair of neighbours stands for one stratum of two (collapsed strata), so any difference
+    between neighbouring strata's means adds to it: it errs on the wide side, while the stratified
+    draws' own error is at most that of as many independent ones.
+
+    On a trend, where independent draws' spread would say 0.417, the strata leave little error:
+
+    >>> successive_difference_variance([1.0, 2.0, 3.0, 4.0])
+    0.125
+    >>> sum((v - 2.5) ** 2 for v in [1.0, 2.0, 3.0, 4.0]) / 3 / 4
+    0.4166666666666667
+    """
+    n = len(values)
+    return sum((b - a) ** 2 for a, b in zip(values, values[1:])) / (2 * n * (n - 1))
 
 
 def t_quantile_975(df: int) -> float:

@@ -169,8 +169,8 @@ def _resume(raw: bytes, spans: list) -> None:
     first unescaped quote, then each reading of that quote in turn (the end of a key or of a value
     we were in, or the start of a key or a value), keeping the first under which the rest of the
     bytes read parse as JSON."""
-    s = 5                     # no backslash in the 5 bytes before: not inside an escape
-    while s < len(raw) and (b"\\" in raw[s - 5:s] or raw[s] in b'"\\\n' or 0x80 <= raw[s] < 0xC0):
+    s = 6
+    while s < len(raw) and not _starts_character(raw, s):
         s += 1
     if s >= len(raw) or raw[s] == ord("\n"):
         return
@@ -192,6 +192,33 @@ def _resume(raw: bytes, spans: list) -> None:
             spans.extend(found)
             return
     spans.extend(readings[0][0])
+
+
+def _starts_character(raw: bytes, y: int) -> bool:
+    r"""Whether raw[y], inside a JSON string, surely begins a character other than a quote or an
+    escape: not a UTF-8 continuation byte, not escaped by the backslash before it (a run of them of
+    odd length) and not one of the 4 hex digits of a `\u` escape; False where a run of backslashes
+    reaches the start of the bytes read.
+
+    >>> [_starts_character(b'ab\\\\u0041zz', y) for y in (2, 4, 5, 6, 9)]
+    [False, True, True, True, True]
+    >>> [_starts_character(b'abc\\u0041zz', y) for y in (5, 8, 9)]
+    [False, False, True]
+    """
+    if raw[y] in b'"\\\n' or 0x80 <= raw[y] < 0xC0:
+        return False
+
+    def escapes(p):                    # raw[p] is a backslash that begins an escape
+        run = 0
+        while p - run >= 0 and raw[p - run] == 0x5C:
+            run += 1
+        return None if p - run < 0 else run % 2 == 1
+    if y >= 1 and raw[y - 1] == 0x5C and escapes(y - 1) is not False:
+        return False
+    for p in range(max(0, y - 5), y - 1):
+        if raw[p] == 0x5C and raw[p + 1] == ord("u") and escapes(p) is not False:
+            return False
+    return True
 
 
 def _string_values(raw: bytes, i: int, state: str, key, spans: list) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
+import math
 import os
 import random
 import sys
@@ -158,20 +159,21 @@ class Sampler:
         return {"tokens": n_tokens, "bytes": n_bytes, "chars": len(text), "words": n_words}
 
     def by_offset(self, shards, share: float, unreadable: list) -> StratumSample:
-        """Draw windows of `WINDOW` bytes at uniform starts over the shards until `share` of their
-        bytes (and `MIN_DRAWS` windows) were read."""
-        from pipelines.byte_windows import window_pieces
+        """Windows of `WINDOW` bytes, enough for `share` of the shards' bytes to be read (and at least
+        `MIN_DRAWS`), one drawn uniformly from each of as many equal strata of the possible starts."""
+        from pipelines.byte_windows import MARGIN, TAIL, window_pieces
         total = sum(s.size for s in shards)
-        sample = StratumSample(total_bytes=sum(s.size + WINDOW - 1 for s in shards))
+        sample = StratumSample(total_bytes=sum(s.size + WINDOW - 1 for s in shards), systematic=True)
+        if total == 0:
+            return sample
+        n = max(MIN_DRAWS, math.ceil(share * total / (WINDOW + MARGIN + TAIL)))
         ends = [0]
         for s in shards:
             ends.append(ends[-1] + s.size + WINDOW - 1)
         handles = {}
         try:
-            while sample.bytes_read < share * total or len(sample.draws) < MIN_DRAWS:
-                if len(sample.draws) >= 1_000_000 or total == 0:
-                    break
-                at = self.rng.randrange(sample.total_bytes)
+            for stratum in range(n):
+                at = min(int((stratum + self.rng.random()) * sample.total_bytes / n), sample.total_bytes - 1)
                 k = bisect.bisect_right(ends, at) - 1
                 shard = shards[k]
                 if shard.url in dict(unreadable):
