@@ -48,6 +48,8 @@ _SCALAR = re.compile(rb"-?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|true|false|nul
 _NESTED = re.compile(rb'"(?:[^"\\\n]|\\[^\n])*"|[\[\]{}]|\n')
 _ESCAPE = re.compile(rb"\\(?:u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|[^\n])")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_HIGH_SURROGATE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}")
+_LOW_SURROGATE = re.compile(rb"\\u[dD][c-fC-F][0-9a-fA-F]{2}")
 _UNKNOWN = object()           # the key of a string that began before the bytes read
 
 
@@ -195,17 +197,17 @@ def _resume(raw: bytes, spans: list) -> None:
 
 
 def _starts_character(raw: bytes, y: int) -> bool:
-    r"""Whether raw[y], inside a JSON string, surely begins a character other than a quote or an
-    escape: not a UTF-8 continuation byte, not escaped by the backslash before it (a run of them of
-    odd length) and not one of the 4 hex digits of a `\u` escape; False where a run of backslashes
-    reaches the start of the bytes read.
+    r"""Whether raw[y], inside a JSON string, surely begins a character (or an escape) other than a
+    quote: not a UTF-8 continuation byte, not escaped by the backslash before it (a run of them of
+    odd length), not one of the 4 hex digits of a `\u` escape nor the low half of a surrogate
+    pair; False where a run of backslashes reaches the start of the bytes read.
 
-    >>> [_starts_character(b'ab\\\\u0041zz', y) for y in (2, 4, 5, 6, 9)]
-    [False, True, True, True, True]
+    >>> [_starts_character(b'ab\\\\u0041zz', y) for y in (2, 3, 4, 5, 9)]
+    [True, False, True, True, True]
     >>> [_starts_character(b'abc\\u0041zz', y) for y in (5, 8, 9)]
     [False, False, True]
     """
-    if raw[y] in b'"\\\n' or 0x80 <= raw[y] < 0xC0:
+    if raw[y] in b'"\n' or 0x80 <= raw[y] < 0xC0:
         return False
 
     def escapes(p):                    # raw[p] is a backslash that begins an escape
@@ -218,7 +220,8 @@ def _starts_character(raw: bytes, y: int) -> bool:
     for p in range(max(0, y - 5), y - 1):
         if raw[p] == 0x5C and raw[p + 1] == ord("u") and escapes(p) is not False:
             return False
-    return True
+    # an escape begins here, unless it is the low half of a surrogate pair
+    return not (_LOW_SURROGATE.match(raw, y) and y >= 6 and _HIGH_SURROGATE.match(raw, y - 6))
 
 
 def _string_values(raw: bytes, i: int, state: str, key, spans: list) -> bool:
