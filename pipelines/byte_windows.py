@@ -38,7 +38,7 @@ from typing import BinaryIO
 
 from pipelines.sources import Record, Rejected, Shard, SourceOptions, line_record, shard_format
 
-MARGIN = 256                  # bytes read before a window: the text that gives its first piece context
+MARGIN = 128                  # bytes read before a window: the text that gives its first piece context
 TAIL = 16                     # bytes read after it: an escape or a UTF-8 sequence cut at its end
 
 _WS = re.compile(rb"[ \t\r]*")

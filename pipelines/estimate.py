@@ -34,9 +34,9 @@ from pipelines.shards import add_source_arguments, expand, source_options
 from pipelines.tokenizer_files import load_tokenizer
 
 DEFAULT_SAMPLE = "0.5%"
-MIN_DRAWS = 400               # windows drawn by offset at the least: their mean is then near normal
+MIN_DRAWS = 1000              # windows drawn by offset at the least: strata small enough to share records
 MIN_RECORDS = 30              # records of files read through at the least (a reservoir where fewer were kept)
-WINDOW = 512                  # bytes of a window drawn by offset
+WINDOW = 128                  # bytes of a window drawn by offset
 FIXED_SECONDS = 3.0           # a tokenize run's fixed cost on the local runner (Beam's start, the tokenizer)
 FIGURES = ("records", "tokens", "bytes", "chars", "words", "rejected")
 WITH_INTERVALS = ("tokens", "words")
