@@ -1,7 +1,7 @@
 """How often `tokenbeam estimate`'s 95% intervals hold the exact figures, and what share of the bytes
 it reads, over seeded runs on each corpus (the exact figures: every record encoded, as tokenize does).
 
-    python benchmarks/bench_estimate.py                      # en, code, multi; 100 seeds; GPT-2's tokenizer
+    python benchmarks/bench_estimate.py                      # en, code, multi; seeds 0-99; GPT-2's tokenizer
     python benchmarks/bench_estimate.py --runs 200 --sample 1%
     python benchmarks/bench_estimate.py --corpus code --window 512 --min-draws 300   # other designs
 """
@@ -52,6 +52,7 @@ def main(argv=None) -> None:
     parser.add_argument("--shared", default=str(ROOT.parent / "shared"))
     parser.add_argument("--corpus", action="append", default=None)
     parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + runs - 1")
     parser.add_argument("--sample", type=estimate.sample_fraction, default=estimate.sample_fraction("0.5%"))
     parser.add_argument("--window", type=int, default=estimate.WINDOW, help="bytes of a window drawn by offset")
     parser.add_argument("--min-draws", type=int, default=estimate.MIN_DRAWS)
@@ -62,7 +63,7 @@ def main(argv=None) -> None:
         Tokenizer.from_gpt2_files(gpt2 / "gpt2_vocab.json", gpt2 / "gpt2_merges.txt").save(tmp)
         tok = Tokenizer.from_file(Path(tmp) / "tokenizer.json")
     print(f"bench_estimate: GPT-2's tokenizer, --sample {args.sample:.2%}, windows of {args.window} bytes, at least "
-          f"{args.min_draws} drawn, {args.runs} seeds, {time.strftime('%Y-%m-%d')}")
+          f"{args.min_draws} drawn, seeds {args.first_seed}-{args.first_seed + args.runs - 1}, {time.strftime('%Y-%m-%d')}")
     print("covered: runs (of the seeds) whose 95% interval held the exact figure; error: mean relative error of "
           "the tokens estimate, and the spread of (estimate - exact) / standard error (1 if the intervals are honest)")
     print(f"{'corpus':<8}{'tokens':>8}{'words':>8}{'bytes/token':>13}{'tokens/word':>13}{'read (mean, max)':>18}"
@@ -73,7 +74,7 @@ def main(argv=None) -> None:
         truth = exact(tok, shards, options)
         covered = dict.fromkeys(truth, 0)
         reads, draws, errors, zs, start = [], [], [], [], time.perf_counter()
-        for seed in range(args.runs):
+        for seed in range(args.first_seed, args.first_seed + args.runs):
             sampler = estimate.Sampler(tok, options, random.Random(seed))
             strata = [sampler.by_offset([s for s in shards if offset_readable(s, options)], args.sample, [])]
             est = estimate.Estimate(strata)
