@@ -62,6 +62,7 @@ class Piece:
     starts_record: bool = False
     is_whole: bool = False
     whole: Record | Rejected | None = None
+    field_seen: bool = False      # the text field's key was read (always, for a text line)
 
 
 def window_pieces(f: BinaryIO, shard: Shard, options: SourceOptions, start: int, end: int,
@@ -84,9 +85,10 @@ def window_pieces(f: BinaryIO, shard: Shard, options: SourceOptions, start: int,
             pieces.append(Piece(is_whole=True, whole=line_record(raw[line:line_end], lo + line, shard, options)))
         else:
             cut = b if line_end is None else min(b, line_end)
-            find = _json_text if jsonl else _line_text
-            context, text = _piece(raw, find(raw, line, line_end, lo, options), a, cut, margin, jsonl)
-            pieces.append(Piece(context, text, starts_record=line is not None and line >= a))
+            span = (_json_text if jsonl else _line_text)(raw, line, line_end, lo, options)
+            context, text = _piece(raw, span, a, cut, margin, jsonl)
+            pieces.append(Piece(context, text, starts_record=line is not None and line >= a,
+                                field_seen=span is not None and span[3]))
         if line_end is None or line_end >= b:
             break
         line = a = line_end
@@ -95,11 +97,12 @@ def window_pieces(f: BinaryIO, shard: Shard, options: SourceOptions, start: int,
 
 def _piece(raw: bytes, span, a: int, b: int, margin: int, jsonl: bool) -> tuple[str, str]:
     """The text of the record's characters starting in raw[a:b], and the text before it (from up to
-    `margin` bytes before a). `span` is (first, end, unit): where the text's raw bytes begin and end
-    (None: past the bytes read) in `raw` and a position known to start a character."""
+    `margin` bytes before a). `span` is (first, end, unit, seen): where the text's raw bytes begin
+    and end (None: past the bytes read) in `raw`, a position known to start a character, and
+    whether the text field's key was read."""
     if span is None:
         return "", ""
-    first, last, unit = span
+    first, last, unit, _ = span
     last = len(raw) if last is None else last
     lo_, hi_ = max(a, first), min(b, last)
     if lo_ >= hi_:
@@ -145,7 +148,7 @@ def _line_text(raw: bytes, line: int | None, line_end: int | None, lo: int, opti
         last -= raw[last - 1:last] == b"\r" and last > first
     if line is None:
         first = _snap(raw, first, 0, len(raw) if last is None else last, False)
-    return first, last, first
+    return first, last, first, True
 
 
 def _json_text(raw: bytes, line: int | None, line_end: int | None, lo: int, options):
@@ -161,9 +164,9 @@ def _json_text(raw: bytes, line: int | None, line_end: int | None, lo: int, opti
         _resume(raw, spans)
     named = [s for s in spans if s[0] == options.text_field]
     if named:
-        return named[0][1:] + (named[0][1],)
+        return named[0][1], named[0][2], named[0][1], True
     unknown = [s for s in spans if s[0] is _UNKNOWN]
-    return unknown[0][1:] + (unknown[0][1],) if unknown else None
+    return (unknown[0][1], unknown[0][2], unknown[0][1], False) if unknown else None
 
 
 def _resume(raw: bytes, spans: list) -> None:

@@ -98,7 +98,8 @@ def run(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentPars
         raise IncompleteRun(f"{len(unreadable)} of {len(shards)} inputs could not be read; no estimate "
                             f"(--allow-shard-errors estimates from the others)")
     estimate = Estimate(strata)
-    if not estimate.strata or estimate.total("records").value == 0:
+    if not estimate.strata or estimate.total("records").value == 0 or (by_offset and not sampler.field_seen
+                                                                        and not first_line_has_text(by_offset[0], options)):
         raise UserError("the sample holds no record: is --text-field right?")
     elapsed = time.perf_counter() - started
     projection = project(sampler, total_bytes)
@@ -119,6 +120,7 @@ class Sampler:
         self.tok, self.options, self.rng = tok, options, rng
         self.encode_seconds = 0.0
         self.encoded_bytes = 0
+        self.field_seen = False       # a window read the text field's key or a whole record
 
     def figures(self, item) -> dict[str, float]:
         """A record's figures (a Rejected one counts only as rejected, a blank line as nothing)."""
@@ -164,6 +166,7 @@ class Sampler:
         """Windows of `WINDOW` bytes, enough for `share` of the shards' bytes to be read (and at least
         `MIN_DRAWS`), one drawn uniformly from each of as many equal strata of the possible starts."""
         from pipelines.byte_windows import MARGIN, TAIL, window_pieces
+        from pipelines.sources import Record
         total = sum(s.size for s in shards)
         sample = StratumSample(total_bytes=sum(s.size + WINDOW - 1 for s in shards), systematic=True)
         if total == 0:
@@ -191,6 +194,7 @@ class Sampler:
                     unreadable.append((shard.url, os_error_reason(exc)))
                     continue
                 sample.add_window_draw(WINDOW, self.pieces_figures(pieces), read)
+                self.field_seen = self.field_seen or any(p.field_seen or isinstance(p.whole, Record) for p in pieces)
         finally:
             for f in handles.values():
                 f.close()
@@ -219,6 +223,15 @@ class Sampler:
         else:
             sample.add_simple_random([self.figures(item) for item in reservoir], population, read)
         return sample
+
+
+def first_line_has_text(shard, options) -> bool:
+    """Whether the shard's first line holds a record: asked when no window read the text field's key
+    (a piece of a line whose key was not read is taken to be text), so that a wrong --text-field fails."""
+    from pipelines.sources import Record, record_at
+    fs, path = filesystem(shard.url)
+    with fs.open(path, "rb") as f:
+        return isinstance(record_at(f, shard, options, 0)[1], Record)
 
 
 def project(sampler: Sampler, total_bytes: int) -> Projection | None:
