@@ -69,14 +69,18 @@ def window_pieces(f: BinaryIO, shard: Shard, options: SourceOptions, start: int,
                   margin: int = MARGIN) -> tuple[list[Piece], int]:
     """The pieces of record text in bytes [start, end) of the shard (open as `f`, seekable), and how
     many bytes were read for them (from `margin` before `start` to `TAIL` after `end`)."""
-    lo, hi = max(0, start - margin), min(shard.size, end + TAIL)
-    f.seek(lo)
-    raw = f.read(hi - lo)
-    hi = lo + len(raw)
     jsonl = shard_format(shard, options) == "jsonl"
-    a, b = start - lo, min(end, hi) - lo
-    nl = raw.rfind(b"\n", 0, a)
-    line = nl + 1 if nl >= 0 else (0 if lo == 0 else None)       # the line's start; None: before the bytes read
+    while True:
+        lo, hi = max(0, start - margin), min(shard.size, end + TAIL)
+        f.seek(lo)
+        raw = f.read(hi - lo)
+        hi = lo + len(raw)
+        a, b = start - lo, min(end, hi) - lo
+        nl = raw.rfind(b"\n", 0, a)
+        line = nl + 1 if nl >= 0 else (0 if lo == 0 else None)   # the line's start; None: before the bytes read
+        if line is not None or not jsonl or _first_character(raw) < a:
+            break
+        margin *= 4           # inside a run of backslashes longer than the margin: read further back
     pieces = []
     while a < b:
         e = raw.find(b"\n", a)
@@ -174,9 +178,7 @@ def _resume(raw: bytes, spans: list) -> None:
     first unescaped quote, then each reading of that quote in turn (the end of a key or of a value
     we were in, or the start of a key or a value), keeping the first under which the rest of the
     bytes read parse as JSON."""
-    s = 6
-    while s < len(raw) and not _starts_character(raw, s):
-        s += 1
+    s = _first_character(raw)
     if s >= len(raw) or raw[s] == ord("\n"):
         return
     q = _STRING_BODY.match(raw, s).end()
@@ -197,6 +199,14 @@ def _resume(raw: bytes, spans: list) -> None:
             spans.extend(found)
             return
     spans.extend(readings[0][0])
+
+
+def _first_character(raw: bytes) -> int:
+    """The first position of raw that surely begins a character (`_starts_character`), or len(raw)."""
+    s = 6
+    while s < len(raw) and not _starts_character(raw, s):
+        s += 1
+    return s
 
 
 def _starts_character(raw: bytes, y: int) -> bool:
