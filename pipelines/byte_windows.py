@@ -16,7 +16,8 @@ same with and without the text before `context` (a regex split re-synchronises w
   line's start when the bytes read hold it. Otherwise it is followed from the first unescaped quote,
   and a string whose key lies before the bytes read is taken to be the text field unless the text
   field's key follows it on the line (so a long string of another top-level field would be counted
-  as text, and such a line is taken to be a valid record).
+  as text, and such a line is taken to be a valid record). Where the bytes read begin inside a run
+  of backslashes (whose parity tells what follows it), more is read before the window.
 
 >>> import io
 >>> from pipelines.sources import Shard, SourceOptions
