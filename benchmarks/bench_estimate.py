@@ -53,7 +53,7 @@ def main(argv=None) -> None:
     parser.add_argument("--corpus", action="append", default=None)
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + runs - 1")
-    parser.add_argument("--sample", type=estimate.sample_fraction, default=estimate.sample_fraction("0.5%"))
+    parser.add_argument("--sample", type=estimate.sample_fraction, default=estimate.sample_fraction(estimate.DEFAULT_SAMPLE))
     parser.add_argument("--window", type=int, default=estimate.WINDOW, help="bytes of a window drawn by offset")
     parser.add_argument("--min-draws", type=int, default=estimate.MIN_DRAWS)
     args = parser.parse_args(argv)
