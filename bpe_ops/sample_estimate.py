@@ -1,30 +1,31 @@
-"""Estimating a dataset's totals from a random sample of its records, with 95% intervals.
+"""Estimating a dataset's totals from a random sample of it, with 95% intervals.
 
-Two ways records are drawn, each giving one independent, unbiased estimate of a total per draw, so
-that the total is the mean of the draws and its error the draws' spread (the Hansen-Hurwitz
-estimator of sampling with replacement):
+Two ways a dataset is drawn from, each draw giving an unbiased estimate of every total:
 
-- **By byte offset** (an uncompressed JSONL or text file, which can be read at any byte): a uniform
-  offset in the dataset's B bytes lands in record i with probability L_i / B (L_i its line's bytes), so
-  `B * y_i / L_i` estimates the total of y. A draw that lands on a blank line or a rejected record
-  estimates 0 of every record figure.
+- **By byte window** (an uncompressed JSONL or text file, which can be read at any byte): a window
+  of W bytes starting at a uniform one of the B + W - 1 possible starts of a file of B bytes holds
+  each byte with probability W / (B + W - 1), so what starts in the window (tokens, words, text
+  bytes of the record text whose raw bytes start there, a record where its line starts) times
+  (B + W - 1) / W estimates the total. The starts are cut into n equal strata and one window drawn
+  from each (`systematic`): the total is the mean of the draws, its variance from the differences
+  of neighbouring draws (`successive_difference_variance`), Student's t on n - 1 degrees of freedom.
 - **By record** (a file that must be read through: compressed, Parquet): every record is kept with
   probability q, and each kept one counts `y_i / q`. `StratumSample.add_bernoulli` takes those draws.
 
 The two kinds are kept apart as strata and their totals and variances added. A ratio of two totals
 (bytes per token, tokens per word) gets its interval by the delta method over the same draws.
 
->>> s = StratumSample(total_bytes=1000)
->>> for line_bytes, tokens, words in [(100, 25, 20), (200, 50, 40), (100, 20, 20), (50, 12, 10)]:
-...     s.add_offset_draw(line_bytes, {"tokens": tokens, "words": words, "records": 1})
+>>> s = StratumSample(total_bytes=1000 + 100 - 1, systematic=True)
+>>> for tokens, words in [(25, 20), (50, 40), (20, 20), (12, 10)]:
+...     s.add_window_draw(100, {"tokens": tokens, "words": words}, read_bytes=150)
 >>> estimate = Estimate([s])
->>> round(estimate.total("tokens").value)
-235
+>>> round(estimate.total("tokens").value, 2)
+293.98
 >>> low, high = estimate.total("tokens").interval
->>> low < 235 < high
+>>> low < 293.98 < high
 True
 >>> round(estimate.ratio("tokens", "words").value, 3)
-1.175
+1.189
 """
 from __future__ import annotations
 
@@ -56,13 +57,25 @@ class StratumSample:
     bytes_read: int = 0
     keep_probability: float | None = None      # drawn by record: each record kept with this probability
     population: int | None = None              # or a simple random sample of this many records
+    systematic: bool = False                   # draws by offset one from each of len(draws) equal strata, in order
 
-    def add_offset_draw(self, line_bytes: int, figures: dict[str, float]) -> None:
-        """A draw by byte offset that landed in a line of `line_bytes` bytes holding a record with
-        these figures (empty for a blank line or a rejected record): its estimate of every total."""
-        scale = self.total_bytes / line_bytes
+    def add_window_draw(self, window: int, figures: dict[str, float], read_bytes: int) -> None:
+        """A draw of a window of `window` bytes whose start is uniform over the stratum's
+        `total_bytes` possible starts (each file's bytes plus window - 1 starts before its first
+        byte, the window cut at the file's ends, so every byte lies in `window` of them): the figures
+        of what starts in the window estimate every total as figures * total_bytes / window.
+
+        Over every start the estimate is exact: a file of 10 bytes, one token each, windows of 4:
+
+        >>> s = StratumSample(total_bytes=10 + 4 - 1)
+        >>> for start in range(-3, 10):
+        ...     s.add_window_draw(4, {"tokens": len(range(max(start, 0), min(start + 4, 10)))}, 4)
+        >>> s.total(lambda d: d["tokens"])[0]
+        10.0
+        """
+        scale = self.total_bytes / window
         self.draws.append({name: value * scale for name, value in figures.items()})
-        self.bytes_read += line_bytes
+        self.bytes_read += read_bytes
 
     def add_bernoulli(self, kept: list[dict[str, float]], q: float, read_bytes: int) -> None:
         """Records of files read through, each kept with probability q: the figures of the kept ones."""
@@ -97,6 +110,8 @@ class StratumSample:
         if self.population is not None:           # N * mean, with the finite population correction
             big_n = self.population
             return big_n * mean, (big_n * big_n * (1 - n / big_n) * spread / n) if n < big_n else 0.0
+        if self.systematic and n > 1:
+            return mean, successive_difference_variance(values)
         return mean, spread / n
 
 
@@ -135,6 +150,24 @@ class Estimate:
         _, variance = self._sum(lambda d: d.get(numerator, 0.0) - r * d.get(denominator, 0.0))
         half = t_quantile_975(self.df) * math.sqrt(variance) / bottom
         return Figure(r, r - half, r + half)
+
+
+def successive_difference_variance(values: list[float]) -> float:
+    """The variance of the mean of draws taken one from each of n equal strata in order (a stratified
+    or systematic sample), from the differences of neighbouring draws: sum (y_h - y_h-1)^2 / (2 n (n-1)).
+    Each pair of neighbours stands for one stratum of two (collapsed strata), so any difference
+    between neighbouring strata's means adds to it: it errs on the wide side, while the stratified
+    draws' own error is at most that of as many independent ones.
+
+    On a trend, where independent draws' spread would say 0.417, the strata leave little error:
+
+    >>> successive_difference_variance([1.0, 2.0, 3.0, 4.0])
+    0.125
+    >>> sum((v - 2.5) ** 2 for v in [1.0, 2.0, 3.0, 4.0]) / 3 / 4
+    0.4166666666666667
+    """
+    n = len(values)
+    return sum((b - a) ** 2 for a, b in zip(values, values[1:])) / (2 * n * (n - 1))
 
 
 def t_quantile_975(df: int) -> float:

@@ -952,20 +952,28 @@ def record_at(f: BinaryIO, shard: Shard, options: SourceOptions, offset: int) ->
             parts.append(piece)
         if end >= 0:
             break
-    raw = b"".join(parts).rstrip(b"\n").removesuffix(b"\r")
+    return length, line_record(b"".join(parts), start, shard, options)
+
+
+def line_record(line: bytes, start: int, shard: Shard, options: SourceOptions) -> Record | Rejected | None:
+    """The record of one whole line of an `offset_readable` shard (its bytes from `start`, with or
+    without its newline), as the shard's reader would give it: a Rejected record, or None for a
+    blank line. The row number is unknown here: 0."""
+    raw = line.rstrip(b"\n").removesuffix(b"\r")
     if start == 0 and raw.startswith(_BOM):
         raw = raw[len(_BOM):]
+    limit = options.max_record_bytes
     if limit is not None and len(raw) > limit:
-        return length, _too_large(Oversized(start, len(raw)), shard, 0, options)
+        return _too_large(Oversized(start, len(raw)), shard, 0, options)
     if not raw.strip():
-        return length, None
+        return None
     if shard_format(shard, options) == "jsonl":
-        return length, _jsonl_record(raw, start, 0, shard, options)
+        return _jsonl_record(raw, start, 0, shard, options)
     try:
         text, repaired = _decode(raw, options)
     except UnicodeDecodeError as exc:
-        return length, Rejected(shard.url, 0, INVALID_UTF8, _utf8_detail(exc, f"at byte {start + exc.start} of the file"))
-    return length, Record(f"{shard.relpath}:?", text, 0, repaired, {})
+        return Rejected(shard.url, 0, INVALID_UTF8, _utf8_detail(exc, f"at byte {start + exc.start} of the file"))
+    return Record(f"{shard.relpath}:?", text, 0, repaired, {})
 
 
 def _line_start(f: BinaryIO, offset: int) -> int:
