@@ -22,7 +22,8 @@ from bpe_ops.sample_estimate import t_quantile_975  # noqa: E402
 from bpe_ops.stats import count_words, utf8_length  # noqa: E402
 from pipelines import estimate  # noqa: E402
 from pipelines.datasets.shards import expand  # noqa: E402
-from pipelines.datasets.sources import Record, SourceOptions, offset_readable, read_shard  # noqa: E402
+from pipelines.datasets.byte_windows import offset_readable  # noqa: E402
+from pipelines.datasets.sources import Record, SourceOptions, read_shard  # noqa: E402
 
 
 def exact(tok, shards, options) -> dict[str, float]:

@@ -28,7 +28,7 @@ from bpe_ops.stats import count_words, record_stats, utf8_length
 
 from pipelines.core import command
 from pipelines.core.command import Command, implementation_from_environment
-from pipelines.core.errors import PREFIX, IncompleteRun, UserError, os_error_reason, say, warn
+from pipelines.core.errors import IncompleteRun, UserError, error, os_error_reason, warn
 from pipelines.core.files import filesystem, write_text_atomic
 from pipelines.datasets.shards import add_source_arguments, expand, source_options
 from pipelines.datasets.tokenizer_files import load_tokenizer
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentPars
     tok = load_tokenizer(args.tokenizer, implementation_from_environment(), args.pattern)
     started = time.perf_counter()
     sampler = Sampler(tok, options, random.Random(args.seed))
-    from pipelines.datasets.sources import offset_readable
+    from pipelines.datasets.byte_windows import offset_readable
     by_offset = [s for s in shards if offset_readable(s, options)]
     read_through = [s for s in shards if not offset_readable(s, options)]
     total_bytes = sum(s.size for s in shards)
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentPars
     if read_through:
         strata.append(sampler.read_through(read_through, args.sample, unreadable))
     for url, reason in unreadable:
-        warn(f"cannot read {url}: {reason}") if args.allow_shard_errors else say(f"{PREFIX}error: cannot read {url}: {reason}")
+        (warn if args.allow_shard_errors else error)(f"cannot read {url}: {reason}")
     if unreadable and not args.allow_shard_errors:
         raise IncompleteRun(f"{len(unreadable)} of {len(shards)} inputs could not be read; no estimate "
                             f"(--allow-shard-errors estimates from the others)")
@@ -228,7 +228,8 @@ class Sampler:
 def first_line_has_text(shard, options) -> bool:
     """Whether the shard's first line holds a record: asked when no window read the text field's key
     (a piece of a line whose key was not read is taken to be text), so that a wrong --text-field fails."""
-    from pipelines.datasets.sources import Record, record_at
+    from pipelines.datasets.byte_windows import record_at
+    from pipelines.datasets.sources import Record
     fs, path = filesystem(shard.url)
     with fs.open(path, "rb") as f:
         return isinstance(record_at(f, shard, options, 0)[1], Record)

@@ -97,3 +97,12 @@ def read_jsonl_texts(folder: Path, limit: int | None = None) -> list[str]:
                 if limit is not None and len(texts) >= limit:
                     return texts
     return texts
+
+
+@pytest.fixture(autouse=True)
+def loud_by_default(monkeypatch):
+    """Each test starts without `--quiet` in the environment: a command run in-process with --quiet
+    sets it (for the processes it starts), and it would otherwise silence every later test's commands."""
+    from pipelines.core.errors import QUIET_VARIABLE
+
+    monkeypatch.delenv(QUIET_VARIABLE, raising=False)

@@ -77,8 +77,7 @@ def run_command(run: Callable[[], object]) -> int:
     except (UserError, OSError) as exc:
         if debugging():
             traceback.print_exception(exc.__cause__ or exc.__context__ or exc, file=sys.stderr)
-        message = os_error_reason(exc) if isinstance(exc, OSError) else str(exc)
-        print(f"{PREFIX}error: {message}", file=sys.stderr)
+        error(os_error_reason(exc) if isinstance(exc, OSError) else str(exc))
         return getattr(exc, "exit_code", EXIT_USAGE)
     except KeyboardInterrupt:
         print(f"{PREFIX}interrupted", file=sys.stderr)
@@ -172,6 +171,11 @@ def say(message: str) -> None:
 def warn(message: str) -> None:
     """A warning line on stderr, printed under `--quiet` too."""
     print(f"{PREFIX}warning: {message}", file=sys.stderr, flush=True)
+
+
+def error(message: str) -> None:
+    """An error line on stderr, printed under `--quiet` too (the run's exit code says it failed)."""
+    print(f"{PREFIX}error: {message}", file=sys.stderr, flush=True)
 
 
 class _ShardProgress:

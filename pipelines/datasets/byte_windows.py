@@ -37,7 +37,9 @@ import re
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from pipelines.datasets.sources import Record, Rejected, Shard, SourceOptions, line_record, shard_format
+from schemas.records import INVALID_UTF8
+from pipelines.datasets.sources import (BOM, CHUNK_SIZE, COMPRESSION_EXTENSIONS, Oversized, Record, Rejected, Shard,
+                                        SourceOptions, jsonl_record, shard_format, too_large, utf8_detail)
 
 MARGIN = 128                  # bytes read before a window: the text that gives its first piece context
 TAIL = 16                     # bytes read after it: an escape or a UTF-8 sequence cut at its end
@@ -307,3 +309,70 @@ def _string_values(raw: bytes, i: int, state: str, key, spans: list) -> bool:
                 return False
         else:
             return False
+
+
+# ---------------------------------------------------------------------------- one record by offset
+
+def offset_readable(shard: Shard, options: SourceOptions) -> bool:
+    """Whether any byte of the shard can be read on its own, so a record can be found from an offset:
+    an uncompressed JSONL file, or a text file of one record per line."""
+    fmt = shard_format(shard, options)
+    plain = not shard.relpath.lower().endswith(COMPRESSION_EXTENSIONS)
+    return plain and (fmt == "jsonl" or (fmt == "txt" and options.text_unit == "line" and options.separator is None))
+
+
+def record_at(f: BinaryIO, shard: Shard, options: SourceOptions, offset: int) -> tuple[int, Record | Rejected | None]:
+    """The line of an `offset_readable` shard (open as `f`, seekable) that holds byte `offset`: its
+    length in bytes with its newline, and its record as the shard's reader would give it (a Rejected
+    record, or None for a blank line, which is no record). The row number is unknown here: 0."""
+    start = _line_start(f, offset)
+    f.seek(start)
+    limit = options.max_record_bytes
+    parts, length = [], 0
+    while True:
+        chunk = f.read(CHUNK_SIZE)
+        if not chunk:
+            break
+        end = chunk.find(b"\n")
+        piece = chunk if end < 0 else chunk[:end + 1]
+        length += len(piece)
+        if limit is None or length <= limit + 2:          # + the line's CRLF
+            parts.append(piece)
+        if end >= 0:
+            break
+    return length, line_record(b"".join(parts), start, shard, options)
+
+
+def line_record(line: bytes, start: int, shard: Shard, options: SourceOptions) -> Record | Rejected | None:
+    """The record of one whole line of an `offset_readable` shard (its bytes from `start`, with or
+    without its newline), as the shard's reader would give it: a Rejected record, or None for a
+    blank line. The row number is unknown here: 0."""
+    raw = line.rstrip(b"\n").removesuffix(b"\r")
+    if start == 0 and raw.startswith(BOM):
+        raw = raw[len(BOM):]
+    limit = options.max_record_bytes
+    if limit is not None and len(raw) > limit:
+        return too_large(Oversized(start, len(raw)), shard, 0, options)
+    if not raw.strip():
+        return None
+    if shard_format(shard, options) == "jsonl":
+        return jsonl_record(raw, start, 0, shard, options)
+    try:
+        text, repaired = _decode(raw, options)
+    except UnicodeDecodeError as exc:
+        return Rejected(shard.url, 0, INVALID_UTF8, utf8_detail(exc, f"at byte {start + exc.start} of the file"))
+    return Record(f"{shard.relpath}:?", text, 0, repaired, {})
+
+
+def _line_start(f: BinaryIO, offset: int) -> int:
+    """The offset of the first byte of the line holding byte `offset`: just after the last newline
+    before it, or 0."""
+    end = offset
+    while end > 0:
+        begin = max(0, end - CHUNK_SIZE)
+        f.seek(begin)
+        found = f.read(end - begin).rfind(b"\n")
+        if found >= 0:
+            return begin + found + 1
+        end = begin
+    return 0

@@ -165,9 +165,9 @@ def rejected_url(output: str, shard) -> str:
 
 
 def plan(shards: list, options, size: int) -> tuple[list, dict[str, str]]:
-    """The run's work units (`sources.plan_parts`): the shards, large files cut into parts of about
+    """The run's work units (`parts.plan_parts`): the shards, large files cut into parts of about
     `size` bytes (0: none). Returns them with {relpath: why read whole} for large files that are not."""
-    from pipelines.datasets.sources import plan_parts
+    from pipelines.datasets.parts import plan_parts
 
     try:
         return plan_parts(shards, options, size)
@@ -198,14 +198,14 @@ def first_rows(p, units: list, options):
 
 
 def part_rows(unit, options) -> tuple[tuple[str, int], int]:
-    from pipelines.datasets.sources import count_rows
+    from pipelines.datasets.parts import count_rows
 
     return (unit.url, unit.part.index), count_rows(unit, options)
 
 
 def numbered(shard, rows: dict | None):
     """The shard with its part's first row number set from `first_rows`' counts."""
-    from pipelines.datasets.sources import with_first_row
+    from pipelines.datasets.parts import with_first_row
 
     return shard if rows is None else with_first_row(shard, rows)
 

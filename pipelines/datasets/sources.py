@@ -12,20 +12,8 @@ needed columns; a text value past the bound is rejected before it becomes a Pyth
 make one repaired or rejected record instead of a crashed pipeline. A data problem never raises: a
 bad row becomes a `Rejected`, a bad file a `ShardError` after the records read before it.
 
-Large files are read in parts (`plan_parts`, `--split-size`), planned once at launch rather than
-split dynamically by a splittable DoFn: the plan is deterministic (it depends only on each file and
-the split size, so output names and resumes do not depend on the runner or its workers), it needs
-no SDF support from the portable runners (Flink, Spark), and Beam's Reshuffle after Create spreads
-the parts over the workers; rebalancing comes from having many parts. A byte-range part of an
-uncompressed JSONL or text file owns the records that START in its range: a record starting exactly
-at the range's start is its own, a part that does not start at 0 skips to the first record boundary
-after start-1, and its last record is read past the end to its own end. A Parquet part is a run of
-row groups. A compressed text file (gzip, bzip2, zstd: a stream that cannot be entered mid-file),
-a whole-file record (`--text-unit file`) and a separator that can overlap itself stay whole, and
-stats.json's `read_whole` says so. Row numbers and default ids (`<relpath>:<row>`) of a part are
-those of the unsplit read: Parquet parts know their first row from the footer; for byte ranges a
-first pass counts each part's rows (non-blank pieces, found without decoding or parsing them), and
-each part starts from the sum of the counts before it (`count_rows`, `with_first_row`).
+Large files are read in parts (pipelines/datasets/parts.py, `--split-size`): a part is a `Shard`
+with a `Part`, read by `read_shard` like any other.
 """
 from __future__ import annotations
 
@@ -63,15 +51,15 @@ CHUNK_SIZE = 1 << 20          # bytes read at a time from a text shard
 PARQUET_BATCH_ROWS = 1024     # rows decoded at a time from a Parquet shard
 DETAIL_CHARS = 200            # details are one line, at most this long
 
-_BOM = b"\xef\xbb\xbf"
+BOM = b"\xef\xbb\xbf"
 # A JSON \uD800-style escape decodes to a lone surrogate: a str that cannot be encoded as UTF-8.
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # What a damaged or unreadable file raises while we open, decompress or parse it.
-_DATA_ERRORS = (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError, zstandard.ZstdError,
+DATA_ERRORS = (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError, zstandard.ZstdError,
                 pa.ArrowException)
 # Leading bytes of binary formats that never start UTF-8 text: a text shard that begins with one is
 # compressed or encoded data under a wrong name, and reading it as lines would let garbage in.
-_BINARY_MAGIC = re.compile(rb"(\x1f\x8b)|(\x28\xb5\x2f\xfd)|(BZh[1-9](?:1AY&SY|\x17rE8P\x90))|(\xfd7zXZ\x00)"
+BINARY_MAGIC = re.compile(rb"(\x1f\x8b)|(\x28\xb5\x2f\xfd)|(BZh[1-9](?:1AY&SY|\x17rE8P\x90))|(\xfd7zXZ\x00)"
                            rb"|(PK\x03\x04)|(PAR1\x15)|(\xff\xfe|\xfe\xff)")
 _BINARY_NAMES = ("gzip", "zstd", "bzip2", "xz", "zip", "Parquet", "UTF-16/UTF-32 text")
 ZSTD_READ_SIZE = 1 << 16      # compressed bytes fed to the zstd decompressor at a time
@@ -117,7 +105,7 @@ class SourceOptions:
 
 @dataclass(frozen=True)
 class Part:
-    """A piece of a large file read as a shard of its own (`plan_parts`): `index` of `count`, over
+    """A piece of a large file read as a shard of its own (`parts.plan_parts`): `index` of `count`, over
     bytes [start, end) of the file (kind "bytes": it holds the records that START there), row
     groups [start, end) (kind "row_groups"), or a run of zstd frames (kind "frames") starting at
     byte `stored` of the file and holding decompressed bytes [start, end). `first_row` is how many
@@ -249,7 +237,7 @@ def read_shard(shard: Shard, options: SourceOptions, chunk_size: int = CHUNK_SIZ
     # Failing to open is an unreadable file; Parquet damage always is (its footer says where data is).
     reason = UNREADABLE_FILE
     try:
-        with _open_decompressed(shard, progress) as f:
+        with open_decompressed(shard, progress) as f:
             if fmt != "parquet":
                 reason = TRUNCATED_OR_CORRUPT
                 if shard.part is None:
@@ -257,7 +245,7 @@ def read_shard(shard: Shard, options: SourceOptions, chunk_size: int = CHUNK_SIZ
                     head = f.head
                 else:     # a part seeks to its own bytes; the file's first ones were checked at launch
                     head = b""
-                binary = _BINARY_MAGIC.match(head)
+                binary = BINARY_MAGIC.match(head)
                 if binary:
                     kind = _BINARY_NAMES[binary.lastindex - 1]
                     yield ShardError(shard.url, 0, WRONG_FORMAT, f"the content is {kind} data, not {fmt} "
@@ -266,7 +254,7 @@ def read_shard(shard: Shard, options: SourceOptions, chunk_size: int = CHUNK_SIZ
             for item in reader(f, shard, options, chunk_size):
                 rows += not isinstance(item, ShardError)
                 yield item
-    except _DATA_ERRORS as exc:
+    except DATA_ERRORS as exc:
         yield ShardError(shard.url, rows, reason, _one_line(f"{type(exc).__name__}: {exc}"))
 
 
@@ -280,7 +268,7 @@ def _first_row(shard: Shard) -> int:
 
 
 @contextlib.contextmanager
-def _open_decompressed(shard: Shard, progress=None) -> Iterator[BinaryIO]:
+def open_decompressed(shard: Shard, progress=None) -> Iterator[BinaryIO]:
     """The shard's bytes, decompressed by extension (as fsspec's compression="infer" does), the
     stored bytes counted into `progress` on their way; a run of zstd frames from its first frame.
     zstandard's stream reader ends silently inside a truncated frame (the records of its last block
@@ -397,26 +385,26 @@ class _Peeked:
         return out
 
 
-def _jsonl_lines(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int):
+def jsonl_lines(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int):
     # A BOM starting a line (left by `cat a.jsonl b.jsonl` of files that each start with one) cannot
     # begin JSON: drop it rather than reject the record.
-    return ((offset + len(_BOM), raw[len(_BOM):]) if raw.startswith(_BOM) else (offset, raw)
+    return ((offset + len(BOM), raw[len(BOM):]) if raw.startswith(BOM) else (offset, raw)
             for offset, raw in _lines(f, chunk_size, options.max_record_bytes, shard.part))
 
 
 def _read_jsonl(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int):
-    lines = _jsonl_lines(f, shard, options, chunk_size)
-    for row, (offset, raw) in enumerate(_non_blank(lines), start=_first_row(shard)):
-        yield (_too_large(raw, shard, row, options) if isinstance(raw, Oversized)
-               else _jsonl_record(raw, offset, row, shard, options))
+    lines = jsonl_lines(f, shard, options, chunk_size)
+    for row, (offset, raw) in enumerate(non_blank(lines), start=_first_row(shard)):
+        yield (too_large(raw, shard, row, options) if isinstance(raw, Oversized)
+               else jsonl_record(raw, offset, row, shard, options))
 
 
-def _too_large(piece: "Oversized", shard: Shard, row: int, options: SourceOptions) -> Rejected:
+def too_large(piece: "Oversized", shard: Shard, row: int, options: SourceOptions) -> Rejected:
     return Rejected(shard.url, row, RECORD_TOO_LARGE, f"{piece.length:,} bytes at byte {piece.offset:,} of the file, "
                     f"above --max-record-bytes {options.max_record_bytes:,}")
 
 
-def _jsonl_record(raw: bytes, offset: int, row: int, shard: Shard,
+def jsonl_record(raw: bytes, offset: int, row: int, shard: Shard,
                   options: SourceOptions) -> Record | Rejected:
     """One non-blank JSONL line -> a record, or the reason it cannot be one."""
     def reject(reason, detail, rid=None):
@@ -425,7 +413,7 @@ def _jsonl_record(raw: bytes, offset: int, row: int, shard: Shard,
     try:
         line, repaired = _decode(raw, options)
     except UnicodeDecodeError as exc:
-        return reject(INVALID_UTF8, _utf8_detail(exc, f"at byte {offset + exc.start} of the file"))
+        return reject(INVALID_UTF8, utf8_detail(exc, f"at byte {offset + exc.start} of the file"))
     try:
         obj = json.loads(line)
     except (ValueError, RecursionError) as exc:     # RecursionError: absurdly deep nesting
@@ -449,7 +437,7 @@ def _jsonl_record(raw: bytes, offset: int, row: int, shard: Shard,
     return Record(rid, text, row, repaired, {k: obj.get(k) for k in options.fields})
 
 
-def _txt_pieces(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int):
+def txt_pieces(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int):
     limit = options.max_record_bytes
     if options.text_unit == "file":
         return _whole_file(f, limit)
@@ -459,15 +447,15 @@ def _txt_pieces(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: i
 
 
 def _read_txt(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int):
-    pieces = _txt_pieces(f, shard, options, chunk_size)
-    for row, (offset, raw) in enumerate(_non_blank(pieces), start=_first_row(shard)):
+    pieces = txt_pieces(f, shard, options, chunk_size)
+    for row, (offset, raw) in enumerate(non_blank(pieces), start=_first_row(shard)):
         if isinstance(raw, Oversized):
-            yield _too_large(raw, shard, row, options)
+            yield too_large(raw, shard, row, options)
             continue
         try:
             text, repaired = _decode(raw, options)
         except UnicodeDecodeError as exc:
-            detail = _utf8_detail(exc, f"at byte {offset + exc.start} of the file")
+            detail = utf8_detail(exc, f"at byte {offset + exc.start} of the file")
             yield Rejected(shard.url, row, INVALID_UTF8, detail)
             continue
         yield Record(f"{shard.relpath}:{row}", text, row, repaired, {})
@@ -522,7 +510,7 @@ def _read_parquet(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size:
                     text, repaired = _decode(raw, options)
                 except UnicodeDecodeError as exc:
                     yield Rejected(shard.url, row, INVALID_UTF8,
-                                   _utf8_detail(exc, f"at byte {exc.start} of the text"), rid)
+                                   utf8_detail(exc, f"at byte {exc.start} of the text"), rid)
                 else:
                     keep = {k: keeps[k][i] if k in keeps else None for k in options.fields}
                     yield Record(rid, text, row, repaired, keep)
@@ -537,7 +525,7 @@ class Oversized:
     offset: int
     length: int
 
-    def strip(self) -> bool:      # never blank: `_non_blank` keeps it, and it takes a row number
+    def strip(self) -> bool:      # never blank: `non_blank` keeps it, and it takes a row number
         return True
 
     def startswith(self, prefix: bytes) -> bool:
@@ -665,8 +653,8 @@ def _split_stream(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None = 
             if i == 0 and oversized or limit is not None and length > limit:
                 yield start, Oversized(start, length)
             else:
-                if start == 0 and piece.startswith(_BOM):
-                    piece, start, length = piece[len(_BOM):], len(_BOM), length - len(_BOM)
+                if start == 0 and piece.startswith(BOM):
+                    piece, start, length = piece[len(BOM):], len(BOM), length - len(BOM)
                 yield start, piece
             start += length + len(sep)
         held, oversized, tail = len(rest), False, rest[-k:] if k else b""
@@ -680,8 +668,8 @@ def _split_stream(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None = 
     if limit is not None and len(last) > limit:
         yield start, Oversized(start, len(last))
         return
-    if start == 0 and last.startswith(_BOM):
-        last, start = last[len(_BOM):], len(_BOM)
+    if start == 0 and last.startswith(BOM):
+        last, start = last[len(BOM):], len(BOM)
     yield start, last
 
 
@@ -708,10 +696,10 @@ def _whole_file(f: BinaryIO, limit: int | None = None) -> Iterator[tuple[int, by
             yield 0, Oversized(0, held)
             return
         data = b"".join(parts)
-    yield (len(_BOM), data[len(_BOM):]) if data.startswith(_BOM) else (0, data)
+    yield (len(BOM), data[len(BOM):]) if data.startswith(BOM) else (0, data)
 
 
-def _non_blank(pieces: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, bytes]]:
+def non_blank(pieces: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, bytes]]:
     """Blank lines or pieces (only whitespace) are not records and take no row number."""
     return ((offset, raw) for offset, raw in pieces if raw.strip())
 
@@ -727,7 +715,7 @@ def _decode(raw: bytes, options: SourceOptions) -> tuple[str, bool]:
         return raw.decode("utf-8", errors="replace"), True
 
 
-def _utf8_detail(exc: UnicodeDecodeError, where: str) -> str:
+def utf8_detail(exc: UnicodeDecodeError, where: str) -> str:
     return f"invalid UTF-8 byte 0x{exc.object[exc.start]:02x} {where}"
 
 
@@ -752,239 +740,3 @@ def _json_type(value) -> str:
 def _one_line(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= DETAIL_CHARS else text[:DETAIL_CHARS - 3] + "..."
-
-
-# ---------------------------------------------------------------------------- parts of large files
-
-def plan_parts(shards: Sequence[Shard], options: SourceOptions,
-               split_size: int | None) -> tuple[list[Shard], dict[str, str]]:
-    """The work units of a run: each shard as it is, or, when it is larger than `split_size` bytes
-    and its format allows, its parts (`Part`). Returns them with {relpath: why it is read whole}
-    for each file above the split size that stays whole. The plan depends only on each file (its
-    size, its Parquet row groups) and `split_size`: never on the runner or its workers."""
-    units: list[Shard] = []
-    whole: dict[str, str] = {}
-    for shard in shards:
-        parts, reason = ([], None) if not split_size or shard.size <= split_size else _split(shard, options, split_size)
-        if reason is not None:
-            whole[shard.relpath] = reason
-        units += parts or [shard]
-    return units, whole
-
-
-def _split(shard: Shard, options: SourceOptions, split_size: int) -> tuple[list[Shard], str | None]:
-    """A large file's parts, or ([], why it must be read whole)."""
-    fmt = shard_format(shard, options)
-    if fmt == "parquet":
-        return _row_group_parts(shard, split_size)
-    if shard.relpath.lower().endswith(".zst") and (fmt == "jsonl" or options.text_unit == "line"
-                                                   and options.separator is None):
-        return _frame_parts(shard, split_size)
-    if shard.relpath.lower().endswith(COMPRESSION_EXTENSIONS):
-        return [], "compressed: a gzip or bzip2 stream (or zstd with --separator) cannot be entered mid-file"
-    if fmt == "txt" and options.text_unit == "file":
-        return [], "--text-unit file: the file is one record"
-    if fmt == "txt" and options.separator is not None and not splittable_separator(options.separator.encode("utf-8")):
-        return [], "its --separator can overlap itself, so a record boundary cannot be found mid-file"
-    with open_read(shard.url) as f:
-        if _BINARY_MAGIC.match(f.read(16)):
-            return [], "its content is not text"     # the whole read reports it, once
-    count = -(-shard.size // split_size)
-    return [_with_part(shard, Part(i, count, "bytes", i * split_size, min(shard.size, (i + 1) * split_size)))
-            for i in range(count)], None
-
-
-def _row_group_parts(shard: Shard, split_size: int) -> tuple[list[Shard], str | None]:
-    """A Parquet file's runs of row groups of about `split_size` stored bytes each; their first rows
-    are known from the footer."""
-    try:
-        with open_read(shard.url) as f:
-            meta = pq.ParquetFile(f).metadata
-    except _DATA_ERRORS:
-        return [], "its footer cannot be read"     # the whole read reports it
-    if meta.num_row_groups < 2:
-        return [], "Parquet with a single row group"
-    runs = [[]]
-    held = 0
-    for i in range(meta.num_row_groups):
-        group = meta.row_group(i)
-        runs[-1].append((i, group.num_rows))
-        held += sum(group.column(c).total_compressed_size for c in range(group.num_columns))
-        if held >= split_size and i < meta.num_row_groups - 1:
-            runs.append([])
-            held = 0
-    parts, first_row = [], 0
-    for index, run in enumerate(runs):
-        parts.append(_with_part(shard, Part(index, len(runs), "row_groups", run[0][0], run[-1][0] + 1, first_row)))
-        first_row += sum(rows for _, rows in run)
-    return (parts, None) if len(parts) > 1 else ([], "Parquet whose row groups are not larger than the split size")
-
-
-def _frame_parts(shard: Shard, split_size: int) -> tuple[list[Shard], str | None]:
-    """A multi-frame .zst file's runs of frames of about `split_size` stored bytes each, found from
-    the frame and block headers (nothing is decompressed); every frame must state its content size,
-    which places each run in the decompressed stream."""
-    try:
-        with open_read(shard.url) as f:
-            frames = zstd_frames(f)
-    except _DATA_ERRORS:
-        return [], "its zstd frames cannot be walked (the whole read reports why)"
-    if len(frames) < 2:
-        return [], "zstd with a single frame: it cannot be entered mid-stream"
-    if any(content is None for _, _, content in frames):
-        return [], "zstd frames that do not state their content size"
-    runs, held = [[]], 0
-    for i, frame in enumerate(frames):
-        runs[-1].append(frame)
-        held += frame[1]
-        if held >= split_size and i < len(frames) - 1:
-            runs.append([])
-            held = 0
-    if len(runs) < 2:
-        return [], "zstd whose frames are not larger than the split size"
-    parts, start = [], 0
-    for index, run in enumerate(runs):
-        end = start + sum(content for _, _, content in run)
-        parts.append(_with_part(shard, Part(index, len(runs), "frames", start, end, stored=run[0][0])))
-        start = end
-    return parts, None
-
-
-_ZSTD_MAGIC = 0xFD2FB528
-_SKIPPABLE_MAGIC = 0x184D2A50      # its low 4 bits are free
-
-
-def zstd_frames(f: BinaryIO) -> list[tuple[int, int, int | None]]:
-    """(stored offset, stored size, content size or None) of each frame of a zstd file, from the frame
-    header and the 3-byte block headers (RFC 8878), seeking over the blocks; skippable frames are
-    left out. ValueError or EOFError for data that is not zstd or ends inside a frame."""
-    frames, offset = [], 0
-    while True:
-        f.seek(offset)
-        head = f.read(18)         # magic, descriptor, window, dictionary id (<= 4), content size (<= 8)
-        if not head:
-            return frames
-        if len(head) < 8:
-            raise EOFError("zstd data ends inside a frame header")
-        magic = int.from_bytes(head[:4], "little")
-        if magic & 0xFFFFFFF0 == _SKIPPABLE_MAGIC:
-            offset += 8 + int.from_bytes(head[4:8], "little")
-            continue
-        if magic != _ZSTD_MAGIC:
-            raise ValueError(f"no zstd frame at byte {offset}")
-        descriptor = head[4]
-        single_segment = descriptor >> 5 & 1
-        size_bytes = (single_segment, 2, 4, 8)[descriptor >> 6]
-        at = 5 + (1 - single_segment) + (0, 1, 2, 4)[descriptor & 3]
-        content = None
-        if size_bytes:
-            content = int.from_bytes(head[at:at + size_bytes], "little") + (256 if size_bytes == 2 else 0)
-        block = offset + at + size_bytes
-        while True:
-            f.seek(block)
-            header = f.read(3)
-            if len(header) < 3:
-                raise EOFError("zstd data ends inside a frame")
-            value = int.from_bytes(header, "little")
-            block += 3 + (1 if (value >> 1 & 3) == 1 else value >> 3)      # an RLE block stores one byte
-            if value & 1:                                                  # the frame's last block
-                break
-        end = block + 4 * (descriptor >> 2 & 1)                            # + its checksum
-        frames.append((offset, end - offset, content))
-        offset = end
-
-
-def _with_part(shard: Shard, part: Part) -> Shard:
-    return Shard(shard.url, shard.relpath, shard.size, shard.version, part)
-
-
-def count_rows(shard: Shard, options: SourceOptions, chunk_size: int = CHUNK_SIZE) -> int:
-    """The rows a byte-range part holds, as its reader numbers them (non-blank pieces), without
-    decoding or parsing them: the first pass that gives each later part its first row number. A
-    read error ends the count; the part's own read reports it."""
-    fmt = shard_format(shard, options)
-    pieces_of = _jsonl_lines if fmt == "jsonl" else _txt_pieces
-    rows = 0
-    try:
-        with _open_decompressed(shard) as f:
-            for _ in _non_blank(pieces_of(f, shard, options, chunk_size)):
-                rows += 1
-    except _DATA_ERRORS:
-        pass
-    return rows
-
-
-def with_first_row(shard: Shard, rows: dict[tuple[str, int], int]) -> Shard:
-    """A byte-range part with `first_row` set from `rows` {(url, part index): rows that part holds};
-    any other shard as it is."""
-    part = shard.part
-    if part is None or part.first_row is not None:
-        return shard
-    return _with_part(shard, part.numbered(sum(rows[(shard.url, i)] for i in range(part.index))))
-
-
-# ---------------------------------------------------------------------------- one record by offset
-
-def offset_readable(shard: Shard, options: SourceOptions) -> bool:
-    """Whether any byte of the shard can be read on its own, so a record can be found from an offset:
-    an uncompressed JSONL file, or a text file of one record per line."""
-    fmt = shard_format(shard, options)
-    plain = not shard.relpath.lower().endswith(COMPRESSION_EXTENSIONS)
-    return plain and (fmt == "jsonl" or (fmt == "txt" and options.text_unit == "line" and options.separator is None))
-
-
-def record_at(f: BinaryIO, shard: Shard, options: SourceOptions, offset: int) -> tuple[int, Record | Rejected | None]:
-    """The line of an `offset_readable` shard (open as `f`, seekable) that holds byte `offset`: its
-    length in bytes with its newline, and its record as the shard's reader would give it (a Rejected
-    record, or None for a blank line, which is no record). The row number is unknown here: 0."""
-    start = _line_start(f, offset)
-    f.seek(start)
-    limit = options.max_record_bytes
-    parts, length = [], 0
-    while True:
-        chunk = f.read(CHUNK_SIZE)
-        if not chunk:
-            break
-        end = chunk.find(b"\n")
-        piece = chunk if end < 0 else chunk[:end + 1]
-        length += len(piece)
-        if limit is None or length <= limit + 2:          # + the line's CRLF
-            parts.append(piece)
-        if end >= 0:
-            break
-    return length, line_record(b"".join(parts), start, shard, options)
-
-
-def line_record(line: bytes, start: int, shard: Shard, options: SourceOptions) -> Record | Rejected | None:
-    """The record of one whole line of an `offset_readable` shard (its bytes from `start`, with or
-    without its newline), as the shard's reader would give it: a Rejected record, or None for a
-    blank line. The row number is unknown here: 0."""
-    raw = line.rstrip(b"\n").removesuffix(b"\r")
-    if start == 0 and raw.startswith(_BOM):
-        raw = raw[len(_BOM):]
-    limit = options.max_record_bytes
-    if limit is not None and len(raw) > limit:
-        return _too_large(Oversized(start, len(raw)), shard, 0, options)
-    if not raw.strip():
-        return None
-    if shard_format(shard, options) == "jsonl":
-        return _jsonl_record(raw, start, 0, shard, options)
-    try:
-        text, repaired = _decode(raw, options)
-    except UnicodeDecodeError as exc:
-        return Rejected(shard.url, 0, INVALID_UTF8, _utf8_detail(exc, f"at byte {start + exc.start} of the file"))
-    return Record(f"{shard.relpath}:?", text, 0, repaired, {})
-
-
-def _line_start(f: BinaryIO, offset: int) -> int:
-    """The offset of the first byte of the line holding byte `offset`: just after the last newline
-    before it, or 0."""
-    end = offset
-    while end > 0:
-        begin = max(0, end - CHUNK_SIZE)
-        f.seek(begin)
-        found = f.read(end - begin).rfind(b"\n")
-        if found >= 0:
-            return begin + found + 1
-        end = begin
-    return 0

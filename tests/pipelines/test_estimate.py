@@ -18,7 +18,8 @@ from bpe_ops import Tokenizer
 from bpe_ops.stats import count_words, utf8_length
 from pipelines import estimate
 from pipelines.datasets.shards import expand
-from pipelines.datasets.sources import Record, SourceOptions, read_shard, record_at
+from pipelines.datasets.byte_windows import record_at
+from pipelines.datasets.sources import Record, SourceOptions, read_shard
 
 pytestmark = pytest.mark.slow
 
@@ -52,7 +53,7 @@ def run_estimate(tok, shards, options, seed, share=0.005):
 
 
 def estimate_by_offset(shard, options):
-    from pipelines.datasets.sources import offset_readable
+    from pipelines.datasets.byte_windows import offset_readable
     return offset_readable(shard, options)
 
 

@@ -14,7 +14,8 @@ import pytest
 from pipelines.datasets import shards as shards_module
 from pipelines import tokenize, train
 from pipelines.datasets.shards import progress_line, split_size
-from pipelines.datasets.sources import SourceOptions, count_rows, expand_inputs, plan_parts, read_shard, with_first_row
+from pipelines.datasets.parts import count_rows, plan_parts, with_first_row
+from pipelines.datasets.sources import SourceOptions, expand_inputs, read_shard
 
 pytestmark = pytest.mark.slow
 
