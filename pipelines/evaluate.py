@@ -10,402 +10,36 @@
 Each `--tokenizer` takes the per-tokenizer flags that follow it (before the next `--tokenizer`):
 `--name`, `--pattern` and `--special-token` (tiktoken rank files), and `--merges K,...` or
 `--vocab-sizes V,...` (the same merge list cut to each size, evaluated beside the whole one).
-The figures and their definitions are bpe_ops/evaluation.py's; the report layout schemas/evaluate.py's.
+The figures and their definitions are bpe_ops/evaluation.py's; the report layout schemas/evaluate.py's;
+the steps are in pipelines/steps/evaluate_steps.py, the report's writing in evaluate_report.py.
 """
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import io
-import json
 import posixpath
 import sys
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 
 from pipelines.core.beam_options import (beam, check_worker_paths, local_cores_per_worker, one_local_worker,
-                                    pipeline_options, split_beam_args)
-from bpe_ops.evaluation import (TokenTally, WordTally, iter_words, merge_count_for_vocab_size, raw_byte_ids,
-                                truncated, whitespace_ids, word_pieces, id_mask)
-from bpe_ops.stats import batch_stats
-from schemas.accounts import ACCOUNT_KEY, Account, account_of
-from schemas.evaluate import DEFINITIONS, EVALUATE_KIND, EVALUATE_SCHEMA_VERSION, success_json, validate_evaluate
+                                         pipeline_options, split_beam_args)
+from bpe_ops.evaluation import merge_count_for_vocab_size, truncated
+from schemas.accounts import account_of
 from pipelines.core import command
 from pipelines.core.command import Command, add_quiet_argument, implementation_from_environment, option_strings
-from pipelines.core.errors import ShardFailure, UserError, pipeline_failures, quiet_worker_stderr, \
-    say, set_quiet, shard_done
+from pipelines.core.errors import UserError, pipeline_failures, quiet_worker_stderr, say, set_quiet
 from pipelines.core.folders import claim_output, mark_output
-from pipelines.core.files import (exists, join, open_atomic, read_json, remove, remove_stale_temporaries,
-                             remove_tree, write_text_atomic, writing)
-from pipelines.statistics.groups import group_value
+from pipelines.core.files import exists, join, read_json, remove, remove_stale_temporaries, remove_tree
 from pipelines.datasets.outcome import RunFigures, RunWords, incomplete_run
-from pipelines.datasets.shards import REJECTED_DIR, ShardReader, add_source_arguments, describe_shard_error, expand, \
-    source_options as make_source_options, warn_mostly_rejected, warn_shard_errors
-from pipelines.datasets.tokenizer_files import (TokenizerRef, check_id_range, identify_tokenizer, load_identified_tokenizer,
-                                      parse_special_token)
+from pipelines.datasets.shards import (REJECTED_DIR, add_source_arguments, expand, source_options as make_source_options,
+                                       warn_mostly_rejected, warn_shard_errors)
+from pipelines.datasets.tokenizer_files import TokenizerRef, check_id_range, identify_tokenizer, parse_special_token
+from pipelines.steps.evaluate_report import SUCCESS, ReportContext, cell, write_report
+from pipelines.steps.evaluate_steps import (WORD_BATCH, EvaluateShard, MergeAccounts, MergeTallies, ScoreWordTypes,
+                                            Variant, add_counts, to_row)
 
-ENCODE_BATCH_RECORDS = 256        # records encoded per encode_arrays call
-WORD_FLUSH_ENTRIES = 200_000      # (word, group) counts a shard holds before it hands them on
-WORD_BATCH = 2_048                # word types scored per call
-MAX_GROUPS = 1_000                # --group-field values in one shard: a category (language, source), not an id
 OUTPUTS = ("evaluate.json", "evaluate.md", "evaluate.png")
-SUCCESS = "_SUCCESS"
 VERDICT_WORDS = RunWords(done="evaluated", lost="no _SUCCESS", nothing="nothing was evaluated", last="; no _SUCCESS")
-WHOLE = (0, "")                   # the scope of the whole dataset; a group is (1, its value)
-
-
-# --- what is evaluated ----------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Variant:
-    """One column of the table: tokenizer `base` (an index into the loaded ones), whole (`merges`
-    None) or cut to its first `merges` merges."""
-    name: str
-    base: int
-    merges: int | None = None
-
-
-def build_tokenizers(bases: list, variants: list[Variant]) -> list:
-    """The tokenizer of each variant from the loaded bases (a cut one is built here)."""
-    return [bases[v.base] if v.merges is None else truncated(bases[v.base], v.merges) for v in variants]
-
-
-def load_tokenizers(refs: list[TokenizerRef], variants: list[Variant]) -> list:
-    """Worker side: the tokenizer of each variant, from the files the launcher identified. Each DoFn
-    instance loads its own: a compiled encoder and its cache serve one thread at a time."""
-    try:
-        bases = [load_identified_tokenizer(ref) for ref in refs]
-    except UserError as exc:
-        raise ShardFailure(str(exc)) from exc
-    return build_tokenizers(bases, variants)
-
-
-def scope_name(scope: tuple[int, str]) -> str | None:
-    return None if scope == WHOLE else scope[1]
-
-
-class EvaluateShard(beam.DoFn):
-    """Read one shard and encode every batch with every tokenizer. Emits `((variant, scope), TokenTally)`
-    for the whole dataset and each group, `(word, Counter({group: count}))` (WORDS) for every word type, at most
-    WORD_FLUSH_ENTRIES counts held at a time, and the shard's account (ACCOUNTS)."""
-    WORDS = "words"
-    ACCOUNTS = "accounts"
-
-    def __init__(self, refs: list[TokenizerRef], variants: list[Variant], source_options, output: str,
-                 group_field: str | None, fail_fast: bool = False, encode_threads: int = 1):
-        self.refs = refs
-        self.variants = variants
-        self.source_options = source_options
-        self.output = output
-        self.group_field = group_field
-        self.fail_fast = fail_fast
-        self.encode_threads = encode_threads
-
-    def setup(self):
-        self.toks = load_tokenizers(self.refs, self.variants)
-        self.raw_byte_ids = [raw_byte_ids(tok) for tok in self.toks]
-
-    def process(self, shard):
-        self.shard = shard
-        self.group_names: set = set()
-        self.tallies: dict = {}
-        self.words: Counter = Counter()
-        reader = ShardReader(shard, self.source_options, self.output, self.fail_fast)
-        batch = []
-        for record in reader:
-            batch.append(record)
-            if len(batch) >= ENCODE_BATCH_RECORDS:
-                self.add_batch(batch)
-                batch = []
-                if len(self.words) >= WORD_FLUSH_ENTRIES:
-                    yield from self.flush_words()
-        self.add_batch(batch)
-        account = reader.finish()
-        yield from self.flush_words()
-        yield from self.tallies.items()
-        yield beam.pvalue.TaggedOutput(self.ACCOUNTS, account)
-        shard_done(f"evaluated {shard.relpath}: {account.records:,} records with {len(self.toks)} tokenizer(s), "
-                   f"{account.rejected} rejected")
-
-    def add_batch(self, batch) -> None:
-        if not batch:
-            return
-        texts = [r.text for r in batch]
-        groups = [group_value(r.keep.get(self.group_field)) for r in batch] if self.group_field else None
-        rows: dict[str, list[int]] = {}
-        for i, g in enumerate(groups or ()):
-            rows.setdefault(g, []).append(i)
-        self.group_names.update(rows)
-        if len(self.group_names) > MAX_GROUPS:
-            raise ShardFailure(f"--group-field {self.group_field}: more than {MAX_GROUPS:,} values in "
-                               f"{self.shard.relpath}; a group field names a few categories (a language, a source)")
-        columns = None
-        for v, tok in enumerate(self.toks):
-            arrays = tok.encode_arrays(texts, self.encode_threads)
-            if columns is None:
-                columns = batch_stats(texts, arrays)[1:]       # bytes, chars, words: the same for all
-            n_tokens = list(map(len, arrays))
-            self.tally(v, WHOLE).add_batch(n_tokens, *columns, arrays)
-            for g, picked in rows.items():
-                self.tally(v, (1, g)).add_batch([n_tokens[i] for i in picked],
-                                                *([c[i] for i in picked] for c in columns),
-                                                [arrays[i] for i in picked])
-        for text, g in zip(texts, groups or [None] * len(texts)):
-            self.words.update((w, g) for w in iter_words(text))
-
-    def tally(self, v: int, scope: tuple[int, str]) -> TokenTally:
-        key = (v, scope)
-        tally = self.tallies.get(key)
-        if tally is None:
-            tally = self.tallies[key] = TokenTally(self.toks[v].vocab_size, self.raw_byte_ids[v])
-        return tally
-
-    def flush_words(self):
-        by_word: dict[str, Counter] = {}
-        for (word, g), n in self.words.items():
-            by_word.setdefault(word, Counter())[g] = n
-        self.words = Counter()
-        for item in by_word.items():
-            yield beam.pvalue.TaggedOutput(self.WORDS, item)
-
-
-def add_counts(counters) -> Counter:
-    """The `{group: count}` Counters of one word type, summed (a CombinePerKey function)."""
-    total = Counter()
-    for counts in counters:
-        total.update(counts)
-    return total
-
-
-class MergeTallies(beam.CombineFn):
-    """The exact merge of TokenTallies (or of WordTallies). The empty accumulator is None: its
-    vocabulary is the first input's."""
-
-    def create_accumulator(self):
-        return None
-
-    def add_input(self, acc, tally):
-        return tally if acc is None else acc.merge(tally)
-
-    def merge_accumulators(self, accs):
-        out = None
-        for acc in accs:
-            if acc is not None:
-                out = acc if out is None else out.merge(acc)
-        return out
-
-    def extract_output(self, acc):
-        return acc
-
-
-class ScoreWordTypes(beam.DoFn):
-    """A batch of `(word, {group: count})` -> `((variant, scope), WordTally)`: each word type's pieces
-    under every tokenizer, tallied for the whole dataset and for each group it occurs in."""
-
-    def __init__(self, refs: list[TokenizerRef], variants: list[Variant], grouped: bool):
-        self.refs = refs
-        self.variants = variants
-        self.grouped = grouped
-
-    def setup(self):
-        self.toks = load_tokenizers(self.refs, self.variants)
-        self.space_masks = [id_mask(whitespace_ids(tok.vocab), tok.vocab_size) for tok in self.toks]
-
-    def process(self, batch):
-        import numpy as np
-
-        words = [w for w, _ in batch]
-        # Which words of the batch each scope holds, with their counts there: the same for every tokenizer.
-        scopes = {WHOLE: (np.arange(len(batch)), np.array([sum(c.values()) for _, c in batch], dtype=np.int64))}
-        if self.grouped:
-            members: dict = {}
-            for i, (_, counts) in enumerate(batch):
-                for g, n in counts.items():
-                    members.setdefault(g, ([], []))
-                    members[g][0].append(i)
-                    members[g][1].append(n)
-            for g, (picked, counts) in members.items():
-                scopes[(1, g)] = (np.array(picked), np.array(counts, dtype=np.int64))
-        for v, tok in enumerate(self.toks):
-            pieces = np.array(word_pieces(tok, words, self.space_masks[v]), dtype=np.int64)
-            for scope, (picked, counts) in scopes.items():
-                tally = WordTally()
-                tally.add_many(pieces[picked], counts)
-                yield (v, scope), tally
-
-
-class MergeAccounts(beam.CombineFn):
-    """The shards' accounts summed (`schemas.accounts.Account`), with their shard errors in order."""
-
-    def create_accumulator(self):
-        return Account(), []
-
-    def add_input(self, acc, account):
-        return self.merge_accumulators([acc, (account.account(), account.shard_errors)])
-
-    def merge_accumulators(self, accs):
-        total, errors = self.create_accumulator()
-        for account, shard_errors in accs:
-            total = total + account
-            errors = sorted(errors + shard_errors, key=lambda e: (e["source"], e["rows_read"], e["reason"]))
-        return total, errors
-
-    def extract_output(self, acc):
-        return acc
-
-
-def to_row(key_and_tallies, variants: list[Variant], vocab_sizes: list[int]) -> dict:
-    """One row of the table from a key's TokenTally and WordTally (either may be missing: a group
-    whose records hold no word has no WordTally)."""
-    (v, scope), grouped = key_and_tallies
-    tokens = next(iter(grouped["tokens"]), None) or TokenTally(vocab_sizes[v], ())
-    words = next(iter(grouped["words"]), None) or WordTally()
-    return {"tokenizer": variants[v].name, "group": scope_name(tuple(scope)), **tokens.figures(), **words.figures()}
-
-
-# --- the report -----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ReportContext:
-    """What the report says besides the figures, from the launcher."""
-    inputs: list
-    group_field: str | None
-    tokenizers: list            # the `tokenizers` entries of evaluate.json
-    started_at: float
-    allow_shard_errors: bool
-
-
-def report_json(rows: list[dict], account_and_errors: tuple, context: ReportContext) -> dict:
-    order = {t["name"]: i for i, t in enumerate(context.tokenizers)}
-    rows = sorted(rows, key=lambda r: (order[r["tokenizer"]], r["group"] is not None, r["group"] or ""))
-    account, shard_errors = account_and_errors
-    report = {
-        "kind": EVALUATE_KIND, "schema_version": EVALUATE_SCHEMA_VERSION, "inputs": context.inputs,
-        "group_field": context.group_field, "definitions": DEFINITIONS, "tokenizers": context.tokenizers,
-        "rows": rows, ACCOUNT_KEY: account.to_json(), "records": account.records_written,
-        "shard_errors": shard_errors,
-        "timing": {"started_at": context.started_at, "elapsed_seconds": round(time.time() - context.started_at, 3)},
-    }
-    validate_evaluate(report)
-    return report
-
-
-def _cell(value, kind: str) -> str:
-    if value is None:
-        return "n/a"
-    if kind == "share":
-        return f"{100 * value:.1f}%"
-    if kind == "int":
-        return f"{value:,}"
-    return f"{value:.3f}" if value < 10 else f"{value:.2f}"
-
-
-TABLE = (("bytes/token", "bytes_per_token", "ratio"), ("tokens/char", "tokens_per_char", "ratio"),
-         ("tokens/word", "tokens_per_word", "ratio"), ("words kept whole", "words_kept_whole", "share"),
-         ("word types kept whole", "word_types_kept_whole", "share"),
-         ("pieces/word type", "pieces_per_word_type", "ratio"), ("raw-byte share", "raw_byte_share", "share"),
-         ("ids used", "used_ids", "int"), ("utilisation", "vocab_utilisation", "share"))
-SIZE_TABLE = (("merges", "merges", "int"), ("vocabulary", "vocab_size", "int"), ("pieces in use", "used_ids", "int"),
-              ("pieces/word type", "pieces_per_word_type", "ratio"), ("pieces/word", "pieces_per_word", "ratio"),
-              ("word types kept whole", "word_types_kept_whole", "share"),
-              ("words kept whole", "words_kept_whole", "share"), ("bytes/token", "bytes_per_token", "ratio"))
-
-
-def _table(columns, rows: list[dict], first: tuple[str, str]) -> list[str]:
-    head = [first[0]] + [c[0] for c in columns]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" + "---:|" * len(columns)]
-    for row in rows:
-        name = " ".join(str(row[first[1]]).split()).replace("|", "\\|")    # a group value is any text
-        lines.append("| " + " | ".join([name] + [_cell(row.get(key), kind) for _, key, kind in columns]) + " |")
-    return lines
-
-
-def render_markdown(report: dict, picture: str | None) -> str:
-    rows = report["rows"]
-    whole = [r for r in rows if r["group"] is None]
-    account = account_of(report)
-    out = ["# Tokenizer evaluation", "",
-           f"{account.records_written:,} records ({account.records_read:,} read, {account.records_rejected:,} rejected) "
-           f"of {account.shards_read} shard(s): {', '.join(report['inputs'])}", ""]
-    out += _table(TABLE, whole, ("tokenizer", "tokenizer")) + [""]
-    merges = {t["name"]: t for t in report["tokenizers"]}
-    series = [t for t in report["tokenizers"] if t["truncated_from"]]
-    if series:
-        out += ["## One merge list at several sizes", ""]
-        for base in dict.fromkeys(t["truncated_from"] for t in series):
-            names = [t["name"] for t in report["tokenizers"] if t["truncated_from"] == base or t["name"] == base]
-            sized = sorted(({**r, "merges": merges[r["tokenizer"]]["merges"]} for r in whole if r["tokenizer"] in names),
-                           key=lambda r: r["merges"])
-            out += [f"`{base}`:", ""] + _table(SIZE_TABLE[1:], sized, ("merges", "merges")) + [""]
-    if report["group_field"]:
-        out += [f"## Per {report['group_field']}", ""]
-        grouped = sorted((r for r in rows if r["group"] is not None), key=lambda r: (r["group"], r["tokenizer"]))
-        out += _table((("records", "records", "int"),) + TABLE[:7], [{**r, "key": f"{r['group']} · {r['tokenizer']}"}
-                                                                       for r in grouped], ("group · tokenizer", "key"))
-        out += [""]
-    out += ["## Definitions", ""] + [f"- **{k}**: {v}" for k, v in report["definitions"].items()] + [""]
-    if picture:
-        out += [f"![compression against vocabulary size]({picture})", ""]
-    for error in report["shard_errors"]:
-        out.append(f"- shard error: {describe_shard_error(error)}")
-    return "\n".join(out) + "\n"
-
-
-def plot_report(report: dict, f) -> None:
-    """Compression (bytes per token) against vocabulary size, one line per group and tokenizer family
-    (a merge list with its cut sizes is one line), written as PNG into file object `f`."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(11, 6), layout="constrained")
-    ax = fig.subplots()
-    family = {t["name"]: t["truncated_from"] or t["name"] for t in report["tokenizers"]}
-    lines: dict = {}
-    for r in report["rows"]:
-        if r["bytes_per_token"] is not None:
-            lines.setdefault((family[r["tokenizer"]], r["group"]), []).append((r["vocab_size"], r["bytes_per_token"]))
-    markers = dict(zip(dict.fromkeys(family.values()), "osD^vP*X"))
-    groups = sorted({g for _, g in lines if g is not None})
-    colors = {g: f"C{i % 10}" for i, g in enumerate(groups)}       # one colour per group, any family
-    for (fam, group), points in sorted(lines.items(), key=lambda kv: (kv[0][0], kv[0][1] is not None, kv[0][1] or "")):
-        points.sort()
-        label = f"{fam}: {'all' if group is None else group}".encode("ascii", "backslashreplace").decode()
-        ax.plot(*zip(*points), marker=markers.get(fam, "o"), linewidth=2.5 if group is None else 1,
-                color="black" if group is None else colors[group], label=label)
-    ax.set_xscale("log")
-    ax.set_xlabel("vocabulary size (ids)")
-    ax.set_ylabel("bytes per token (higher: more compression)")
-    ax.set_title(f"Compression on {report['records']:,} records (marker: tokenizer, colour: group)")
-    if len(lines) <= 40:
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
-    fig.savefig(f, format="png", dpi=100)
-
-
-def plot_available() -> bool:
-    return importlib.util.find_spec("matplotlib") is not None       # the `plot` extra
-
-
-def write_report(_, rows: list[dict], account: tuple, output: str, context: ReportContext) -> dict:
-    """evaluate.json, evaluate.md, evaluate.png (with the plot extra) and, when complete, _SUCCESS."""
-    report = report_json(rows, account, context)
-    picture = None
-    if plot_available():
-        buffer = io.BytesIO()
-        plot_report(report, buffer)
-        url = join(output, "evaluate.png")
-        with writing(url), open_atomic(url) as f:
-            f.write(buffer.getvalue())
-        picture = "evaluate.png"
-    for name, text in (("evaluate.json", json.dumps(report, indent=1, sort_keys=True, allow_nan=False) + "\n"),
-                       ("evaluate.md", render_markdown(report, picture))):
-        url = join(output, name)
-        with writing(url):
-            write_text_atomic(url, text)
-    if report["records"] and (context.allow_shard_errors or not report["shard_errors"]):
-        url = join(output, SUCCESS)
-        with writing(url):
-            write_text_atomic(url, json.dumps(success_json(report), sort_keys=True) + "\n")
-    return report
 
 
 def build_evaluate_pipeline(p, shards, refs: list[TokenizerRef], variants: list[Variant], vocab_sizes: list[int],
@@ -617,9 +251,9 @@ def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.Argum
     warn_shard_errors(report["shard_errors"], args.allow_shard_errors)
     for row in report["rows"]:
         if row["group"] is None:
-            say(f"  {row['tokenizer']}: {_cell(row['bytes_per_token'], 'ratio')} bytes/token, "
-                f"{_cell(row['tokens_per_word'], 'ratio')} tokens/word, {_cell(row['words_kept_whole'], 'share')} "
-                f"of words kept whole, {_cell(row['raw_byte_share'], 'share')} raw bytes")
+            say(f"  {row['tokenizer']}: {cell(row['bytes_per_token'], 'ratio')} bytes/token, "
+                f"{cell(row['tokens_per_word'], 'ratio')} tokens/word, {cell(row['words_kept_whole'], 'share')} "
+                f"of words kept whole, {cell(row['raw_byte_share'], 'share')} raw bytes")
     account = account_of(report)
     say(f"done: {account.records_read:,} records read, {account.records_written:,} evaluated, "
         f"{account.records_rejected:,} rejected in {time.time() - started_at:.1f}s -> "

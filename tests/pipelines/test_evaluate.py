@@ -13,6 +13,7 @@ from bpe_ops.evaluation import evaluate_texts, iter_words, truncated, word_piece
 from bpe_ops.stats import count_words
 from pipelines import evaluate, tokenize
 from pipelines.core import folders
+from pipelines.steps import evaluate_report, evaluate_steps
 from pipelines.core.errors import IncompleteRun
 from schemas.evaluate import validate_evaluate
 from tests.conftest import ROOT
@@ -103,7 +104,7 @@ def test_the_same_rows_on_two_worker_processes(tmp_path, sample):
 
 def test_without_matplotlib_the_report_is_written_and_the_picture_skipped(tmp_path, monkeypatch, capsys):
     small_tokenizer().save(tmp_path / "small")
-    monkeypatch.setattr(evaluate, "plot_available", lambda: False)
+    monkeypatch.setattr(evaluate_report, "plot_available", lambda: False)
     report = evaluate.run(["--tokenizer", str(tmp_path / "small"), "--input", write_shards(tmp_path / "in", RECORDS),
                            "--output", str(tmp_path / "out")])
     assert row(report, "small")["tokens"] == 7
@@ -213,7 +214,7 @@ def test_unreadable_shard_is_exit_3_unless_allowed(tmp_path, sample):
 
 def test_a_group_field_of_ids_is_refused_in_one_line(tmp_path, monkeypatch):
     small_tokenizer().save(tmp_path / "small")
-    monkeypatch.setattr(evaluate, "MAX_GROUPS", 1)
+    monkeypatch.setattr(evaluate_steps, "MAX_GROUPS", 1)
     with pytest.raises(IncompleteRun, match="--group-field id: more than 1 values in s0.jsonl; a group field names"):
         evaluate.run(["--tokenizer", str(tmp_path / "small"), "--input", write_shards(tmp_path / "in", RECORDS * 2, 1),
                       "--output", str(tmp_path / "out"), "--group-field", "id"])
@@ -221,7 +222,7 @@ def test_a_group_field_of_ids_is_refused_in_one_line(tmp_path, monkeypatch):
 
 
 def test_group_values_stay_in_their_markdown_cell():
-    lines = evaluate._table((("records", "records", "int"),), [{"key": "a|b\nc", "records": 3}], ("group", "key"))
+    lines = evaluate_report.markdown_table((("records", "records", "int"),), [{"key": "a|b\nc", "records": 3}], ("group", "key"))
     assert lines[-1] == "| a\\|b c | 3 |"
 
 
@@ -229,9 +230,10 @@ def test_another_commands_output_folder_is_refused(tmp_path):
     small_tokenizer().save(tmp_path / "small")
     inputs = write_shards(tmp_path / "in", RECORDS)
     tokenize.run(["--tokenizer", str(tmp_path / "small"), "--input", inputs, "--output", str(tmp_path / "tokens")])
+    manifest = (tmp_path / "tokens" / "_SUCCESS").read_bytes()
     result = run_cli("--tokenizer", tmp_path / "small", "--input", inputs, "--output", tmp_path / "tokens")
     assert result.returncode == 2 and "holds the output of `tokenbeam tokenize`" in error_line(result)
-    assert "rows" in json.loads((tmp_path / "tokens" / "_SUCCESS").read_text())    # tokenize's, untouched
+    assert (tmp_path / "tokens" / "_SUCCESS").read_bytes() == manifest      # tokenize's, untouched
 
 
 def run_cli(*argv):
