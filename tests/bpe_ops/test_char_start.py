@@ -120,3 +120,31 @@ def test_shuffled_merge_lists_start_characters_as_the_replay(learned, other):
             data = line.encode()
             assert replay(tok, first_symbols(data, tables)) == replay(tok, [tok._byte_ids[b] for b in data])
         assert tok.encode(text) == python_ids(tok, text)
+
+
+def vocab_of(merges):
+    vocab = {b: bytes([b]) for b in range(256)}
+    for a, b in merges:
+        vocab[len(vocab)] = a + b
+    return vocab
+
+
+@pytest.mark.parametrize("merges, text, starts_as", [
+    # (b): after 'é' (C3 A9) is made, ('y', 'é') would outrank ('x', 'y'), which comes first from bytes.
+    ([(b"y", "é".encode()), (b"x", b"y"), (b"\xc3", b"\xa9")], "xyé", "bytes"),
+    # (c): 'の' (E3 81 AE) makes (81, AE) at rank 5 then (E3, 81 AE) at 0; after the first alone, the
+    # second would come before ('y', 'z'), and ('の', 'y') then outranks ('y', 'z').
+    ([(b"\xe3", b"\x81\xae"), ("の".encode(), b"y"), (b"y", b"z"), (b"a", b"b"), (b"c", b"d"), (b"\x81", b"\xae")],
+     "のyz", "bytes"),
+    # Neither: 'の' alone starts whole although its merges' ranks do not ascend.
+    ([(b"\xe3", b"\x81\xae"), (b"y", b"z"), (b"\x81", b"\xae")], "のyz", "merged"),
+])
+def test_each_condition_keeps_a_character_as_bytes_where_it_must(merges, text, starts_as):
+    """Hand-made merge lists where leaving out condition (b) or (c) of char_start.py would give
+    other ids than the replay from bytes."""
+    tok = byte_tokenizer(merges, r"[^\n]+", vocab=vocab_of(merges))
+    tables = start_tables(tok._ranks, tok._left, tok._right, tok._merged, tok._byte_ids)
+    data = text.encode()
+    start = first_symbols(data, tables)
+    assert (start == [tok._byte_ids[b] for b in data]) == (starts_as == "bytes")
+    assert replay(tok, start) == replay(tok, [tok._byte_ids[b] for b in data]) == tok.encode(text) == python_ids(tok, text)
