@@ -1519,7 +1519,7 @@ static PyObject *encoder_get_starts_from_characters(TextEncoder *self, void *clo
 
 static PyGetSetDef encoder_getset[] = {
     {"starts_from_characters", (getter)encoder_get_starts_from_characters, NULL,
-     "whether a piece's characters start merged (_char_start.h: the merges' ranks ascend)", NULL},
+     "whether a piece's characters start merged where that is exact (_char_start.h)", NULL},
     {NULL, NULL, NULL, NULL, NULL}
 };
 
