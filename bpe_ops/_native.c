@@ -16,6 +16,10 @@
  *   merge_ids(merges, vocab)    a tokenizer.json's merges as three int64 id columns (left, right,
  *                               merged) looked up in vocab, or None (bpe_ops/merge_ids.py's
  *                               `merge_ids_python` is the specification).
+ *   ranks_ascend(left, right, merged)
+ *                               merging.ranks_ascend(merging.first_ranks(left, right), left, right,
+ *                               merged) of three int64 columns, or None for an id outside 0..2**32-1
+ *                               (merging.py's `ranks_ascend_of` runs the specification then).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -672,6 +676,90 @@ done:
     return result;
 }
 
+/* ---- whether merge ranks ascend ------------------------------------------------------------------ */
+
+static size_t slot_of(uint64_t key, size_t mask)
+{
+    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 17) & mask;
+}
+
+static PyObject *ranks_ascend(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    /* Every live merge (the first of its pair) ranks after the last live merge making either of its
+     * parts: one table of pairs (their first rank), one of products (their last live rank). */
+    Py_buffer views[3];
+    const int64_t *left, *right, *merged;
+    int64_t *pairs = NULL, *makers = NULL;
+    uint8_t *live = NULL;
+    size_t n, size = 2, mask, r, i;
+    PyObject *result = NULL;
+    int held = 0, ascend = 1;
+    if (!PyArg_ParseTuple(args, "y*y*y*:ranks_ascend", &views[0], &views[1], &views[2]))
+        return NULL;
+    held = 3;
+    if (views[0].len != views[1].len || views[0].len != views[2].len || views[0].len % 8 != 0) {
+        PyErr_SetString(PyExc_ValueError, "ranks_ascend() takes three int64 columns of one length");
+        goto done;
+    }
+    left = views[0].buf, right = views[1].buf, merged = views[2].buf;
+    n = (size_t)views[0].len / 8;
+    for (r = 0; r < n; r++)
+        if ((uint64_t)left[r] > 0xFFFFFFFFu || (uint64_t)right[r] > 0xFFFFFFFFu || (uint64_t)merged[r] > 0xFFFFFFFFu) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+    while (size < 2 * n)
+        size *= 2;
+    mask = size - 1;
+    pairs = malloc(size * sizeof *pairs);
+    makers = malloc(size * sizeof *makers);
+    live = malloc(n ? n : 1);
+    if (pairs == NULL || makers == NULL || live == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    memset(pairs, 0xFF, size * sizeof *pairs);      /* -1: empty */
+    memset(makers, 0xFF, size * sizeof *makers);
+    for (r = 0; r < n; r++) {                        /* a pair's later copies are not live */
+        uint64_t key = ((uint64_t)left[r] << 32) | (uint64_t)right[r];
+        for (i = slot_of(key, mask); pairs[i] >= 0; i = (i + 1) & mask)
+            if (left[pairs[i]] == left[r] && right[pairs[i]] == right[r])
+                break;
+        live[r] = pairs[i] < 0;
+        if (live[r])
+            pairs[i] = (int64_t)r;
+    }
+    for (r = 0; r < n; r++) {                        /* the last live rank making each product */
+        if (!live[r])
+            continue;
+        for (i = slot_of((uint64_t)merged[r], mask); makers[i] >= 0; i = (i + 1) & mask)
+            if (merged[makers[i]] == merged[r])
+                break;
+        makers[i] = (int64_t)r;
+    }
+    for (r = 0; r < n && ascend; r++) {
+        int side;
+        if (!live[r])
+            continue;
+        for (side = 0; side < 2 && ascend; side++) {
+            int64_t part = side ? right[r] : left[r];
+            for (i = slot_of((uint64_t)part, mask); makers[i] >= 0; i = (i + 1) & mask)
+                if (merged[makers[i]] == part) {
+                    ascend = makers[i] < (int64_t)r;
+                    break;
+                }
+        }
+    }
+    result = PyBool_FromLong(ascend);
+done:
+    free(pairs);
+    free(makers);
+    free(live);
+    while (held > 0)
+        PyBuffer_Release(&views[--held]);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"add_counts", add_counts, METH_VARARGS,
      "add_counts(into, counts)\n--\n\nAdd the count table `counts` into the dict `into`, key by key."},
@@ -685,6 +773,9 @@ static PyMethodDef module_methods[] = {
     {"merge_ids", merge_ids, METH_VARARGS,
      "merge_ids(merges, vocab)\n--\n\nA tokenizer.json's merges as (left, right, merged) int64 id columns "
      "(bytes), or None: see bpe_ops/merge_ids.py."},
+    {"ranks_ascend", ranks_ascend, METH_VARARGS,
+     "ranks_ascend(left, right, merged)\n--\n\nmerging.ranks_ascend of three int64 id columns, or None for "
+     "an id outside 0..2**32-1: see merging.ranks_ascend_of."},
     {"crc32", crc32, METH_O,
      "crc32(data)\n--\n\nzlib.crc32(data): the bucket of a pre-token in the packed tables."},
     {NULL, NULL, 0, NULL}

@@ -566,7 +566,7 @@ def _byte_level_tables(model: dict, pattern: str, specials: dict, components: di
     construction then reads it, and names what is wrong. `columns`: `merge_ids` of the merges over
     the whole vocab, if known."""
     from . import table_cache
-    from .merging import first_ranks, ranks_ascend
+    from .merging import ranks_ascend_of
 
     vocab = model["vocab"]
     special_ids = set(specials.values())
@@ -587,7 +587,7 @@ def _byte_level_tables(model: dict, pattern: str, specials: dict, components: di
         special_tokens=dict(specials), token_ids=array("q", ordinary.values()),
         token_lengths=array("q", map(len, strings)), token_blob=blob, left=left, right=right,
         merged=merged,
-        ranks_ascend=ranks_ascend(first_ranks(left, right), left, right, merged),
+        ranks_ascend=ranks_ascend_of(left, right, merged),
         normalizer=components.get("normalizer"), pre_tokenizer=components.get("pre_tokenizer"),
         added_tokens=components.get("added_tokens"))
 
