@@ -13,6 +13,13 @@
  *   measure_texts(texts, separators, wide)
  *                               each text's UTF-8 bytes, whitespace words and ASCII digit runs in
  *                               one pass, without the GIL (bpe_ops/stats.py's `measure_batch`).
+ *   merge_ids(merges, vocab)    a tokenizer.json's merges as three int64 id columns (left, right,
+ *                               merged) looked up in vocab, or None (bpe_ops/merge_ids.py's
+ *                               `merge_ids_python` is the specification).
+ *   ranks_ascend(left, right, merged)
+ *                               merging.ranks_ascend(merging.first_ranks(left, right), left, right,
+ *                               merged) of three int64 columns, or None for an id outside 0..2**32-1
+ *                               (merging.py's `ranks_ascend_of` runs the specification then).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -568,6 +575,191 @@ done:
     return result;
 }
 
+/* ---- a tokenizer.json's merges as id columns ---------------------------------------------------- */
+
+static int vocab_id(PyObject *vocab, PyObject *token, int64_t *out)
+{
+    /* 1 with vocab[token] in *out when it is there and a plain int that fits, 0 when not, -1 on error. */
+    PyObject *id = PyDict_GetItemWithError(vocab, token);     /* borrowed */
+    long long v;
+    if (id == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (!PyLong_CheckExact(id))
+        return 0;
+    v = PyLong_AsLongLong(id);
+    if (v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    *out = (int64_t)v;
+    return 1;
+}
+
+static int merge_halves(PyObject *merge, int string_form, PyObject **a, PyObject **b, PyObject **ab)
+{
+    /* New references to a merge's halves and their join: 1, or 0 when it is not in the form the
+     * first merge has ("a b" with one space, or ["a", "b"]), -1 on error. */
+    *a = *b = *ab = NULL;
+    if (string_form) {
+        Py_ssize_t n, at;
+        if (!PyUnicode_CheckExact(merge))
+            return 0;
+        n = PyUnicode_GET_LENGTH(merge);
+        at = PyUnicode_FindChar(merge, ' ', 0, n, 1);
+        if (at == -2)
+            return -1;
+        if (at < 0 || PyUnicode_FindChar(merge, ' ', at + 1, n, 1) != -1)
+            return 0;
+        *a = PyUnicode_Substring(merge, 0, at);
+        *b = PyUnicode_Substring(merge, at + 1, n);
+    } else {
+        if (!PyList_CheckExact(merge) || PyList_GET_SIZE(merge) != 2)
+            return 0;
+        *a = PyList_GET_ITEM(merge, 0);
+        *b = PyList_GET_ITEM(merge, 1);
+        if (!PyUnicode_CheckExact(*a) || !PyUnicode_CheckExact(*b)) {
+            *a = *b = NULL;
+            return 0;
+        }
+        Py_INCREF(*a);
+        Py_INCREF(*b);
+    }
+    if (*a == NULL || *b == NULL || (*ab = PyUnicode_Concat(*a, *b)) == NULL) {
+        Py_CLEAR(*a);
+        Py_CLEAR(*b);
+        return -1;
+    }
+    return 1;
+}
+
+static PyObject *merge_ids(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    /* (left, right, merged), each the native int64 ids of one side of every merge as bytes, or None
+     * when a merge is not in the first one's form or a half or product is not a plain int of vocab. */
+    PyObject *merges, *vocab, *columns[3] = {NULL, NULL, NULL}, *result = NULL;
+    Py_ssize_t n, k;
+    int string_form, c;
+    int64_t *out[3];
+    if (!PyArg_ParseTuple(args, "O!O!:merge_ids", &PyList_Type, &merges, &PyDict_Type, &vocab))
+        return NULL;
+    n = PyList_GET_SIZE(merges);
+    string_form = n > 0 && PyUnicode_CheckExact(PyList_GET_ITEM(merges, 0));
+    for (c = 0; c < 3; c++) {
+        if ((columns[c] = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t))) == NULL)
+            goto done;
+        out[c] = (int64_t *)PyBytes_AS_STRING(columns[c]);
+    }
+    for (k = 0; k < n; k++) {
+        PyObject *a, *b, *ab;
+        int got = merge_halves(PyList_GET_ITEM(merges, k), string_form, &a, &b, &ab);
+        if (got == 1) {
+            got = vocab_id(vocab, a, &out[0][k]);
+            if (got == 1)
+                got = vocab_id(vocab, b, &out[1][k]);
+            if (got == 1)
+                got = vocab_id(vocab, ab, &out[2][k]);
+            Py_DECREF(a);
+            Py_DECREF(b);
+            Py_DECREF(ab);
+        }
+        if (got < 0)
+            goto done;
+        if (got == 0) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+    }
+    result = PyTuple_Pack(3, columns[0], columns[1], columns[2]);
+done:
+    for (c = 0; c < 3; c++)
+        Py_XDECREF(columns[c]);
+    return result;
+}
+
+/* ---- whether merge ranks ascend ------------------------------------------------------------------ */
+
+static size_t slot_of(uint64_t key, size_t mask)
+{
+    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 17) & mask;
+}
+
+static PyObject *ranks_ascend(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    /* Every live merge (the first of its pair) ranks after the last live merge making either of its
+     * parts: one table of pairs (their first rank), one of products (their last live rank). */
+    Py_buffer views[3];
+    const int64_t *left, *right, *merged;
+    int64_t *pairs = NULL, *makers = NULL;
+    uint8_t *live = NULL;
+    size_t n, size = 2, mask, r, i;
+    PyObject *result = NULL;
+    int held = 0, ascend = 1;
+    if (!PyArg_ParseTuple(args, "y*y*y*:ranks_ascend", &views[0], &views[1], &views[2]))
+        return NULL;
+    held = 3;
+    if (views[0].len != views[1].len || views[0].len != views[2].len || views[0].len % 8 != 0) {
+        PyErr_SetString(PyExc_ValueError, "ranks_ascend() takes three int64 columns of one length");
+        goto done;
+    }
+    left = views[0].buf, right = views[1].buf, merged = views[2].buf;
+    n = (size_t)views[0].len / 8;
+    for (r = 0; r < n; r++)
+        if ((uint64_t)left[r] > 0xFFFFFFFFu || (uint64_t)right[r] > 0xFFFFFFFFu || (uint64_t)merged[r] > 0xFFFFFFFFu) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+    while (size < 2 * n)
+        size *= 2;
+    mask = size - 1;
+    pairs = malloc(size * sizeof *pairs);
+    makers = malloc(size * sizeof *makers);
+    live = malloc(n ? n : 1);
+    if (pairs == NULL || makers == NULL || live == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    memset(pairs, 0xFF, size * sizeof *pairs);      /* -1: empty */
+    memset(makers, 0xFF, size * sizeof *makers);
+    for (r = 0; r < n; r++) {                        /* a pair's later copies are not live */
+        uint64_t key = ((uint64_t)left[r] << 32) | (uint64_t)right[r];
+        for (i = slot_of(key, mask); pairs[i] >= 0; i = (i + 1) & mask)
+            if (left[pairs[i]] == left[r] && right[pairs[i]] == right[r])
+                break;
+        live[r] = pairs[i] < 0;
+        if (live[r])
+            pairs[i] = (int64_t)r;
+    }
+    for (r = 0; r < n; r++) {                        /* the last live rank making each product */
+        if (!live[r])
+            continue;
+        for (i = slot_of((uint64_t)merged[r], mask); makers[i] >= 0; i = (i + 1) & mask)
+            if (merged[makers[i]] == merged[r])
+                break;
+        makers[i] = (int64_t)r;
+    }
+    for (r = 0; r < n && ascend; r++) {
+        int side;
+        if (!live[r])
+            continue;
+        for (side = 0; side < 2 && ascend; side++) {
+            int64_t part = side ? right[r] : left[r];
+            for (i = slot_of((uint64_t)part, mask); makers[i] >= 0; i = (i + 1) & mask)
+                if (merged[makers[i]] == part) {
+                    ascend = makers[i] < (int64_t)r;
+                    break;
+                }
+        }
+    }
+    result = PyBool_FromLong(ascend);
+done:
+    free(pairs);
+    free(makers);
+    free(live);
+    while (held > 0)
+        PyBuffer_Release(&views[--held]);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"add_counts", add_counts, METH_VARARGS,
      "add_counts(into, counts)\n--\n\nAdd the count table `counts` into the dict `into`, key by key."},
@@ -578,6 +770,12 @@ static PyMethodDef module_methods[] = {
     {"measure_texts", measure_texts, METH_VARARGS,
      "measure_texts(texts, separators, wide)\n--\n\nEach text's UTF-8 bytes, whitespace words and ASCII digit "
      "runs (n x 5 int64 in a bytearray), in one pass without the GIL."},
+    {"merge_ids", merge_ids, METH_VARARGS,
+     "merge_ids(merges, vocab)\n--\n\nA tokenizer.json's merges as (left, right, merged) int64 id columns "
+     "(bytes), or None: see bpe_ops/merge_ids.py."},
+    {"ranks_ascend", ranks_ascend, METH_VARARGS,
+     "ranks_ascend(left, right, merged)\n--\n\nmerging.ranks_ascend of three int64 id columns, or None for "
+     "an id outside 0..2**32-1: see merging.ranks_ascend_of."},
     {"crc32", crc32, METH_O,
      "crc32(data)\n--\n\nzlib.crc32(data): the bucket of a pre-token in the packed tables."},
     {NULL, NULL, 0, NULL}

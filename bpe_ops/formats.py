@@ -22,13 +22,11 @@ import json
 import os
 from array import array
 from functools import lru_cache
-from itertools import chain, repeat
-from operator import add
 from typing import Any
 
 import regex
 
-from . import hf_components, hf_decoders
+from . import hf_components, hf_decoders, merge_ids
 from .regex_dialect import from_oniguruma, to_oniguruma
 from .pretokenize import (resolve_pattern, token_to_unicode, tokens_to_unicode, unicode_to_blob, unicode_to_token,
                           unicode_to_tokens)
@@ -208,11 +206,11 @@ def read_tokenizer_data(data: bytes, path: str | os.PathLike = "tokenizer.json",
     if not isinstance(doc, dict) or not isinstance(doc.get("model"), dict):
         raise ValueError(f"{path}: not a tokenizer.json (no \"model\" object)")
     try:
-        _check_document(doc)
+        columns = _check_document(doc)
     except ValueError as exc:
         raise ValueError(f"{path}: malformed tokenizer.json: {exc}") from None
     try:
-        return _read_tokenizer_doc(doc, path, as_tables)
+        return _read_tokenizer_doc(doc, path, as_tables, columns)
     except (AttributeError, TypeError) as exc:   # a safety net: `_check_document` should have said what
         raise ValueError(f"{path}: malformed tokenizer.json ({type(exc).__name__}: {exc})") from None
 
@@ -226,13 +224,15 @@ _ADDED_TOKEN_FIELDS = {"id": int, "content": str, **{flag: bool for flag in hf_c
 MAX_COMPONENT_DEPTH = 32
 
 
-def _check_document(doc: dict) -> None:
+def _check_document(doc: dict):
     """ValueError naming the first field (by its path in the file) whose JSON type is not what every
     reader below takes for granted: the model's fields, each merge, each added token, the components.
-    What the values mean (ids, tokens, supported components) is checked where they are read."""
+    What the values mean (ids, tokens, supported components) is checked where they are read.
+    Returns the merges' id columns over the whole vocab (`merge_ids`) when the compiled pass that
+    checks their form found every half and join a token (for the reader to reuse), else None."""
     model = doc["model"]
     if model.get("type", "BPE" if "merges" in model else None) != "BPE":
-        return                          # another model: refused as unsupported, whatever its shape
+        return None                     # another model: refused as unsupported, whatever its shape
     for field in ("vocab", "merges"):
         if field not in model:
             raise ValueError(f"model.{field} is missing")
@@ -240,7 +240,8 @@ def _check_document(doc: dict) -> None:
         value = model.get(field)
         if (value is not None or field in ("vocab", "merges")) and not hf_components.is_json(value, kind):
             raise ValueError(f"model.{field} must be {_json_name(kind)}, got {hf_components.json_type(value)}")
-    if _merge_halves(model["merges"]) is None:        # one loop per merge only to name the first bad one
+    columns = merge_ids.compiled(model["merges"], model["vocab"])    # well-formed merges when not None
+    if columns is None and merge_ids.merge_halves(model["merges"]) is None:   # a loop only to name the bad one
         for k, merge in enumerate(model["merges"]):
             parts = merge.split(" ") if isinstance(merge, str) else merge
             if not (isinstance(parts, list) and len(parts) == 2 and all(isinstance(h, str) for h in parts)):
@@ -266,6 +267,7 @@ def _check_document(doc: dict) -> None:
             if _depth(doc[role]) > MAX_COMPONENT_DEPTH:
                 raise ValueError(f"{role} is nested more than {MAX_COMPONENT_DEPTH} levels deep")
             hf_components.check_shape(doc[role], role, role)
+    return columns
 
 
 def _json_name(kind) -> str:
@@ -283,7 +285,7 @@ def _depth(value) -> int:
     return deepest
 
 
-def _read_tokenizer_doc(doc: dict, path, as_tables: bool = False):
+def _read_tokenizer_doc(doc: dict, path, as_tables: bool = False, columns=None):
     def unsupported(what: str) -> ValueError:
         return ValueError(f"{path}: unsupported tokenizer.json: {what}; {SUPPORTED}")
 
@@ -312,7 +314,7 @@ def _read_tokenizer_doc(doc: dict, path, as_tables: bool = False):
     problem = _id_problem(model["vocab"], specials)
     if problem:
         raise unsupported(problem)
-    tables = _byte_level_tables(model, pattern, specials, components) if as_tables else None
+    tables = _byte_level_tables(model, pattern, specials, components, columns) if as_tables else None
     if tables is not None:
         return tables
     try:
@@ -555,44 +557,26 @@ def _merge_pairs(merges: list) -> list[tuple[bytes, bytes]]:
     return list(zip(halves[::2], halves[1::2]))
 
 
-def _merge_halves(merges: list) -> list[str] | None:
-    """Both halves of every merge in order (`"a b"` or `["a", "b"]`, all in one form), or None when a
-    merge is not two strings or the forms are mixed. Runs over whole lists: a large file has
-    hundreds of thousands of merges."""
-    kinds = set(map(type, merges))
-    if not kinds:
-        return []
-    if kinds == {str}:
-        return " ".join(merges).split(" ") if set(map(str.count, merges, repeat(" "))) == {1} else None
-    if kinds == {list} and set(map(len, merges)) == {2}:
-        halves = list(chain.from_iterable(merges))
-        return halves if set(map(type, halves)) == {str} else None
-    return None
-
-
-def _byte_level_tables(model: dict, pattern: str, specials: dict, components: dict):
+def _byte_level_tables(model: dict, pattern: str, specials: dict, components: dict, columns=None):
     """The `table_cache.Tables` of `Tokenizer(**_read_tokenizer_doc(...))` (its sha256 left for later),
     for the common byte-level file: every merge half and product an ordinary token of the vocab, all 256
     bytes in it, every token in the GPT-2 byte alphabet. Token ids come from the vocab's strings (a
     merge's product is spelled as its halves joined), so no token is turned into bytes one by one, and
     the vocab's bytes are one encode of all its strings. None for any other file: the Tokenizer's own
-    construction then reads it, and names what is wrong."""
+    construction then reads it, and names what is wrong. `columns`: `merge_ids` of the merges over
+    the whole vocab, if known."""
     from . import table_cache
-    from .merging import first_ranks, ranks_ascend
+    from .merging import ranks_ascend_of
 
     vocab = model["vocab"]
     special_ids = set(specials.values())
     ordinary = vocab if special_ids.isdisjoint(vocab.values()) else {
         t: i for t, i in vocab.items() if i not in special_ids}
-    halves = _merge_halves(model["merges"])
-    if halves is None:
+    if columns is None or ordinary is not vocab:
+        columns = merge_ids.merge_ids(model["merges"], ordinary)
+    if columns is None or None in map(ordinary.get, _byte_spellings()):
         return None
-    get = ordinary.get
-    firsts, seconds = halves[::2], halves[1::2]
-    left, right = list(map(get, firsts)), list(map(get, seconds))
-    merged = list(map(get, map(add, firsts, seconds)))
-    if None in left or None in right or None in merged or None in map(get, _byte_spellings()):
-        return None
+    left, right, merged = columns
     strings = list(ordinary)
     try:
         blob = unicode_to_blob(strings)
@@ -601,9 +585,9 @@ def _byte_level_tables(model: dict, pattern: str, specials: dict, components: di
     return table_cache.Tables(
         pattern=resolve_pattern(pattern), ignore_merges=bool(model.get("ignore_merges", False)),
         special_tokens=dict(specials), token_ids=array("q", ordinary.values()),
-        token_lengths=array("q", map(len, strings)), token_blob=blob, left=array("q", left),
-        right=array("q", right), merged=array("q", merged),
-        ranks_ascend=ranks_ascend(first_ranks(left, right), left, right, merged),
+        token_lengths=array("q", map(len, strings)), token_blob=blob, left=left, right=right,
+        merged=merged,
+        ranks_ascend=ranks_ascend_of(left, right, merged),
         normalizer=components.get("normalizer"), pre_tokenizer=components.get("pre_tokenizer"),
         added_tokens=components.get("added_tokens"))
 

@@ -16,6 +16,7 @@ import os
 import threading
 from array import array
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 from . import formats, table_cache
@@ -97,11 +98,13 @@ def _cached(cls: type[T], key: str, implementation: Implementation,
     else:
         with _collector_paused():
             got = read()
-            tok = (tokenizer_of_tables(cls, got, implementation) if isinstance(got, table_cache.Tables)
-                   else _named(path, cls, got))
+            fresh = isinstance(got, table_cache.Tables)
+            tok = tokenizer_of_tables(cls, got, implementation) if fresh else _named(path, cls, got)
         if implementation.cache_dir:
             tok.sha256                     # the next loader (a pipeline's worker) will want it
-        tables = tok._tables = tables_of(tok)
+        # Tables read straight from the file are `tables_of` the tokenizer built from them but its
+        # sha256 (tests/bpe_ops/test_fresh_tables.py): kept, not rebuilt from the tokenizer's dicts.
+        tables = tok._tables = replace(got, sha256=tok._sha256) if fresh else tables_of(tok)
         table_cache.save(implementation.cache_dir, key, tables)
     _remember(key, tables)
     return tok

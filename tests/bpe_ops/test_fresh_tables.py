@@ -61,6 +61,7 @@ def test_tables_read_straight_from_the_file_equal_the_tokenizers(gpt2_json, tmp_
         expected = Tokenizer(**formats.read_tokenizer_data(data, path))
         rebuilt = load.tokenizer_of_tables(Tokenizer, fast)
         assert load.tables_of(rebuilt) == load.tables_of(expected), name
+        assert fast == load.tables_of(rebuilt), name          # what a cold load keeps as they are
         assert rebuilt.sha256 == expected.sha256, name
         assert [rebuilt.encode(t, allowed_special="all") for t in TEXTS] == \
             [expected.encode(t, allowed_special="all") for t in TEXTS], name
@@ -74,6 +75,7 @@ def test_a_cold_load_gives_the_specified_tokenizer_and_caches_its_sha256(gpt2_js
     cold = Tokenizer.from_file(path, implementation=impl)
     docs = read_jsonl_texts(corpora / "multi", limit=20)
     assert cold.encode_batch(docs) == expected.encode_batch(docs)
+    assert cold._tables.sha256 == expected.sha256 and cold._tables == load.tables_of(expected)
     load._TABLES.clear()
     warm = Tokenizer.from_file(path, implementation=impl)
     assert warm._tables.sha256 == expected.sha256 == cold.sha256
