@@ -652,14 +652,16 @@ def _id_problem(vocab: Mapping, specials: Mapping) -> str | None:
 
     An added token may repeat its own vocab entry (same content, same id), as Hugging Face writes them."""
     ids = list(vocab.values())
-    owner: dict[int, str] = dict(zip(ids, vocab))
-    if ids and set(map(type, ids)) == {int} and min(ids) >= 0 and len(owner) == len(ids):
+    plain = bool(ids) and set(map(type, ids)) == {int}     # before any id is hashed: a list or dict is not
+    owner: dict[int, str] = dict(zip(ids, vocab)) if plain else {}
+    if plain and min(ids) >= 0 and len(owner) == len(ids):
         entries = list(specials.items())       # the vocab's ids are sound: only the added tokens to check
     else:
         owner, entries = {}, list(vocab.items()) + list(specials.items())
     for token, i in entries:
         if not isinstance(i, int) or isinstance(i, bool) or i < 0:
-            return f"malformed id {i!r} for token {token!r} (ids are non-negative integers)"
+            shown = repr(i) if len(repr(i)) <= 40 else f"(a JSON {'object' if isinstance(i, dict) else type(i).__name__})"
+            return f"malformed id {shown} for token {token!r} (ids are non-negative integers)"
         if owner.setdefault(i, token) != token:
             return f"duplicate id {i}: both {owner[i]!r} and {token!r}"
     return id_range_problem(owner)

@@ -230,3 +230,12 @@ def test_classic_tokenizers_are_not_saved(tmp_path):
     with pytest.raises(ValueError, match="end-of-word"):
         tok.save(tmp_path)
     assert not list(tmp_path.iterdir())
+
+
+def test_a_vocab_id_that_is_a_json_object_or_list_is_named_briefly():
+    """A dict or list is no id: named by its kind, not hashed (TypeError) nor printed whole."""
+    from bpe_ops.formats import _id_problem
+
+    assert _id_problem({"a": 0, "b": {"x": 1}}, {}) == "malformed id {'x': 1} for token 'b' (ids are non-negative integers)"
+    assert _id_problem({"a": 0, "b": list(range(40))}, {}) == (
+        "malformed id (a JSON list) for token 'b' (ids are non-negative integers)")
