@@ -80,7 +80,7 @@ def test_the_reported_share_of_occurrences_is_exact(runs):
     assert budget["pretokens_kept"] == sum(kept.values())
     assert budget["share_kept"] == sum(kept.values()) / sum(full.values())
     assert (budget["unique_before"], budget["unique_after"]) == (len(full), BUDGET)
-    assert r["unique_pretokens_after_pruning"] == BUDGET and r["version"] == 2
+    assert r["unique_pretokens_after_pruning"] == BUDGET and r["version"] == 3
 
 
 def test_the_histogram_of_counts_is_exact(runs):

@@ -223,7 +223,7 @@ def test_the_launcher_never_imports_beam_and_passes_the_counting_errors_on(tmp_p
     same UserError, not as an exit code."""
     n_records = len(read_jsonl_texts(sample))
     code = ("import sys; from pipelines import train; report = train.run(sys.argv[1:]); "
-            f"assert report['records'] == {n_records}, report['records']; "
+            f"assert report['account']['records']['read'] == {n_records}, report['account']; "
             "assert 'apache_beam' not in sys.modules, 'the launcher imported Beam'")
     result = subprocess.run([sys.executable, "-c", code, "--input", str(sample / "*.jsonl"),
                              "--output", str(tmp_path / "out"), "--vocab-size", "300"],

@@ -249,7 +249,7 @@ def test_train_killed_after_counting_resumes_from_its_counts(tmp_path, corpora):
     assert resumed.returncode == 0, resumed.stderr
     assert (out / "tokenizer.json").read_bytes() == (reference / "tokenizer.json").read_bytes()
     report = json.loads((out / "train_report.json").read_text())
-    assert report["records"] == json.loads((reference / "train_report.json").read_text())["records"]
+    assert report["account"] == json.loads((reference / "train_report.json").read_text())["account"]
 
 
 def start_training_en(tmp_path, corpora):
@@ -396,5 +396,5 @@ def test_ctrl_c_mid_run_is_exit_130_with_one_line_and_the_rerun_completes(comman
     assert rerun.returncode == 0, rerun.stderr
     assert (out / "_SUCCESS").exists()
     if command == "tokenize":
-        assert json.loads((out / "_SUCCESS").read_text())["rows"] == sum(
+        assert json.loads((out / "_SUCCESS").read_text())["account"]["records"]["written"] == sum(
             1 for f in (corpora / "en").glob("*.jsonl") for _ in f.open(encoding="utf-8"))

@@ -297,7 +297,7 @@ def test_tokenize_fail_fast_stops_at_the_first_bad_row(tmp_path, hostile, tokeni
 def test_train_fail_fast_stops_at_the_first_unreadable_file(tmp_path, hostile, tokenized):
     folder, _ = hostile
     _, _, manifest, _ = tokenized
-    rows_read = shard_entry(manifest, "compressed/truncated.jsonl.gz")["rows"]
+    rows_read = shard_entry(manifest, "compressed/truncated.jsonl.gz")["account"]["records"]["written"]
     out = tmp_path / "out"
     result = cli("train", "--output", out, "--vocab-size", 300, "--fail-fast",
                  "--input", folder / "compressed" / "truncated.jsonl.gz", "--input", folder / "jsonl" / "last_line.jsonl")

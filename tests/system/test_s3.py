@@ -124,7 +124,7 @@ def test_trained_files_equal_the_local_run(s3, runs, name):
     for report in reports:
         del report["timing_seconds"], report["peak_rss_mb"], report["peak_rss_mb_by_process"], report["inputs"]
     assert reports[0] == reports[1]
-    assert reports[0]["records"] == 40
+    assert reports[0]["account"]["records"]["read"] == 40
     assert no_temporaries(s3, runs[name]) == []
 
 
@@ -194,7 +194,7 @@ def test_rerun_on_s3_skips_complete_shards_and_redoes_a_missing_one(s3, runs):
     stats_after = json.loads(s3.cat_file(f"{base}/tokens/stats.json"))
     del stats_before["timing"], stats_after["timing"]
     assert stats_after == stats_before
-    assert json.loads(s3.cat_file(f"{base}/tokens/_SUCCESS"))["rows"] == 40
+    assert json.loads(s3.cat_file(f"{base}/tokens/_SUCCESS"))["account"]["records"]["written"] == 40
 
 
 def test_new_vocabulary_from_counts_on_s3(s3, runs):
