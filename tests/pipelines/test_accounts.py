@@ -177,6 +177,7 @@ ACCOUNT_FILES = ["tok/train_report.json", "tok/counts/_totals.json", "tok/_SUCCE
                  "tokens/_SUCCESS", "evaluated/evaluate.json", "evaluated/_SUCCESS", "packed/pack.json"]
 
 
+@pytest.mark.slow
 def test_every_command_writes_the_same_account_of_the_same_inputs(runs):
     files = {name: json.loads((runs / name).read_text()) for name in ACCOUNT_FILES}
     for name, d in files.items():
@@ -194,6 +195,7 @@ def test_every_command_writes_the_same_account_of_the_same_inputs(runs):
     assert account_of(files["packed/pack.json"]) == Account(shards_read=2, records_read=30, records_written=30)
 
 
+@pytest.mark.slow
 def test_tokenize_takes_a_version_2_stats_json_as_its_baseline(tmp_path):
     """A baseline written before the account is read through the same upgrade, not refused."""
     baseline = tmp_path / "old" / "stats.json"
