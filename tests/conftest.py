@@ -106,3 +106,21 @@ def loud_by_default(monkeypatch):
     from pipelines.core.errors import QUIET_VARIABLE
 
     monkeypatch.delenv(QUIET_VARIABLE, raising=False)
+
+
+@pytest.fixture(scope="session")
+def native():
+    """`bpe_ops._native`: a failure where a C compiler could have built it, else a skip."""
+    import shutil
+    import sysconfig
+
+    try:
+        from bpe_ops import _native
+    except ImportError:
+        _native = None
+    if _native is None:
+        msg = "bpe_ops._native is not built (python setup.py build_ext --inplace)"
+        if shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]):
+            pytest.fail(msg)
+        pytest.skip(msg + " and there is no C compiler")
+    return _native

@@ -3,10 +3,8 @@
 and the same Arrow arrays, on counts of real multilingual text; malformed tables are refused whole.
 `_native` needs no PCRE2: it works where libpcre2-8 is missing."""
 import pickle
-import shutil
 import subprocess
 import sys
-import sysconfig
 import zlib
 from pathlib import Path
 
@@ -25,19 +23,8 @@ try:
 except ImportError:
     _native = None
 pcre2 = pretokenize._pcre2_module()
-HAS_COMPILER = shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]) is not None
 ROOT = Path(__file__).resolve().parents[2]
 
-
-@pytest.fixture
-def native():
-    """`bpe_ops._native`: a failure where a C compiler could have built it, else a skip."""
-    if _native is None:
-        msg = "bpe_ops._native is not built (python setup.py build_ext --inplace)"
-        if HAS_COMPILER:
-            pytest.fail(msg)
-        pytest.skip(msg + " and there is no C compiler")
-    return _native
 
 
 needs_compiled = pytest.mark.usefixtures("native")

@@ -3,8 +3,6 @@ the same id columns, None in the same cases, and well-formed merges whenever it 
 tokenizer.json check relies on that)."""
 from __future__ import annotations
 
-import shutil
-import sysconfig
 
 import pytest
 from hypothesis import given, settings
@@ -12,11 +10,6 @@ from hypothesis import strategies as st
 
 from bpe_ops import merge_ids as mi
 
-try:
-    from bpe_ops import _native
-except ImportError:
-    _native = None
-HAS_COMPILER = shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]) is not None
 
 TOKENS = st.text(alphabet="ab cĠ", max_size=3)
 MERGE = st.one_of(TOKENS,                                      # "a b" (or malformed: no space, two)
@@ -26,15 +19,6 @@ MERGE = st.one_of(TOKENS,                                      # "a b" (or malfo
                   st.integers(0, 3), st.none())
 VALUE = st.one_of(st.integers(0, 2**32), st.integers(-2**70, 2**70), st.booleans(), st.floats(0, 9), st.text(max_size=1))
 
-
-@pytest.fixture(scope="module")
-def native():
-    if _native is None:
-        msg = "bpe_ops._native is not built (python setup.py build_ext --inplace)"
-        if HAS_COMPILER:
-            pytest.fail(msg)
-        pytest.skip(msg + " and there is no C compiler")
-    return _native
 
 
 def _outcome(f, *args):

@@ -3,8 +3,6 @@ against its specification `ranks_ascend(first_ranks(...))`: the same answer on m
 repeated pairs, products made twice and parts made after use; None outside 32-bit ids."""
 from __future__ import annotations
 
-import shutil
-import sysconfig
 from array import array
 
 import pytest
@@ -13,21 +11,7 @@ from hypothesis import strategies as st
 
 from bpe_ops.merging import first_ranks, ranks_ascend, ranks_ascend_of
 
-try:
-    from bpe_ops import _native
-except ImportError:
-    _native = None
-HAS_COMPILER = shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]) is not None
 
-
-@pytest.fixture(scope="module")
-def native():
-    if _native is None:
-        msg = "bpe_ops._native is not built (python setup.py build_ext --inplace)"
-        if HAS_COMPILER:
-            pytest.fail(msg)
-        pytest.skip(msg + " and there is no C compiler")
-    return _native
 
 
 def _specification(left, right, merged):
