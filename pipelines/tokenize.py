@@ -115,8 +115,9 @@ def write_success(entries: list[dict], stats_url: str, output: str, tokenizer_sh
 
 def merge_parts(entries: list[dict]) -> list[dict]:
     """The manifest entries sorted by input, the entries of a split file's parts made into one for
-    the file: its counts summed, its shard errors in order, and `parts` (the part files in order) in
-    place of `output`. Everything else about a file is the same in any split."""
+    the file: its shard errors in order, and `parts` (the part files in order) in place of `output`.
+    Everything else about a file is the same in any split; its counts are summed as `Account`s, by
+    `write_success`."""
     by_file: dict[str, list[dict]] = {}
     for entry in entries:
         by_file.setdefault(entry["relpath"], []).append(entry)
@@ -127,8 +128,7 @@ def merge_parts(entries: list[dict]) -> list[dict]:
             merged += parts
             continue
         entry = {k: v for k, v in parts[0].items() if k != "output"}
-        entry.update({k: sum(e[k] for e in parts) for k in ("records_read", "rows", "rejected", "repaired")},
-                     shard_errors=[error for e in parts for error in e["shard_errors"]],
+        entry.update(shard_errors=[error for e in parts for error in e["shard_errors"]],
                      parts=[e["output"] for e in parts])
         if any("untimed_records" in e for e in parts):
             entry["untimed_records"] = sum(e.get("untimed_records", 0) for e in parts)
