@@ -68,8 +68,8 @@ def engines(rank_file: str, pattern: str, tokenizer_json: str, builtin: bool) ->
     ranks = load_tiktoken_bpe(rank_file)
     found: dict[str, Callable[[], Callable]] = {
         "tokenbeam": lambda: _warm(Tokenizer.from_tiktoken(rank_file, pattern).encode),
-        "tiktoken": lambda: tiktoken.Encoding("bench", pat_str=pattern, mergeable_ranks=ranks,
-                                              special_tokens={}).encode_ordinary,
+        "tiktoken": lambda: _warm(tiktoken.Encoding("bench", pat_str=pattern, mergeable_ranks=ranks,
+                                                    special_tokens={}).encode_ordinary),
     }
     optional = {
         "hf tokenizers": lambda: _ids_of(__import__("tokenizers").Tokenizer.from_file(tokenizer_json).encode),
@@ -78,10 +78,12 @@ def engines(rank_file: str, pattern: str, tokenizer_json: str, builtin: bool) ->
         "fastokens": lambda: _ids_of(__import__("fastokens").Tokenizer.from_file(tokenizer_json).encode),
     }
     if builtin:      # peers that carry their own copy of cl100k only
+        # Their `get_encoding`s hand back one engine per process, kept in a module dict (its caches
+        # warm from the run before): the constructors behind them make a new one.
         optional.update({
-            "toktok": lambda: __import__("toktok")._encoding("cl100k_base").encode,
-            "quicktok": lambda: __import__("quicktok").get_encoding("cl100k_base").encode,
-            "bpe-openai": lambda: __import__("bpe_openai").get_encoding("cl100k_base").encode,
+            "toktok": lambda: _warm(__import__("toktok")._Tokenizer("cl100k_base", "").encode),
+            "quicktok": lambda: _warm(__import__("quicktok").Tokenizer("cl100k_base", "").encode),
+            "bpe-openai": lambda: _warm(__import__("bpe_openai").get_encoding("cl100k_base").encode),
         })
     for name, build in optional.items():
         try:
@@ -89,23 +91,37 @@ def engines(rank_file: str, pattern: str, tokenizer_json: str, builtin: bool) ->
             found[name] = build
         except Exception as exc:                   # not installed, or cannot read this vocabulary
             print(f"  {name}: not run ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
+    for name, build in found.items():
+        if engine_of(build()) is engine_of(build()):
+            sys.exit(f"bench_race: {name} hands back the same engine twice: its runs would not be cold")
     return found
 
 
+def engine_of(encode: Callable) -> object:
+    """The engine object behind an encode function (the bound method's owner)."""
+    inner = getattr(encode, "wrapped", encode)
+    return getattr(inner, "__self__", inner)
+
+
 def _warm(encode):
-    encode("")              # ours builds its compiled tables on first use: ready to encode, as the others are
+    """Build what an engine builds on its first call (ours: its compiled tables) before the timing,
+    as every engine is ready to encode once made; no text's pieces enter a cache."""
+    encode("")
     return encode
 
 
 def _listed(encode):
-    return lambda text: list(encode(text))
+    run = _warm(lambda text: list(encode(text)))
+    run.wrapped = encode
+    return run
 
 
 def _ids_of(encode):
     def run(text):
         result = encode(text)
         return list(getattr(result, "ids", result))
-    return run
+    run.wrapped = encode
+    return _warm(run)
 
 
 def time_engine(build: Callable, texts: list[str], repeat: int) -> float:
