@@ -15,7 +15,6 @@ tool's time to tokenbeam's (above 1: slower than tokenbeam).
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import os
 import sys
@@ -25,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import measure, python  # noqa: E402
-from bench_race import cl100k_rank_file, extended_file  # noqa: E402
+from bench_race import cl100k_rank_file, llama3_style  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -97,17 +96,8 @@ def main(argv=None) -> None:
     base = work / "base" / "tokenizer.json"
     if not base.exists():
         Tokenizer.from_tiktoken(rank_file, "gpt4").save(str(base.parent))
-    tokenizer = work / f"tokenizer-{args.vocab_size}.json"
-    if not tokenizer.exists():
-        extended_file(str(base), Path(args.corpus).parent / "multi", str(tokenizer), size=args.vocab_size)
-        doc = json.loads(tokenizer.read_text(encoding="utf-8"))       # Llama 3's split, as its file has it
-        doc["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {"Regex": LLAMA3_PATTERN}
-        tokenizer.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+    tokenizer, ranks = llama3_style(str(base), Path(args.corpus).parent, args.vocab_size, work)
     ids = len(json.loads(tokenizer.read_text(encoding="utf-8"))["model"]["vocab"])
-    ranks = work / f"tokenizer-{args.vocab_size}.tiktoken"      # the same vocabulary for tiktoken
-    if not ranks.exists():
-        vocab = Tokenizer.from_file(str(tokenizer)).vocab
-        ranks.write_text("".join(f"{base64.b64encode(vocab[i]).decode()} {i}\n" for i in sorted(vocab)))
     env = dict(os.environ, PYTHONPATH=str(ROOT))
 
     def tokenbeam(out: Path) -> list[str]:

