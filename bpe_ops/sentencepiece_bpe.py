@@ -18,6 +18,9 @@ A pre-token may be a whole sentence (Metaspace with `split=false`, SentencePiece
 only if some merge `(a, b)` has `a` ending with A's last character and `b` starting with B's first.
 Cut there, the pieces merge independently (no pair spans the cut, and within a piece the order of
 merges is the same), so each is a short, cacheable word and the cost is linear in the length.
+The compiled twin (bpe_ops/_spm.c, `compiled_encoder`) cuts at every such place, and also around a
+character outside the vocabulary where its bytes' pieces are in no merge; given `text_space`, it
+takes a Metaspace (split=false) text whole, its spaces read as the mark.
 
     >>> model = PieceModel({"▁": 0, "a": 1, "b": 2, "▁a": 3, "<0xC3>": 4, "<0xA9>": 5, "<unk>": 6},
     ...                    [("▁", "a")], byte_fallback=True, unk_id=6)
