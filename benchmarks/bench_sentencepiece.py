@@ -11,14 +11,17 @@ and by HF (single-threaded, `encode_batch`); the ids must be equal, and for a fi
 count: the converted layouts differ from SentencePiece on a few texts by design, see
 tests/bpe_ops/test_sentencepiece_bpe.py). Prints CPU seconds and HF time / our time (above 1: we are faster).
 
-    python benchmarks/bench_sentencepiece.py --race [--mb 4] [--repeat 5] [NAME.json ...]
+    python benchmarks/bench_sentencepiece.py --race [--mb 4] [--repeat 5] [--race-on en,code,multi] [NAME.json ...]
 
 races the files that have a `NAME.model` (default: llama32k, a 32k byte-fallback model trained on
-en + multi + code, Llama 2's layout) on held-out English: tokenbeam (`encode_array`, and `encode`),
+en + multi + code, Llama 2's layout, and llama, its 4k sibling trained on the first shards only) on
+the first `--mb` megabytes of each held-out corpus of `--race-on` (default en, code and multi; without
+the documents that hold a control piece's text, such as "<s>", which gigatoken reads as the control): tokenbeam (`encode_array`, and `encode`),
 gigatoken (`Tokenizer.from_sentencepiece` of the .model, `encode`), SentencePiece and HF `tokenizers`
 (`encode`), each document on its own, one thread, cold: a fresh engine per timed run, its tables built
 but its cache empty. Every engine's ids are checked against HF's on every document first (a differing
-engine is not timed); the engines take turns, and each one's best of `--repeat` runs is printed in MB/s.
+engine is not timed); the engines take turns, and each one's best of `--repeat` runs is printed in MB/s,
+with its ratio to gigatoken's (above 1: faster than gigatoken).
 """
 from __future__ import annotations
 
@@ -75,7 +78,9 @@ def race_engines(path: Path) -> dict:
         return getattr(tok, method)
 
     def hf():
-        encode = HFTokenizer.from_file(str(path)).encode
+        tok = HFTokenizer.from_file(str(path))
+        tok.encode_special_tokens = True    # "<s>" in a text is text, as for the others
+        encode = tok.encode
         return lambda text: encode(text, add_special_tokens=False).ids
 
     model = str(model_of(path))
@@ -86,38 +91,57 @@ def race_engines(path: Path) -> dict:
             "hf tokenizers": hf}
 
 
-def race(files: list[Path], corpora: Path, mb: float, repeat: int) -> int:
-    texts, size = [], 0
-    for text in dict(held_out(corpora))["en"]:
-        texts.append(text)
-        size += len(text.encode("utf-8"))
-        if size >= mb * 1e6:
-            break
-    print(f"race: held-out en, {len(texts)} docs, {size / 1e6:.1f} MB; MB/s, best of {repeat} cold runs, one thread, "
-          f"{time.strftime('%Y-%m-%d %H:%M')}")
+def race(files: list[Path], corpora: Path, mb: float, repeat: int, names: list[str]) -> int:
+    from tokenizers import Tokenizer as HFTokenizer
+    held = dict(held_out(corpora))
+    print(f"race: held-out {', '.join(names)}, the first {mb:g} MB of each; MB/s (x gigatoken), best of {repeat} "
+          f"cold runs, one thread, {time.strftime('%Y-%m-%d %H:%M')}")
     failed = False
     for path in files:
         engines = race_engines(path)
-        expected = [engines["hf tokenizers"]()(t) for t in texts]
-        timed = {}
-        for name, build in engines.items():
-            encode = build()
-            wrong = sum(list(encode(t)) != ids for t, ids in zip(texts, expected))
-            if wrong:
-                print(f"  {path.name} {name}: ids differ from HF on {wrong}/{len(texts)} docs: not timed")
-                failed |= name.startswith("tokenbeam")
-            else:
-                timed[name] = []
-        for _ in range(repeat):                 # the engines take turns: a busy spell slows them all
-            for name in timed:
-                encode = engines[name]()
-                start = time.process_time()
-                for text in texts:
-                    encode(text)
-                timed[name].append(time.process_time() - start)
-        for name, seconds in timed.items():
-            print(f"  {path.name:14} {name:24} {size / 1e6 / min(seconds):7.1f} MB/s", flush=True)
+        # A document holding a control piece's text ("<s>") is left out: gigatoken reads it as the
+        # control token, the others as text.
+        controls = [t.content for t in HFTokenizer.from_file(str(path)).get_added_tokens_decoder().values()]
+        for corpus in names:
+            texts, size = [], 0
+            for text in held[corpus]:
+                if any(c in text for c in controls):
+                    continue
+                texts.append(text)
+                size += len(text.encode("utf-8"))
+                if size >= mb * 1e6:
+                    break
+            failed |= race_one(path, corpus, engines, texts, size, repeat)
     return 1 if failed else 0
+
+
+def race_one(path: Path, corpus: str, engines: dict, texts: list[str], size: int, repeat: int) -> bool:
+    """One file on one corpus: the engines checked, timed in turns and printed; whether ours failed."""
+    failed = False
+    expected = [engines["hf tokenizers"]()(t) for t in texts]
+    timed = {}
+    for name, build in engines.items():
+        encode = build()
+        wrong = sum(list(encode(t)) != ids for t, ids in zip(texts, expected))
+        if wrong:
+            print(f"  {path.name} {corpus} {name}: ids differ from HF on {wrong}/{len(texts)} docs: not timed")
+            failed |= name.startswith("tokenbeam")
+        else:
+            timed[name] = []
+    for _ in range(repeat):                     # the engines take turns: a busy spell slows them all
+        for name in timed:
+            encode = engines[name]()
+            start = time.process_time()
+            for text in texts:
+                encode(text)
+            timed[name].append(time.process_time() - start)
+    speed = {name: size / 1e6 / min(seconds) for name, seconds in timed.items()}
+    peer = speed.get("gigatoken")
+    for name, mbs in speed.items():
+        ratio = f"  {mbs / peer:5.2f}x" if peer else ""
+        print(f"  {path.name:14} {corpus:6} {len(texts):5} docs {size / 1e6:4.1f} MB  {name:24} {mbs:7.1f} MB/s"
+              f"{ratio}", flush=True)
+    return failed
 
 
 def main() -> int:
@@ -126,11 +150,14 @@ def main() -> int:
     parser.add_argument("files", nargs="*", type=Path)
     parser.add_argument("--corpora", type=Path, default=ROOT.parent / "shared" / "corpora")
     parser.add_argument("--race", action="store_true", help="the speed race against gigatoken, SentencePiece, HF")
-    parser.add_argument("--mb", type=float, default=4.0, help="--race: megabytes of held-out English (default 4)")
+    parser.add_argument("--mb", type=float, default=4.0, help="--race: megabytes of each held-out corpus (default 4)")
     parser.add_argument("--repeat", type=int, default=5, help="--race: timed runs per engine (default 5)")
+    parser.add_argument("--race-on", default="en,code,multi",
+                        help="--race: the held-out corpora, comma-separated (default en,code,multi)")
     args = parser.parse_args()
     if args.race:
-        return race(args.files or [DATA / "llama32k.json"], args.corpora, args.mb, args.repeat)
+        return race(args.files or [DATA / "llama32k.json", DATA / "llama.json"], args.corpora, args.mb, args.repeat,
+                    args.race_on.split(","))
     files = args.files or [DATA / f"{n}.json" for n in ("llama", "llama-legacy", "gemma", "unk", "llama32k")]
     corpora = held_out(args.corpora)
     print(f"held-out: {', '.join(f'{name} {len(t)} docs {sum(map(len, t)) / 1e6:.1f} M chars' for name, t in corpora)}")

@@ -12,10 +12,19 @@
  *     character costs Python more than it saves); here the pair set is a bit table for ASCII and
  *     a small hash set, and the finer segments repeat more across words and merge in fewer steps
  *     (measured: a quarter faster cold on English, the same warm);
+ *   - where every byte is a piece and no merge takes one (`isolated_bytes`: Llama's layout), also on
+ *     both sides of a run of characters outside the vocabulary: their symbols are their bytes, which
+ *     no merge joins to anything, and the run's ids are those bytes' pieces, with no cache lookup
+ *     (a newline is such a character there: without this cut, lines were one segment each);
  *   - a segment's ids come from a cache keyed by its UTF-8; on a miss, its first symbols (a
  *     character's piece; else its bytes' `<0xNN>` pieces when all are there; else the unknown
  *     token, a run fused with `fuse_unk`; a byte run does not end an unknown run) are merged by the
  *     shared replay of `_merge_table.h` and cached.
+ * With `space` (Metaspace's replacement, U+2581), ' ' reads as that character everywhere (its piece,
+ * its pairs: in the direct tables, where the mark's own code point would need the hash maps), and
+ * `encode_text(text, prepend)` takes the whole text as Metaspace with split=false makes it one
+ * pre-token (bpe_ops/hf_components.py `_metaspace`): no Python str of the replaced text, no UTF-8
+ * copy of it; the prepended mark is a ' ' before a copy of the text.
  * The ids come back as a list, or as the bytes of native uint32s (for an `array("I")`, with no
  * Python int per id). The GIL is held throughout (the cache is the encoder's own), so threads may
  * share one encoder; `fork()` returns it.
@@ -59,6 +68,8 @@ typedef struct {
     int32_t byte_ids[256];              /* -1: no such piece (or no byte fallback) */
     int32_t unk_id;                     /* -1: none */
     int fuse_unk;
+    int isolated_bytes;                 /* every byte is a piece and no merge takes one: see cut_word */
+    uint32_t space_cp;                  /* Metaspace's replacement, read as ' ' (EMPTY_CP: none) */
     MergeTable table;
     PieceCache whole;                   /* ignore_merges: every piece -> its id */
     int has_whole;
@@ -76,8 +87,10 @@ typedef struct {
     const uint8_t *s;
     size_t n;
     uint64_t hash;
-    int32_t whole;
+    int32_t whole;                      /* or BYTE_RUN: characters outside the vocabulary, as bytes */
 } Segment;
+
+#define BYTE_RUN (-2)
 
 typedef struct {
     Segment *items;
@@ -118,6 +131,20 @@ static inline uint32_t decode_char(const uint8_t *s, size_t n, size_t p, size_t 
         cp = cp << 6 | (s[p + i] & 0x3Fu);
     *next = p + i;
     return cp;
+}
+
+static inline uint32_t read_char(const SpmEncoder *self, const uint8_t *s, size_t n, size_t p, size_t *next)
+{
+    /* decode_char, with the space mode's replacement read as ' ' (whose entries it takes, see
+     * set_space): the text path's spaces and a pre-token's marks are then one character, looked
+     * up in the direct tables. */
+    uint32_t cp;
+    if (s[p] < 0x80) {
+        *next = p + 1;
+        return s[p];
+    }
+    cp = decode_char(s, n, p, next);
+    return cp == self->space_cp ? 0x20 : cp;
 }
 
 static inline uint64_t cp_slot(const SpmEncoder *self, uint32_t cp)
@@ -176,8 +203,11 @@ static inline int joined(const SpmEncoder *self, uint32_t u, uint32_t v)
 
 static void add_pair(SpmEncoder *self, uint32_t u, uint32_t v)
 {
-    /* The pair set has room for every pair given. */
-    uint64_t key = (uint64_t)u << 32 | v, i;
+    /* The pair set has room for every pair given. In space mode the replacement is ' '. */
+    uint64_t key, i;
+    u = u == self->space_cp ? 0x20 : u;
+    v = v == self->space_cp ? 0x20 : v;
+    key = (uint64_t)u << 32 | v;
     if ((u | v) < 128) {
         self->ascii_pairs[u][v >> 6] |= (uint64_t)1 << (v & 63);
         return;
@@ -206,7 +236,7 @@ static Py_ssize_t first_symbols(const SpmEncoder *self, const uint8_t *s, size_t
     int32_t unk = -1;
     size_t p = 0, next, q;
     while (p < n) {
-        uint32_t cp = decode_char(s, n, p, &next);
+        uint32_t cp = read_char(self, s, n, p, &next);
         int32_t id = char_info(self, cp)->id;
         if (id >= 0) {
             if (unk >= 0) {
@@ -296,8 +326,16 @@ static int cache_put(SpmEncoder *self, const uint8_t *s, size_t n, uint64_t hash
 static int encode_segment(SpmEncoder *self, const Segment *seg, IdBuffer *out)
 {
     /* A segment's ids onto out; -1 when out of memory. */
+    size_t i;
     if (seg->whole >= 0)
         return emit(out, &seg->whole, 1);
+    if (seg->whole == BYTE_RUN) {
+        if (tb_reserve((void **)&out->ids, &out->cap, out->len + seg->n, sizeof(int32_t), 1024) < 0)
+            return -1;
+        for (i = 0; i < seg->n; i++)
+            out->ids[out->len++] = self->byte_ids[seg->s[i]];
+        return 0;
+    }
     return cached_ids(self, seg->s, seg->n, seg->hash, out);
 }
 
@@ -317,27 +355,51 @@ static inline int push_segment(const SpmEncoder *self, Segments *segs, const uin
     return push(segs, s, n, self->cache_size > 0 && n <= MAX_CACHED_BYTES ? key_hash(s, n) : 0, -1);
 }
 
+static inline int push_run(const SpmEncoder *self, Segments *segs, const uint8_t *s, size_t n, int known)
+{
+    /* A run of characters of the vocabulary (a segment), or of characters outside it (their bytes). */
+    return known ? push_segment(self, segs, s, n) : push(segs, s, n, 0, BYTE_RUN);
+}
+
 static int cut_word(const SpmEncoder *self, const uint8_t *s, size_t n, Segments *segs)
 {
     /* The segments of one pre-token: the whole word if it is a piece (ignore_merges), else cut
-     * between two characters of the vocabulary that no merge joins. -1 when out of memory. */
+     * between two characters of the vocabulary that no merge joins; with `isolated_bytes`, also
+     * on both sides of each run of characters outside the vocabulary: their symbols are bytes that
+     * no merge takes (and never the unknown token), so no merge spans the cut, and the run's ids
+     * are its bytes' pieces. -1 when out of memory. */
     size_t start = 0, p = 0, next;
-    const CharInfo *prev = NULL;
     uint32_t prev_cp = 0;
+    int prev_known = 0;
     if (self->has_whole) {
         const PieceSlot *slot = piece_cache_find(&self->whole, s, n, key_hash(s, n));
         if (slot->hash != 0)
             return push(segs, s, n, 0, slot->val.ids[0]);
     }
+    if (self->isolated_bytes) {
+        while (p < n) {
+            uint32_t cp = read_char(self, s, n, p, &next);
+            int known = char_info(self, cp)->id >= 0;
+            if (p > 0 && (known != prev_known || (known && !joined(self, prev_cp, cp)))) {
+                if (push_run(self, segs, s + start, p - start, prev_known) < 0)
+                    return -1;
+                start = p;
+            }
+            prev_known = known;
+            prev_cp = cp;
+            p = next;
+        }
+        return n > start ? push_run(self, segs, s + start, n - start, prev_known) : 0;
+    }
     while (p < n) {
-        uint32_t cp = decode_char(s, n, p, &next);
-        const CharInfo *info = char_info(self, cp);
-        if (prev != NULL && info->id >= 0 && prev->id >= 0 && !joined(self, prev_cp, cp)) {
+        uint32_t cp = read_char(self, s, n, p, &next);
+        int known = char_info(self, cp)->id >= 0;
+        if (p > 0 && known && prev_known && !joined(self, prev_cp, cp)) {
             if (push_segment(self, segs, s + start, p - start) < 0)
                 return -1;
             start = p;
         }
-        prev = info;
+        prev_known = known;
         prev_cp = cp;
         p = next;
     }
@@ -417,6 +479,69 @@ done:
     return ok;
 }
 
+static int encode_text(SpmEncoder *self, PyObject *text, int prepend, IdBuffer *out)
+{
+    /* Metaspace (split=false) and the pre-token's ids in one: the text, its spaces read as the
+     * replacement (space mode), with one prepended when `prepend` and the text starts with neither;
+     * an empty text has none. -1 with an exception. */
+    PyObject *held = NULL;
+    Segments segs = {NULL, 0, 0};
+    const char *data;
+    uint8_t *joined_text = NULL;
+    const uint8_t *s;
+    Py_ssize_t len;
+    size_t n, mark_len = 0;
+    int ok = -1;
+    if (!PyUnicode_Check(text)) {
+        PyErr_SetString(PyExc_TypeError, "SpmEncoder: the text must be a str");
+        return -1;
+    }
+    if ((data = PyUnicode_AsUTF8AndSize(text, &len)) == NULL) {
+        PyErr_Clear();
+        if ((held = PyUnicode_AsEncodedString(text, "utf-8", "surrogatepass")) == NULL)
+            return -1;
+        data = PyBytes_AS_STRING(held);
+        len = PyBytes_GET_SIZE(held);
+    }
+    s = (const uint8_t *)data;
+    n = (size_t)len;
+    if (n == 0) {
+        ok = 0;
+        goto done;
+    }
+    if (prepend && s[0] != ' ') {
+        size_t next;
+        if (decode_char(s, n, 0, &next) != self->space_cp)
+            mark_len = 1;
+    }
+    if (n + mark_len >= UINT32_MAX / 4) {
+        PyErr_SetString(PyExc_OverflowError, "SpmEncoder: a pre-token of 2**30 or more bytes");
+        goto done;
+    }
+    if (mark_len) {
+        /* The prepended replacement, as the ' ' that reads as it. */
+        if ((joined_text = malloc(n + 1)) == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        joined_text[0] = ' ';
+        memcpy(joined_text + 1, s, n);
+        s = joined_text;
+        n++;
+    }
+    if (tb_reserve((void **)&out->ids, &out->cap, n / 4 + 16, sizeof(int32_t), 1024) < 0 ||
+        cut_word(self, s, n, &segs) < 0 || encode_segments(self, &segs, out) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    ok = 0;
+done:
+    free(segs.items);
+    free(joined_text);
+    Py_XDECREF(held);
+    return ok;
+}
+
 /* ---- from Python ------------------------------------------------------------------------------- */
 
 static PyObject *id_list(SpmEncoder *self, const IdBuffer *out)
@@ -458,16 +583,22 @@ static PyObject *id_bytes(SpmEncoder *self, const IdBuffer *out)
     return PyBytes_FromStringAndSize((const char *)out->ids, (Py_ssize_t)(out->len * sizeof(int32_t)));
 }
 
-static PyObject *encoded(SpmEncoder *self, PyObject *words, PyObject *(*result)(SpmEncoder *, const IdBuffer *))
+static PyObject *encoded(SpmEncoder *self, PyObject *words, int text, int prepend,
+                         PyObject *(*result)(SpmEncoder *, const IdBuffer *))
 {
-    /* The output buffer is the call's own: building the result may run other threads' code. */
+    /* The output buffer is the call's own: building the result may run other threads' code.
+     * `text`: words is one text for encode_text, else a sequence of pre-tokens. */
     IdBuffer out = {NULL, 0, 0};
     PyObject *value = NULL;
     if (!merge_table_ready(&self->table)) {
         PyErr_SetString(PyExc_TypeError, "SpmEncoder is not initialised");
         return NULL;
     }
-    if (encode_words(self, words, &out) == 0)
+    if (text && self->space_cp == EMPTY_CP) {
+        PyErr_SetString(PyExc_TypeError, "SpmEncoder: encode_text needs the space mode (space=...)");
+        return NULL;
+    }
+    if ((text ? encode_text(self, words, prepend, &out) : encode_words(self, words, &out)) == 0)
         value = result(self, &out);
     free(out.ids);
     return value;
@@ -475,12 +606,31 @@ static PyObject *encoded(SpmEncoder *self, PyObject *words, PyObject *(*result)(
 
 static PyObject *spm_encode_words(SpmEncoder *self, PyObject *words)
 {
-    return encoded(self, words, id_list);
+    return encoded(self, words, 0, 0, id_list);
 }
 
 static PyObject *spm_encode_words_bytes(SpmEncoder *self, PyObject *words)
 {
-    return encoded(self, words, id_bytes);
+    return encoded(self, words, 0, 0, id_bytes);
+}
+
+static PyObject *text_call(SpmEncoder *self, PyObject *args, PyObject *(*result)(SpmEncoder *, const IdBuffer *))
+{
+    PyObject *text;
+    int prepend;
+    if (!PyArg_ParseTuple(args, "Up:encode_text", &text, &prepend))
+        return NULL;
+    return encoded(self, text, 1, prepend, result);
+}
+
+static PyObject *spm_encode_text(SpmEncoder *self, PyObject *args)
+{
+    return text_call(self, args, id_list);
+}
+
+static PyObject *spm_encode_text_bytes(SpmEncoder *self, PyObject *args)
+{
+    return text_call(self, args, id_bytes);
 }
 
 static PyObject *spm_fork(SpmEncoder *self, PyObject *Py_UNUSED(ignored))
@@ -625,6 +775,30 @@ static int set_whole(SpmEncoder *self, PyObject *whole)
     return 0;
 }
 
+static int compare_ids(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int bytes_isolated(const int32_t *byte_ids, const int32_t *left, const int32_t *right, Py_ssize_t n)
+{
+    /* Whether every byte is a piece and no merge takes a byte piece (left or right): then a
+     * character outside the vocabulary is its bytes, which stay apart (see cut_word). */
+    int32_t sorted[256];
+    Py_ssize_t r;
+    int b;
+    for (b = 0; b < 256; b++)
+        if ((sorted[b] = byte_ids[b]) < 0)
+            return 0;
+    qsort(sorted, 256, sizeof(int32_t), compare_ids);
+    for (r = 0; r < n; r++)
+        if (bsearch(&left[r], sorted, 256, sizeof(int32_t), compare_ids) != NULL ||
+            bsearch(&right[r], sorted, 256, sizeof(int32_t), compare_ids) != NULL)
+            return 0;
+    return 1;
+}
+
 static void spm_dealloc(SpmEncoder *self)
 {
     free(self->slots);
@@ -648,8 +822,8 @@ static void spm_dealloc(SpmEncoder *self)
 static int spm_init(SpmEncoder *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"chars", "byte_ids", "unk_id", "fuse_unk", "joiners", "left", "right", "merged",
-                             "whole", "cache_size", NULL};
-    PyObject *chars, *byte_ids, *unk, *joiners, *left_arg, *right_arg, *merged_arg, *whole;
+                             "whole", "cache_size", "space", NULL};
+    PyObject *chars, *byte_ids, *unk, *joiners, *left_arg, *right_arg, *merged_arg, *whole, *space = Py_None;
     int fuse_unk, ok = -1;
     Py_ssize_t cache_size, n, nl, nr, nm;
     int32_t *bytes = NULL, *left = NULL, *right = NULL, *merged = NULL;
@@ -658,10 +832,20 @@ static int spm_init(SpmEncoder *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_TypeError, "SpmEncoder is already initialised");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OOpO!OOOOn:SpmEncoder", kwlist, &PyDict_Type, &chars,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OOpO!OOOOn|O:SpmEncoder", kwlist, &PyDict_Type, &chars,
                                      &byte_ids, &unk, &fuse_unk, &PyDict_Type, &joiners, &left_arg, &right_arg,
-                                     &merged_arg, &whole, &cache_size))
+                                     &merged_arg, &whole, &cache_size, &space))
         return -1;
+    self->space_cp = EMPTY_CP;
+    if (space != Py_None && (one_char(space, &self->space_cp) < 0 || self->space_cp < 0x80)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "SpmEncoder: space must be a character outside ASCII");
+        return -1;
+    }
+    if (space != Py_None && whole != Py_None) {
+        PyErr_SetString(PyExc_ValueError, "SpmEncoder: space and whole (ignore_merges) do not go together");
+        return -1;
+    }
     if (whole != Py_None && !PyDict_Check(whole)) {
         PyErr_SetString(PyExc_TypeError, "SpmEncoder: whole must be a dict or None");
         return -1;
@@ -687,6 +871,16 @@ static int spm_init(SpmEncoder *self, PyObject *args, PyObject *kwds)
     }
     if (set_chars(self, chars, joiners) < 0 || (whole != Py_None && set_whole(self, whole) < 0))
         goto done;
+    if (self->space_cp != EMPTY_CP) {
+        /* ' ' is the replacement (set_chars entered its pairs under ' '): its piece too. */
+        CharInfo mark = *char_info(self, self->space_cp);
+        if (mark.id < 0) {
+            PyErr_SetString(PyExc_ValueError, "SpmEncoder: space must be a piece of the vocabulary");
+            goto done;
+        }
+        self->direct[0x20] = mark;
+    }
+    self->isolated_bytes = bytes_isolated(self->byte_ids, left, right, nl);
     if (merge_table_init(&self->table, left, right, merged, nl) < 0 ||
         piece_cache_init(&self->cache, cache_size > 0 ? (size_t)cache_size : 1) < 0) {
         PyErr_NoMemory();
@@ -707,9 +901,27 @@ static PyMethodDef spm_methods[] = {
      "encode_words(words)\n--\n\nThe ids of the pre-tokens `words` (str each), one after the other, as a list."},
     {"encode_words_bytes", (PyCFunction)spm_encode_words_bytes, METH_O,
      "encode_words_bytes(words)\n--\n\n`encode_words` as the bytes of native uint32s."},
+    {"encode_text", (PyCFunction)spm_encode_text, METH_VARARGS,
+     "encode_text(text, prepend)\n--\n\nThe ids of `text` under Metaspace (split=false) with the encoder's `space`:\n"
+     "`encode_words` of [text with each ' ' the replacement, and one prepended when `prepend` and it does not\n"
+     "start with it] ([] for an empty text)."},
+    {"encode_text_bytes", (PyCFunction)spm_encode_text_bytes, METH_VARARGS,
+     "encode_text_bytes(text, prepend)\n--\n\n`encode_text` as the bytes of native uint32s."},
     {"fork", (PyCFunction)spm_fork, METH_NOARGS,
      "fork()\n--\n\nThis encoder: it holds the GIL while it works, so threads share it safely."},
     {NULL, NULL, 0, NULL}
+};
+
+static PyObject *spm_space(SpmEncoder *self, void *Py_UNUSED(closure))
+{
+    if (self->space_cp == EMPTY_CP || !merge_table_ready(&self->table))
+        Py_RETURN_NONE;
+    return PyUnicode_FromOrdinal((int)self->space_cp);
+}
+
+static PyGetSetDef spm_getset[] = {
+    {"space", (getter)spm_space, NULL, "The replacement ' ' reads as (encode_text), or None.", NULL},
+    {NULL, NULL, NULL, NULL, NULL}
 };
 
 static PyTypeObject SpmEncoderType = {
@@ -718,9 +930,10 @@ static PyTypeObject SpmEncoderType = {
     .tp_basicsize = sizeof(SpmEncoder),
     .tp_dealloc = (destructor)spm_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "SpmEncoder(chars, byte_ids, unk_id, fuse_unk, joiners, left, right, merged, whole, cache_size)\n--\n\n"
+    .tp_doc = "SpmEncoder(chars, byte_ids, unk_id, fuse_unk, joiners, left, right, merged, whole, cache_size, space=None)\n--\n\n"
               "Piece mode's encoder of pre-tokens (see bpe_ops.sentencepiece_bpe.compiled_encoder).",
     .tp_methods = spm_methods,
+    .tp_getset = spm_getset,
     .tp_init = (initproc)spm_init,
     .tp_new = PyType_GenericNew,
 };

@@ -150,6 +150,9 @@ class Tokenizer:
             self._pre_tokenize = lambda text, at_start=True: [text] if text else []
         else:
             self._pre_tokenize = None
+        # One Metaspace that does not split: (replacement, prepend scheme); the compiled encoder then
+        # takes the whole text (its encode_text) where its `space` is set (text_encoder.piece_text_space).
+        self._metaspace = hf_components.metaspace_alone(self.pre_tokenizer_spec) if self.mode == "piece" else None
         self._decode_pieces = hf_decoders.decoder(self.decoder_spec) if self.mode == "piece" else None
 
     def _finish(self) -> None:
@@ -280,9 +283,12 @@ class Tokenizer:
     def _encode_array_with(self, encoder, text: str, allowed_special: Iterable[str] | str = ()) -> array:
         out = array("I")
         if not allowed_special and encoder is not None and (self._added is None or not self._added.always):
-            if self.mode == "piece":        # pre-tokens in, native ids out (bpe_ops/_spm.c)
-                out.frombytes(encoder.encode_words_bytes(self._pre_tokenize(
-                    self._normalize(text) if self._normalize else text, self._kept_start(text))))
+            if self.mode == "piece":        # pre-tokens (or the text) in, native ids out (bpe_ops/_spm.c)
+                normalized = self._normalize(text) if self._normalize else text
+                if encoder.space is not None:
+                    out.frombytes(encoder.encode_text_bytes(normalized, self._prepends(self._kept_start(text))))
+                else:
+                    out.frombytes(encoder.encode_words_bytes(self._pre_tokenize(normalized, self._kept_start(text))))
                 return out
             if self._normalize is not None:
                 text = self._normalize(text)
@@ -314,7 +320,10 @@ class Tokenizer:
         split. Otherwise every step over all pieces runs in C (map, set, chain); Python code runs
         once per distinct missing piece only."""
         if self.mode == "piece" and self._text_encoder is not None:
-            return self._text_encoder.encode_words(self._pre_tokenize(text, at_start))
+            encoder = self._text_encoder
+            if encoder.space is not None:       # Metaspace and the ids in one call
+                return encoder.encode_text(text, self._prepends(at_start))
+            return encoder.encode_words(self._pre_tokenize(text, at_start))
         if self._text_encoder is not None and self._regex.pcre2_splits(text):
             try:
                 return self._text_encoder.encode(text)
@@ -330,6 +339,12 @@ class Tokenizer:
             fresh = {piece: self._encode_piece(piece) for piece in missed}
             hits = map(fresh.get, pieces, hits)
         return list(chain.from_iterable(hits))
+
+    def _prepends(self, at_start: bool) -> bool:
+        """Whether Metaspace prepends its replacement to this text (unless it starts with one):
+        always, or only at the start of the original text (prepend_scheme "first"), or never."""
+        scheme = self._metaspace[1]
+        return scheme == "always" or (scheme == "first" and at_start)
 
     def _split(self, text: str) -> list[str]:
         """The pre-tokens of `text` (see `pretokenize.split_with_gaps`)."""

@@ -293,6 +293,24 @@ def metaspace_options(spec: dict) -> tuple[str, str, bool]:
     return replacement, scheme, bool(spec.get("split", True))
 
 
+def metaspace_alone(spec: dict | None) -> tuple[str, str] | None:
+    """(replacement, prepend_scheme) when the pre-tokenizer is one Metaspace that does not split (alone,
+    or alone in a Sequence): the whole text is then one pre-token, its spaces the replacement, which a
+    compiled encoder may do as it reads the text. None for any other pre-tokenizer.
+
+    >>> metaspace_alone({"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False})
+    ('▁', 'first')
+    >>> metaspace_alone({"type": "Metaspace", "split": True}) is None
+    True
+    """
+    if spec and spec.get("type") == "Sequence" and len(spec.get("pretokenizers") or []) == 1:
+        spec = spec["pretokenizers"][0]
+    if not spec or spec.get("type") != "Metaspace":
+        return None
+    replacement, scheme, split = metaspace_options(spec)
+    return None if split else (replacement, scheme)
+
+
 def _metaspace(spec: dict) -> Step:
     """HF's Metaspace: every space becomes the replacement, which is prepended (always; or only at
     the start of the original text: first) unless the piece starts with it; with `split`, the

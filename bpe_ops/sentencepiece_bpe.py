@@ -18,6 +18,9 @@ A pre-token may be a whole sentence (Metaspace with `split=false`, SentencePiece
 only if some merge `(a, b)` has `a` ending with A's last character and `b` starting with B's first.
 Cut there, the pieces merge independently (no pair spans the cut, and within a piece the order of
 merges is the same), so each is a short, cacheable word and the cost is linear in the length.
+The compiled twin (bpe_ops/_spm.c, `compiled_encoder`) cuts at every such place, and also around a
+character outside the vocabulary where its bytes' pieces are in no merge; given `text_space`, it
+takes a Metaspace (split=false) text whole, its spaces read as the mark.
 
     >>> model = PieceModel({"▁": 0, "a": 1, "b": 2, "▁a": 3, "<0xC3>": 4, "<0xA9>": 5, "<unk>": 6},
     ...                    [("▁", "a")], byte_fallback=True, unk_id=6)
@@ -166,14 +169,31 @@ def _cut_candidates(known: frozenset, joined: Iterable[tuple[str, str]]) -> tupl
             re.compile(f"[{''.join(map(re.escape, candidates))}]"))
 
 
+def text_space(model: PieceModel, metaspace: tuple[str, str] | None, *, ignore_merges: bool) -> str | None:
+    """The replacement the compiled encoder reads spaces as (its `encode_text`), or None: the
+    pre-tokenizer is not one Metaspace without split (`metaspace`: `hf_components.metaspace_alone`),
+    the replacement is not a piece, or `ignore_merges` (its whole-word lookup wants the marks).
+
+    >>> model = PieceModel({"▁": 0, "a": 1}, [], byte_fallback=False, unk_id=None)
+    >>> text_space(model, ("▁", "first"), ignore_merges=False), text_space(model, None, ignore_merges=False)
+    ('▁', None)
+    """
+    if metaspace is None or ignore_merges or metaspace[0] not in model._known or metaspace[0].isascii():
+        return None
+    return metaspace[0]
+
+
 def compiled_encoder(model: PieceModel, left: list[int], right: list[int], merged: list[int], *,
-                     ignore_merges: bool, cache_size: int):
+                     ignore_merges: bool, cache_size: int, space: str | None = None):
     """The compiled encoder of this model (`bpe_ops._spm.SpmEncoder`), or None where it is not built.
 
     Its `encode_words(pre_tokens)` is `PieceModel.word_ids` of each pre-token, the ids one after the
     other, as a list (`encode_words_bytes`: as native uint32 bytes, for an `array("I")`). The merges
     are by rank: merge r joins left[r] and right[r] into merged[r]; up to `cache_size` segments are
-    cached (0: none)."""
+    cached (0: none). With `space` (see `text_space`), `encode_text(text, prepend)` is
+    `encode_words` of Metaspace's pre-token (split=false): the text with each " " as `space`, one
+    `space` prepended when `prepend` and the text starts with neither; [] for "" (and
+    `encode_text_bytes` likewise); a " " in a pre-token is then read as `space` too."""
     if _spm is None:
         return None
     return _spm.SpmEncoder(
@@ -183,7 +203,7 @@ def compiled_encoder(model: PieceModel, left: list[int], right: list[int], merge
         {v: "".join(sorted(u)) for v, u in model._joiners.items()},
         left, right, merged,
         dict(model.piece_ids) if ignore_merges else None,
-        cache_size)
+        cache_size, space)
 
 
 def merge_heap(symbols: list[int], merges: Mapping[tuple[int, int], tuple[int, int]]) -> list[int]:

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import sequence_split
+from . import hf_components, sequence_split
 from .pretokenize import Pcre2Pattern
-from .sentencepiece_bpe import compiled_encoder as compiled_piece_encoder
+from .sentencepiece_bpe import compiled_encoder as compiled_piece_encoder, text_space
 
 try:
     from ._pcre2 import Fallback, TextEncoder   # optional: PCRE2 and C
@@ -30,12 +30,22 @@ except ImportError:
     Fallback = TextEncoder = None
 
 
+def piece_text_space(tok: Any) -> str | None:
+    """Piece mode: the Metaspace replacement the compiled encoder reads spaces as, so that its
+    `encode_text` takes the whole text (see `sentencepiece_bpe.text_space`); else None."""
+    if tok.mode != "piece":
+        return None
+    return text_space(tok._piece_model, hf_components.metaspace_alone(tok.pre_tokenizer_spec),
+                      ignore_merges=tok.ignore_merges)
+
+
 def build(tok: Any) -> Any:
     """The compiled whole-text encoder of `tok`, or None: classic mode, the split not on PCRE2, no
     compiled merger (see `merging.piece_merger`)."""
     if tok.mode == "piece" and tok._merger is not None:
         return compiled_piece_encoder(tok._piece_model, tok._left, tok._right, tok._merged,
-                                      ignore_merges=tok.ignore_merges, cache_size=tok.cache_size)
+                                      ignore_merges=tok.ignore_merges, cache_size=tok.cache_size,
+                                      space=piece_text_space(tok))
     if tok.mode != "byte" or tok._merger is None or not isinstance(tok._regex, Pcre2Pattern):
         return None
     steps = (sequence_split.encoder_steps(tok.pre_tokenizer_spec, tok._regex.cache_dir)

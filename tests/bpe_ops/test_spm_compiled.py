@@ -30,7 +30,7 @@ _spm = sentencepiece_bpe._spm
 DATA = Path(__file__).resolve().parents[1] / "data" / "sentencepiece"
 FILES = ["llama", "llama-legacy", "gemma", "unk", "llama32k"]
 PARTIAL = ["partial-bytes-fused", "partial-bytes-unfused"]
-SMALL = PARTIAL + ["whole-words"]
+SMALL = PARTIAL + ["whole-words", "byte-merges"]
 # llama32k in other layouts: pre-tokens split at every space mark, a normalizer that strips (the
 # start of a text may then be gone, which Metaspace's prepend_scheme "first" asks about), the legacy
 # normalizer with no pre-tokenizer.
@@ -41,6 +41,11 @@ LAYOUTS = {
     "llama32k-legacy": {"normalizer": {"type": "Sequence", "normalizers": [
         {"type": "Prepend", "prepend": "\u2581"}, {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
         "pre_tokenizer": None},
+    # the compiled encoder's whole-text path (encode_text) under each prepend scheme, and in a Sequence
+    "llama32k-always": {"pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always",
+                                          "split": False}},
+    "llama32k-never": {"pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+        {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "never", "split": False}]}},
 }
 TEXTS = ["", " ", "   ", "\u2581", "\u2581\u2581x\u2581", "  two  spaces  ", "a\tb\nc\r\n", "héllo wörld",
          "日本語のテキスト、句読点。", "ꙮ 𓀀𓀁 ☃ ᚠᛇᚻ ⵣ ߞ", "👍🏽 👨\u200d👩\u200d👧\u200d👦", "\x00\x01\x7f",
@@ -70,6 +75,7 @@ def paths(tmp_path_factory):
     for fuse in (True, False):
         out[f"partial-bytes-{'fused' if fuse else 'unfused'}"] = partial_bytes_file(folder, fuse)
     out["whole-words"] = whole_words_file(folder)
+    out["byte-merges"] = byte_merges_file(folder)
     return out
 
 
@@ -88,6 +94,16 @@ def whole_words_file(folder: Path) -> Path:
     return small_file(folder / "whole-words.json", models.BPE(
         SMALL_VOCAB, SMALL_MERGES, byte_fallback=True, unk_token="<unk>", ignore_merges=True),
         pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="never", split=True))
+
+
+def byte_merges_file(folder: Path) -> Path:
+    """Every byte a piece, and merges that take byte pieces (\\n then a, a then \\n, two bytes of 日):
+    the compiled encoder may then not cut around characters outside the vocabulary."""
+    vocab = {**{f"<0x{b:02X}>": b for b in range(256)}, "<unk>": 256, "\u2581": 257, "a": 258, "b": 259,
+             "\u2581a": 260, "<0x0A>a": 261, "a<0x0A>": 262, "<0xE6><0x97>": 263}
+    merges = [("\u2581", "a"), ("<0x0A>", "a"), ("a", "<0x0A>"), ("<0xE6>", "<0x97>")]
+    return small_file(folder / "byte-merges.json", models.BPE(vocab, merges, byte_fallback=True, unk_token="<unk>"),
+                      pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False))
 
 
 SMALL_VOCAB = {"<unk>": 0, "\u2581": 1, "a": 2, "b": 3, "c": 4, "é": 5, "\u2581a": 6, "ab": 7,
@@ -161,6 +177,47 @@ def test_unknown_characters_around_byte_runs_encode_like_hf(paths, name):
     assert 0 in compiled.encode("本日") and 8 in compiled.encode("本日")       # both kinds are met
 
 
+def test_merges_that_take_byte_pieces_join_them_across_characters_outside_the_vocabulary(paths):
+    texts = ["a\na", "\na\n", "b\nb", "日a\n日", " a\n\na a"]
+    assert_same_ids(paths["byte-merges"], texts)
+    compiled, _, _ = loaded(paths["byte-merges"])
+    assert compiled.encode("b\na\n") == [257, 259, 261, 10] and compiled.encode("b日") == [257, 259, 263, 0xA5]
+
+
+@pytest.mark.parametrize("name", ["llama32k", "llama32k-always", "llama32k-never"])
+def test_a_text_after_an_allowed_special_token_gets_no_first_mark(paths, name):
+    """Metaspace's prepend_scheme "first" prepends at the start of the original text only: the text
+    after an allowed "<s>" does not start it (the compiled encode_text is told so)."""
+    compiled, spec, hf = loaded(paths[name])
+    hf_specials = HFTokenizer.from_file(str(paths[name]))
+    for text in ["<s>a b", "x<s> y", "<s><s>  z ", "a</s>b<s>", "<s>"]:
+        want = spec.encode(text, allowed_special="all")
+        assert compiled.encode(text, allowed_special="all") == want
+        assert hf_specials.encode(text, add_special_tokens=False).ids == want
+
+
+def test_the_text_path_is_the_pre_token_path(paths):
+    """encode_text(text, prepend) is encode_words of Metaspace's one pre-token, for either prepend."""
+    compiled, _, _ = loaded(paths["llama32k"])
+    encoder = compiled._text_encoder
+    assert encoder.space == "\u2581"
+    for text in TEXTS:
+        for prepend in (True, False):
+            marked = text.replace(" ", "\u2581")
+            if prepend and marked and not marked.startswith("\u2581"):
+                marked = "\u2581" + marked
+            want = encoder.encode_words([marked] if marked else [])
+            assert encoder.encode_text(text, prepend) == want
+            assert encoder.encode_text_bytes(text, prepend) == encoder.encode_words_bytes([marked] if marked else [])
+
+
+def test_only_a_lone_metaspace_without_split_takes_the_text_path(paths):
+    for name, space in [("llama32k", "\u2581"), ("llama32k-never", "\u2581"), ("llama32k-split", None),
+                        ("llama32k-legacy", None), ("unk", None), ("whole-words", None)]:
+        compiled, _, _ = loaded(paths[name])
+        assert compiled._text_encoder.space == space, name
+
+
 def test_a_pre_token_that_is_a_piece_is_that_piece_under_ignore_merges(paths):
     texts = ["abc", "abc abc c", "ab abcabc", " c", "abcé"]
     assert_same_ids(paths["whole-words"], texts)
@@ -180,11 +237,13 @@ def test_compiled_ids_equal_the_specification_and_hf_on_held_out_documents(paths
 
 FRAGMENTS = st.sampled_from([" ", "  ", "\u2581", "\u2581\u2581", "\t", "\n", "<s>", "<unk>", "<tool>", "the", " of",
                              "é", "e\u0301", "日本", "👍🏽", "𓀀", "\ud800", "ꙮ", "12345", "==", "\x00"])
-TEXT = st.lists(st.one_of(FRAGMENTS, st.text(max_size=12), st.characters(exclude_categories=()),
-                          st.text(alphabet=" \u2581abc", max_size=20)), max_size=30).map("".join)
+EDGES = st.sampled_from(["", " ", "  ", "\u2581", " \u2581", "\n", "日"])
+TEXT = st.tuples(EDGES, st.lists(st.one_of(FRAGMENTS, st.text(max_size=12), st.characters(exclude_categories=()),
+                                           st.text(alphabet=" \u2581abc\n日", max_size=20)), max_size=30).map("".join),
+                 EDGES).map("".join)
 
 
-@pytest.mark.parametrize("name", FILES + ["llama32k-split"] + SMALL)
+@pytest.mark.parametrize("name", FILES + ["llama32k-split", "llama32k-always", "llama32k-never"] + SMALL)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(texts=st.lists(TEXT, min_size=1, max_size=4))
 def test_generated_texts_encode_like_the_specification_and_hf(paths, name, texts):
@@ -234,6 +293,18 @@ def test_the_encoder_refuses_malformed_tables():
         _spm.SpmEncoder({"ab": 1}, [None] * 256, None, False, {}, [], [], [], None, 0)
     with pytest.raises(OverflowError):
         _spm.SpmEncoder({}, [None] * 256, -1, False, {}, [], [], [], None, 0)
+    with pytest.raises(TypeError, match="space"):
+        encoder.encode_text("ab", True)
+    with pytest.raises(ValueError, match="piece"):          # the mark must be a piece
+        _spm.SpmEncoder({"a": 0}, [None] * 256, None, False, {}, [], [], [], None, 0, "\u2581")
+    with pytest.raises(ValueError, match="outside ASCII"):
+        _spm.SpmEncoder({"a": 0}, [None] * 256, None, False, {}, [], [], [], None, 0, "a")
+    with pytest.raises(ValueError, match="whole"):
+        _spm.SpmEncoder({"\u2581": 0}, [None] * 256, None, False, {}, [], [], [], {"\u2581": 0}, 0, "\u2581")
+    marked = _spm.SpmEncoder({"\u2581": 0, "a": 1}, [None] * 256, None, False, {}, [], [], [], None, 4, "\u2581")
+    assert marked.encode_text("a a", True) == [0, 1, 0, 1] and marked.encode_text("", True) == []
+    with pytest.raises(TypeError):
+        marked.encode_text(b"a", True)
 
 
 def test_fuzz_corpus_and_regressions_replay():

@@ -1,6 +1,8 @@
 """Fuzz target: piece mode's compiled encoder (bpe_ops/_spm.c) against its specification. The input
-picks one of the SentencePiece-style files of tests/data/sentencepiece and whether the encoders'
-caches are tiny (so that they fill and empty all the time); the rest is the text (UTF-8, an invalid
+picks one of the SentencePiece-style files of tests/data/sentencepiece, whether the encoders'
+caches are tiny (so that they fill and empty all the time) and whether special tokens are allowed
+(the text after one is not the start of the text, which Metaspace's prepend_scheme "first" asks:
+the compiled `encode_text` is then told not to prepend); the rest is the text (UTF-8, an invalid
 byte read as a lone surrogate, \\x01 as the space mark `▁`). The compiled ids (`encode`, and
 `encode_array`) must equal the pure-Python specification's (`Implementation(compiled=False)`) and,
 for a text without lone surrogates, Hugging Face `tokenizers`'. Run from the worktree:
@@ -38,7 +40,7 @@ def tokenizers(name: str, tiny_cache: bool):
             compiled.cache_size = spec.cache_size = TINY_CACHE     # read when the encoders are built
         hf = HFTokenizer.from_file(str(path))
         hf.encode_special_tokens = True
-        _loaded[key] = compiled, spec, hf
+        _loaded[key] = compiled, spec, hf, HFTokenizer.from_file(str(path))   # the last one reads "<s>" as the control
     return _loaded[key]
 
 
@@ -49,14 +51,16 @@ def text_of(data: bytes) -> str:
 def check(data: bytes) -> None:
     if not data:
         return
-    compiled, spec, hf = tokenizers(FILES[data[0] % len(FILES)], data[0] >= 128)
+    compiled, spec, hf, hf_specials = tokenizers(FILES[data[0] % len(FILES)], data[0] >= 128)
+    allowed = "all" if data[0] & 64 else ()
     text = text_of(data[1:])
-    want = spec.encode(text)
-    got = compiled.encode(text)
+    want = spec.encode(text, allowed)
+    got = compiled.encode(text, allowed)
     assert got == want, f"compiled {got} != specification {want} for {text!r}"
-    assert compiled.encode_array(text).tolist() == want, f"encode_array differs for {text!r}"
+    assert compiled.encode_array(text, allowed).tolist() == want, f"encode_array differs for {text!r}"
     if not any("\ud800" <= ch <= "\udfff" for ch in text):
-        assert hf.encode(text, add_special_tokens=False).ids == want, f"HF differs for {text!r}"
+        oracle = hf_specials if allowed else hf
+        assert oracle.encode(text, add_special_tokens=False).ids == want, f"HF differs for {text!r}"
 
 
 if __name__ == "__main__":
