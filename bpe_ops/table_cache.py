@@ -44,7 +44,7 @@ class Tables:
     `token_ids[k]` is the id of the ordinary token `token_blob[offset_k : offset_k + token_lengths[k]]`
     (special tokens are in `special_tokens`); merge rank r joins `left[r]` and `right[r]` into
     `merged[r]`. `ranks_ascend` is `merging.ranks_ascend` of the merges; `sha256` the canonical
-    tokenizer.json text's (None until someone asked for it). `piece` holds a piece-mode file's
+    tokenizer.json text's (None until someone asked for it: a cold load does not build that text). `piece` holds a piece-mode file's
     model options (decoder, byte_fallback, unk_token, fuse_unk, and `vocab_specials`: the special
     tokens its vocab lists, [piece, id] pairs); None for byte level."""
     pattern: str
@@ -63,6 +63,9 @@ class Tables:
     added_tokens: list | None = None
     piece: dict | None = None
     _tokens: list | None = field(default=None, repr=False, compare=False)
+    # (cache folder, key) these tables were saved under while their sha256 was unknown: where
+    # `saving.sha256` writes them again once it is known. Not saved.
+    saved_in: tuple | None = field(default=None, repr=False, compare=False)
 
     def tokens(self) -> list[bytes]:
         """The ordinary tokens' bytes, in `token_ids` order (cut once: bytes are immutable, so every
