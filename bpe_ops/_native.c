@@ -595,11 +595,11 @@ static int vocab_id(PyObject *vocab, PyObject *token, int64_t *out)
     return 1;
 }
 
-static int merge_halves(PyObject *merge, int string_form, PyObject **a, PyObject **b, PyObject **ab)
+static int merge_halves(PyObject *merge, int string_form, PyObject **a, PyObject **b)
 {
-    /* New references to a merge's halves and their join: 1, or 0 when it is not in the form the
-     * first merge has ("a b" with one space, or ["a", "b"]), -1 on error. */
-    *a = *b = *ab = NULL;
+    /* New references to a merge's halves: 1, or 0 when it is not in the form the first merge has
+     * ("a b" with one space, or ["a", "b"]), -1 on error. */
+    *a = *b = NULL;
     if (string_form) {
         Py_ssize_t n, at;
         if (!PyUnicode_CheckExact(merge))
@@ -624,7 +624,7 @@ static int merge_halves(PyObject *merge, int string_form, PyObject **a, PyObject
         Py_INCREF(*a);
         Py_INCREF(*b);
     }
-    if (*a == NULL || *b == NULL || (*ab = PyUnicode_Concat(*a, *b)) == NULL) {
+    if (*a == NULL || *b == NULL) {
         Py_CLEAR(*a);
         Py_CLEAR(*b);
         return -1;
@@ -632,12 +632,61 @@ static int merge_halves(PyObject *merge, int string_form, PyObject **a, PyObject
     return 1;
 }
 
+static int is_join(PyObject *key, PyObject *a, PyObject *b)
+{
+    /* Whether the str `key` holds the characters of a then those of b (all three ready str). */
+    Py_ssize_t la = PyUnicode_GET_LENGTH(a), lb = PyUnicode_GET_LENGTH(b), i;
+    int kind = PyUnicode_KIND(key);
+    const char *data = PyUnicode_DATA(key);
+    if (PyUnicode_GET_LENGTH(key) != la + lb)
+        return 0;
+    if (PyUnicode_KIND(a) == kind && PyUnicode_KIND(b) == kind)
+        return memcmp(data, PyUnicode_DATA(a), (size_t)la * kind) == 0
+            && memcmp(data + (size_t)la * kind, PyUnicode_DATA(b), (size_t)lb * kind) == 0;
+    for (i = 0; i < la; i++)
+        if (PyUnicode_READ(kind, data, i) != PyUnicode_READ_CHAR(a, i))
+            return 0;
+    for (i = 0; i < lb; i++)
+        if (PyUnicode_READ(kind, data, la + i) != PyUnicode_READ_CHAR(b, i))
+            return 0;
+    return 1;
+}
+
+static PyObject **tokens_by_id(PyObject *vocab, Py_ssize_t *count)
+{
+    /* New references to vocab's str keys by their id (a plain int below *count, set here; NULL
+     * where no such key), for `merge_ids` to guess a join's id; NULL on error. Any key of an id
+     * will do: the vocab maps it to that id. */
+    Py_ssize_t n = PyDict_GET_SIZE(vocab), at = 0, k;
+    PyObject *key, *value, **keys;
+    *count = 2 * n + 1024;
+    if ((keys = PyMem_Calloc((size_t)*count, sizeof(PyObject *))) == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    while (PyDict_Next(vocab, &at, &key, &value)) {
+        if (!PyUnicode_CheckExact(key) || !PyLong_CheckExact(value))
+            continue;
+        k = PyLong_AsSsize_t(value);
+        if (k == -1 && PyErr_Occurred())
+            PyErr_Clear();
+        else if (k >= 0 && k < *count && keys[k] == NULL)
+            keys[k] = Py_NewRef(key);
+    }
+    return keys;
+}
+
 static PyObject *merge_ids(PyObject *Py_UNUSED(module), PyObject *args)
 {
     /* (left, right, merged), each the native int64 ids of one side of every merge as bytes, or None
      * when a merge is not in the first one's form or a half or product is not a plain int of vocab. */
-    PyObject *merges, *vocab, *columns[3] = {NULL, NULL, NULL}, *result = NULL;
-    Py_ssize_t n, k;
+    /* A file's merges mostly make tokens of consecutive ids (a tiktoken-made file's, several
+     * merges the same token), and the dict lookup of a join is a cache miss or three in a large
+     * vocab: the tokens of the last join's id and the next are compared with the halves first
+     * (`tokens_by_id`); a join is built and looked up only when neither is it. */
+    PyObject *merges, *vocab, *columns[3] = {NULL, NULL, NULL}, *result = NULL, **by_id = NULL;
+    Py_ssize_t n, k, ids = 0;
+    int64_t next = 0;
     int string_form, c;
     int64_t *out[3];
     if (!PyArg_ParseTuple(args, "O!O!:merge_ids", &PyList_Type, &merges, &PyDict_Type, &vocab))
@@ -649,18 +698,31 @@ static PyObject *merge_ids(PyObject *Py_UNUSED(module), PyObject *args)
             goto done;
         out[c] = (int64_t *)PyBytes_AS_STRING(columns[c]);
     }
+    if (n > 0 && (by_id = tokens_by_id(vocab, &ids)) == NULL)
+        goto done;
     for (k = 0; k < n; k++) {
         PyObject *a, *b, *ab;
-        int got = merge_halves(PyList_GET_ITEM(merges, k), string_form, &a, &b, &ab);
+        int got = merge_halves(PyList_GET_ITEM(merges, k), string_form, &a, &b);
         if (got == 1) {
             got = vocab_id(vocab, a, &out[0][k]);
             if (got == 1)
                 got = vocab_id(vocab, b, &out[1][k]);
-            if (got == 1)
-                got = vocab_id(vocab, ab, &out[2][k]);
+            if (got == 1) {
+                if (next > 0 && by_id[next - 1] != NULL && is_join(by_id[next - 1], a, b))
+                    out[2][k] = next - 1;
+                else if (next < ids && by_id[next] != NULL && is_join(by_id[next], a, b))
+                    out[2][k] = next;
+                else if ((ab = PyUnicode_Concat(a, b)) == NULL)
+                    got = -1;
+                else {
+                    got = vocab_id(vocab, ab, &out[2][k]);
+                    Py_DECREF(ab);
+                }
+                if (got == 1)          /* the next guess: the token after this join's */
+                    next = out[2][k] >= 0 && out[2][k] < ids ? out[2][k] + 1 : ids;
+            }
             Py_DECREF(a);
             Py_DECREF(b);
-            Py_DECREF(ab);
         }
         if (got < 0)
             goto done;
@@ -673,6 +735,11 @@ static PyObject *merge_ids(PyObject *Py_UNUSED(module), PyObject *args)
 done:
     for (c = 0; c < 3; c++)
         Py_XDECREF(columns[c]);
+    if (by_id != NULL) {
+        for (k = 0; k < ids; k++)
+            Py_XDECREF(by_id[k]);
+        PyMem_Free(by_id);
+    }
     return result;
 }
 
