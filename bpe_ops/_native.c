@@ -16,6 +16,11 @@
  *   merge_ids(merges, vocab)    a tokenizer.json's merges as three int64 id columns (left, right,
  *                               merged) looked up in vocab, or None (bpe_ops/merge_ids.py's
  *                               `merge_ids_python` is the specification).
+ *   merges_span(data)           (start, end): the byte span of model.merges' value in a tokenizer.json's
+ *                               UTF-8 bytes, or None (bpe_ops/json_merges.py's `merges_span_python`).
+ *   merge_text_ids(data, start, end, vocab)
+ *                               merge_ids of the JSON merges array in data[start:end], or None
+ *                               (bpe_ops/json_merges.py's `merge_text_ids_python`).
  *   ranks_ascend(left, right, merged)
  *                               merging.ranks_ascend(merging.first_ranks(left, right), left, right,
  *                               merged) of three int64 columns, or None for an id outside 0..2**32-1
@@ -27,6 +32,7 @@
 #include <string.h>
 
 #include "_byte_map.h"
+#include "_json_scan.h"
 
 /* ---- packed count tables ---------------------------------------------------------------------- */
 
@@ -743,6 +749,337 @@ done:
     return result;
 }
 
+/* ---- a tokenizer.json's merges read from its text ------------------------------------------------ */
+
+static ptrdiff_t find_member(const uint8_t *s, size_t n, size_t at, const char *const *keys, int nkeys,
+                             size_t *start, size_t *end, int *found)
+{
+    /* `at` on an object's '{': the offset after its '}', with the span of member keys[0]'s value
+     * (keys[1]'s inside it when nkeys is 2, which must then be an object) in *start, *end and
+     * *found set; -1 when malformed, when the key is there twice, or when any key is escaped (it
+     * might spell a wanted one). */
+    size_t want = strlen(keys[0]);
+    ptrdiff_t got;
+    if (at >= n || s[at] != '{')
+        return -1;
+    at = json_space(s, n, at + 1);
+    if (at < n && s[at] == '}')
+        return (ptrdiff_t)(at + 1);
+    for (;;) {
+        int wanted;
+        if ((got = json_string_end(s, n, at)) < 0 || memchr(s + at, '\\', (size_t)got - at) != NULL)
+            return -1;
+        wanted = (size_t)got - at - 2 == want && memcmp(s + at + 1, keys[0], want) == 0;
+        at = json_space(s, n, (size_t)got);
+        if (at >= n || s[at] != ':')
+            return -1;
+        at = json_space(s, n, at + 1);
+        if (wanted && (*found & (1 << nkeys)))
+            return -1;                                       /* json.loads keeps the last: not ours */
+        if (wanted && nkeys == 2) {
+            *found |= 1 << nkeys;
+            got = find_member(s, n, at, keys + 1, 1, start, end, found);
+        } else {
+            got = json_value_end(s, n, at);
+            if (wanted && got >= 0) {
+                *found |= 1 << nkeys;
+                *start = at, *end = (size_t)got;
+            }
+        }
+        if (got < 0)
+            return -1;
+        at = json_space(s, n, (size_t)got);
+        if (at < n && s[at] == ',') {
+            at = json_space(s, n, at + 1);
+            continue;
+        }
+        return at < n && s[at] == '}' ? (ptrdiff_t)(at + 1) : -1;
+    }
+}
+
+static PyObject *merges_span(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+    /* (start, end) of model.merges' value when the whole text is one strict JSON object (see
+     * _json_scan.h) with one unescaped "model" key, an object, with one unescaped "merges" key;
+     * else None. The bytes must be UTF-8 (the caller decoded them). */
+    static const char *const keys[] = {"model", "merges"};
+    Py_buffer view;
+    size_t start = 0, end = 0, at;
+    int found = 0;
+    ptrdiff_t got;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    at = json_space(view.buf, (size_t)view.len, 0);
+    got = find_member(view.buf, (size_t)view.len, at, keys, 2, &start, &end, &found);
+    if (got >= 0)
+        got = json_space(view.buf, (size_t)view.len, (size_t)got) == (size_t)view.len ? got : -1;
+    PyBuffer_Release(&view);
+    if (got < 0 || found != ((1 << 2) | (1 << 1)))
+        return Py_NewRef(Py_None);
+    return Py_BuildValue("(nn)", (Py_ssize_t)start, (Py_ssize_t)end);
+}
+
+typedef struct {
+    int64_t *at;
+    size_t used, room;
+} Column;
+
+static int column_push(Column *c, int64_t v)
+{
+    if (c->used == c->room) {
+        size_t room = c->room ? 2 * c->room : 1024;
+        int64_t *grown = PyMem_Realloc(c->at, room * sizeof(int64_t));
+        if (grown == NULL)
+            return -1;
+        c->at = grown, c->room = room;
+    }
+    c->at[c->used++] = v;
+    return 0;
+}
+
+/* The vocab as an open-addressing table over its keys' code points: one slot and the key's
+ * characters per lookup where a dict takes its index, entry, key and int (cache misses in a large
+ * vocab), and no str made of a merge half to look it up. */
+typedef struct {
+    PyObject *key;              /* borrowed from the vocab; NULL: an empty slot */
+    int64_t id;
+    uint32_t tag;               /* the hash's low bits */
+    uint32_t plain;             /* the value is a plain int of 64 bits (else a lookup finds no id) */
+} Slot;
+
+typedef struct {
+    Slot *slots;
+    uint64_t mask;
+    int shift;
+    PyObject **by_id;           /* a key of each id below `ids` (borrowed), for guessing joins */
+    Py_ssize_t ids;
+} VocabTable;
+
+static inline uint64_t chars_hash(uint64_t h, const uint32_t *c, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++)
+        h = (h ^ c[i]) * 0x100000001B3ULL;
+    return h;
+}
+#define CHARS_SEED 0xCBF29CE484222325ULL
+
+static int key_is(PyObject *key, const uint32_t *c, size_t n)
+{
+    int kind = PyUnicode_KIND(key);
+    const void *data = PyUnicode_DATA(key);
+    size_t i;
+    if ((size_t)PyUnicode_GET_LENGTH(key) != n)
+        return 0;
+    if (kind == PyUnicode_4BYTE_KIND)
+        return memcmp(data, c, n * 4) == 0;
+    for (i = 0; i < n; i++)
+        if (PyUnicode_READ(kind, data, i) != c[i])
+            return 0;
+    return 1;
+}
+
+static void vocab_table_free(VocabTable *t)
+{
+    PyMem_Free(t->slots);
+    PyMem_Free(t->by_id);
+}
+
+static int vocab_table_build(VocabTable *t, PyObject *vocab)
+{
+    /* 1, or 0 when a key is not a str (a lookup by str could meet it), -1 on error. */
+    Py_ssize_t n = PyDict_GET_SIZE(vocab), at = 0, size = 16;
+    PyObject *key, *value;
+    uint32_t *chars = NULL;
+    size_t room = 0;
+    int bits = 4;
+    memset(t, 0, sizeof *t);
+    while (size < 2 * n)
+        size *= 2, bits++;
+    t->mask = (uint64_t)size - 1, t->shift = 64 - bits, t->ids = 2 * n + 1024;
+    t->slots = PyMem_Calloc((size_t)size, sizeof(Slot));
+    t->by_id = PyMem_Calloc((size_t)t->ids, sizeof(PyObject *));
+    if (t->slots == NULL || t->by_id == NULL)
+        goto nomem;
+    while (PyDict_Next(vocab, &at, &key, &value)) {
+        Py_ssize_t len, i;
+        int kind;
+        const void *data;
+        uint64_t h, s;
+        long long id = 0;
+        int plain = PyLong_CheckExact(value);
+        if (!PyUnicode_CheckExact(key)) {
+            PyMem_Free(chars);
+            return 0;
+        }
+        if (plain) {
+            id = PyLong_AsLongLong(value);
+            if (id == -1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                plain = 0;
+            }
+        }
+        len = PyUnicode_GET_LENGTH(key), kind = PyUnicode_KIND(key), data = PyUnicode_DATA(key);
+        if ((size_t)len > room) {
+            uint32_t *grown = PyMem_Realloc(chars, ((size_t)len + 64) * 4);
+            if (grown == NULL)
+                goto nomem;
+            chars = grown, room = (size_t)len + 64;
+        }
+        for (i = 0; i < len; i++)
+            chars[i] = PyUnicode_READ(kind, data, i);
+        h = chars_hash(CHARS_SEED, chars, (size_t)len);
+        for (s = (h * 0x9E3779B97F4A7C15ULL) >> t->shift; t->slots[s].key != NULL; s = (s + 1) & t->mask)
+            ;
+        t->slots[s].key = key, t->slots[s].id = id, t->slots[s].tag = (uint32_t)h, t->slots[s].plain = (uint32_t)plain;
+        if (plain && id >= 0 && id < t->ids && t->by_id[id] == NULL)
+            t->by_id[id] = key;
+    }
+    PyMem_Free(chars);
+    return 1;
+nomem:
+    PyMem_Free(chars);
+    vocab_table_free(t);
+    PyErr_NoMemory();
+    return -1;
+}
+
+static int vocab_table_id(const VocabTable *t, uint64_t h, const uint32_t *c, size_t n, int64_t *id)
+{
+    /* 1 with the id of the token of code points c[0:n] (hash h), or 0 when it is not in the vocab
+     * or its value is not a plain int of 64 bits: `vocab_id` without the str. */
+    uint64_t s;
+    for (s = (h * 0x9E3779B97F4A7C15ULL) >> t->shift; t->slots[s].key != NULL; s = (s + 1) & t->mask)
+        if (t->slots[s].tag == (uint32_t)h && key_is(t->slots[s].key, c, n)) {
+            *id = t->slots[s].id;
+            return (int)t->slots[s].plain;
+        }
+    return 0;
+}
+
+static PyObject *merge_text_ids(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    /* `merge_ids` of the merges array spelled in data[start:end] (one value with whitespace about
+     * it), with no Python object per merge: None when it is not an array of merges all in one form
+     * ("a b" or ["a", "b"]), a half or a join is not a plain int of vocab (or a vocab key is not a
+     * str), or a string is not UTF-8 or escapes a lone surrogate. The join is guessed first as in
+     * `merge_ids`. */
+    Py_buffer view;
+    PyObject *vocab, *result = NULL, *columns[3] = {NULL, NULL, NULL};
+    Py_ssize_t first, last;
+    const uint8_t *s;
+    size_t n, at, room;
+    uint32_t *chars = NULL;
+    Column out[3] = {{NULL, 0, 0}, {NULL, 0, 0}, {NULL, 0, 0}};
+    VocabTable table;
+    int64_t next = 0, id[3] = {0, 0, 0};
+    int string_form = -1, c, built;
+    if (!PyArg_ParseTuple(args, "y*nnO!:merge_text_ids", &view, &first, &last, &PyDict_Type, &vocab))
+        return NULL;
+    if (first < 0 || last < first || last > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "merge_text_ids: the span is not inside the data");
+        return NULL;
+    }
+    if ((built = vocab_table_build(&table, vocab)) <= 0) {
+        PyBuffer_Release(&view);
+        return built < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    s = view.buf, n = (size_t)last, at = json_space(s, n, (size_t)first), room = (size_t)(last - first) + 1;
+    if ((chars = PyMem_Malloc(room * sizeof(uint32_t))) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (at >= n || s[at] != '[')
+        goto declined;
+    at = json_space(s, n, at + 1);
+    if (at < n && s[at] == ']')
+        goto closed;
+    for (;;) {
+        size_t la, lb, i;
+        ptrdiff_t end;
+        uint64_t ha, hb;
+        int form = at < n && s[at] == '"';
+        if (string_form < 0)
+            string_form = form;
+        if (form != string_form)
+            goto declined;
+        if (form) {                                          /* "a b": split at its one space */
+            size_t len, spaces = 0;
+            if ((end = json_string_chars(s, n, at, chars, &len)) < 0)
+                goto declined;
+            at = (size_t)end, la = 0;
+            for (i = 0; i < len; i++)
+                if (chars[i] == ' ')
+                    spaces++, la = i;
+            if (spaces != 1)
+                goto declined;
+            memmove(chars + la, chars + la + 1, (len - la - 1) * sizeof(uint32_t));
+            lb = len - la - 1;
+        } else {                                             /* ["a", "b"] */
+            if (s[at] != '[')
+                goto declined;
+            at = json_space(s, n, at + 1);
+            if ((end = json_string_chars(s, n, at, chars, &la)) < 0)
+                goto declined;
+            at = json_space(s, n, (size_t)end);
+            if (at >= n || s[at] != ',')
+                goto declined;
+            at = json_space(s, n, at + 1);
+            if ((end = json_string_chars(s, n, at, chars + la, &lb)) < 0)
+                goto declined;
+            at = json_space(s, n, (size_t)end);
+            if (at >= n || s[at] != ']')
+                goto declined;
+            at++;
+        }
+        ha = chars_hash(CHARS_SEED, chars, la);
+        hb = chars_hash(CHARS_SEED, chars + la, lb);
+        if (!vocab_table_id(&table, ha, chars, la, &id[0]) || !vocab_table_id(&table, hb, chars + la, lb, &id[1]))
+            goto declined;
+        if (next > 0 && table.by_id[next - 1] != NULL && key_is(table.by_id[next - 1], chars, la + lb))
+            id[2] = next - 1;
+        else if (next < table.ids && table.by_id[next] != NULL && key_is(table.by_id[next], chars, la + lb))
+            id[2] = next;
+        else if (!vocab_table_id(&table, chars_hash(ha, chars + la, lb), chars, la + lb, &id[2]))
+            goto declined;
+        next = id[2] >= 0 && id[2] < table.ids ? id[2] + 1 : table.ids;
+        for (c = 0; c < 3; c++)
+            if (column_push(&out[c], id[c]) < 0) {
+                PyErr_NoMemory();
+                goto done;
+            }
+        at = json_space(s, n, at);
+        if (at < n && s[at] == ',') {
+            at = json_space(s, n, at + 1);
+            continue;
+        }
+        if (at < n && s[at] == ']')
+            break;
+        goto declined;
+    }
+closed:
+    if (json_space(s, n, at + 1) != n)
+        goto declined;
+    for (c = 0; c < 3; c++)
+        if ((columns[c] = PyBytes_FromStringAndSize((const char *)out[c].at,
+                                                    (Py_ssize_t)(out[c].used * sizeof(int64_t)))) == NULL)
+            goto done;
+    result = PyTuple_Pack(3, columns[0], columns[1], columns[2]);
+    goto done;
+declined:
+    result = Py_NewRef(Py_None);
+done:
+    for (c = 0; c < 3; c++) {
+        Py_XDECREF(columns[c]);
+        PyMem_Free(out[c].at);
+    }
+    vocab_table_free(&table);
+    PyMem_Free(chars);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 /* ---- whether merge ranks ascend ------------------------------------------------------------------ */
 
 static size_t slot_of(uint64_t key, size_t mask)
@@ -840,6 +1177,12 @@ static PyMethodDef module_methods[] = {
     {"merge_ids", merge_ids, METH_VARARGS,
      "merge_ids(merges, vocab)\n--\n\nA tokenizer.json's merges as (left, right, merged) int64 id columns "
      "(bytes), or None: see bpe_ops/merge_ids.py."},
+    {"merges_span", merges_span, METH_O,
+     "merges_span(data)\n--\n\n(start, end) of model.merges' value in a tokenizer.json's UTF-8 bytes, or None: "
+     "see bpe_ops/json_merges.py."},
+    {"merge_text_ids", merge_text_ids, METH_VARARGS,
+     "merge_text_ids(data, start, end, vocab)\n--\n\nmerge_ids of the merges array spelled in data[start:end], "
+     "or None: see bpe_ops/json_merges.py."},
     {"ranks_ascend", ranks_ascend, METH_VARARGS,
      "ranks_ascend(left, right, merged)\n--\n\nmerging.ranks_ascend of three int64 id columns, or None for "
      "an id outside 0..2**32-1: see merging.ranks_ascend_of."},

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bpe_ops import Implementation, Tokenizer, load, formats, table_cache
+from bpe_ops import Implementation, Tokenizer, json_merges, load, formats, table_cache
 from tests.conftest import read_jsonl_texts
 
 pytestmark = [pytest.mark.oracle, pytest.mark.slow]
@@ -112,3 +112,14 @@ def test_malformed_merges_are_still_named(gpt2_json, tmp_path):
     path = written(doc, tmp_path, "bad")
     with pytest.raises(ValueError, match=r"model.merges\[5\]"):
         formats.read_tokenizer_data(path.read_bytes(), path, as_tables=True)
+
+
+def test_gpt2s_file_is_read_from_its_text_and_equals_the_full_read(gpt2_json):
+    # bpe_ops/json_merges.py: no list of the merges is made (its vocab holds a special token: the
+    # merges are read twice, over the whole vocab and over the ordinary tokens)
+    data = json.dumps(gpt2_json, ensure_ascii=False).encode("utf-8")
+    assert isinstance(json_merges.read(data)["model"]["merges"], json_merges.MergesText)
+    fast = formats._tables_of_text(data, "gpt2.json")
+    assert fast is not None
+    doc = json.loads(data)
+    assert fast == formats._read_tokenizer_doc(doc, "gpt2.json", True, formats._check_document(doc))
