@@ -96,14 +96,14 @@ def test_damaged_text_is_declined_or_read_as_json_loads_reads_it(case, cut, inse
         # not JSON (or not UTF-8) outside the merges: not cut; inside: they are declined when read
         if got is not None:
             with pytest.raises(json_merges.Declined):
-                got["model"]["merges"].ids(got["model"]["vocab"] if type(got["model"]["vocab"]) is dict else {})
+                got["model"]["merges"].ids(got["model"].get("vocab") if type(got["model"].get("vocab")) is dict else {})
         return
     if got is None:
         return
     merges = got["model"]["merges"]
     got["model"]["merges"] = expected["model"]["merges"]
     assert got == expected
-    vocab = expected["model"]["vocab"]
+    vocab = expected["model"].get("vocab")
     if type(vocab) is not dict:
         return
     spec = json_merges.merge_text_ids_python(data, merges.start, merges.end, vocab)
