@@ -16,8 +16,11 @@
  *   merge_ids(merges, vocab)    a tokenizer.json's merges as three int64 id columns (left, right,
  *                               merged) looked up in vocab, or None (bpe_ops/merge_ids.py's
  *                               `merge_ids_python` is the specification).
- *   merges_span(data)           (start, end): the byte span of model.merges' value in a tokenizer.json's
- *                               UTF-8 bytes, or None (bpe_ops/json_merges.py's `merges_span_python`).
+ *   model_spans(data)           the byte spans of model.vocab's and model.merges' values in a
+ *                               tokenizer.json, or None (bpe_ops/json_merges.py: json.loads is the
+ *                               specification, as for the next two).
+ *   vocab_text(data, start, end)
+ *                               json.loads of the vocab object in data[start:end], or None.
  *   merge_text_ids(data, start, end, vocab)
  *                               merge_ids of the JSON merges array in data[start:end], or None
  *                               (bpe_ops/json_merges.py's `merge_text_ids_python`).
@@ -751,72 +754,187 @@ done:
 
 /* ---- a tokenizer.json's merges read from its text ------------------------------------------------ */
 
-static ptrdiff_t find_member(const uint8_t *s, size_t n, size_t at, const char *const *keys, int nkeys,
-                             size_t *start, size_t *end, int *found)
+static ptrdiff_t model_members(const uint8_t *s, size_t n, size_t at, size_t span[4])
 {
-    /* `at` on an object's '{': the offset after its '}', with the span of member keys[0]'s value
-     * (keys[1]'s inside it when nkeys is 2, which must then be an object) in *start, *end and
-     * *found set; -1 when malformed, when the key is there twice, or when any key is escaped (it
-     * might spell a wanted one). */
-    size_t want = strlen(keys[0]);
+    /* `at` on the model object's '{': the offset after its '}', with the spans of its "vocab" and
+     * "merges" values in span[0:2] and span[2:4]; -1 when malformed, when either is missing or
+     * there twice, or when any key is escaped (it might spell one of them). */
+    int found = 0;
     ptrdiff_t got;
     if (at >= n || s[at] != '{')
         return -1;
     at = json_space(s, n, at + 1);
     if (at < n && s[at] == '}')
-        return (ptrdiff_t)(at + 1);
+        return -1;
     for (;;) {
-        int wanted;
+        int which;
         if ((got = json_string_end(s, n, at)) < 0 || memchr(s + at, '\\', (size_t)got - at) != NULL)
             return -1;
-        wanted = (size_t)got - at - 2 == want && memcmp(s + at + 1, keys[0], want) == 0;
+        which = (size_t)got - at == 7 && memcmp(s + at + 1, "vocab", 5) == 0 ? 1
+              : (size_t)got - at == 8 && memcmp(s + at + 1, "merges", 6) == 0 ? 2 : 0;
         at = json_space(s, n, (size_t)got);
         if (at >= n || s[at] != ':')
             return -1;
         at = json_space(s, n, at + 1);
-        if (wanted && (*found & (1 << nkeys)))
+        if ((got = json_value_end(s, n, at)) < 0 || (found & which))
             return -1;                                       /* json.loads keeps the last: not ours */
-        if (wanted && nkeys == 2) {
-            *found |= 1 << nkeys;
-            got = find_member(s, n, at, keys + 1, 1, start, end, found);
-        } else {
-            got = json_value_end(s, n, at);
-            if (wanted && got >= 0) {
-                *found |= 1 << nkeys;
-                *start = at, *end = (size_t)got;
-            }
+        if (which) {
+            found |= which;
+            span[2 * (which - 1)] = at, span[2 * (which - 1) + 1] = (size_t)got;
         }
-        if (got < 0)
-            return -1;
         at = json_space(s, n, (size_t)got);
         if (at < n && s[at] == ',') {
             at = json_space(s, n, at + 1);
             continue;
         }
-        return at < n && s[at] == '}' ? (ptrdiff_t)(at + 1) : -1;
+        return at < n && s[at] == '}' && found == 3 ? (ptrdiff_t)(at + 1) : -1;
     }
 }
 
-static PyObject *merges_span(PyObject *Py_UNUSED(module), PyObject *arg)
+static PyObject *model_spans(PyObject *Py_UNUSED(module), PyObject *arg)
 {
-    /* (start, end) of model.merges' value when the whole text is one strict JSON object (see
-     * _json_scan.h) with one unescaped "model" key, an object, with one unescaped "merges" key;
-     * else None. The bytes must be UTF-8 (the caller decoded them). */
-    static const char *const keys[] = {"model", "merges"};
+    /* (vocab_start, vocab_end, merges_start, merges_end) of model.vocab's and model.merges' values
+     * when the whole text is one strict JSON object (see _json_scan.h) with one unescaped "model"
+     * key, an object holding each once, unescaped; else None. */
     Py_buffer view;
-    size_t start = 0, end = 0, at;
-    int found = 0;
+    const uint8_t *s;
+    size_t n, at, span[4] = {0, 0, 0, 0};
+    int model = 0;
     ptrdiff_t got;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
         return NULL;
-    at = json_space(view.buf, (size_t)view.len, 0);
-    got = find_member(view.buf, (size_t)view.len, at, keys, 2, &start, &end, &found);
-    if (got >= 0)
-        got = json_space(view.buf, (size_t)view.len, (size_t)got) == (size_t)view.len ? got : -1;
+    s = view.buf, n = (size_t)view.len, at = json_space(s, n, 0);
+    if (at >= n || s[at] != '{')
+        goto none;
+    at = json_space(s, n, at + 1);
+    if (at < n && s[at] == '}')
+        goto none;
+    for (;;) {
+        int is_model;
+        if ((got = json_string_end(s, n, at)) < 0 || memchr(s + at, '\\', (size_t)got - at) != NULL)
+            goto none;
+        is_model = (size_t)got - at == 7 && memcmp(s + at + 1, "model", 5) == 0;
+        at = json_space(s, n, (size_t)got);
+        if (at >= n || s[at] != ':' || (is_model && model))
+            goto none;
+        at = json_space(s, n, at + 1);
+        got = is_model ? model_members(s, n, at, span) : json_value_end(s, n, at);
+        if (got < 0)
+            goto none;
+        model |= is_model;
+        at = json_space(s, n, (size_t)got);
+        if (at < n && s[at] == ',') {
+            at = json_space(s, n, at + 1);
+            continue;
+        }
+        if (at >= n || s[at] != '}' || !model || json_space(s, n, at + 1) != n)
+            goto none;
+        break;
+    }
     PyBuffer_Release(&view);
-    if (got < 0 || found != ((1 << 2) | (1 << 1)))
-        return Py_NewRef(Py_None);
-    return Py_BuildValue("(nn)", (Py_ssize_t)start, (Py_ssize_t)end);
+    return Py_BuildValue("(nnnn)", (Py_ssize_t)span[0], (Py_ssize_t)span[1], (Py_ssize_t)span[2],
+                         (Py_ssize_t)span[3]);
+none:
+    PyBuffer_Release(&view);
+    return Py_NewRef(Py_None);
+}
+
+static PyObject *vocab_text(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    /* json.loads of the JSON object spelled in data[start:end] (one value with whitespace about it)
+     * when every value is an integer of at most 18 digits: the same dict (keys in the same order, a
+     * repeated key's last value), without json's key memo or its number parsing; else None (also
+     * for a string that is not UTF-8 or escapes a lone surrogate). */
+    Py_buffer view;
+    PyObject *dict = NULL, *key = NULL, *value = NULL;
+    Py_ssize_t first, last;
+    const uint8_t *s;
+    size_t n, at;
+    uint32_t *chars = NULL;
+    if (!PyArg_ParseTuple(args, "y*nn:vocab_text", &view, &first, &last))
+        return NULL;
+    if (first < 0 || last < first || last > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "vocab_text: the span is not inside the data");
+        return NULL;
+    }
+    s = view.buf, n = (size_t)last, at = json_space(s, n, (size_t)first);
+    if ((dict = PyDict_New()) == NULL)
+        goto fail;
+    if (at >= n || s[at] != '{')
+        goto declined;
+    at = json_space(s, n, at + 1);
+    if (at < n && s[at] == '}')
+        goto closed;
+    for (;;) {
+        ptrdiff_t end = json_string_end(s, n, at);
+        size_t digits;
+        long long v = 0;
+        int negative;
+        if (end < 0)
+            goto declined;
+        if (memchr(s + at + 1, '\\', (size_t)end - at - 2) == NULL) {
+            key = PyUnicode_DecodeUTF8((const char *)s + at + 1, (Py_ssize_t)((size_t)end - at - 2), "strict");
+            if (key == NULL) {
+                if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+                    goto fail;
+                PyErr_Clear();
+                goto declined;
+            }
+        } else {
+            size_t len;
+            if (chars == NULL && (chars = PyMem_Malloc(((size_t)(last - first) + 1) * sizeof(uint32_t))) == NULL) {
+                PyErr_NoMemory();
+                goto fail;
+            }
+            if (json_string_chars(s, n, at, chars, &len) < 0)
+                goto declined;
+            if ((key = PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, chars, (Py_ssize_t)len)) == NULL)
+                goto fail;
+        }
+        at = json_space(s, n, (size_t)end);
+        if (at >= n || s[at] != ':')
+            goto declined;
+        at = json_space(s, n, at + 1);
+        negative = at < n && s[at] == '-';
+        at += (size_t)negative;
+        for (digits = 0; at < n && s[at] >= '0' && s[at] <= '9' && digits < 18; at++, digits++)
+            v = v * 10 + (s[at] - '0');
+        if (digits == 0 || (digits > 1 && s[at - digits] == '0')
+            || (at < n && (s[at] == '.' || s[at] == 'e' || s[at] == 'E' || (s[at] >= '0' && s[at] <= '9'))))
+            goto declined;
+        if ((value = PyLong_FromLongLong(negative ? -v : v)) == NULL || PyDict_SetItem(dict, key, value) < 0)
+            goto fail;
+        Py_CLEAR(key);
+        Py_CLEAR(value);
+        at = json_space(s, n, at);
+        if (at < n && s[at] == ',') {
+            at = json_space(s, n, at + 1);
+            continue;
+        }
+        if (at < n && s[at] == '}')
+            break;
+        goto declined;
+    }
+closed:
+    if (json_space(s, n, at + 1) != n)
+        goto declined;
+    PyMem_Free(chars);
+    PyBuffer_Release(&view);
+    return dict;
+declined:
+    Py_CLEAR(dict);
+    dict = Py_NewRef(Py_None);
+fail:
+    Py_XDECREF(key);
+    Py_XDECREF(value);
+    PyMem_Free(chars);
+    PyBuffer_Release(&view);
+    if (PyErr_Occurred()) {
+        Py_XDECREF(dict);
+        return NULL;
+    }
+    return dict;
 }
 
 typedef struct {
@@ -1177,9 +1295,12 @@ static PyMethodDef module_methods[] = {
     {"merge_ids", merge_ids, METH_VARARGS,
      "merge_ids(merges, vocab)\n--\n\nA tokenizer.json's merges as (left, right, merged) int64 id columns "
      "(bytes), or None: see bpe_ops/merge_ids.py."},
-    {"merges_span", merges_span, METH_O,
-     "merges_span(data)\n--\n\n(start, end) of model.merges' value in a tokenizer.json's UTF-8 bytes, or None: "
-     "see bpe_ops/json_merges.py."},
+    {"model_spans", model_spans, METH_O,
+     "model_spans(data)\n--\n\n(vocab_start, vocab_end, merges_start, merges_end) of model.vocab's and model.merges' "
+     "values in a tokenizer.json's bytes, or None: see bpe_ops/json_merges.py."},
+    {"vocab_text", vocab_text, METH_VARARGS,
+     "vocab_text(data, start, end)\n--\n\njson.loads of the vocab object spelled in data[start:end], or None: see "
+     "bpe_ops/json_merges.py."},
     {"merge_text_ids", merge_text_ids, METH_VARARGS,
      "merge_text_ids(data, start, end, vocab)\n--\n\nmerge_ids of the merges array spelled in data[start:end], "
      "or None: see bpe_ops/json_merges.py."},
