@@ -3,9 +3,10 @@
 A 200k vocabulary has over 300k merges: `json.loads` makes a list and two strings of each (tens of
 MB, a quarter of a cold load), and the load keeps only their ids. `read(data)` cuts the values of
 `model.vocab` and `model.merges` out of the file's bytes (`model_spans`), reads the vocab with
-`vocab_text` and the rest with `json.loads`, and puts a `MergesText` where the merges were: its `ids(vocab)` reads the id columns straight from the text
-(`merge_text_ids`), or raises `Declined` when it cannot tell (then the caller reads the whole file
-the usual way, which also names what is wrong), as does anything else asked of it.
+`vocab_text` and the rest with `json.loads`, and puts a `MergesText` where the merges were: its
+`ids(vocab)` reads the id columns straight from the text (`merge_text_ids`), or raises `Declined`
+when it cannot tell (then the caller reads the whole file the usual way, which also names what is
+wrong), as does anything else asked of it.
 
 The specification is json.loads: `read(data)` is `json.loads(data)` but for the merges, and
 `ids(vocab)` is `merge_ids.merge_ids_python` of `json.loads(data)["model"]["merges"]`
