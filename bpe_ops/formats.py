@@ -224,7 +224,7 @@ def _tables_of_text(data: bytes, path):
     (`json_merges`: no list of them is made); None for any other file or when the cut declines: the
     whole file is then read as usual, and what is wrong with it named."""
     doc = json_merges.read(data)
-    if doc is None or not isinstance(doc["model"], dict) or is_piece_file(doc):
+    if doc is None or is_piece_file(doc):
         return None
     if (b"\\ud" in data or b"\\uD" in data) and _LONE_SURROGATE_ESCAPE_BYTES.search(data):
         return None                                         # `_parse_json` decides, and names the string
@@ -297,7 +297,7 @@ def _merge_columns(merges, vocab, compiled: bool = False):
     """`merge_ids.merge_ids` (`compiled`: `merge_ids.compiled`) of the merges over `vocab`, or their
     `json_merges.MergesText.ids` when they are still text (which raises `Declined` for None)."""
     if isinstance(merges, json_merges.MergesText):
-        return merges.ids(vocab) if type(vocab) is dict else merges.ids(dict(vocab))
+        return merges.ids(vocab)
     return (merge_ids.compiled if compiled else merge_ids.merge_ids)(merges, vocab)
 
 
