@@ -1135,7 +1135,7 @@ static PyObject *merge_text_ids(PyObject *Py_UNUSED(module), PyObject *args)
             memmove(chars + la, chars + la + 1, (len - la - 1) * sizeof(uint32_t));
             lb = len - la - 1;
         } else {                                             /* ["a", "b"] */
-            if (s[at] != '[')
+            if (at >= n || s[at] != '[')
                 goto declined;
             at = json_space(s, n, at + 1);
             if ((end = json_string_chars(s, n, at, chars, &la)) < 0)
