@@ -16,6 +16,14 @@
  *   merge_ids(merges, vocab)    a tokenizer.json's merges as three int64 id columns (left, right,
  *                               merged) looked up in vocab, or None (bpe_ops/merge_ids.py's
  *                               `merge_ids_python` is the specification).
+ *   model_spans(data)           the byte spans of model.vocab's and model.merges' values in a
+ *                               tokenizer.json, or None (bpe_ops/json_merges.py: json.loads is the
+ *                               specification, as for the next two).
+ *   vocab_text(data, start, end)
+ *                               json.loads of the vocab object in data[start:end], or None.
+ *   merge_text_ids(data, start, end, vocab)
+ *                               merge_ids of the JSON merges array in data[start:end], or None
+ *                               (bpe_ops/json_merges.py's `merge_text_ids_python`).
  *   ranks_ascend(left, right, merged)
  *                               merging.ranks_ascend(merging.first_ranks(left, right), left, right,
  *                               merged) of three int64 columns, or None for an id outside 0..2**32-1
@@ -27,6 +35,7 @@
 #include <string.h>
 
 #include "_byte_map.h"
+#include "_json_scan.h"
 
 /* ---- packed count tables ---------------------------------------------------------------------- */
 
@@ -595,11 +604,11 @@ static int vocab_id(PyObject *vocab, PyObject *token, int64_t *out)
     return 1;
 }
 
-static int merge_halves(PyObject *merge, int string_form, PyObject **a, PyObject **b, PyObject **ab)
+static int merge_halves(PyObject *merge, int string_form, PyObject **a, PyObject **b)
 {
-    /* New references to a merge's halves and their join: 1, or 0 when it is not in the form the
-     * first merge has ("a b" with one space, or ["a", "b"]), -1 on error. */
-    *a = *b = *ab = NULL;
+    /* New references to a merge's halves: 1, or 0 when it is not in the form the first merge has
+     * ("a b" with one space, or ["a", "b"]), -1 on error. */
+    *a = *b = NULL;
     if (string_form) {
         Py_ssize_t n, at;
         if (!PyUnicode_CheckExact(merge))
@@ -624,7 +633,7 @@ static int merge_halves(PyObject *merge, int string_form, PyObject **a, PyObject
         Py_INCREF(*a);
         Py_INCREF(*b);
     }
-    if (*a == NULL || *b == NULL || (*ab = PyUnicode_Concat(*a, *b)) == NULL) {
+    if (*a == NULL || *b == NULL) {
         Py_CLEAR(*a);
         Py_CLEAR(*b);
         return -1;
@@ -632,12 +641,61 @@ static int merge_halves(PyObject *merge, int string_form, PyObject **a, PyObject
     return 1;
 }
 
+static int is_join(PyObject *key, PyObject *a, PyObject *b)
+{
+    /* Whether the str `key` holds the characters of a then those of b (all three ready str). */
+    Py_ssize_t la = PyUnicode_GET_LENGTH(a), lb = PyUnicode_GET_LENGTH(b), i;
+    int kind = PyUnicode_KIND(key);
+    const char *data = PyUnicode_DATA(key);
+    if (PyUnicode_GET_LENGTH(key) != la + lb)
+        return 0;
+    if (PyUnicode_KIND(a) == kind && PyUnicode_KIND(b) == kind)
+        return memcmp(data, PyUnicode_DATA(a), (size_t)la * kind) == 0
+            && memcmp(data + (size_t)la * kind, PyUnicode_DATA(b), (size_t)lb * kind) == 0;
+    for (i = 0; i < la; i++)
+        if (PyUnicode_READ(kind, data, i) != PyUnicode_READ_CHAR(a, i))
+            return 0;
+    for (i = 0; i < lb; i++)
+        if (PyUnicode_READ(kind, data, la + i) != PyUnicode_READ_CHAR(b, i))
+            return 0;
+    return 1;
+}
+
+static PyObject **tokens_by_id(PyObject *vocab, Py_ssize_t *count)
+{
+    /* New references to vocab's str keys by their id (a plain int below *count, set here; NULL
+     * where no such key), for `merge_ids` to guess a join's id; NULL on error. Any key of an id
+     * will do: the vocab maps it to that id. */
+    Py_ssize_t n = PyDict_GET_SIZE(vocab), at = 0, k;
+    PyObject *key, *value, **keys;
+    *count = 2 * n + 1024;
+    if ((keys = PyMem_Calloc((size_t)*count, sizeof(PyObject *))) == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    while (PyDict_Next(vocab, &at, &key, &value)) {
+        if (!PyUnicode_CheckExact(key) || !PyLong_CheckExact(value))
+            continue;
+        k = PyLong_AsSsize_t(value);
+        if (k == -1 && PyErr_Occurred())
+            PyErr_Clear();
+        else if (k >= 0 && k < *count && keys[k] == NULL)
+            keys[k] = Py_NewRef(key);
+    }
+    return keys;
+}
+
 static PyObject *merge_ids(PyObject *Py_UNUSED(module), PyObject *args)
 {
     /* (left, right, merged), each the native int64 ids of one side of every merge as bytes, or None
      * when a merge is not in the first one's form or a half or product is not a plain int of vocab. */
-    PyObject *merges, *vocab, *columns[3] = {NULL, NULL, NULL}, *result = NULL;
-    Py_ssize_t n, k;
+    /* A file's merges mostly make tokens of consecutive ids (a tiktoken-made file's, several
+     * merges the same token), and the dict lookup of a join is a cache miss or three in a large
+     * vocab: the tokens of the last join's id and the next are compared with the halves first
+     * (`tokens_by_id`); a join is built and looked up only when neither is it. */
+    PyObject *merges, *vocab, *columns[3] = {NULL, NULL, NULL}, *result = NULL, **by_id = NULL;
+    Py_ssize_t n, k, ids = 0;
+    int64_t next = 0;
     int string_form, c;
     int64_t *out[3];
     if (!PyArg_ParseTuple(args, "O!O!:merge_ids", &PyList_Type, &merges, &PyDict_Type, &vocab))
@@ -649,18 +707,31 @@ static PyObject *merge_ids(PyObject *Py_UNUSED(module), PyObject *args)
             goto done;
         out[c] = (int64_t *)PyBytes_AS_STRING(columns[c]);
     }
+    if (n > 0 && (by_id = tokens_by_id(vocab, &ids)) == NULL)
+        goto done;
     for (k = 0; k < n; k++) {
         PyObject *a, *b, *ab;
-        int got = merge_halves(PyList_GET_ITEM(merges, k), string_form, &a, &b, &ab);
+        int got = merge_halves(PyList_GET_ITEM(merges, k), string_form, &a, &b);
         if (got == 1) {
             got = vocab_id(vocab, a, &out[0][k]);
             if (got == 1)
                 got = vocab_id(vocab, b, &out[1][k]);
-            if (got == 1)
-                got = vocab_id(vocab, ab, &out[2][k]);
+            if (got == 1) {
+                if (next > 0 && by_id[next - 1] != NULL && is_join(by_id[next - 1], a, b))
+                    out[2][k] = next - 1;
+                else if (next < ids && by_id[next] != NULL && is_join(by_id[next], a, b))
+                    out[2][k] = next;
+                else if ((ab = PyUnicode_Concat(a, b)) == NULL)
+                    got = -1;
+                else {
+                    got = vocab_id(vocab, ab, &out[2][k]);
+                    Py_DECREF(ab);
+                }
+                if (got == 1)          /* the next guess: the token after this join's */
+                    next = out[2][k] >= 0 && out[2][k] < ids ? out[2][k] + 1 : ids;
+            }
             Py_DECREF(a);
             Py_DECREF(b);
-            Py_DECREF(ab);
         }
         if (got < 0)
             goto done;
@@ -673,6 +744,457 @@ static PyObject *merge_ids(PyObject *Py_UNUSED(module), PyObject *args)
 done:
     for (c = 0; c < 3; c++)
         Py_XDECREF(columns[c]);
+    if (by_id != NULL) {
+        for (k = 0; k < ids; k++)
+            Py_XDECREF(by_id[k]);
+        PyMem_Free(by_id);
+    }
+    return result;
+}
+
+/* ---- a tokenizer.json's merges read from its text ------------------------------------------------ */
+
+static ptrdiff_t model_members(const uint8_t *s, size_t n, size_t at, size_t span[4])
+{
+    /* `at` on the model object's '{': the offset after its '}', with the spans of its "vocab" and
+     * "merges" values in span[0:2] and span[2:4]; -1 when malformed, when either is missing or
+     * there twice, or when any key is escaped (it might spell one of them). */
+    int found = 0;
+    ptrdiff_t got;
+    if (at >= n || s[at] != '{')
+        return -1;
+    at = json_space(s, n, at + 1);
+    if (at < n && s[at] == '}')
+        return -1;
+    for (;;) {
+        int which;
+        if ((got = json_string_end(s, n, at)) < 0 || memchr(s + at, '\\', (size_t)got - at) != NULL)
+            return -1;
+        which = (size_t)got - at == 7 && memcmp(s + at + 1, "vocab", 5) == 0 ? 1
+              : (size_t)got - at == 8 && memcmp(s + at + 1, "merges", 6) == 0 ? 2 : 0;
+        at = json_space(s, n, (size_t)got);
+        if (at >= n || s[at] != ':')
+            return -1;
+        at = json_space(s, n, at + 1);
+        if ((got = json_value_end(s, n, at)) < 0 || (found & which))
+            return -1;                                       /* json.loads keeps the last: not ours */
+        if (which) {
+            found |= which;
+            span[2 * (which - 1)] = at, span[2 * (which - 1) + 1] = (size_t)got;
+        }
+        at = json_space(s, n, (size_t)got);
+        if (at < n && s[at] == ',') {
+            at = json_space(s, n, at + 1);
+            continue;
+        }
+        return at < n && s[at] == '}' && found == 3 ? (ptrdiff_t)(at + 1) : -1;
+    }
+}
+
+static PyObject *model_spans(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+    /* (vocab_start, vocab_end, merges_start, merges_end) of model.vocab's and model.merges' values
+     * when the whole text is one strict JSON object (see _json_scan.h) with one unescaped "model"
+     * key, an object holding each once, unescaped; else None. */
+    Py_buffer view;
+    const uint8_t *s;
+    size_t n, at, span[4] = {0, 0, 0, 0};
+    int model = 0;
+    ptrdiff_t got;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    s = view.buf, n = (size_t)view.len, at = json_space(s, n, 0);
+    if (at >= n || s[at] != '{')
+        goto none;
+    at = json_space(s, n, at + 1);
+    if (at < n && s[at] == '}')
+        goto none;
+    for (;;) {
+        int is_model;
+        if ((got = json_string_end(s, n, at)) < 0 || memchr(s + at, '\\', (size_t)got - at) != NULL)
+            goto none;
+        is_model = (size_t)got - at == 7 && memcmp(s + at + 1, "model", 5) == 0;
+        at = json_space(s, n, (size_t)got);
+        if (at >= n || s[at] != ':' || (is_model && model))
+            goto none;
+        at = json_space(s, n, at + 1);
+        got = is_model ? model_members(s, n, at, span) : json_value_end(s, n, at);
+        if (got < 0)
+            goto none;
+        model |= is_model;
+        at = json_space(s, n, (size_t)got);
+        if (at < n && s[at] == ',') {
+            at = json_space(s, n, at + 1);
+            continue;
+        }
+        if (at >= n || s[at] != '}' || !model || json_space(s, n, at + 1) != n)
+            goto none;
+        break;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(nnnn)", (Py_ssize_t)span[0], (Py_ssize_t)span[1], (Py_ssize_t)span[2],
+                         (Py_ssize_t)span[3]);
+none:
+    PyBuffer_Release(&view);
+    return Py_NewRef(Py_None);
+}
+
+static PyObject *vocab_text(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    /* json.loads of the JSON object spelled in data[start:end] (one value with whitespace about it)
+     * when every value is an integer of at most 18 digits: the same dict (keys in the same order, a
+     * repeated key's last value), without json's key memo or its number parsing; else None (also
+     * for a string that is not UTF-8 or escapes a lone surrogate). */
+    Py_buffer view;
+    PyObject *dict = NULL, *key = NULL, *value = NULL;
+    Py_ssize_t first, last;
+    const uint8_t *s;
+    size_t n, at;
+    uint32_t *chars = NULL;
+    if (!PyArg_ParseTuple(args, "y*nn:vocab_text", &view, &first, &last))
+        return NULL;
+    if (first < 0 || last < first || last > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "vocab_text: the span is not inside the data");
+        return NULL;
+    }
+    s = view.buf, n = (size_t)last, at = json_space(s, n, (size_t)first);
+    if ((dict = PyDict_New()) == NULL)
+        goto fail;
+    if (at >= n || s[at] != '{')
+        goto declined;
+    at = json_space(s, n, at + 1);
+    if (at < n && s[at] == '}')
+        goto closed;
+    for (;;) {
+        ptrdiff_t end = json_string_end(s, n, at);
+        size_t digits;
+        long long v = 0;
+        int negative;
+        if (end < 0)
+            goto declined;
+        if (memchr(s + at + 1, '\\', (size_t)end - at - 2) == NULL) {
+            key = PyUnicode_DecodeUTF8((const char *)s + at + 1, (Py_ssize_t)((size_t)end - at - 2), "strict");
+            if (key == NULL) {
+                if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+                    goto fail;
+                PyErr_Clear();
+                goto declined;
+            }
+        } else {
+            size_t len;
+            if (chars == NULL && (chars = PyMem_Malloc(((size_t)(last - first) + 1) * sizeof(uint32_t))) == NULL) {
+                PyErr_NoMemory();
+                goto fail;
+            }
+            if (json_string_chars(s, n, at, chars, &len) < 0)
+                goto declined;
+            if ((key = PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, chars, (Py_ssize_t)len)) == NULL)
+                goto fail;
+        }
+        at = json_space(s, n, (size_t)end);
+        if (at >= n || s[at] != ':')
+            goto declined;
+        at = json_space(s, n, at + 1);
+        negative = at < n && s[at] == '-';
+        at += (size_t)negative;
+        for (digits = 0; at < n && s[at] >= '0' && s[at] <= '9' && digits < 18; at++, digits++)
+            v = v * 10 + (s[at] - '0');
+        if (digits == 0 || (digits > 1 && s[at - digits] == '0')
+            || (at < n && (s[at] == '.' || s[at] == 'e' || s[at] == 'E' || (s[at] >= '0' && s[at] <= '9'))))
+            goto declined;
+        if ((value = PyLong_FromLongLong(negative ? -v : v)) == NULL || PyDict_SetItem(dict, key, value) < 0)
+            goto fail;
+        Py_CLEAR(key);
+        Py_CLEAR(value);
+        at = json_space(s, n, at);
+        if (at < n && s[at] == ',') {
+            at = json_space(s, n, at + 1);
+            continue;
+        }
+        if (at < n && s[at] == '}')
+            break;
+        goto declined;
+    }
+closed:
+    if (json_space(s, n, at + 1) != n)
+        goto declined;
+    PyMem_Free(chars);
+    PyBuffer_Release(&view);
+    return dict;
+declined:
+    Py_CLEAR(dict);
+    dict = Py_NewRef(Py_None);
+fail:
+    Py_XDECREF(key);
+    Py_XDECREF(value);
+    PyMem_Free(chars);
+    PyBuffer_Release(&view);
+    if (PyErr_Occurred()) {
+        Py_XDECREF(dict);
+        return NULL;
+    }
+    return dict;
+}
+
+typedef struct {
+    int64_t *at;
+    size_t used, room;
+} Column;
+
+static int column_push(Column *c, int64_t v)
+{
+    if (c->used == c->room) {
+        size_t room = c->room ? 2 * c->room : 1024;
+        int64_t *grown = PyMem_Realloc(c->at, room * sizeof(int64_t));
+        if (grown == NULL)
+            return -1;
+        c->at = grown, c->room = room;
+    }
+    c->at[c->used++] = v;
+    return 0;
+}
+
+/* The vocab as an open-addressing table over its keys' code points: one slot and the key's
+ * characters per lookup where a dict takes its index, entry, key and int (cache misses in a large
+ * vocab), and no str made of a merge half to look it up. */
+typedef struct {
+    PyObject *key;              /* borrowed from the vocab; NULL: an empty slot */
+    int64_t id;
+    uint32_t tag;               /* the hash's low bits */
+    uint32_t plain;             /* the value is a plain int of 64 bits (else a lookup finds no id) */
+} Slot;
+
+typedef struct {
+    Slot *slots;
+    uint64_t mask;
+    int shift;
+    PyObject **by_id;           /* a key of each id below `ids` (borrowed), for guessing joins */
+    Py_ssize_t ids;
+} VocabTable;
+
+static inline uint64_t chars_hash(uint64_t h, const uint32_t *c, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++)
+        h = (h ^ c[i]) * 0x100000001B3ULL;
+    return h;
+}
+#define CHARS_SEED 0xCBF29CE484222325ULL
+
+static int key_is(PyObject *key, const uint32_t *c, size_t n)
+{
+    int kind = PyUnicode_KIND(key);
+    const void *data = PyUnicode_DATA(key);
+    size_t i;
+    if ((size_t)PyUnicode_GET_LENGTH(key) != n)
+        return 0;
+    if (kind == PyUnicode_4BYTE_KIND)
+        return memcmp(data, c, n * 4) == 0;
+    for (i = 0; i < n; i++)
+        if (PyUnicode_READ(kind, data, i) != c[i])
+            return 0;
+    return 1;
+}
+
+static void vocab_table_free(VocabTable *t)
+{
+    PyMem_Free(t->slots);
+    PyMem_Free(t->by_id);
+}
+
+static int vocab_table_build(VocabTable *t, PyObject *vocab)
+{
+    /* 1, or 0 when a key is not a str (a lookup by str could meet it), -1 on error. */
+    Py_ssize_t n = PyDict_GET_SIZE(vocab), at = 0, size = 16;
+    PyObject *key, *value;
+    uint32_t *chars = NULL;
+    size_t room = 0;
+    int bits = 4;
+    memset(t, 0, sizeof *t);
+    while (size < 2 * n)
+        size *= 2, bits++;
+    t->mask = (uint64_t)size - 1, t->shift = 64 - bits, t->ids = 2 * n + 1024;
+    t->slots = PyMem_Calloc((size_t)size, sizeof(Slot));
+    t->by_id = PyMem_Calloc((size_t)t->ids, sizeof(PyObject *));
+    if (t->slots == NULL || t->by_id == NULL)
+        goto nomem;
+    while (PyDict_Next(vocab, &at, &key, &value)) {
+        Py_ssize_t len, i;
+        int kind;
+        const void *data;
+        uint64_t h, s;
+        long long id = 0;
+        int plain = PyLong_CheckExact(value);
+        if (!PyUnicode_CheckExact(key)) {
+            PyMem_Free(chars);
+            return 0;
+        }
+        if (plain) {
+            id = PyLong_AsLongLong(value);
+            if (id == -1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                plain = 0;
+            }
+        }
+        len = PyUnicode_GET_LENGTH(key), kind = PyUnicode_KIND(key), data = PyUnicode_DATA(key);
+        if ((size_t)len > room) {
+            uint32_t *grown = PyMem_Realloc(chars, ((size_t)len + 64) * 4);
+            if (grown == NULL)
+                goto nomem;
+            chars = grown, room = (size_t)len + 64;
+        }
+        for (i = 0; i < len; i++)
+            chars[i] = PyUnicode_READ(kind, data, i);
+        h = chars_hash(CHARS_SEED, chars, (size_t)len);
+        for (s = (h * 0x9E3779B97F4A7C15ULL) >> t->shift; t->slots[s].key != NULL; s = (s + 1) & t->mask)
+            ;
+        t->slots[s].key = key, t->slots[s].id = id, t->slots[s].tag = (uint32_t)h, t->slots[s].plain = (uint32_t)plain;
+        if (plain && id >= 0 && id < t->ids && t->by_id[id] == NULL)
+            t->by_id[id] = key;
+    }
+    PyMem_Free(chars);
+    return 1;
+nomem:
+    PyMem_Free(chars);
+    vocab_table_free(t);
+    PyErr_NoMemory();
+    return -1;
+}
+
+static int vocab_table_id(const VocabTable *t, uint64_t h, const uint32_t *c, size_t n, int64_t *id)
+{
+    /* 1 with the id of the token of code points c[0:n] (hash h), or 0 when it is not in the vocab
+     * or its value is not a plain int of 64 bits: `vocab_id` without the str. */
+    uint64_t s;
+    for (s = (h * 0x9E3779B97F4A7C15ULL) >> t->shift; t->slots[s].key != NULL; s = (s + 1) & t->mask)
+        if (t->slots[s].tag == (uint32_t)h && key_is(t->slots[s].key, c, n)) {
+            *id = t->slots[s].id;
+            return (int)t->slots[s].plain;
+        }
+    return 0;
+}
+
+static PyObject *merge_text_ids(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    /* `merge_ids` of the merges array spelled in data[start:end] (one value with whitespace about
+     * it), with no Python object per merge: None when it is not an array of merges all in one form
+     * ("a b" or ["a", "b"]), a half or a join is not a plain int of vocab (or a vocab key is not a
+     * str), or a string is not UTF-8 or escapes a lone surrogate. The join is guessed first as in
+     * `merge_ids`. */
+    Py_buffer view;
+    PyObject *vocab, *result = NULL, *columns[3] = {NULL, NULL, NULL};
+    Py_ssize_t first, last;
+    const uint8_t *s;
+    size_t n, at, room;
+    uint32_t *chars = NULL;
+    Column out[3] = {{NULL, 0, 0}, {NULL, 0, 0}, {NULL, 0, 0}};
+    VocabTable table;
+    int64_t next = 0, id[3] = {0, 0, 0};
+    int string_form = -1, c, built;
+    if (!PyArg_ParseTuple(args, "y*nnO!:merge_text_ids", &view, &first, &last, &PyDict_Type, &vocab))
+        return NULL;
+    if (first < 0 || last < first || last > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "merge_text_ids: the span is not inside the data");
+        return NULL;
+    }
+    if ((built = vocab_table_build(&table, vocab)) <= 0) {
+        PyBuffer_Release(&view);
+        return built < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    s = view.buf, n = (size_t)last, at = json_space(s, n, (size_t)first), room = (size_t)(last - first) + 1;
+    if ((chars = PyMem_Malloc(room * sizeof(uint32_t))) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (at >= n || s[at] != '[')
+        goto declined;
+    at = json_space(s, n, at + 1);
+    if (at < n && s[at] == ']')
+        goto closed;
+    for (;;) {
+        size_t la, lb, i;
+        ptrdiff_t end;
+        uint64_t ha, hb;
+        int form = at < n && s[at] == '"';
+        if (string_form < 0)
+            string_form = form;
+        if (form != string_form)
+            goto declined;
+        if (form) {                                          /* "a b": split at its one space */
+            size_t len, spaces = 0;
+            if ((end = json_string_chars(s, n, at, chars, &len)) < 0)
+                goto declined;
+            at = (size_t)end, la = 0;
+            for (i = 0; i < len; i++)
+                if (chars[i] == ' ')
+                    spaces++, la = i;
+            if (spaces != 1)
+                goto declined;
+            memmove(chars + la, chars + la + 1, (len - la - 1) * sizeof(uint32_t));
+            lb = len - la - 1;
+        } else {                                             /* ["a", "b"] */
+            if (at >= n || s[at] != '[')
+                goto declined;
+            at = json_space(s, n, at + 1);
+            if ((end = json_string_chars(s, n, at, chars, &la)) < 0)
+                goto declined;
+            at = json_space(s, n, (size_t)end);
+            if (at >= n || s[at] != ',')
+                goto declined;
+            at = json_space(s, n, at + 1);
+            if ((end = json_string_chars(s, n, at, chars + la, &lb)) < 0)
+                goto declined;
+            at = json_space(s, n, (size_t)end);
+            if (at >= n || s[at] != ']')
+                goto declined;
+            at++;
+        }
+        ha = chars_hash(CHARS_SEED, chars, la);
+        hb = chars_hash(CHARS_SEED, chars + la, lb);
+        if (!vocab_table_id(&table, ha, chars, la, &id[0]) || !vocab_table_id(&table, hb, chars + la, lb, &id[1]))
+            goto declined;
+        if (next > 0 && table.by_id[next - 1] != NULL && key_is(table.by_id[next - 1], chars, la + lb))
+            id[2] = next - 1;
+        else if (next < table.ids && table.by_id[next] != NULL && key_is(table.by_id[next], chars, la + lb))
+            id[2] = next;
+        else if (!vocab_table_id(&table, chars_hash(ha, chars + la, lb), chars, la + lb, &id[2]))
+            goto declined;
+        next = id[2] >= 0 && id[2] < table.ids ? id[2] + 1 : table.ids;
+        for (c = 0; c < 3; c++)
+            if (column_push(&out[c], id[c]) < 0) {
+                PyErr_NoMemory();
+                goto done;
+            }
+        at = json_space(s, n, at);
+        if (at < n && s[at] == ',') {
+            at = json_space(s, n, at + 1);
+            continue;
+        }
+        if (at < n && s[at] == ']')
+            break;
+        goto declined;
+    }
+closed:
+    if (json_space(s, n, at + 1) != n)
+        goto declined;
+    for (c = 0; c < 3; c++)
+        if ((columns[c] = PyBytes_FromStringAndSize((const char *)out[c].at,
+                                                    (Py_ssize_t)(out[c].used * sizeof(int64_t)))) == NULL)
+            goto done;
+    result = PyTuple_Pack(3, columns[0], columns[1], columns[2]);
+    goto done;
+declined:
+    result = Py_NewRef(Py_None);
+done:
+    for (c = 0; c < 3; c++) {
+        Py_XDECREF(columns[c]);
+        PyMem_Free(out[c].at);
+    }
+    vocab_table_free(&table);
+    PyMem_Free(chars);
+    PyBuffer_Release(&view);
     return result;
 }
 
@@ -773,6 +1295,15 @@ static PyMethodDef module_methods[] = {
     {"merge_ids", merge_ids, METH_VARARGS,
      "merge_ids(merges, vocab)\n--\n\nA tokenizer.json's merges as (left, right, merged) int64 id columns "
      "(bytes), or None: see bpe_ops/merge_ids.py."},
+    {"model_spans", model_spans, METH_O,
+     "model_spans(data)\n--\n\n(vocab_start, vocab_end, merges_start, merges_end) of model.vocab's and model.merges' "
+     "values in a tokenizer.json's bytes, or None: see bpe_ops/json_merges.py."},
+    {"vocab_text", vocab_text, METH_VARARGS,
+     "vocab_text(data, start, end)\n--\n\njson.loads of the vocab object spelled in data[start:end], or None: see "
+     "bpe_ops/json_merges.py."},
+    {"merge_text_ids", merge_text_ids, METH_VARARGS,
+     "merge_text_ids(data, start, end, vocab)\n--\n\nmerge_ids of the merges array spelled in data[start:end], "
+     "or None: see bpe_ops/json_merges.py."},
     {"ranks_ascend", ranks_ascend, METH_VARARGS,
      "ranks_ascend(left, right, merged)\n--\n\nmerging.ranks_ascend of three int64 id columns, or None for "
      "an id outside 0..2**32-1: see merging.ranks_ascend_of."},

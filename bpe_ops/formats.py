@@ -26,7 +26,7 @@ from typing import Any
 
 import regex
 
-from . import hf_components, hf_decoders, merge_ids
+from . import hf_components, hf_decoders, json_merges, merge_ids
 from .regex_dialect import from_oniguruma, to_oniguruma
 from .pretokenize import (resolve_pattern, token_to_unicode, tokens_to_unicode, unicode_to_blob, unicode_to_token,
                           unicode_to_tokens)
@@ -195,6 +195,10 @@ def read_tokenizer_data(data: bytes, path: str | os.PathLike = "tokenizer.json",
     """`read_tokenizer_json` of a file's bytes (`path` names it in errors). With `as_tables`, the
     common byte-level file (see `_byte_level_tables`) comes back as the `table_cache.Tables` its
     Tokenizer would have, read straight from the file's strings, and any other file as the dict."""
+    if as_tables:
+        tables = _tables_of_text(data, path)
+        if tables is not None:
+            return tables
     try:
         doc = _parse_json(data, path)
     except ValueError:
@@ -213,6 +217,23 @@ def read_tokenizer_data(data: bytes, path: str | os.PathLike = "tokenizer.json",
         return _read_tokenizer_doc(doc, path, as_tables, columns)
     except (AttributeError, TypeError) as exc:   # a safety net: `_check_document` should have said what
         raise ValueError(f"{path}: malformed tokenizer.json ({type(exc).__name__}: {exc})") from None
+
+
+def _tables_of_text(data: bytes, path):
+    """The Tables of the common byte-level file (`_byte_level_tables`), its merges read from the text
+    (`json_merges`: no list of them is made); None for any other file or when the cut declines: the
+    whole file is then read as usual, and what is wrong with it named."""
+    doc = json_merges.read(data)
+    if doc is None or is_piece_file(doc):
+        return None
+    if (b"\\ud" in data or b"\\uD" in data) and _LONE_SURROGATE_ESCAPE_BYTES.search(data):
+        return None                                         # `_parse_json` decides, and names the string
+    try:
+        got = _read_tokenizer_doc(doc, path, True, _check_document(doc))
+    except (ValueError, TypeError, AttributeError, KeyError, json_merges.Declined):
+        return None
+    from .table_cache import Tables
+    return got if isinstance(got, Tables) else None
 
 
 # The model's fields and their JSON types (null: absent); `vocab` and `merges` must be there, not null.
@@ -238,9 +259,11 @@ def _check_document(doc: dict):
             raise ValueError(f"model.{field} is missing")
     for field, kind in _MODEL_FIELDS.items():
         value = model.get(field)
+        if isinstance(value, json_merges.MergesText):
+            continue                    # an array (its `ids` reads it, or declines)
         if (value is not None or field in ("vocab", "merges")) and not hf_components.is_json(value, kind):
             raise ValueError(f"model.{field} must be {_json_name(kind)}, got {hf_components.json_type(value)}")
-    columns = merge_ids.compiled(model["merges"], model["vocab"])    # well-formed merges when not None
+    columns = _merge_columns(model["merges"], model["vocab"], compiled=True)   # well-formed merges when not None
     if columns is None and merge_ids.merge_halves(model["merges"]) is None:   # a loop only to name the bad one
         for k, merge in enumerate(model["merges"]):
             parts = merge.split(" ") if isinstance(merge, str) else merge
@@ -268,6 +291,14 @@ def _check_document(doc: dict):
                 raise ValueError(f"{role} is nested more than {MAX_COMPONENT_DEPTH} levels deep")
             hf_components.check_shape(doc[role], role, role)
     return columns
+
+
+def _merge_columns(merges, vocab, compiled: bool = False):
+    """`merge_ids.merge_ids` (`compiled`: `merge_ids.compiled`) of the merges over `vocab`, or their
+    `json_merges.MergesText.ids` when they are still text (which raises `Declined` for None)."""
+    if isinstance(merges, json_merges.MergesText):
+        return merges.ids(vocab)
+    return (merge_ids.compiled if compiled else merge_ids.merge_ids)(merges, vocab)
 
 
 def _json_name(kind) -> str:
@@ -573,7 +604,7 @@ def _byte_level_tables(model: dict, pattern: str, specials: dict, components: di
     ordinary = vocab if special_ids.isdisjoint(vocab.values()) else {
         t: i for t, i in vocab.items() if i not in special_ids}
     if columns is None or ordinary is not vocab:
-        columns = merge_ids.merge_ids(model["merges"], ordinary)
+        columns = _merge_columns(model["merges"], ordinary)
     if columns is None or None in map(ordinary.get, _byte_spellings()):
         return None
     left, right, merged = columns
@@ -597,6 +628,7 @@ def _byte_level_tables(model: dict, pattern: str, specials: dict, components: di
 _LONE_SURROGATE_ESCAPE = regex.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
                                        r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
 _SURROGATE = regex.compile("[\ud800-\udfff]")
+_LONE_SURROGATE_ESCAPE_BYTES = regex.compile(_LONE_SURROGATE_ESCAPE.pattern.encode("ascii"))
 
 
 def _parse_json(data: bytes, path):

@@ -92,7 +92,11 @@ def _cached(cls: type[T], key: str, implementation: Implementation,
     """The tokenizer of the file whose tables hash to `key`: from the remembered or the cached
     tables when there are some, else built from what `read()` gives, the constructor's arguments
     or tables read straight from the file (and its tables kept)."""
-    tables = _TABLES.get(key) or table_cache.load(implementation.cache_dir, key)
+    tables = _TABLES.get(key)
+    if tables is None:
+        tables = table_cache.load(implementation.cache_dir, key)
+        if tables is not None and tables.sha256 is None:      # saved by a cold load: see `saving.sha256`
+            tables.saved_in = (implementation.cache_dir, key)
     if tables is not None:
         tok = tokenizer_of_tables(cls, tables, implementation)
     else:
@@ -100,12 +104,13 @@ def _cached(cls: type[T], key: str, implementation: Implementation,
             got = read()
             fresh = isinstance(got, table_cache.Tables)
             tok = tokenizer_of_tables(cls, got, implementation) if fresh else _named(path, cls, got)
-        if implementation.cache_dir:
-            tok.sha256                     # the next loader (a pipeline's worker) will want it
         # Tables read straight from the file are `tables_of` the tokenizer built from them but its
         # sha256 (tests/bpe_ops/test_fresh_tables.py): kept, not rebuilt from the tokenizer's dicts.
+        # The sha256 (the canonical text's: as long to build as the whole load) is left to whoever
+        # asks for it (a pipeline's launcher): `saving.sha256` then writes the tables again with it.
         tables = tok._tables = replace(got, sha256=tok._sha256) if fresh else tables_of(tok)
-        table_cache.save(implementation.cache_dir, key, tables)
+        if table_cache.save(implementation.cache_dir, key, tables):
+            tables.saved_in = (implementation.cache_dir, key)
     _remember(key, tables)
     return tok
 

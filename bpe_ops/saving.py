@@ -3,7 +3,9 @@
 The text is built once per tokenizer (about 1 s for a 50k vocabulary; `sha256` and `save` both need
 it, and the train pipeline asks for both) by bpe_ops/formats.py, which refuses classic mode. A
 tokenizer loaded from a file shares its SHA-256 with the file's remembered tables
-(bpe_ops/load.py), so the next tokenizer of the same file need not build the text.
+(bpe_ops/load.py), so the next tokenizer of the same file need not build the text; a cold load
+with a cache folder saves its tables before anyone asks for the SHA-256, and `sha256` saves them
+again with it, so that later processes' loads (a run's next launcher) find it there.
 
 >>> import tempfile
 >>> from bpe_ops import Tokenizer
@@ -20,7 +22,7 @@ import hashlib
 import os
 from typing import Any
 
-from . import formats
+from . import formats, table_cache
 from .load import _collector_paused
 
 
@@ -37,8 +39,12 @@ def sha256(tok: Any) -> str:
     if tok._sha256 is None:
         with _collector_paused():
             tok._sha256 = hashlib.sha256(json_text(tok).encode("utf-8")).hexdigest()
-        if tok._tables is not None:        # shared with the next tokenizer of the same file
-            tok._tables.sha256 = tok._sha256
+        tables = tok._tables
+        if tables is not None:             # shared with the next tokenizer of the same file
+            tables.sha256 = tok._sha256
+            if tables.saved_in is not None:     # cached without it by a cold load: now with it
+                table_cache.save(*tables.saved_in, tables)
+                tables.saved_in = None
     return tok._sha256
 
 

@@ -44,7 +44,7 @@ class Tables:
     `token_ids[k]` is the id of the ordinary token `token_blob[offset_k : offset_k + token_lengths[k]]`
     (special tokens are in `special_tokens`); merge rank r joins `left[r]` and `right[r]` into
     `merged[r]`. `ranks_ascend` is `merging.ranks_ascend` of the merges; `sha256` the canonical
-    tokenizer.json text's (None until someone asked for it). `piece` holds a piece-mode file's
+    tokenizer.json text's (None until someone asked for it: a cold load does not build that text). `piece` holds a piece-mode file's
     model options (decoder, byte_fallback, unk_token, fuse_unk, and `vocab_specials`: the special
     tokens its vocab lists, [piece, id] pairs); None for byte level."""
     pattern: str
@@ -63,6 +63,9 @@ class Tables:
     added_tokens: list | None = None
     piece: dict | None = None
     _tokens: list | None = field(default=None, repr=False, compare=False)
+    # (cache folder, key) these tables were saved under while their sha256 was unknown: where
+    # `saving.sha256` writes them again once it is known. Not saved.
+    saved_in: tuple | None = field(default=None, repr=False, compare=False)
 
     def tokens(self) -> list[bytes]:
         """The ordinary tokens' bytes, in `token_ids` order (cut once: bytes are immutable, so every
@@ -83,6 +86,16 @@ def cache_path(cache_dir: str, key: str) -> str:
 
 def dumps(tables: Tables, key: str) -> bytes:
     """The cache file's bytes: MAGIC, header length, JSON header, the arrays, SHA-256 of all before."""
+    parts = list(_body(tables, key))
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part)
+    return b"".join(parts) + digest.digest()
+
+
+def _body(tables: Tables, key: str):
+    """The parts of a cache file before its digest, as buffers (the arrays' own memory where they are
+    already little-endian int64: `save` writes them without a copy)."""
     header = json.dumps({
         "format": FORMAT, "key": key, "pattern": tables.pattern, "ignore_merges": tables.ignore_merges,
         "special_tokens": sorted(tables.special_tokens.items(), key=lambda kv: kv[1]),
@@ -91,14 +104,14 @@ def dumps(tables: Tables, key: str) -> bytes:
         "added_tokens": tables.added_tokens, "piece": tables.piece,
         "tokens": len(tables.token_ids), "blob": len(tables.token_blob), "merges": len(tables.left),
     }, ensure_ascii=True).encode("ascii")
-    parts = [MAGIC, _HEADER_LENGTH.pack(len(header)), header]
+    yield MAGIC
+    yield _HEADER_LENGTH.pack(len(header))
+    yield header
     for name in ("token_ids", "token_lengths"):
-        parts.append(_little_endian(getattr(tables, name)))
-    parts.append(tables.token_blob)
+        yield _little_endian(getattr(tables, name))
+    yield tables.token_blob
     for name in ("left", "right", "merged"):
-        parts.append(_little_endian(getattr(tables, name)))
-    body = b"".join(parts)
-    return body + hashlib.sha256(body).digest()
+        yield _little_endian(getattr(tables, name))
 
 
 def loads(data: bytes, key: str) -> Tables | None:
@@ -156,7 +169,11 @@ def save(cache_dir: str | None, key: str, tables: Tables) -> bool:
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(path))
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(dumps(tables, key))
+                digest = hashlib.sha256()
+                for part in _body(tables, key):
+                    digest.update(part)
+                    f.write(part)
+                f.write(digest.digest())
             os.replace(tmp, path)
         except BaseException:
             try:
@@ -169,11 +186,13 @@ def save(cache_dir: str | None, key: str, tables: Tables) -> bool:
         return False
 
 
-def _little_endian(values: array) -> bytes:
-    values = array("q", values)
-    if sys.byteorder != "little":
-        values.byteswap()
-    return values.tobytes()
+def _little_endian(values: array):
+    """`values` as little-endian int64: the array itself when it already is one."""
+    if not (isinstance(values, array) and values.typecode == "q" and sys.byteorder == "little"):
+        values = array("q", values)
+        if sys.byteorder != "little":
+            values.byteswap()
+    return values
 
 
 def _read_array(body: bytes, at: int, count: int) -> tuple[array, int]:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bpe_ops import Implementation, Tokenizer, load, formats, table_cache
+from bpe_ops import Implementation, Tokenizer, json_merges, load, formats, table_cache
 from tests.conftest import read_jsonl_texts
 
 pytestmark = [pytest.mark.oracle, pytest.mark.slow]
@@ -67,7 +67,11 @@ def test_tables_read_straight_from_the_file_equal_the_tokenizers(gpt2_json, tmp_
             [expected.encode(t, allowed_special="all") for t in TEXTS], name
 
 
-def test_a_cold_load_gives_the_specified_tokenizer_and_caches_its_sha256(gpt2_json, tmp_path, corpora):
+@pytest.mark.parametrize("asker", ["cold", "warm"])
+def test_a_cold_load_gives_the_specified_tokenizer_and_caches_its_sha256_once_asked(gpt2_json, tmp_path, corpora,
+                                                                                      asker):
+    """A cold load does not build the canonical text (its sha256 is for whoever asks); once a
+    tokenizer of the cached tables is asked for it, the cache holds it for the next process."""
     path = written(variants(gpt2_json)["pairs"], tmp_path, "pairs")
     expected = Tokenizer(**formats.read_tokenizer_json(path))
     load._TABLES.clear()
@@ -75,10 +79,15 @@ def test_a_cold_load_gives_the_specified_tokenizer_and_caches_its_sha256(gpt2_js
     cold = Tokenizer.from_file(path, implementation=impl)
     docs = read_jsonl_texts(corpora / "multi", limit=20)
     assert cold.encode_batch(docs) == expected.encode_batch(docs)
-    assert cold._tables.sha256 == expected.sha256 and cold._tables == load.tables_of(expected)
+    assert cold._tables.sha256 is None and cold._tables == load.tables_of(expected)
     load._TABLES.clear()
     warm = Tokenizer.from_file(path, implementation=impl)
-    assert warm._tables.sha256 == expected.sha256 == cold.sha256
+    assert warm._tables.sha256 is None
+    assert (cold if asker == "cold" else warm).sha256 == expected.sha256
+    load._TABLES.clear()
+    later = Tokenizer.from_file(path, implementation=impl)
+    assert later._tables.sha256 == expected.sha256 == later.sha256
+    assert later.encode_batch(docs) == expected.encode_batch(docs)
 
 
 @pytest.mark.parametrize("change, message", [
@@ -103,3 +112,14 @@ def test_malformed_merges_are_still_named(gpt2_json, tmp_path):
     path = written(doc, tmp_path, "bad")
     with pytest.raises(ValueError, match=r"model.merges\[5\]"):
         formats.read_tokenizer_data(path.read_bytes(), path, as_tables=True)
+
+
+def test_gpt2s_file_is_read_from_its_text_and_equals_the_full_read(gpt2_json):
+    # bpe_ops/json_merges.py: no list of the merges is made (its vocab holds a special token: the
+    # merges are read twice, over the whole vocab and over the ordinary tokens)
+    data = json.dumps(gpt2_json, ensure_ascii=False).encode("utf-8")
+    assert isinstance(json_merges.read(data)["model"]["merges"], json_merges.MergesText)
+    fast = formats._tables_of_text(data, "gpt2.json")
+    assert fast is not None
+    doc = json.loads(data)
+    assert fast == formats._read_tokenizer_doc(doc, "gpt2.json", True, formats._check_document(doc))

@@ -79,3 +79,32 @@ def test_a_string_merge_has_exactly_one_space(native):
         assert native.merge_ids(merges, vocab) is None
         assert mi.merge_ids_python(merges, vocab) is None
     assert [c.tolist() for c in native_columns(native, [["a", "b c"], ["a b", "c"]], vocab)] == [[0, 3], [1, 4], [2, 5]]
+
+
+
+@settings(max_examples=300, deadline=None)
+@given(words=st.lists(st.text(alphabet="abĠé😀", min_size=2, max_size=4), min_size=1, max_size=12),
+       cuts=st.lists(st.integers(1, 3), min_size=12, max_size=12), twice=st.lists(st.booleans(), min_size=12,
+                                                                                  max_size=12),
+       gap=st.integers(-3, 1))
+def test_joins_guessed_from_the_last_id_are_the_vocabs(native, words, cuts, twice, gap):
+    # The compiled pass compares a merge's halves with the tokens of the last join's id and the next
+    # before it looks the join up: here the joins mostly take consecutive ids in merge order (a word
+    # twice: one token of two merges), their strings of every kind (ASCII, Latin-1, BMP, astral) and
+    # length; a negative `gap` gives some tokens the id of another (each is still its own token).
+    merges = []
+    for word, cut, again in zip(words, cuts, twice):
+        cut = min(cut, len(word) - 1)
+        merges.append([word[:cut], word[cut:]])
+        if again and len(word) > 2:
+            merges.append([word[:len(word) - cut], word[len(word) - cut:]])
+    vocab: dict = {}
+    for a, b in merges:
+        vocab.setdefault(a, len(vocab))
+        vocab.setdefault(b, len(vocab))
+    for a, b in merges:
+        vocab.setdefault(a + b, len(vocab) + gap)
+    for form in (merges, [" ".join(m) for m in merges if " " not in "".join(m)]):
+        expected = _outcome(mi.merge_ids_python, form, vocab)
+        got = native.merge_ids(form, vocab)
+        assert (None if got is None else [mi.array("q", c).tolist() for c in got]) == expected
