@@ -575,6 +575,94 @@ done:
     return result;
 }
 
+/* ---- calibration counts of a batch's token ids ------------------------------------------------ */
+
+static PyObject *calibrate_ids(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    /* For each record i of a batch (its ids a uint32 buffer): raw[i] += the ids with mask[id] set,
+     * cells[rows[i] + classes[id]] += 1 for each id; in one pass over the ids without the GIL (the
+     * numpy specification, stats.Summary.batch_calibration, makes five passes and temporaries).
+     * Raises ValueError at an id outside the vocabulary (len(mask)), before anything is added, or at
+     * a cell outside cells (rows that do not fit the table: a caller's error). */
+    PyObject *arrays, *seq = NULL, *result = NULL;
+    Py_buffer rows, mask, classes, raw, cells, *ids = NULL;
+    Py_ssize_t n, i, got = 0, vocab, ncells;
+    int bad = 0;
+    if (!PyArg_ParseTuple(args, "Oy*y*y*w*w*:calibrate_ids", &arrays, &rows, &mask, &classes, &raw, &cells))
+        return NULL;
+    vocab = mask.len;
+    ncells = cells.len / (Py_ssize_t)sizeof(int64_t);
+    if ((seq = PySequence_Fast(arrays, "calibrate_ids: id_arrays must be a sequence")) == NULL)
+        goto done;
+    n = PySequence_Fast_GET_SIZE(seq);
+    if (classes.len != vocab * (Py_ssize_t)sizeof(int32_t) || rows.len != n * (Py_ssize_t)sizeof(int32_t) ||
+        raw.len != n * (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "calibrate_ids: classes must be int32 per id of mask, rows int32 and "
+                                          "raw int64 per record");
+        goto done;
+    }
+    if ((ids = calloc(n ? (size_t)n : 1, sizeof(Py_buffer))) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (got = 0; got < n; got++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, got), &ids[got], PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+            goto done;
+        if (ids[got].itemsize != 4 || ids[got].format == NULL || strchr("IL", ids[got].format[0]) == NULL ||
+            ids[got].format[1] != '\0') {
+            PyBuffer_Release(&ids[got]);
+            PyErr_SetString(PyExc_TypeError, "calibrate_ids: each record's ids must be a uint32 buffer");
+            goto done;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    {
+        const uint8_t *is_raw = mask.buf;
+        const int32_t *class_of = classes.buf, *row_of = rows.buf;
+        int64_t *raw_out = raw.buf, *cell = cells.buf;
+        /* Checked first: an id outside the vocabulary raises before anything is counted. */
+        for (i = 0; i < n && !bad; i++) {
+            const uint32_t *v = ids[i].buf;
+            Py_ssize_t k, len = ids[i].len / 4;
+            for (k = 0; k < len; k++)
+                bad |= v[k] >= (uint64_t)vocab;
+        }
+        for (i = 0; i < n && !bad; i++) {
+            const uint32_t *v = ids[i].buf;
+            Py_ssize_t k, len = ids[i].len / 4;
+            int64_t r = 0;
+            for (k = 0; k < len; k++) {
+                int64_t at = (int64_t)row_of[i] + class_of[v[k]];
+                if (at < 0 || at >= ncells) {
+                    bad = 2;
+                    break;
+                }
+                r += is_raw[v[k]] != 0;
+                cell[at]++;
+            }
+            raw_out[i] += r;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (bad) {
+        PyErr_Format(PyExc_ValueError, bad == 1 ? "token id outside the vocabulary (size %zd)"
+                                                : "calibrate_ids: a cell outside cells (vocabulary of %zd ids)", vocab);
+        goto done;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    for (i = 0; i < got; i++)
+        PyBuffer_Release(&ids[i]);
+    free(ids);
+    Py_XDECREF(seq);
+    PyBuffer_Release(&rows);
+    PyBuffer_Release(&mask);
+    PyBuffer_Release(&classes);
+    PyBuffer_Release(&raw);
+    PyBuffer_Release(&cells);
+    return result;
+}
+
 /* ---- a tokenizer.json's merges as id columns ---------------------------------------------------- */
 
 static int vocab_id(PyObject *vocab, PyObject *token, int64_t *out)
@@ -770,6 +858,9 @@ static PyMethodDef module_methods[] = {
     {"measure_texts", measure_texts, METH_VARARGS,
      "measure_texts(texts, separators, wide)\n--\n\nEach text's UTF-8 bytes, whitespace words and ASCII digit "
      "runs (n x 5 int64 in a bytearray), in one pass without the GIL."},
+    {"calibrate_ids", calibrate_ids, METH_VARARGS,
+     "calibrate_ids(id_arrays, rows, mask, classes, raw, cells)\n--\n\nEach record's raw-byte tokens into raw and its "
+     "ids' (group row + class) cells into cells, in one pass without the GIL: see stats.Summary.batch_calibration."},
     {"merge_ids", merge_ids, METH_VARARGS,
      "merge_ids(merges, vocab)\n--\n\nA tokenizer.json's merges as (left, right, merged) int64 id columns "
      "(bytes), or None: see bpe_ops/merge_ids.py."},

@@ -208,6 +208,26 @@ def _id_runs(id_arrays: Sequence, n_tokens: Sequence[int], chunk: int = CALIBRAT
         yield np.repeat(np.asarray(owners, dtype=np.int64), [len(p) for p in pieces]), np.concatenate(pieces)
 
 
+def calibrate_ids(runs, rows: np.ndarray, mask: np.ndarray, classes: np.ndarray, raw: np.ndarray,
+                  cells: np.ndarray) -> None:
+    """The calibration counts of a batch's ids, given in `_id_runs` runs (record index of each id,
+    the ids): `raw[i]` += the ids of record i with `mask[id]` set, `cells[rows[i] + classes[id]]` += 1
+    per id. The specification of `_native.calibrate_ids` (which takes each record's uint32 ids and
+    makes one pass without the GIL). ValueError for an id outside the vocabulary (`len(mask)`).
+
+    >>> raw, cells = np.zeros(2, np.int64), np.zeros(6, np.int64)
+    >>> calibrate_ids(_id_runs([[0, 2], [2]], [2, 1]), np.array([0, 3]), np.array([1, 0, 0], np.uint8),
+    ...               np.array([0, 1, 2], np.int32), raw, cells)
+    >>> raw.tolist(), cells.tolist()
+    ([1, 0], [1, 0, 1, 0, 0, 1])
+    """
+    for owners, flat in runs:
+        if int(flat.min()) < 0 or int(flat.max()) >= len(mask):
+            raise ValueError(f"token id outside the vocabulary (size {len(mask)})")
+        raw += np.bincount(owners[mask[flat].astype(bool)], minlength=len(raw))
+        cells += np.bincount(rows[owners] + classes[flat], minlength=len(cells))
+
+
 WORD_COUNT_CHUNK = 1 << 20      # characters split at a time: a long record is never split whole
 
 
@@ -339,6 +359,19 @@ def _measure_texts():
 
 
 _MEASURE_TEXTS = _measure_texts()     # looked up once, not per batch
+
+
+def _calibrate_ids():
+    """The compiled `_native.calibrate_ids`, or None where bpe_ops._native is not built (then
+    `Summary.batch_calibration`'s numpy passes, its specification, count the same cells)."""
+    try:
+        from ._native import calibrate_ids     # needs no PCRE2
+    except ImportError:
+        return None
+    return calibrate_ids
+
+
+_CALIBRATE_IDS = _calibrate_ids()
 
 
 def token_label(token: bytes) -> str:
@@ -539,10 +572,12 @@ class Summary:
                           id_arrays: Sequence) -> "BatchCalibration":
         """What calibrating a batch takes from its record ids and token ids (each record's random
         group and raw-byte tokens, the batch's group x id-class counts), computed without changing
-        the summary: another thread may make it (numpy drops the GIL on large arrays) while this
-        summary takes other batches; `add_batch(..., calibration=)` adds it. Token ids are taken a
-        record, and a bounded chunk of it, at a time (`CALIBRATION_CHUNK`), so a long record costs
-        no per-token array of its own size. Raises ValueError for an id outside the vocabulary."""
+        the summary: another thread may make it (the compiled pass drops the GIL) while this
+        summary takes other batches; `add_batch(..., calibration=)` adds it. Ids given as uint32
+        `array`s (the pipelines') are counted by `_native.calibrate_ids` in one pass; others by
+        `calibrate_ids` (its specification), a record, and a bounded chunk of it, at a time
+        (`CALIBRATION_CHUNK`), so a long record costs no per-token array of its own size. Raises
+        ValueError for an id outside the vocabulary."""
         n = len(n_tokens)
         if len(id_arrays) != n:
             raise ValueError(f"{len(id_arrays)} id arrays for {n} records")
@@ -554,11 +589,13 @@ class Summary:
         raw = np.zeros(n, dtype=np.int64)
         # Each record's first cell: its group's row of the group x class table.
         row_of = np.asarray(groups, dtype=np.int32) * np.int32(classes)
-        for owners, flat in _id_runs(id_arrays, n_tokens):
-            if int(flat.min()) < 0 or int(flat.max()) >= self.vocab_size:
-                raise ValueError(f"token id outside the vocabulary (size {self.vocab_size})")
-            raw += np.bincount(owners[mask[flat]], minlength=n)
-            cells += np.bincount(row_of[owners] + table[flat], minlength=cells.size)
+        compiled = _CALIBRATE_IDS is not None and all(isinstance(a, array) and a.typecode == "I" for a in id_arrays)
+        if compiled:
+            for ids, length in zip(id_arrays, n_tokens):
+                if len(ids) != length:
+                    raise ValueError(f"a record's id array holds {len(ids)} ids, its n_tokens says {length}")
+        (_CALIBRATE_IDS if compiled else calibrate_ids)(
+            id_arrays if compiled else _id_runs(id_arrays, n_tokens), row_of, mask.view(np.uint8), table, raw, cells)
         return BatchCalibration(n, self.vocab_size, groups, raw.tolist(), cells.reshape(self.group_classes.shape))
 
     def _calibrate(self, n_tokens, n_bytes, n_chars, n_words, record_ids, id_arrays: Sequence,
