@@ -581,12 +581,15 @@ static PyObject *calibrate_ids(PyObject *Py_UNUSED(module), PyObject *args)
 {
     /* For each record i of a batch (its ids a uint32 buffer): raw[i] += the ids with mask[id] set,
      * cells[rows[i] + classes[id]] += 1 for each id; in one pass over the ids without the GIL (the
-     * numpy specification, stats.Summary.batch_calibration, makes five passes and temporaries).
-     * Raises ValueError at an id outside the vocabulary (len(mask)), before anything is added, or at
-     * a cell outside cells (rows that do not fit the table: a caller's error). */
+     * numpy specification, stats.calibrate_ids, makes five passes and temporaries). Returns the
+     * indexes of the cells that were zero and are no longer (int64, in the order first counted), so
+     * a caller reusing one zeroed table reads out and clears only those. Raises ValueError at an id
+     * outside the vocabulary (len(mask)), before anything is added, or at a cell outside cells (rows
+     * that do not fit the table: a caller's error). */
     PyObject *arrays, *seq = NULL, *result = NULL;
     Py_buffer rows, mask, classes, raw, cells, *ids = NULL;
-    Py_ssize_t n, i, got = 0, vocab, ncells;
+    Py_ssize_t n, i, got = 0, vocab, ncells, total = 0, touched = 0;
+    int64_t *first = NULL;              /* the cells counted from zero, in order */
     int bad = 0;
     if (!PyArg_ParseTuple(args, "Oy*y*y*w*w*:calibrate_ids", &arrays, &rows, &mask, &classes, &raw, &cells))
         return NULL;
@@ -614,6 +617,11 @@ static PyObject *calibrate_ids(PyObject *Py_UNUSED(module), PyObject *args)
             PyErr_SetString(PyExc_TypeError, "calibrate_ids: each record's ids must be a uint32 buffer");
             goto done;
         }
+        total += ids[got].len / 4;
+    }
+    if ((first = malloc((size_t)(total < ncells ? total : ncells) * sizeof(int64_t) + 1)) == NULL) {
+        PyErr_NoMemory();
+        goto done;
     }
     Py_BEGIN_ALLOW_THREADS
     {
@@ -638,7 +646,8 @@ static PyObject *calibrate_ids(PyObject *Py_UNUSED(module), PyObject *args)
                     break;
                 }
                 r += is_raw[v[k]] != 0;
-                cell[at]++;
+                if (cell[at]++ == 0)
+                    first[touched++] = at;
             }
             raw_out[i] += r;
         }
@@ -649,11 +658,12 @@ static PyObject *calibrate_ids(PyObject *Py_UNUSED(module), PyObject *args)
                                                 : "calibrate_ids: a cell outside cells (vocabulary of %zd ids)", vocab);
         goto done;
     }
-    result = Py_NewRef(Py_None);
+    result = PyBytes_FromStringAndSize((const char *)first, touched * (Py_ssize_t)sizeof(int64_t));
 done:
     for (i = 0; i < got; i++)
         PyBuffer_Release(&ids[i]);
     free(ids);
+    free(first);
     Py_XDECREF(seq);
     PyBuffer_Release(&rows);
     PyBuffer_Release(&mask);
@@ -860,7 +870,8 @@ static PyMethodDef module_methods[] = {
      "runs (n x 5 int64 in a bytearray), in one pass without the GIL."},
     {"calibrate_ids", calibrate_ids, METH_VARARGS,
      "calibrate_ids(id_arrays, rows, mask, classes, raw, cells)\n--\n\nEach record's raw-byte tokens into raw and its "
-     "ids' (group row + class) cells into cells, in one pass without the GIL: see stats.Summary.batch_calibration."},
+     "ids' (group row + class) cells into cells, in one pass without the GIL; the int64 indexes of the cells counted "
+     "from zero (bytes): see stats.calibrate_ids."},
     {"merge_ids", merge_ids, METH_VARARGS,
      "merge_ids(merges, vocab)\n--\n\nA tokenizer.json's merges as (left, right, merged) int64 id columns "
      "(bytes), or None: see bpe_ops/merge_ids.py."},
