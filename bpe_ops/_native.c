@@ -431,8 +431,11 @@ typedef struct {
     int64_t words, runs[DIGIT_RUN_LENGTHS];
 } Measured;
 
+enum { KIND_WORD, KIND_SEPARATOR, KIND_DIGIT, KIND_WIDE_LEAD };      /* the order matters: see measure */
+
 typedef struct {
     const uint8_t *separators;          /* [byte]: 1 an ASCII separator, 2 a wide separator's lead */
+    uint8_t kinds[256];                 /* [byte]: its KIND_ (from separators, and ASCII digits) */
     uint8_t wide[MAX_WIDE][4];          /* the non-ASCII separators' UTF-8: length, then the bytes */
     int nwide;
 } Separators;
@@ -456,30 +459,50 @@ static size_t separator_at(const Separators *sep, const uint8_t *s, size_t n, si
 static void measure(const Separators *sep, Measured *m)
 {
     /* Words start at a non-separator after a separator (or at the start); digit runs are counted
-     * by length, 5 and more together. */
+     * by length, 5 and more together. One table look-up per byte sorts it: a word byte or an ASCII
+     * separator (the common case: counted without a branch on which, where the alternation of words
+     * and spaces would mispredict), a digit, or a wide separator's lead byte (then matched against
+     * the wide separators; no match is a word byte). */
     const uint8_t *s = m->s;
-    size_t i = 0, run = 0;
+    const uint8_t *kind = sep->kinds;
+    size_t i = 0, n = m->n, run = 0;
+    int64_t words = 0;
     int in_word = 0;
-    while (i < m->n) {
-        size_t len = separator_at(sep, s, m->n, i);
-        uint8_t b = s[i];
-        if (b >= '0' && b <= '9')
+    while (i < n) {
+        uint8_t b = s[i], k = kind[b];
+        size_t len = 1;
+        if (k <= KIND_SEPARATOR && !run) {
+            words += (in_word | k) ^ 1;     /* a word byte after a separator (or at the start) */
+            in_word = k ^ 1;
+            i++;
+            continue;
+        }
+        if (k == KIND_DIGIT) {
             run++;
-        else if (run) {
+            words += !in_word;
+            in_word = 1;
+            i++;
+            continue;
+        }
+        if (run) {
             m->runs[(run < DIGIT_RUN_LENGTHS ? run : DIGIT_RUN_LENGTHS) - 1]++;
             run = 0;
         }
-        if (len) {
-            in_word = 0;
-            i += len;                   /* a wide separator holds no digit */
-        } else {
-            m->words += !in_word;
-            in_word = 1;
-            i++;
+        if (k == KIND_WIDE_LEAD && (len = separator_at(sep, s, n, i)) == 0) {
+            k = KIND_WORD;              /* a lead byte of no separator: part of a word */
+            len = 1;
         }
+        if (k == KIND_WORD) {
+            words += !in_word;
+            in_word = 1;
+        } else {
+            in_word = 0;                /* a wide separator holds no digit */
+        }
+        i += len;
     }
     if (run)
         m->runs[(run < DIGIT_RUN_LENGTHS ? run : DIGIT_RUN_LENGTHS) - 1]++;
+    m->words += words;
 }
 
 static PyObject *measure_texts(PyObject *Py_UNUSED(module), PyObject *args)
@@ -501,6 +524,9 @@ static PyObject *measure_texts(PyObject *Py_UNUSED(module), PyObject *args)
         goto done;
     }
     sep.separators = table.buf;
+    for (k = 0; k < 256; k++)
+        sep.kinds[k] = sep.separators[k] == 1 ? KIND_SEPARATOR : sep.separators[k] == 2 ? KIND_WIDE_LEAD
+                       : k >= '0' && k <= '9' ? KIND_DIGIT : KIND_WORD;
     for (k = 0; k < PyTuple_GET_SIZE(wide); k++) {
         PyObject *w = PyTuple_GET_ITEM(wide, k);
         if (!PyBytes_Check(w) || PyBytes_GET_SIZE(w) < 1 || PyBytes_GET_SIZE(w) > 3) {
