@@ -440,8 +440,11 @@ typedef struct {
     int64_t words, runs[DIGIT_RUN_LENGTHS];
 } Measured;
 
+enum { KIND_WORD, KIND_SEPARATOR, KIND_DIGIT, KIND_WIDE_LEAD };      /* the order matters: see measure */
+
 typedef struct {
     const uint8_t *separators;          /* [byte]: 1 an ASCII separator, 2 a wide separator's lead */
+    uint8_t kinds[256];                 /* [byte]: its KIND_ (from separators, and ASCII digits) */
     uint8_t wide[MAX_WIDE][4];          /* the non-ASCII separators' UTF-8: length, then the bytes */
     int nwide;
 } Separators;
@@ -465,30 +468,50 @@ static size_t separator_at(const Separators *sep, const uint8_t *s, size_t n, si
 static void measure(const Separators *sep, Measured *m)
 {
     /* Words start at a non-separator after a separator (or at the start); digit runs are counted
-     * by length, 5 and more together. */
+     * by length, 5 and more together. One table look-up per byte sorts it: a word byte or an ASCII
+     * separator (the common case: counted without a branch on which, where the alternation of words
+     * and spaces would mispredict), a digit, or a wide separator's lead byte (then matched against
+     * the wide separators; no match is a word byte). */
     const uint8_t *s = m->s;
-    size_t i = 0, run = 0;
+    const uint8_t *kind = sep->kinds;
+    size_t i = 0, n = m->n, run = 0;
+    int64_t words = 0;
     int in_word = 0;
-    while (i < m->n) {
-        size_t len = separator_at(sep, s, m->n, i);
-        uint8_t b = s[i];
-        if (b >= '0' && b <= '9')
+    while (i < n) {
+        uint8_t b = s[i], k = kind[b];
+        size_t len = 1;
+        if (k <= KIND_SEPARATOR && !run) {
+            words += (in_word | k) ^ 1;     /* a word byte after a separator (or at the start) */
+            in_word = k ^ 1;
+            i++;
+            continue;
+        }
+        if (k == KIND_DIGIT) {
             run++;
-        else if (run) {
+            words += !in_word;
+            in_word = 1;
+            i++;
+            continue;
+        }
+        if (run) {
             m->runs[(run < DIGIT_RUN_LENGTHS ? run : DIGIT_RUN_LENGTHS) - 1]++;
             run = 0;
         }
-        if (len) {
-            in_word = 0;
-            i += len;                   /* a wide separator holds no digit */
-        } else {
-            m->words += !in_word;
-            in_word = 1;
-            i++;
+        if (k == KIND_WIDE_LEAD && (len = separator_at(sep, s, n, i)) == 0) {
+            k = KIND_WORD;              /* a lead byte of no separator: part of a word */
+            len = 1;
         }
+        if (k == KIND_WORD) {
+            words += !in_word;
+            in_word = 1;
+        } else {
+            in_word = 0;                /* a wide separator holds no digit */
+        }
+        i += len;
     }
     if (run)
         m->runs[(run < DIGIT_RUN_LENGTHS ? run : DIGIT_RUN_LENGTHS) - 1]++;
+    m->words += words;
 }
 
 static PyObject *measure_texts(PyObject *Py_UNUSED(module), PyObject *args)
@@ -510,6 +533,9 @@ static PyObject *measure_texts(PyObject *Py_UNUSED(module), PyObject *args)
         goto done;
     }
     sep.separators = table.buf;
+    for (k = 0; k < 256; k++)
+        sep.kinds[k] = sep.separators[k] == 1 ? KIND_SEPARATOR : sep.separators[k] == 2 ? KIND_WIDE_LEAD
+                       : k >= '0' && k <= '9' ? KIND_DIGIT : KIND_WORD;
     for (k = 0; k < PyTuple_GET_SIZE(wide); k++) {
         PyObject *w = PyTuple_GET_ITEM(wide, k);
         if (!PyBytes_Check(w) || PyBytes_GET_SIZE(w) < 1 || PyBytes_GET_SIZE(w) > 3) {
@@ -581,6 +607,104 @@ done:
     Py_XDECREF(bytes_out);
     Py_XDECREF(words_out);
     Py_XDECREF(runs);
+    return result;
+}
+
+/* ---- calibration counts of a batch's token ids ------------------------------------------------ */
+
+static PyObject *calibrate_ids(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    /* For each record i of a batch (its ids a uint32 buffer): raw[i] += the ids with mask[id] set,
+     * cells[rows[i] + classes[id]] += 1 for each id; in one pass over the ids without the GIL (the
+     * numpy specification, stats.calibrate_ids, makes five passes and temporaries). Returns the
+     * indexes of the cells that were zero and are no longer (int64, in the order first counted), so
+     * a caller reusing one zeroed table reads out and clears only those. Raises ValueError at an id
+     * outside the vocabulary (len(mask)), before anything is added, or at a cell outside cells (rows
+     * that do not fit the table: a caller's error). */
+    PyObject *arrays, *seq = NULL, *result = NULL;
+    Py_buffer rows, mask, classes, raw, cells, *ids = NULL;
+    Py_ssize_t n, i, got = 0, vocab, ncells, total = 0, touched = 0;
+    int64_t *first = NULL;              /* the cells counted from zero, in order */
+    int bad = 0;
+    if (!PyArg_ParseTuple(args, "Oy*y*y*w*w*:calibrate_ids", &arrays, &rows, &mask, &classes, &raw, &cells))
+        return NULL;
+    vocab = mask.len;
+    ncells = cells.len / (Py_ssize_t)sizeof(int64_t);
+    if ((seq = PySequence_Fast(arrays, "calibrate_ids: id_arrays must be a sequence")) == NULL)
+        goto done;
+    n = PySequence_Fast_GET_SIZE(seq);
+    if (classes.len != vocab * (Py_ssize_t)sizeof(int32_t) || rows.len != n * (Py_ssize_t)sizeof(int32_t) ||
+        raw.len != n * (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "calibrate_ids: classes must be int32 per id of mask, rows int32 and "
+                                          "raw int64 per record");
+        goto done;
+    }
+    if ((ids = calloc(n ? (size_t)n : 1, sizeof(Py_buffer))) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (got = 0; got < n; got++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, got), &ids[got], PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+            goto done;
+        if (ids[got].itemsize != 4 || ids[got].format == NULL || strchr("IL", ids[got].format[0]) == NULL ||
+            ids[got].format[1] != '\0') {
+            PyBuffer_Release(&ids[got]);
+            PyErr_SetString(PyExc_TypeError, "calibrate_ids: each record's ids must be a uint32 buffer");
+            goto done;
+        }
+        total += ids[got].len / 4;
+    }
+    if ((first = malloc((size_t)(total < ncells ? total : ncells) * sizeof(int64_t) + 1)) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    {
+        const uint8_t *is_raw = mask.buf;
+        const int32_t *class_of = classes.buf, *row_of = rows.buf;
+        int64_t *raw_out = raw.buf, *cell = cells.buf;
+        /* Checked first: an id outside the vocabulary raises before anything is counted. */
+        for (i = 0; i < n && !bad; i++) {
+            const uint32_t *v = ids[i].buf;
+            Py_ssize_t k, len = ids[i].len / 4;
+            for (k = 0; k < len; k++)
+                bad |= v[k] >= (uint64_t)vocab;
+        }
+        for (i = 0; i < n && !bad; i++) {
+            const uint32_t *v = ids[i].buf;
+            Py_ssize_t k, len = ids[i].len / 4;
+            int64_t r = 0;
+            for (k = 0; k < len; k++) {
+                int64_t at = (int64_t)row_of[i] + class_of[v[k]];
+                if (at < 0 || at >= ncells) {
+                    bad = 2;
+                    break;
+                }
+                r += is_raw[v[k]] != 0;
+                if (cell[at]++ == 0)
+                    first[touched++] = at;
+            }
+            raw_out[i] += r;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (bad) {
+        PyErr_Format(PyExc_ValueError, bad == 1 ? "token id outside the vocabulary (size %zd)"
+                                                : "calibrate_ids: a cell outside cells (vocabulary of %zd ids)", vocab);
+        goto done;
+    }
+    result = PyBytes_FromStringAndSize((const char *)first, touched * (Py_ssize_t)sizeof(int64_t));
+done:
+    for (i = 0; i < got; i++)
+        PyBuffer_Release(&ids[i]);
+    free(ids);
+    free(first);
+    Py_XDECREF(seq);
+    PyBuffer_Release(&rows);
+    PyBuffer_Release(&mask);
+    PyBuffer_Release(&classes);
+    PyBuffer_Release(&raw);
+    PyBuffer_Release(&cells);
     return result;
 }
 
@@ -1292,6 +1416,10 @@ static PyMethodDef module_methods[] = {
     {"measure_texts", measure_texts, METH_VARARGS,
      "measure_texts(texts, separators, wide)\n--\n\nEach text's UTF-8 bytes, whitespace words and ASCII digit "
      "runs (n x 5 int64 in a bytearray), in one pass without the GIL."},
+    {"calibrate_ids", calibrate_ids, METH_VARARGS,
+     "calibrate_ids(id_arrays, rows, mask, classes, raw, cells)\n--\n\nEach record's raw-byte tokens into raw and its "
+     "ids' (group row + class) cells into cells, in one pass without the GIL; the int64 indexes of the cells counted "
+     "from zero (bytes): see stats.calibrate_ids."},
     {"merge_ids", merge_ids, METH_VARARGS,
      "merge_ids(merges, vocab)\n--\n\nA tokenizer.json's merges as (left, right, merged) int64 id columns "
      "(bytes), or None: see bpe_ops/merge_ids.py."},

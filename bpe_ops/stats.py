@@ -26,6 +26,7 @@ records whose token ids and record id are given (`add_batch(..., record_ids=, id
 from __future__ import annotations
 
 import re
+import threading
 import zlib
 from array import array
 from bisect import bisect_right
@@ -208,6 +209,30 @@ def _id_runs(id_arrays: Sequence, n_tokens: Sequence[int], chunk: int = CALIBRAT
         yield np.repeat(np.asarray(owners, dtype=np.int64), [len(p) for p in pieces]), np.concatenate(pieces)
 
 
+def calibrate_ids(runs, rows: np.ndarray, mask: np.ndarray, classes: np.ndarray, raw: np.ndarray,
+                  cells: np.ndarray) -> bytes:
+    """The calibration counts of a batch's ids, given in `_id_runs` runs (record index of each id,
+    the ids): `raw[i]` += the ids of record i with `mask[id]` set, `cells[rows[i] + classes[id]]` += 1
+    per id; returns the indexes of the cells that were zero and are no longer (int64 bytes,
+    ascending). The specification of `_native.calibrate_ids` (which takes each record's uint32 ids,
+    makes one pass without the GIL and gives the same indexes in the order it first counted them).
+    ValueError for an id outside the vocabulary (`len(mask)`).
+
+    >>> raw, cells = np.zeros(2, np.int64), np.zeros(6, np.int64)
+    >>> new = calibrate_ids(_id_runs([[0, 2], [2]], [2, 1]), np.array([0, 3]), np.array([1, 0, 0], np.uint8),
+    ...                     np.array([0, 1, 2], np.int32), raw, cells)
+    >>> raw.tolist(), cells.tolist(), np.frombuffer(new, np.int64).tolist()
+    ([1, 0], [1, 0, 1, 0, 0, 1], [0, 2, 5])
+    """
+    zero = cells == 0
+    for owners, flat in runs:
+        if int(flat.min()) < 0 or int(flat.max()) >= len(mask):
+            raise ValueError(f"token id outside the vocabulary (size {len(mask)})")
+        raw += np.bincount(owners[mask[flat].astype(bool)], minlength=len(raw))
+        cells += np.bincount(rows[owners] + classes[flat], minlength=len(cells))
+    return np.flatnonzero(zero & (cells != 0)).astype(np.int64).tobytes()
+
+
 WORD_COUNT_CHUNK = 1 << 20      # characters split at a time: a long record is never split whole
 
 
@@ -341,6 +366,28 @@ def _measure_texts():
 _MEASURE_TEXTS = _measure_texts()     # looked up once, not per batch
 
 
+def _calibrate_ids():
+    """The compiled `_native.calibrate_ids`, or None where bpe_ops._native is not built (then
+    `Summary.batch_calibration`'s numpy passes, its specification, count the same cells)."""
+    try:
+        from ._native import calibrate_ids     # needs no PCRE2
+    except ImportError:
+        return None
+    return calibrate_ids
+
+
+_CALIBRATE_IDS = _calibrate_ids()
+_SCRATCH = threading.local()
+
+
+def _scratch_cells(size: int) -> np.ndarray:
+    """This thread's table of `size` int64 zeros, reused from batch to batch (its user leaves it zero)."""
+    cells = getattr(_SCRATCH, "cells", None)
+    if cells is None or len(cells) != size:
+        cells = _SCRATCH.cells = np.zeros(size, dtype=np.int64)
+    return cells
+
+
 def token_label(token: bytes) -> str:
     """A readable, unambiguous label for token bytes: `repr` of the text when the bytes are valid
     UTF-8 (`' the'`, `'é'`, `'\\n'`), else `repr` of the bytes (`b'\\xe2\\x80'`, a partial character)."""
@@ -393,12 +440,13 @@ def _error_key(error: dict) -> tuple:
 
 class BatchCalibration(NamedTuple):
     """`Summary.batch_calibration` of a batch of `records` records: each record's random group and
-    raw-byte tokens, and the batch's token counts per (group, id class)."""
+    raw-byte tokens, and the batch's token counts per (group, id class), sparse: the flat indexes of
+    the cells of the group x class table that hold counts (each once) and those counts."""
     records: int
     vocab_size: int
     groups: list
     raw_byte_tokens: list
-    cells: np.ndarray
+    cells: tuple[np.ndarray, np.ndarray]
 
 
 class Summary:
@@ -539,10 +587,12 @@ class Summary:
                           id_arrays: Sequence) -> "BatchCalibration":
         """What calibrating a batch takes from its record ids and token ids (each record's random
         group and raw-byte tokens, the batch's group x id-class counts), computed without changing
-        the summary: another thread may make it (numpy drops the GIL on large arrays) while this
-        summary takes other batches; `add_batch(..., calibration=)` adds it. Token ids are taken a
-        record, and a bounded chunk of it, at a time (`CALIBRATION_CHUNK`), so a long record costs
-        no per-token array of its own size. Raises ValueError for an id outside the vocabulary."""
+        the summary: another thread may make it (the compiled pass drops the GIL) while this
+        summary takes other batches; `add_batch(..., calibration=)` adds it. Ids given as uint32
+        `array`s (the pipelines') are counted by `_native.calibrate_ids` in one pass; others by
+        `calibrate_ids` (its specification), a record, and a bounded chunk of it, at a time
+        (`CALIBRATION_CHUNK`), so a long record costs no per-token array of its own size. Raises
+        ValueError for an id outside the vocabulary."""
         n = len(n_tokens)
         if len(id_arrays) != n:
             raise ValueError(f"{len(id_arrays)} id arrays for {n} records")
@@ -550,16 +600,30 @@ class Summary:
         classes = self.group_classes.shape[1]
         mask = self._raw_byte_mask()
         table = id_class_table(self.vocab_size)
-        cells = np.zeros(self.group_classes.size, dtype=np.int64)
+        # Counted into this thread's zeroed table, then read out sparse and zeroed again: a batch
+        # touches a few thousand of its cells; a fresh table each batch would fault in 2 MB of pages
+        # and cost the summary a pass over all of them.
+        cells = _scratch_cells(self.group_classes.size)
         raw = np.zeros(n, dtype=np.int64)
         # Each record's first cell: its group's row of the group x class table.
         row_of = np.asarray(groups, dtype=np.int32) * np.int32(classes)
-        for owners, flat in _id_runs(id_arrays, n_tokens):
-            if int(flat.min()) < 0 or int(flat.max()) >= self.vocab_size:
-                raise ValueError(f"token id outside the vocabulary (size {self.vocab_size})")
-            raw += np.bincount(owners[mask[flat]], minlength=n)
-            cells += np.bincount(row_of[owners] + table[flat], minlength=cells.size)
-        return BatchCalibration(n, self.vocab_size, groups, raw.tolist(), cells.reshape(self.group_classes.shape))
+        compiled = _CALIBRATE_IDS is not None and all(isinstance(a, array) and a.typecode == "I" for a in id_arrays)
+        if compiled:
+            for ids, length in zip(id_arrays, n_tokens):
+                if len(ids) != length:
+                    raise ValueError(f"a record's id array holds {len(ids)} ids, its n_tokens says {length}")
+        used = None
+        try:
+            used = np.frombuffer((_CALIBRATE_IDS if compiled else calibrate_ids)(
+                id_arrays if compiled else _id_runs(id_arrays, n_tokens), row_of, mask.view(np.uint8), table, raw,
+                cells), dtype=np.int64)
+            counts = cells[used]
+        finally:
+            if used is None:
+                cells[:] = 0        # failed part way (an id outside the vocabulary): zero the whole table
+            else:
+                cells[used] = 0
+        return BatchCalibration(n, self.vocab_size, groups, raw.tolist(), (used, counts))
 
     def _calibrate(self, n_tokens, n_bytes, n_chars, n_words, record_ids, id_arrays: Sequence,
                    digit_runs: Sequence[Sequence[int]] | None = None,
@@ -574,7 +638,10 @@ class Summary:
                              f"vocabulary for {n} records of a {self.vocab_size}-id one")
         groups, raw, cells = calibration.groups, calibration.raw_byte_tokens, calibration.cells
         group_of = np.asarray(groups, dtype=np.int64)
-        self.group_classes += cells
+        used, counts = cells
+        if not self.group_classes.flags.c_contiguous:        # reshape would copy, and the add be lost
+            self.group_classes = np.ascontiguousarray(self.group_classes)
+        self.group_classes.reshape(-1)[used] += counts        # each cell once: a plain add, not ufunc.at
         if digit_runs is not None:
             runs = np.asarray(digit_runs, dtype=np.int64).reshape(n, DIGIT_RUN_LENGTHS)
             np.add.at(self.group_digit_runs, group_of, runs)

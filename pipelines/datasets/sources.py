@@ -54,6 +54,7 @@ DETAIL_CHARS = 200            # details are one line, at most this long
 BOM = b"\xef\xbb\xbf"
 # A JSON \uD800-style escape decodes to a lone surrogate: a str that cannot be encoded as UTF-8.
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD]")       # where a JSON line may escape one
 # What a damaged or unreadable file raises while we open, decompress or parse it.
 DATA_ERRORS = (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError, zstandard.ZstdError,
                 pa.ArrowException)
@@ -427,7 +428,9 @@ def jsonl_record(raw: bytes, offset: int, row: int, shard: Shard,
     text = obj[options.text_field]
     if not isinstance(text, str):
         return reject(TEXT_NOT_A_STRING, f"field {options.text_field!r} is {_json_type(text)}", rid)
-    if b"\\ud" in raw or b"\\uD" in raw:     # cheap test before looking for lone surrogates
+    # Cheap tests before looking for lone surrogates: an ASCII str holds none (`isascii` is O(1)),
+    # and one can only come from a \uD800-\uDFFF escape in the line.
+    if not (text.isascii() and rid.isascii()) and _SURROGATE_ESCAPE.search(raw):
         lone = _LONE_SURROGATE.search(text) or _LONE_SURROGATE.search(rid)
         if lone:
             if options.invalid_utf8 == "reject":

@@ -31,8 +31,8 @@ from pipelines.datasets.shards import ShardReader, numbered
 from pipelines.datasets.tokenizer_files import TokenizerRef, load_identified_tokenizer, settle_heap
 from pipelines.statistics.breakdowns import BreakdownSummaries, Breakdowns, add_file
 from pipelines.statistics.windows import format_utc
-from pipelines.steps.tokenize_steps import (ENCODE_BATCH_RECORDS, ENCODE_CHUNK_RECORDS, OVERLAP_TEXT_BYTES, ChunkEncoder,
-                                            RowGroup, RowGroupWriter, text_size)
+from pipelines.steps.tokenize_steps import (ENCODE_BATCH_RECORDS, ENCODE_CHUNK_RECORDS, OVERLAP_TEXT_BYTES, WRITE_POOL,
+                                            ChunkEncoder, RowGroup, RowGroupWriter, text_size)
 
 if TYPE_CHECKING:
     from pipelines.datasets.sources import SourceOptions
@@ -179,7 +179,7 @@ class TokenizeShard(beam.DoFn):
         with ExitStack() as stack:
             f = stack.enter_context(open_atomic(out_url))
             writer = stack.enter_context(pq.ParquetWriter(f, self.schema, compression="zstd", use_dictionary=False,
-                                                          write_statistics=False))
+                                                          write_statistics=False, memory_pool=WRITE_POOL))
             try:
                 # Chunks of records encode and are measured in the background threads (the compiled
                 # encoder and numpy drop the GIL) while this thread reads the next records and adds

@@ -37,6 +37,10 @@ ENCODE_CHUNK_RECORDS = 16
 OVERLAP_TEXT_BYTES = 64 << 20
 ROW_GROUP_ROWS = 8_192            # bounded row groups: memory stays bounded by this, not by the shard
 ROW_GROUP_TOKENS = 4_000_000      # ... or by this many token ids, whichever comes first
+# Row groups are made and written in memory from the C library's allocator, which keeps what a row
+# group freed for the next: Arrow's default pool (mimalloc) hands it back to the system and faults
+# fresh zeroed pages in again for every row group (the 128k job: a third less system time, less peak).
+WRITE_POOL = pa.system_memory_pool()
 
 
 class ChunkEncoder:
@@ -145,19 +149,23 @@ class RowGroup:
             summary.add_dense_id_counts(np.bincount(values, minlength=summary.vocab_size))
         id_type = schema.field("token_ids").type.value_type
         # From numpy, Arrow takes the buffer as it is (from an `array`, it converts id by id: ~90 ns/id).
-        ids = pa.array(values)
+        ids = pa.array(values, memory_pool=WRITE_POOL)
         if id_type != pa.uint32():
-            ids = ids.cast(id_type)         # a checked cast: an id past uint16 raises, never wraps
+            ids = ids.cast(id_type, memory_pool=WRITE_POOL)     # checked: an id past uint16 raises, never wraps
         # n_tokens is the length of each record's ids (EOS included): offsets are its running sum.
         offsets = np.zeros(self.rows + 1, dtype=np.int64)
         np.cumsum(self.stats[0], out=offsets[1:])
-        token_ids = pa.ListArray.from_arrays(pa.array(offsets).cast(pa.int32()), ids)
-        columns = [pa.array(self.ids, pa.string()), token_ids] + [pa.array(c, pa.int32()) for c in self.stats]
+        pool = WRITE_POOL
+        offsets = pa.array(offsets, memory_pool=pool).cast(pa.int32(), memory_pool=pool)
+        token_ids = pa.ListArray.from_arrays(offsets, ids, pool=pool)
+        columns = [pa.array(self.ids, pa.string(), memory_pool=pool), token_ids] + [
+            pa.array(c, pa.int32(), memory_pool=pool) for c in self.stats]
         if self.timestamp_field:
-            columns.append(pa.array(self.event_times, pa.int64()).cast(tables.EVENT_TIME_TYPE))
+            columns.append(pa.array(self.event_times, pa.int64(), memory_pool=pool).cast(tables.EVENT_TIME_TYPE,
+                                                                                         memory_pool=pool))
         if self.group_field:
-            columns.append(pa.array(self.groups, pa.string()))
-        columns += [pa.array(self.keep[k], schema.field(k).type) for k in self.keep_fields]
+            columns.append(pa.array(self.groups, pa.string(), memory_pool=pool))
+        columns += [pa.array(self.keep[k], schema.field(k).type, memory_pool=pool) for k in self.keep_fields]
         return pa.Table.from_arrays(columns, schema=schema)
 
 

@@ -467,6 +467,37 @@ def test_the_id_class_table_equals_id_classes():
         assert id_class_table(vocab_size)[ids].tolist() == id_classes(ids, vocab_size).tolist()
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 5000), max_size=40), max_size=8), st.sampled_from([300, 4096, 5001]),
+       st.integers(1, 3))
+def test_the_compiled_calibration_counts_equal_the_numpy_specification(id_lists, vocab_size, chunk):
+    # Records of no id, ids past the vocabulary (ValueError from both), folded id classes, runs
+    # cut inside a record: the one compiled pass counts the cells and raw-byte tokens as the runs do.
+    from array import array
+    from bpe_ops.stats import _calibrate_ids, _id_runs, calibrate_ids
+    compiled = _calibrate_ids()
+    if compiled is None:
+        pytest.skip("bpe_ops._native is not built")
+    classes = id_class_count(vocab_size)
+    rows = np.array([record_group(f"r{k}") * classes for k in range(len(id_lists))], dtype=np.int32)
+    mask = np.zeros(vocab_size, dtype=bool)
+    mask[: min(256, vocab_size)] = True
+    table = id_class_table(vocab_size)
+    results = []
+    for count, ids in ((compiled, [array("I", x) for x in id_lists]),
+                       (calibrate_ids, _id_runs(id_lists, [len(x) for x in id_lists], chunk=chunk))):
+        raw, cells = np.zeros(len(id_lists), np.int64), np.zeros(REPLICATE_GROUPS * classes, np.int64)
+        cells[::7] = 1          # cells already counted are not counted from zero again
+        try:
+            new = count(ids, rows, mask.view(np.uint8), table, raw, cells)
+        except ValueError as exc:
+            results.append(str(exc))
+        else:
+            results.append((raw.tolist(), cells.tolist(), sorted(np.frombuffer(new, np.int64).tolist())))
+    assert results[0] == results[1]
+    assert isinstance(results[0], str) == any(i >= vocab_size for x in id_lists for i in x)
+
+
 def test_a_calibration_made_beforehand_equals_one_made_in_add_batch(tiny_records, gpt2):
     texts, id_lists = [t for t, _ in tiny_records], [ids for _, ids in tiny_records]
     plain = Summary(gpt2.vocab_size, raw_byte_ids=single_byte_ids(gpt2.vocab))
