@@ -106,14 +106,34 @@ static inline size_t piece_cache_index(const PieceCache *c, uint64_t hash)
 
 static inline int piece_key_equal(const PieceCache *c, const PieceSlot *s, const uint8_t *key, size_t len)
 {
-    /* Whether the slot's key (of `len` bytes) is `key`: an inline key byte by byte (a few bytes, where
-     * a call to memcmp cost more than the compare), a long one with memcmp. */
+    /* Whether the slot's key (of `len` bytes) is `key`: an inline key by 8-byte words, the last one
+     * overlapping the one before (where a call to memcmp cost more than the compare, and a loop
+     * byte by byte was a tenth of the encoder's instructions), a long one with memcmp. */
+    const uint8_t *inline_key = s->key.bytes;
+    uint64_t x, y, differ = 0;
     size_t i;
-    uint8_t differ = 0;
     if (len > PIECE_KEY_INLINE)
         return tb_equal(c->keys + s->key.at, key, len);
+    if (len >= 8) {
+        for (i = 0; i + 8 < len; i += 8) {
+            memcpy(&x, inline_key + i, 8);
+            memcpy(&y, key + i, 8);
+            differ |= x ^ y;
+        }
+        memcpy(&x, inline_key + len - 8, 8);
+        memcpy(&y, key + len - 8, 8);
+        return (differ | (x ^ y)) == 0;
+    }
+    if (len >= 4) {
+        uint32_t a, b, d, e;
+        memcpy(&a, inline_key, 4);
+        memcpy(&b, key, 4);
+        memcpy(&d, inline_key + len - 4, 4);
+        memcpy(&e, key + len - 4, 4);
+        return ((a ^ b) | (d ^ e)) == 0;
+    }
     for (i = 0; i < len; i++)
-        differ |= s->key.bytes[i] ^ key[i];
+        differ |= (uint64_t)(inline_key[i] ^ key[i]);
     return differ == 0;
 }
 

@@ -82,12 +82,40 @@ static inline int scan_char(const uint8_t *classes, const uint8_t *s, size_t p, 
     return classes[tb_bmp_code_point(s, p, next)];
 }
 
+static inline size_t scan_ascii_letters(const uint8_t *s, size_t len, size_t p)
+{
+    /* The first byte from p that is no ASCII letter, or one within 7 bytes of the end: 8 bytes at a
+     * time. A byte b below 0x80 is a letter when b | 0x20 is in 'a'..'z'; adding 0x80 - 'a' and
+     * 0x80 - ('z' + 1) to each byte (no carry: every byte is below 0x80 first) sets the top bit of
+     * those at least 'a' and of those past 'z'. Worked example: "Hello, w" -> p + 5. */
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
+    while (p + 8 <= len) {
+        uint64_t w, folded, not_letter;
+        memcpy(&w, s + p, 8);
+        folded = (w & ~high) | 0x20 * ones;
+        not_letter = (~(folded + (0x80 - 'a') * ones) | (folded + (0x80 - 'z' - 1) * ones) | w) & high;
+        if (not_letter)
+            return p + (size_t)__builtin_ctzll(not_letter) / 8;
+        p += 8;
+    }
+#else
+    (void)s;
+    (void)len;
+#endif
+    return p;
+}
+
 static inline size_t scan_run(const uint8_t *classes, const uint8_t *s, size_t len, size_t p, unsigned mask,
                               size_t most)
 {
     /* The end of the run of at most `most` characters from p whose classes are in `mask`; SCAN_PCRE2
-     * when the run meets a character outside the BMP (whose class is not known here). */
+     * when the run meets a character outside the BMP (whose class is not known here). A run of
+     * letters skips its ASCII letters 8 at a time first (the table gives every one of them
+     * CH_UPPER or CH_LOWER), then goes on character by character. */
     size_t next;
+    if (most == SIZE_MAX && (mask & (CH_BIT(CH_UPPER) | CH_BIT(CH_LOWER))) == (CH_BIT(CH_UPPER) | CH_BIT(CH_LOWER)))
+        p = scan_ascii_letters(s, len, p);
     while (p < len && most > 0) {
         int c;
         if (s[p] < 0x80) {              /* the common case, without the decoding */

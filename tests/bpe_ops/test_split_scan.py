@@ -80,6 +80,20 @@ def test_random_texts(pattern, parts):
     assert pieces(pattern, text, True) == pieces(pattern, text, False)
 
 
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_ascii_letter_runs_of_every_length_before_every_character(pattern):
+    # A run of letters skips ASCII letters 8 bytes at a time: runs of 1 to 25 letters (across one to
+    # three 8-byte words, ending inside one or at the text's end) before every ASCII character (the
+    # neighbours of the letters' ranges among them: '@', '[', '`', '{') and a few beyond ASCII.
+    letters = "HelloWorldAbcXyzQuickBrownFoxZa"
+    after = [chr(b) for b in range(128)] + ["é", "ß", "中", "😀", "́", " "]
+    for start in ("", " ", "'", "1", "é"):
+        for n in range(1, 26):
+            texts = [start + letters[:n] + c + letters[n:] for c in after] + [start + letters[:n]]
+            for text in texts:
+                assert pieces(pattern, text, True) == pieces(pattern, text, False), repr(text)
+
+
 def test_tiktokens_own_spellings_scan():
     # `Tokenizer.from_tiktoken` callers pass tiktoken's `pat_str` as tiktoken ships it (cl100k_base's
     # possessive `\p{N}{1,3}+`, r50k_base's `\s++$`): the scanner takes those too, else PCRE2 split
