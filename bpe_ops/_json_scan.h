@@ -29,6 +29,19 @@ static inline size_t json_space(const uint8_t *s, size_t n, size_t at)
     return at;
 }
 
+static inline int json_next(const uint8_t *s, size_t n, size_t *at, uint8_t close)
+{
+    /* After a member or an element ending at *at: 1 with *at on the next one (past the ',' and the
+     * space after it), 0 with *at on the container's `close`, -1 when neither follows. */
+    size_t i = json_space(s, n, *at);
+    if (i < n && s[i] == ',') {
+        *at = json_space(s, n, i + 1);
+        return 1;
+    }
+    *at = i;
+    return i < n && s[i] == close ? 0 : -1;
+}
+
 static inline int json_hex(uint8_t c)
 {
     if (c >= '0' && c <= '9')

@@ -883,7 +883,7 @@ static ptrdiff_t model_members(const uint8_t *s, size_t n, size_t at, size_t spa
     /* `at` on the model object's '{': the offset after its '}', with the spans of its "vocab" and
      * "merges" values in span[0:2] and span[2:4]; -1 when malformed, when either is missing or
      * there twice, or when any key is escaped (it might spell one of them). */
-    int found = 0;
+    int found = 0, more;
     ptrdiff_t got;
     if (at >= n || s[at] != '{')
         return -1;
@@ -906,12 +906,10 @@ static ptrdiff_t model_members(const uint8_t *s, size_t n, size_t at, size_t spa
             found |= which;
             span[2 * (which - 1)] = at, span[2 * (which - 1) + 1] = (size_t)got;
         }
-        at = json_space(s, n, (size_t)got);
-        if (at < n && s[at] == ',') {
-            at = json_space(s, n, at + 1);
+        at = (size_t)got;
+        if ((more = json_next(s, n, &at, '}')) > 0)
             continue;
-        }
-        return at < n && s[at] == '}' && found == 3 ? (ptrdiff_t)(at + 1) : -1;
+        return more == 0 && found == 3 ? (ptrdiff_t)(at + 1) : -1;
     }
 }
 
@@ -934,7 +932,7 @@ static PyObject *model_spans(PyObject *Py_UNUSED(module), PyObject *arg)
     if (at < n && s[at] == '}')
         goto none;
     for (;;) {
-        int is_model;
+        int is_model, more;
         if ((got = json_string_end(s, n, at)) < 0 || memchr(s + at, '\\', (size_t)got - at) != NULL)
             goto none;
         is_model = (size_t)got - at == 7 && memcmp(s + at + 1, "model", 5) == 0;
@@ -946,12 +944,10 @@ static PyObject *model_spans(PyObject *Py_UNUSED(module), PyObject *arg)
         if (got < 0)
             goto none;
         model |= is_model;
-        at = json_space(s, n, (size_t)got);
-        if (at < n && s[at] == ',') {
-            at = json_space(s, n, at + 1);
+        at = (size_t)got;
+        if ((more = json_next(s, n, &at, '}')) > 0)
             continue;
-        }
-        if (at >= n || s[at] != '}' || !model || json_space(s, n, at + 1) != n)
+        if (more < 0 || !model || json_space(s, n, at + 1) != n)
             goto none;
         break;
     }
@@ -994,7 +990,7 @@ static PyObject *vocab_text(PyObject *Py_UNUSED(module), PyObject *args)
         ptrdiff_t end = json_string_end(s, n, at);
         size_t digits;
         long long v = 0;
-        int negative;
+        int negative, more;
         if (end < 0)
             goto declined;
         if (memchr(s + at + 1, '\\', (size_t)end - at - 2) == NULL) {
@@ -1031,12 +1027,9 @@ static PyObject *vocab_text(PyObject *Py_UNUSED(module), PyObject *args)
             goto fail;
         Py_CLEAR(key);
         Py_CLEAR(value);
-        at = json_space(s, n, at);
-        if (at < n && s[at] == ',') {
-            at = json_space(s, n, at + 1);
+        if ((more = json_next(s, n, &at, '}')) > 0)
             continue;
-        }
-        if (at < n && s[at] == '}')
+        if (more == 0)
             break;
         goto declined;
     }
@@ -1241,7 +1234,7 @@ static PyObject *merge_text_ids(PyObject *Py_UNUSED(module), PyObject *args)
         size_t la, lb, i;
         ptrdiff_t end;
         uint64_t ha, hb;
-        int form = at < n && s[at] == '"';
+        int form = at < n && s[at] == '"', more;
         if (string_form < 0)
             string_form = form;
         if (form != string_form)
@@ -1291,12 +1284,9 @@ static PyObject *merge_text_ids(PyObject *Py_UNUSED(module), PyObject *args)
                 PyErr_NoMemory();
                 goto done;
             }
-        at = json_space(s, n, at);
-        if (at < n && s[at] == ',') {
-            at = json_space(s, n, at + 1);
+        if ((more = json_next(s, n, &at, ']')) > 0)
             continue;
-        }
-        if (at < n && s[at] == ']')
+        if (more == 0)
             break;
         goto declined;
     }

@@ -70,6 +70,7 @@ typedef struct {
     int fuse_unk;
     int isolated_bytes;                 /* every byte is a piece and no merge takes one: see cut_word */
     uint32_t space_cp;                  /* Metaspace's replacement, read as ' ' (EMPTY_CP: none) */
+    PyObject *space_str;                /* the same as a str, made once (the getter is asked per text) */
     MergeTable table;
     PieceCache whole;                   /* ignore_merges: every piece -> its id */
     int has_whole;
@@ -371,31 +372,18 @@ static int cut_word(const SpmEncoder *self, const uint8_t *s, size_t n, Segments
     size_t start = 0, p = 0, next;
     uint32_t prev_cp = 0;
     int prev_known = 0;
+    const int bytes_apart = self->isolated_bytes;      /* runs outside the vocabulary cut off */
     if (self->has_whole) {
         const PieceSlot *slot = piece_cache_find(&self->whole, s, n, key_hash(s, n));
         if (slot->hash != 0)
             return push(segs, s, n, 0, slot->val.ids[0]);
     }
-    if (self->isolated_bytes) {
-        while (p < n) {
-            uint32_t cp = read_char(self, s, n, p, &next);
-            int known = char_info(self, cp)->id >= 0;
-            if (p > 0 && (known != prev_known || (known && !joined(self, prev_cp, cp)))) {
-                if (push_run(self, segs, s + start, p - start, prev_known) < 0)
-                    return -1;
-                start = p;
-            }
-            prev_known = known;
-            prev_cp = cp;
-            p = next;
-        }
-        return n > start ? push_run(self, segs, s + start, n - start, prev_known) : 0;
-    }
     while (p < n) {
         uint32_t cp = read_char(self, s, n, p, &next);
         int known = char_info(self, cp)->id >= 0;
-        if (p > 0 && known && prev_known && !joined(self, prev_cp, cp)) {
-            if (push_segment(self, segs, s + start, p - start) < 0)
+        if (p > 0 && (known && prev_known ? !joined(self, prev_cp, cp) : bytes_apart && known != prev_known)) {
+            /* Without bytes_apart a segment may hold characters outside the vocabulary. */
+            if (push_run(self, segs, s + start, p - start, prev_known || !bytes_apart) < 0)
                 return -1;
             start = p;
         }
@@ -403,7 +391,7 @@ static int cut_word(const SpmEncoder *self, const uint8_t *s, size_t n, Segments
         prev_cp = cp;
         p = next;
     }
-    return n > start ? push_segment(self, segs, s + start, n - start) : 0;
+    return n > start ? push_run(self, segs, s + start, n - start, prev_known || !bytes_apart) : 0;
 }
 
 static int encode_segments(SpmEncoder *self, const Segments *segs, IdBuffer *out)
@@ -422,6 +410,21 @@ static int encode_segments(SpmEncoder *self, const Segments *segs, IdBuffer *out
     return 0;
 }
 
+static const char *utf8_of(PyObject *text, PyObject **encoded, Py_ssize_t *len)
+{
+    /* The UTF-8 of the str `text` (*len bytes): its own, or, when it holds a lone surrogate, that of
+     * a new bytes object *encoded (surrogatepass) the caller releases. NULL with an exception. */
+    const char *data = PyUnicode_AsUTF8AndSize(text, len);
+    *encoded = NULL;
+    if (data != NULL)
+        return data;
+    PyErr_Clear();
+    if ((*encoded = PyUnicode_AsEncodedString(text, "utf-8", "surrogatepass")) == NULL)
+        return NULL;
+    *len = PyBytes_GET_SIZE(*encoded);
+    return PyBytes_AS_STRING(*encoded);
+}
+
 static int encode_words(SpmEncoder *self, PyObject *words, IdBuffer *out)
 {
     /* The ids of every pre-token of the sequence `words` (str each) into out; -1 with an exception.
@@ -436,27 +439,20 @@ static int encode_words(SpmEncoder *self, PyObject *words, IdBuffer *out)
         return -1;
     n = PySequence_Fast_GET_SIZE(seq);
     for (k = 0; k < n; k++) {
-        PyObject *word = PySequence_Fast_GET_ITEM(seq, k);
+        PyObject *word = PySequence_Fast_GET_ITEM(seq, k), *encoded;
         const char *data;
         Py_ssize_t len;
         if (!PyUnicode_Check(word)) {
             PyErr_SetString(PyExc_TypeError, "SpmEncoder: every pre-token must be a str");
             goto done;
         }
-        data = PyUnicode_AsUTF8AndSize(word, &len);
-        if (data == NULL) {
-            PyObject *encoded;
-            PyErr_Clear();
-            if ((held == NULL && (held = PyList_New(0)) == NULL) ||
-                (encoded = PyUnicode_AsEncodedString(word, "utf-8", "surrogatepass")) == NULL)
-                goto done;
-            if (PyList_Append(held, encoded) < 0) {
-                Py_DECREF(encoded);
-                goto done;
-            }
+        if ((data = utf8_of(word, &encoded, &len)) == NULL)
+            goto done;
+        if (encoded != NULL) {          /* kept until the segments pointing into it are encoded */
+            int kept = (held != NULL || (held = PyList_New(0)) != NULL) && PyList_Append(held, encoded) == 0;
             Py_DECREF(encoded);
-            data = PyBytes_AS_STRING(encoded);
-            len = PyBytes_GET_SIZE(encoded);
+            if (!kept)
+                goto done;
         }
         if ((size_t)len >= UINT32_MAX / 4) {
             PyErr_SetString(PyExc_OverflowError, "SpmEncoder: a pre-token of 2**30 or more bytes");
@@ -496,13 +492,8 @@ static int encode_text(SpmEncoder *self, PyObject *text, int prepend, IdBuffer *
         PyErr_SetString(PyExc_TypeError, "SpmEncoder: the text must be a str");
         return -1;
     }
-    if ((data = PyUnicode_AsUTF8AndSize(text, &len)) == NULL) {
-        PyErr_Clear();
-        if ((held = PyUnicode_AsEncodedString(text, "utf-8", "surrogatepass")) == NULL)
-            return -1;
-        data = PyBytes_AS_STRING(held);
-        len = PyBytes_GET_SIZE(held);
-    }
+    if ((data = utf8_of(text, &held, &len)) == NULL)
+        return -1;
     s = (const uint8_t *)data;
     n = (size_t)len;
     if (n == 0) {
@@ -810,6 +801,7 @@ static void spm_dealloc(SpmEncoder *self)
     merge_scratch_free(&self->scratch);
     free(self->sym);
     free(self->rank);
+    Py_XDECREF(self->space_str);
     if (self->ints != NULL) {
         size_t k;
         for (k = 0; k < self->nints; k++)
@@ -887,6 +879,8 @@ static int spm_init(SpmEncoder *self, PyObject *args, PyObject *kwds)
         goto done;
     }
     self->cache_size = cache_size > 0 ? (size_t)cache_size : 0;
+    if (self->space_cp != EMPTY_CP && (self->space_str = PyUnicode_FromOrdinal((int)self->space_cp)) == NULL)
+        goto done;
     ok = 0;
 done:
     free(bytes);
@@ -914,9 +908,10 @@ static PyMethodDef spm_methods[] = {
 
 static PyObject *spm_space(SpmEncoder *self, void *Py_UNUSED(closure))
 {
-    if (self->space_cp == EMPTY_CP || !merge_table_ready(&self->table))
+    if (self->space_str == NULL || !merge_table_ready(&self->table))
         Py_RETURN_NONE;
-    return PyUnicode_FromOrdinal((int)self->space_cp);
+    Py_INCREF(self->space_str);
+    return self->space_str;
 }
 
 static PyGetSetDef spm_getset[] = {

@@ -44,9 +44,10 @@ class Tables:
     `token_ids[k]` is the id of the ordinary token `token_blob[offset_k : offset_k + token_lengths[k]]`
     (special tokens are in `special_tokens`); merge rank r joins `left[r]` and `right[r]` into
     `merged[r]`. `ranks_ascend` is `merging.ranks_ascend` of the merges; `sha256` the canonical
-    tokenizer.json text's (None until someone asked for it: a cold load does not build that text). `piece` holds a piece-mode file's
-    model options (decoder, byte_fallback, unk_token, fuse_unk, and `vocab_specials`: the special
-    tokens its vocab lists, [piece, id] pairs); None for byte level."""
+    tokenizer.json text's (None until someone asked for it: a cold load does not build that text).
+    `piece` holds a piece-mode file's model options (decoder, byte_fallback, unk_token, fuse_unk,
+    and `vocab_specials`: the special tokens its vocab lists, [piece, id] pairs); None for byte
+    level."""
     pattern: str
     ignore_merges: bool
     special_tokens: dict
@@ -86,11 +87,16 @@ def cache_path(cache_dir: str, key: str) -> str:
 
 def dumps(tables: Tables, key: str) -> bytes:
     """The cache file's bytes: MAGIC, header length, JSON header, the arrays, SHA-256 of all before."""
-    parts = list(_body(tables, key))
+    return b"".join(_file_parts(tables, key))
+
+
+def _file_parts(tables: Tables, key: str):
+    """The cache file's parts in order (`dumps` joined): the body's, then its SHA-256."""
     digest = hashlib.sha256()
-    for part in parts:
+    for part in _body(tables, key):
         digest.update(part)
-    return b"".join(parts) + digest.digest()
+        yield part
+    yield digest.digest()
 
 
 def _body(tables: Tables, key: str):
@@ -169,11 +175,8 @@ def save(cache_dir: str | None, key: str, tables: Tables) -> bool:
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(path))
         try:
             with os.fdopen(fd, "wb") as f:
-                digest = hashlib.sha256()
-                for part in _body(tables, key):
-                    digest.update(part)
+                for part in _file_parts(tables, key):      # no joined copy of the arrays
                     f.write(part)
-                f.write(digest.digest())
             os.replace(tmp, path)
         except BaseException:
             try:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import hf_components, sequence_split
+from . import sequence_split
 from .pretokenize import Pcre2Pattern
 from .sentencepiece_bpe import compiled_encoder as compiled_piece_encoder, text_space
 
@@ -35,8 +35,7 @@ def piece_text_space(tok: Any) -> str | None:
     `encode_text` takes the whole text (see `sentencepiece_bpe.text_space`); else None."""
     if tok.mode != "piece":
         return None
-    return text_space(tok._piece_model, hf_components.metaspace_alone(tok.pre_tokenizer_spec),
-                      ignore_merges=tok.ignore_merges)
+    return text_space(tok._piece_model, tok._metaspace, ignore_merges=tok.ignore_merges)
 
 
 def build(tok: Any) -> Any:

@@ -148,14 +148,14 @@ class RowGroup:
         if len(values):
             summary.add_dense_id_counts(np.bincount(values, minlength=summary.vocab_size))
         id_type = schema.field("token_ids").type.value_type
+        pool = WRITE_POOL
         # From numpy, Arrow takes the buffer as it is (from an `array`, it converts id by id: ~90 ns/id).
-        ids = pa.array(values, memory_pool=WRITE_POOL)
+        ids = pa.array(values, memory_pool=pool)
         if id_type != pa.uint32():
-            ids = ids.cast(id_type, memory_pool=WRITE_POOL)     # checked: an id past uint16 raises, never wraps
+            ids = ids.cast(id_type, memory_pool=pool)     # checked: an id past uint16 raises, never wraps
         # n_tokens is the length of each record's ids (EOS included): offsets are its running sum.
         offsets = np.zeros(self.rows + 1, dtype=np.int64)
         np.cumsum(self.stats[0], out=offsets[1:])
-        pool = WRITE_POOL
         offsets = pa.array(offsets, memory_pool=pool).cast(pa.int32(), memory_pool=pool)
         token_ids = pa.ListArray.from_arrays(offsets, ids, pool=pool)
         columns = [pa.array(self.ids, pa.string(), memory_pool=pool), token_ids] + [
