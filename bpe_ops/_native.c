@@ -28,6 +28,9 @@
  *                               merging.ranks_ascend(merging.first_ranks(left, right), left, right,
  *                               merged) of three int64 columns, or None for an id outside 0..2**32-1
  *                               (merging.py's `ranks_ascend_of` runs the specification then).
+ *   byte_level_sections(tokens, ids, left, right, alphabet, pad, end)
+ *                               the vocab and merges sections of a canonical byte-level tokenizer.json
+ *                               (bpe_ops/json_sections.py's `byte_level_sections_python`).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -36,6 +39,7 @@
 
 #include "_byte_map.h"
 #include "_json_scan.h"
+#include "_json_sections.h"
 
 /* ---- packed count tables ---------------------------------------------------------------------- */
 
@@ -1425,6 +1429,9 @@ static PyMethodDef module_methods[] = {
     {"ranks_ascend", ranks_ascend, METH_VARARGS,
      "ranks_ascend(left, right, merged)\n--\n\nmerging.ranks_ascend of three int64 id columns, or None for "
      "an id outside 0..2**32-1: see merging.ranks_ascend_of."},
+    {"byte_level_sections", byte_level_sections, METH_VARARGS,
+     "byte_level_sections(tokens, ids, left, right, alphabet, pad, end)\n--\n\nThe vocab and merges sections of a "
+     "canonical byte-level tokenizer.json: see bpe_ops/json_sections.py."},
     {"crc32", crc32, METH_O,
      "crc32(data)\n--\n\nzlib.crc32(data): the bucket of a pre-token in the packed tables."},
     {NULL, NULL, 0, NULL}

@@ -26,9 +26,9 @@ from typing import Any
 
 import regex
 
-from . import hf_components, hf_decoders, json_merges, merge_ids
+from . import hf_components, hf_decoders, json_merges, json_sections, merge_ids
 from .regex_dialect import from_oniguruma, to_oniguruma
-from .pretokenize import (resolve_pattern, token_to_unicode, tokens_to_unicode, unicode_to_blob, unicode_to_token,
+from .pretokenize import (resolve_pattern, token_to_unicode, unicode_to_blob, unicode_to_token,
                           unicode_to_tokens)
 
 SUPPORTED = ("supported: byte-level BPE (model BPE without dropout or subword affixes; "
@@ -44,29 +44,11 @@ SUPPORTED = ("supported: byte-level BPE (model BPE without dropout or subword af
 def tokenizer_json_text(tok) -> str:
     """The canonical tokenizer.json text of a byte-mode tokenizer."""
     _require_byte_mode(tok, "tokenizer.json")
-    specials = sorted(tok.special_tokens.items(), key=lambda kv: kv[1])
-    special_ids = {i for _, i in specials}
-    # Each token spelled and JSON-quoted once (the merges name vocabulary tokens again, two per
-    # merge), and the two big sections written line by line as `_dumps` would write them.
-    vocab = [(t, i) for i, t in sorted(tok.vocab.items()) if i not in special_ids]
-    tokens = [t for t, _ in vocab]
-    spelled = list(map(_encode_string, tokens_to_unicode(tokens)))
-    quoted = dict(zip(tokens, spelled))
-
-    def quote(token: bytes) -> str:
-        found = quoted.get(token)
-        return found if found is not None else _encode_string(token_to_unicode(token))
-
-    pad, end = "  " * 3, "\n" + "  " * 2            # the depth of model.vocab and model.merges
-    vocab_text = ("{\n" + ",\n".join([f"{pad}{q}: {i}" for q, (_, i) in zip(spelled, vocab)]) + end + "}"
-                  if vocab else "{}")
-    merges = tok.merges
-    sides = [list(map(quoted.get, side)) for side in zip(*merges)] or [[], []]
-    for side, tokens_of_side in zip(sides, zip(*merges)):
-        if None in side:              # a merge half that is not an ordinary token (a special one)
-            side[:] = map(quote, tokens_of_side)
-    merges_text = ("[\n" + ",\n".join([f"{pad}[{a}, {b}]" for a, b in zip(*sides)]) + end + "]"
-                   if merges else "[]")
+    special_ids = set(tok.special_tokens.values())
+    # The ordinary tokens by id (a special token's id is listed with the added tokens instead).
+    ids = [i for i in sorted(tok._tokens) if i not in special_ids]
+    vocab_text, merges_text = json_sections.byte_level_sections(tok._tokens, ids, tok._left, tok._right,
+                                                                pad="  " * 3, end="\n" + "  " * 2)
 
     doc = {
         **_file_head(tok),

@@ -336,14 +336,22 @@ def _disagreement(classes: Sequence[str], cache_dir: str | None = None) -> list[
     for cls in classes:
         if cls not in _DISAGREEMENT:
             _DISAGREEMENT[cls] = _cached_disagreement(cls, cache_dir) if cache_dir else _compute_disagreement(cls)
+    _every_code_point.cache_clear()          # 4 MB kept only while the classes are compared
     return sorted(set(chain.from_iterable(_DISAGREEMENT[c] for c in classes)))
+
+
+@lru_cache(maxsize=1)
+def _every_code_point() -> str:
+    """Every code point in order but the surrogates, which PCRE2 cannot take (a text holding one
+    goes to `regex`): made once for all the classes `_disagreement` compares (making it costs as much
+    as comparing one class)."""
+    return array("I", chain(range(0xD800), range(0xE000, 0x110000))).tobytes().decode("utf-32-le")
 
 
 def _compute_disagreement(cls: str) -> tuple[tuple[str, str], ...]:
     """The ranges of one class, computed: both engines run over every code point."""
-    # Every code point in order but the surrogates, which PCRE2 cannot take (a text holding one
-    # goes to `regex`). A run of matched characters sits at the index of its first character.
-    every = array("I", chain(range(0xD800), range(0xE000, 0x110000))).tobytes().decode("utf-32-le")
+    # A run of matched characters sits at the index of its first character.
+    every = _every_code_point()
     marks = bytearray(len(every))        # 1 where exactly one engine matched
     for findall in (regex.compile(cls + "+").findall, _pcre2_compile(cls + "+").findall):
         for run in findall(every):
@@ -422,13 +430,13 @@ def tokens_to_unicode(tokens: Sequence[bytes]) -> list[str]:
     """`token_to_unicode` of every token: one charmap decode of all of them joined, then one slice
     per token (each byte is spelled by one character)."""
     tokens = list(tokens)
-    text = codecs.charmap_decode(b"".join(tokens), "strict", _byte_decoding_table())[0]
+    text = codecs.charmap_decode(b"".join(tokens), "strict", byte_alphabet())[0]
     ends = list(accumulate(map(len, tokens)))
     return list(map(text.__getitem__, map(slice, [0, *ends[:-1]], ends)))
 
 
 @lru_cache(maxsize=1)
-def _byte_decoding_table() -> str:
+def byte_alphabet() -> str:
     """The charmap codec's decoding table: byte b -> its GPT-2 spelling."""
     table = bytes_to_unicode()
     return "".join(table[b] for b in range(256))
@@ -476,7 +484,7 @@ def unicode_to_blob(texts: Sequence[str]) -> bytes:
 @lru_cache(maxsize=1)
 def _byte_encoding_map():
     """The charmap codec's encoding table: GPT-2 spelling of byte b -> b, nothing else."""
-    return codecs.charmap_build(_byte_decoding_table())
+    return codecs.charmap_build(byte_alphabet())
 
 
 @lru_cache(maxsize=1)
