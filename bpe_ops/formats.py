@@ -41,14 +41,15 @@ SUPPORTED = ("supported: byte-level BPE (model BPE without dropout or subword af
 
 # ---- writing ------------------------------------------------------------------------------------
 
-def tokenizer_json_text(tok) -> str:
-    """The canonical tokenizer.json text of a byte-mode tokenizer."""
+def tokenizer_json_text(tok, compiled: bool = True) -> str:
+    """The canonical tokenizer.json text of a byte-mode tokenizer (its big sections written by the
+    specification when not `compiled`: the same text)."""
     _require_byte_mode(tok, "tokenizer.json")
     special_ids = set(tok.special_tokens.values())
     # The ordinary tokens by id (a special token's id is listed with the added tokens instead).
     ids = [i for i in sorted(tok._tokens) if i not in special_ids]
-    vocab_text, merges_text = json_sections.byte_level_sections(tok._tokens, ids, tok._left, tok._right,
-                                                                pad="  " * 3, end="\n" + "  " * 2)
+    write = json_sections.byte_level_sections if compiled else json_sections.byte_level_sections_python
+    vocab_text, merges_text = write(tok._tokens, ids, tok._left, tok._right, pad="  " * 3, end="\n" + "  " * 2)
 
     doc = {
         **_file_head(tok),

@@ -125,6 +125,7 @@ def exercise_tokenizer(load, path: str) -> None:
     as tokenize does, and `encode` with every special token allowed) and decoding the ids. The
     pure-Python implementation of the same file must give the same ids; a byte-level tokenizer
     without a normalizer, a pre-tokenizer chain or added tokens must give the text's bytes back."""
+    from bpe_ops import formats
     from bpe_ops.implementation import Implementation
 
     from bpe_ops.stats import Summary
@@ -138,6 +139,8 @@ def exercise_tokenizer(load, path: str) -> None:
     pure = load(Implementation(compiled=False, engine="regex"))
     if pure is None or pure.sha256 != tok.sha256:
         raise AssertionError("the file loads with the compiled implementation only, or as another tokenizer")
+    if tok.mode == "byte" and formats.tokenizer_json_text(tok) != formats.tokenizer_json_text(tok, compiled=False):
+        raise AssertionError("the canonical file's sections differ between the compiled writer and its specification")
     assert tok.raw_byte_ids is not None
     # HF's components may change the text on purpose (ByteLevel's add_prefix_space in a chain, a Split
     # that removes its matches): only the plain byte-level path must give the bytes back.
