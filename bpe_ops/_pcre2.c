@@ -924,6 +924,9 @@ typedef struct ClassBits {
     int has_ascii;               /* whether any ASCII character is in the class */
     int ascii_range;             /* whether they are one range, ascii_first..ascii_last (digits, say) */
     uint8_t ascii_first, ascii_last;
+    uint8_t pass[256];           /* [byte]: 1 where no character of the class starts with it (ASCII
+                                  * outside the class, a continuation byte, the lead byte of code
+                                  * points all outside it): passed without decoding */
 } ClassBits;
 
 typedef struct SplitStep {
@@ -1070,6 +1073,14 @@ static const ClassBits *class_bits(const char *atom)
         kept->ascii_last = (uint8_t)i;
     for (kept->ascii_range = kept->has_ascii; i < 128; i++)
         kept->ascii_range &= !kept->ascii[i];
+    for (i = 0; i < 256; i++) {
+        /* The lead byte i starts code points first..first + count - 1 (bits[] in whole bytes). */
+        size_t first = i < 0xC2 || i > 0xF4 ? 0 : i < 0xE0 ? (i & 0x1F) << 6 : i < 0xF0 ? (i & 0x0F) << 12 : (i & 0x07) << 18;
+        size_t count = i < 0xC2 || i > 0xF4 ? 0 : i < 0xE0 ? 64 : i < 0xF0 ? 4096 : 0x40000, k;
+        kept->pass[i] = i < 0x80 ? !kept->ascii[i] : 1;
+        for (k = first / 8; k < (first + count) / 8 && k < 0x110000 / 8; k++)
+            kept->pass[i] &= bits[k] == 0;
+    }
     return kept;
 failed:
     if (data)
@@ -1121,9 +1132,17 @@ static int class_run_split(const SplitStep *step, const uint8_t *s, size_t len, 
     out->n = 0;
     while (p < len) {
         size_t start, chars = 0;
-        /* To the next character of the class: ASCII outside it is passed without decoding. */
-        p = skip_outside(run, s, len, p);
-        while (p < len && s[p] < 0x80 && !run->ascii[s[p]])
+        /* To the next character that may be in the class: ASCII outside it 8 bytes at a time where
+         * skip_outside can, characters whose lead byte rules them out without decoding. */
+        for (;;) {
+            size_t q = p = skip_outside(run, s, len, p);
+            while (q < len && s[q] >= 0x80 && run->pass[s[q]])
+                q++;
+            if (q == p)
+                break;
+            p = q;
+        }
+        while (p < len && run->pass[s[p]])
             p++;
         if (p >= len)
             break;
