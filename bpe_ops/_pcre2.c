@@ -18,7 +18,10 @@
  *                               (`_merge_table.h`) from its characters' symbols (`_char_start.h`).
  *                               Text between matches is a piece too, as in `Tokenizer._split`.
  *                               With `steps`, a Sequence of Split pre-tokenizers splits instead
- *                               (each a Pattern, a behavior and invert; `hf_components` specifies).
+ *                               (each a Pattern, a behavior and invert; `hf_components` specifies),
+ *                               a step that is one class repeated or DeepSeek's word regex without
+ *                               running PCRE2 at every match (`sequence_split.step_reading`).
+ *   sequence_pieces(encoder, text)  the pieces those steps make of a text, before any merge.
  *
  * What needs no PCRE2 (CountTable, utf8_length, add_counts) is in bpe_ops._native, so that it
  * stays usable where libpcre2-8 is missing; the byte map and packed records both use are in

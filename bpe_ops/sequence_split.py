@@ -3,7 +3,10 @@ CJK runs and a word regex split in turn before `ByteLevel(use_regex=false)`).
 
 `hf_components` is the specification; `_pcre2.TextEncoder(steps=...)` runs the same steps in C. Each
 step's pattern must run on PCRE2 (`pretokenize.Pcre2Pattern`); the characters any of them would
-split differently from `regex` form one guard, and a text holding one takes the Python path.
+split differently from `regex` form one guard, and a text holding one takes the Python path. Where a
+step's pattern is one character class repeated, or DeepSeek's word regex, C splits by tables read
+from PCRE2 instead of running it at every match (`step_reading`): the same pieces, which the tests
+compare on every code point (`_pcre2.sequence_pieces`).
 """
 from __future__ import annotations
 
