@@ -18,7 +18,10 @@
  *                               (`_merge_table.h`) from its characters' symbols (`_char_start.h`).
  *                               Text between matches is a piece too, as in `Tokenizer._split`.
  *                               With `steps`, a Sequence of Split pre-tokenizers splits instead
- *                               (each a Pattern, a behavior and invert; `hf_components` specifies).
+ *                               (each a Pattern, a behavior and invert; `hf_components` specifies),
+ *                               a step that is one class repeated or DeepSeek's word regex without
+ *                               running PCRE2 at every match (`sequence_split.step_reading`).
+ *   sequence_pieces(encoder, text)  the pieces those steps make of a text, before any merge.
  *
  * What needs no PCRE2 (CountTable, utf8_length, add_counts) is in bpe_ops._native, so that it
  * stays usable where libpcre2-8 is missing; the byte map and packed records both use are in
@@ -45,6 +48,7 @@
 #include "_piece_cache.h"
 #include "_char_start.h"
 #include "_split_scan.h"
+#include "_split_words.h"
 
 /* ---- PCRE2, loaded at import ------------------------------------------------------------------- */
 
@@ -915,10 +919,28 @@ enum { ISOLATED, REMOVED, MERGED_WITH_PREVIOUS, MERGED_WITH_NEXT, CONTIGUOUS };
 static const char *const BEHAVIOR_NAMES[] = {"Isolated", "Removed", "MergedWithPrevious", "MergedWithNext",
                                              "Contiguous", NULL};
 
+/* A character class read from PCRE2 once per process: which code points its pattern matches. */
+typedef struct ClassBits {
+    char *atom;                  /* the class as the step's pattern spells it (see class_bits) */
+    uint8_t *bits;               /* 0x110000 bits: bit c (byte c >> 3, bit c & 7) for code point c */
+    uint8_t ascii[128];          /* [c]: 1 for the ASCII characters of the class */
+    int has_ascii;               /* whether any ASCII character is in the class */
+    int ascii_range;             /* whether they are one range, ascii_first..ascii_last (digits, say) */
+    uint8_t ascii_first, ascii_last;
+    uint8_t pass[256];           /* [byte]: 1 where no character of the class starts with it (ASCII
+                                  * outside the class, a continuation byte, the lead byte of code
+                                  * points all outside it): passed without decoding */
+} ClassBits;
+
 typedef struct SplitStep {
     Pattern *pattern;
     Matcher *matcher;            /* the encoder's own */
     int behavior, invert;
+    const ClassBits *run;        /* NULL, or the step's pattern is this class repeated run_lo to run_hi
+                                  * times (0: no bound), split by class_run_split instead of PCRE2 */
+    size_t run_lo, run_hi;
+    const uint8_t *words;        /* NULL, or the step's pattern is DeepSeek's word regex, split by
+                                  * words_split with these classes (`_split_words.h`) */
 } SplitStep;
 
 /* A span of a piece, [start, end) in bytes from the piece's start, and whether it counts as a match. */
@@ -958,15 +980,304 @@ static int keep_spans(int behavior, const Marked *m, size_t n, size_t base, Span
     return 0;
 }
 
+/* Classes met so far, kept for the life of the process (an encoder, its forks and the next
+ * encoder of the same file share them); at most CLASS_BITS_KEPT, past which steps run on PCRE2. */
+#define CLASS_BITS_KEPT 64
+static ClassBits class_bits_kept[CLASS_BITS_KEPT];
+static size_t class_bits_count;
+
+static uint32_t code_point_at(const uint8_t *s, size_t p, size_t *next)
+{
+    /* The code point of the character at byte p of valid UTF-8, and where the next one starts. */
+    uint8_t b = s[p];
+    if (b < 0xF0)
+        return tb_bmp_code_point(s, p, next);
+    *next = p + 4;
+    return (b & 0x07u) << 18 | (s[p + 1] & 0x3Fu) << 12 | (s[p + 2] & 0x3Fu) << 6 | (s[p + 3] & 0x3Fu);
+}
+
+static inline int class_has(const uint8_t *bits, uint32_t c)
+{
+    return bits[c >> 3] >> (c & 7) & 1;
+}
+
+static const ClassBits *class_bits(const char *atom)
+{
+    /* The code points the one-character class `atom` matches, by PCRE2 (UTF, UCP) over every code
+     * point but the surrogates; the same atom's table again once built. NULL where it cannot be
+     * built (PCRE2 refuses the class, no memory, CLASS_BITS_KEPT reached): the step keeps PCRE2. */
+    ClassBits *kept;
+    uint8_t *every, *bits;
+    size_t i, n = 0, pos = 0, *ov, at = strlen(atom);
+    char *pattern;
+    pcre2_code *code = NULL;
+    pcre2_match_data *data = NULL;
+    int error, rc = 0;
+    uint32_t cp;
+    for (i = 0; i < class_bits_count; i++)
+        if (strcmp(class_bits_kept[i].atom, atom) == 0)
+            return &class_bits_kept[i];
+    if (class_bits_count == CLASS_BITS_KEPT)
+        return NULL;
+    every = malloc(4 * 0x110000);
+    bits = calloc(0x110000 / 8, 1);
+    pattern = malloc(at + 7);
+    if (every == NULL || bits == NULL || pattern == NULL)
+        goto failed;
+    /* Runs of the class, not single characters: one match call per run instead of per character;
+     * possessive, so that a run of thousands (a script's block) keeps no backtracking frames. */
+    memcpy(pattern, "(?:", 3);
+    memcpy(pattern + 3, atom, at);
+    memcpy(pattern + 3 + at, ")++", 4);
+    code = P.compile((const uint8_t *)pattern, at + 6, PCRE2_UTF | PCRE2_UCP, &error, &pos, NULL);
+    if (code == NULL || (data = P.match_data_create_from_pattern(code, NULL)) == NULL)
+        goto failed;
+    P.jit_compile(code, PCRE2_JIT_COMPLETE);
+    for (cp = 0; cp < 0x110000; cp++) {
+        if (cp >= 0xD800 && cp <= 0xDFFF)
+            continue;                         /* surrogates are not UTF-8: never in a text */
+        if (cp < 0x10000) {
+            n += utf8_put(every + n, cp);
+        } else {
+            every[n++] = (uint8_t)(0xF0 | cp >> 18);
+            every[n++] = (uint8_t)(0x80 | (cp >> 12 & 0x3F));
+            every[n++] = (uint8_t)(0x80 | (cp >> 6 & 0x3F));
+            every[n++] = (uint8_t)(0x80 | (cp & 0x3F));
+        }
+    }
+    ov = P.get_ovector_pointer(data);
+    pos = 0;
+    while (pos < n && (rc = P.match(code, every, n, pos, PCRE2_NO_UTF_CHECK, data, NULL)) >= 0) {
+        size_t p = ov[0], next;
+        if (ov[1] == ov[0])
+            goto failed;                      /* not a class: it matched no character */
+        while (p < ov[1]) {
+            uint32_t c = code_point_at(every, p, &next);
+            bits[c >> 3] |= (uint8_t)(1u << (c & 7));
+            p = next;
+        }
+        pos = ov[1];
+    }
+    if (rc < 0 && rc != PCRE2_ERROR_NOMATCH)
+        goto failed;
+    P.match_data_free(data);
+    P.code_free(code);
+    free(every);
+    memcpy(pattern, atom, at + 1);
+    kept = &class_bits_kept[class_bits_count++];
+    kept->atom = pattern;
+    kept->bits = bits;
+    for (kept->has_ascii = 0, i = 0; i < 128; i++) {
+        if ((kept->ascii[i] = (uint8_t)class_has(bits, (uint32_t)i)) && !kept->has_ascii)
+            kept->ascii_first = (uint8_t)i;
+        kept->has_ascii |= kept->ascii[i];
+    }
+    for (i = kept->ascii_first; i < 128 && kept->ascii[i]; i++)
+        kept->ascii_last = (uint8_t)i;
+    for (kept->ascii_range = kept->has_ascii; i < 128; i++)
+        kept->ascii_range &= !kept->ascii[i];
+    for (i = 0; i < 256; i++) {
+        /* The lead byte i starts code points first..first + count - 1 (bits[] in whole bytes). */
+        size_t first = i < 0xC2 || i > 0xF4 ? 0 : i < 0xE0 ? (i & 0x1F) << 6 : i < 0xF0 ? (i & 0x0F) << 12 : (i & 0x07) << 18;
+        size_t count = i < 0xC2 || i > 0xF4 ? 0 : i < 0xE0 ? 64 : i < 0xF0 ? 4096 : 0x40000, k;
+        kept->pass[i] = i < 0x80 ? !kept->ascii[i] : 1;
+        for (k = first / 8; k < (first + count) / 8 && k < 0x110000 / 8; k++)
+            kept->pass[i] &= bits[k] == 0;
+    }
+    return kept;
+failed:
+    if (data)
+        P.match_data_free(data);
+    if (code)
+        P.code_free(code);
+    free(every);
+    free(bits);
+    free(pattern);
+    return NULL;
+}
+
+static size_t skip_outside(const ClassBits *run, const uint8_t *s, size_t len, size_t p)
+{
+    /* A byte from p up to which every byte is ASCII outside the class: the first that is not, or
+     * one within 7 bytes of the end. 8 bytes at a time where the class's ASCII characters are none
+     * or one range; else p. For a byte x below 0x80, (x | 0x80) - c keeps its top bit exactly
+     * when x >= c, and no byte borrows from the next. */
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
+    uint64_t first = ones * run->ascii_first, past = ones * ((unsigned)run->ascii_last + 1);
+    if (run->has_ascii && !run->ascii_range)
+        return p;
+    while (p + 8 <= len) {
+        uint64_t w, stop;
+        memcpy(&w, s + p, 8);
+        stop = w & high;
+        if (run->has_ascii)
+            stop |= ((w | high) - first) & ~((w | high) - past) & high;
+        if (stop)
+            return p + (size_t)__builtin_ctzll(stop) / 8;
+        p += 8;
+    }
+#else
+    (void)run;
+    (void)s;
+    (void)len;
+#endif
+    return p;
+}
+
+static int class_run_split(const SplitStep *step, const uint8_t *s, size_t len, Spans *out)
+{
+    /* What split_text makes of s[0..len) for a pattern that is one class repeated lo to hi times,
+     * greedy: each run of the class is cut into matches of hi characters, and a last part of fewer
+     * than lo characters is no match. `out` is emptied first. */
+    const ClassBits *run = step->run;
+    size_t p = 0, next, hi = step->run_hi ? step->run_hi : SIZE_MAX;
+    out->n = 0;
+    while (p < len) {
+        size_t start, chars = 0;
+        /* To the next character that may be in the class: ASCII outside it 8 bytes at a time where
+         * skip_outside can, characters whose lead byte rules them out without decoding. */
+        for (;;) {
+            size_t q = p = skip_outside(run, s, len, p);
+            while (q < len && s[q] >= 0x80 && run->pass[s[q]])
+                q++;
+            if (q == p)
+                break;
+            p = q;
+        }
+        while (p < len && run->pass[s[p]])
+            p++;
+        if (p >= len)
+            break;
+        if (!class_has(run->bits, code_point_at(s, p, &next))) {
+            p = next;
+            continue;
+        }
+        start = p;
+        do {
+            p = next;
+            if (++chars == hi) {
+                if (spans_push(out, start, p) < 0)
+                    return SPLIT_NOMEM;
+                start = p;
+                chars = 0;
+            }
+        } while (p < len && class_has(run->bits, code_point_at(s, p, &next)));
+        if (chars >= step->run_lo && chars > 0 && spans_push(out, start, p) < 0)
+            return SPLIT_NOMEM;
+    }
+    return 0;
+}
+
+/* DeepSeek's word classes of the BMP, [code point] -> WD_*; built once per process from PCRE2's own
+ * classes (see build_word_classes). */
+static uint8_t *word_classes;
+
+static const uint8_t *build_word_classes(void)
+{
+    /* The class table (see word_classes), or NULL when it cannot be built or PCRE2's classes do not
+     * fall where `_split_words.h` assumes: the step then runs on PCRE2. */
+    static const char ascii_marks[] = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~";
+    static int failed;
+    uint8_t *every, *classes;
+    size_t n = 0;
+    uint32_t cp;
+    if (word_classes != NULL || failed)
+        return word_classes;
+    every = malloc(3 * 0x10000);
+    classes = calloc(0x10000, 1);             /* WD_OTHER == 0, as mark_class expects */
+    if (every == NULL || classes == NULL) {
+        free(every);
+        free(classes);
+        return NULL;
+    }
+    for (cp = 0; cp < 0x10000; cp++)
+        if (cp < 0xD800 || cp > 0xDFFF)
+            n += utf8_put(every + n, cp);
+    failed = mark_class("\\p{L}+", every, n, classes, WD_LETTER) < 0 ||
+             mark_class("\\p{M}+", every, n, classes, WD_MARK) < 0 ||
+             mark_class("[\\p{P}\\p{S}]+", every, n, classes, WD_PUNCT) < 0 ||
+             mark_class("\\s+", every, n, classes, WD_WHITE) < 0 ||
+             classes[' '] != WD_WHITE || classes['\r'] != WD_WHITE || classes['\n'] != WD_WHITE;
+    free(every);
+    for (cp = 0; cp < 128 && !failed; cp++) {
+        int letter = (cp | 0x20) >= 'a' && (cp | 0x20) <= 'z', mark = cp != 0 && strchr(ascii_marks, (int)cp) != NULL;
+        failed = (classes[cp] == WD_LETTER) != letter || (classes[cp] == WD_PUNCT) != mark;
+    }
+    if (failed) {
+        free(classes);
+        return NULL;
+    }
+    classes[' '] = WD_SPACE;
+    classes['\r'] = classes['\n'] = WD_NEWLINE;
+    word_classes = classes;
+    return word_classes;
+}
+
+static int words_split(const SplitStep *step, const uint8_t *s, size_t len, Spans *out)
+{
+    /* What split_text makes of s[0..len) for DeepSeek's word regex: word_piece's matches, PCRE2 from
+     * where word_piece cannot decide. `out` is emptied first. */
+    size_t pos = 0, next, *ov = P.get_ovector_pointer(step->matcher->data);
+    int rc;
+    out->n = 0;
+    while (pos < len) {
+        size_t end = word_piece(step->words, s, len, pos);
+        if (end == WORD_NONE) {
+            code_point_at(s, pos, &next);
+            pos = next;
+            continue;
+        }
+        if (end != SCAN_PCRE2) {
+            if (spans_push(out, pos, end) < 0)
+                return SPLIT_NOMEM;
+            pos = end;
+            continue;
+        }
+        rc = P.match(step->pattern->code, s, len, pos, PCRE2_NO_UTF_CHECK, step->matcher->data,
+                     step->matcher->context);
+        if (rc == PCRE2_ERROR_NOMATCH)
+            break;
+        if (rc < 0)
+            return SPLIT_LIMIT;
+        if (ov[1] == ov[0])
+            return SPLIT_EMPTY_MATCH;
+        if (spans_push(out, ov[0], ov[1]) < 0)
+            return SPLIT_NOMEM;
+        pos = ov[1];
+    }
+    return 0;
+}
+
 static int step_pieces(const SplitStep *step, const uint8_t *text, Span piece, Spans *matches,
                        Marked **marked, size_t *marked_cap, Spans *out)
 {
     /* Append to `out` the pieces one step makes of one piece. Touches no Python object. */
     size_t len = piece.end - piece.start, at = 0, k, n = 0;
     Marked *m;
-    int rc = split_text(step->pattern, step->matcher, text + piece.start, len, 0, matches);
+    int rc = step->run != NULL     ? class_run_split(step, text + piece.start, len, matches)
+             : step->words != NULL ? words_split(step, text + piece.start, len, matches)
+                                   : split_text(step->pattern, step->matcher, text + piece.start, len, 0, matches);
     if (rc < 0)
         return rc;
+    if (step->behavior == ISOLATED) {
+        /* Every span is a piece, match or not: no marks to read. */
+        Span *to;
+        if (tb_reserve((void **)&out->spans, &out->cap, out->n + 2 * matches->n + 1, sizeof(Span), 256) < 0)
+            return SPLIT_NOMEM;
+        to = out->spans + out->n;
+        for (k = 0; k < matches->n; k++) {
+            const Span *match = &matches->spans[k];
+            if (match->start > at)
+                *to++ = (Span){piece.start + at, piece.start + match->start};
+            *to++ = (Span){piece.start + match->start, piece.start + match->end};
+            at = match->end;
+        }
+        if (at < len)
+            *to++ = (Span){piece.start + at, piece.end};
+        out->n = (size_t)(to - out->spans);
+        return 0;
+    }
     if (tb_reserve((void **)marked, marked_cap, 2 * matches->n + 1, sizeof(Marked), 256) < 0)
         return SPLIT_NOMEM;
     m = *marked;
@@ -984,8 +1295,11 @@ static int step_pieces(const SplitStep *step, const uint8_t *text, Span piece, S
 
 static int read_steps(PyObject *arg, SplitStep **steps, Py_ssize_t *nsteps)
 {
-    /* TextEncoder's `steps`: None, or a sequence of (Pattern, behavior name, invert). -1 with an
-     * exception set; what was read before is left in *steps for the caller to free. */
+    /* TextEncoder's `steps`: None, or a sequence of (Pattern, behavior name, invert[, reading]), the
+     * reading None, ("run", class, lo, hi) where the pattern is that one-character class repeated lo
+     * to hi times (hi 0: no bound), or ("deepseek",) where it is DeepSeek's word regex
+     * (`sequence_split.step_reading`). -1 with an exception set; what was read before is left in
+     * *steps for the caller to free. */
     PyObject *seq;
     Py_ssize_t i;
     *steps = NULL;
@@ -999,12 +1313,29 @@ static int read_steps(PyObject *arg, SplitStep **steps, Py_ssize_t *nsteps)
         return PyErr_NoMemory(), -1;
     }
     for (i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
-        PyObject *pattern;
-        const char *name;
+        PyObject *pattern, *reading = Py_None;
+        const char *name, *kind, *atom;
+        Py_ssize_t lo, hi;
         int invert, b;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "Osp:step", &pattern, &name, &invert) ||
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "Osp|O:step", &pattern, &name, &invert, &reading) ||
             as_pattern(pattern) == NULL)
             break;
+        /* A reading that cannot be built (its table) leaves the step to PCRE2, with the same pieces. */
+        if (PyTuple_Check(reading) && PyTuple_GET_SIZE(reading) == 4 &&
+            PyArg_ParseTuple(reading, "ssnn:reading", &kind, &atom, &lo, &hi) && strcmp(kind, "run") == 0 &&
+            lo >= 1 && hi >= 0 && (hi == 0 || hi >= lo)) {
+            (*steps)[i].run = class_bits(atom);
+            (*steps)[i].run_lo = (size_t)lo;
+            (*steps)[i].run_hi = (size_t)hi;
+        } else if (PyTuple_Check(reading) && PyTuple_GET_SIZE(reading) == 1 &&
+                   PyArg_ParseTuple(reading, "s:reading", &kind) && strcmp(kind, "deepseek") == 0) {
+            (*steps)[i].words = build_word_classes();
+        } else if (reading != Py_None) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "TextEncoder: a step's reading must be None, (\"run\", class, "
+                                                  "lo >= 1, hi >= lo or 0) or (\"deepseek\",)");
+            break;
+        }
         for (b = 0; BEHAVIOR_NAMES[b] != NULL && strcmp(BEHAVIOR_NAMES[b], name) != 0; b++)
             ;
         if (BEHAVIOR_NAMES[b] == NULL) {
@@ -1555,9 +1886,55 @@ static PyObject *library_version(PyObject *Py_UNUSED(module), PyObject *Py_UNUSE
     return Py_BuildValue("(ss)", version, unicode);
 }
 
+static PyObject *sequence_pieces(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    /* The pieces an encoder's steps make of a text, before any merge (what the tests hold to
+     * `hf_components.pre_tokenizer`): split_steps, with encode's guard and Fallback. */
+    TextEncoder *encoder;
+    PyObject *text, *out;
+    const uint8_t *s;
+    Py_ssize_t len;
+    size_t k;
+    int rc;
+    if (!PyArg_ParseTuple(args, "O!U:sequence_pieces", &TextEncoderType, &encoder, &text))
+        return NULL;
+    if (encoder->steps == NULL) {
+        PyErr_SetString(PyExc_ValueError, "sequence_pieces: the encoder has no steps");
+        return NULL;
+    }
+    if (encoder->busy) {
+        PyErr_SetString(Fallback, "this TextEncoder is busy with another text");
+        return NULL;
+    }
+    if ((s = utf8_of(text, &len)) == NULL)
+        return NULL;
+    if (encoder->guard != NULL && !PyUnicode_IS_ASCII(text) && has_guarded(text, encoder->guard)) {
+        PyErr_SetString(Fallback, "the text holds a character the split patterns' engines classify differently");
+        return NULL;
+    }
+    if ((rc = split_steps(encoder, s, (size_t)len)) < 0)
+        return split_failed(rc), NULL;
+    if ((out = PyList_New((Py_ssize_t)encoder->spans.n)) == NULL)
+        return NULL;
+    for (k = 0; k < encoder->spans.n; k++) {
+        const Span *span = &encoder->spans.spans[k];
+        PyObject *piece = PyUnicode_DecodeUTF8((const char *)s + span->start, (Py_ssize_t)(span->end - span->start),
+                                               "strict");
+        if (piece == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, (Py_ssize_t)k, piece);
+    }
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
     {"library_version", library_version, METH_NOARGS,
      "library_version()\n--\n\n(PCRE2 version, its Unicode version), as the loaded library reports them."},
+    {"sequence_pieces", sequence_pieces, METH_VARARGS,
+     "sequence_pieces(encoder, text)\n--\n\nThe pieces (str) the Split steps of a TextEncoder made with `steps`\n"
+     "cut text into, before any merge; Fallback where encode would raise it."},
     {NULL, NULL, 0, NULL}
 };
 

@@ -1,19 +1,23 @@
 """A `Sequence` of Split pre-tokenizers runs compiled (`_pcre2.TextEncoder(steps=...)`, built by
 `bpe_ops.sequence_split`): the ids equal the Python specification's (`hf_components`) and Hugging
 Face `tokenizers`' on generated texts (digits of several scripts, CJK runs and their punctuation,
-mixed scripts, whitespace) and on real documents, for every Split behavior and `invert`."""
+mixed scripts, whitespace) and on real documents, for every Split behavior and `invert`. The steps
+split without PCRE2 where they can (`sequence_split.step_reading`: a class repeated, DeepSeek's word
+regex): their pieces equal PCRE2's and the specification's on every code point and on generated
+text over the classes' boundaries."""
 import json
+from functools import lru_cache
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer as HFTokenizer
 
-from bpe_ops import Implementation, Tokenizer
-from bpe_ops._pcre2 import Fallback
+from bpe_ops import Implementation, Tokenizer, hf_components, sequence_split
+from bpe_ops._pcre2 import Fallback, TextEncoder, sequence_pieces
 from tests.conftest import read_jsonl_texts
 
-pytestmark = [pytest.mark.oracle, pytest.mark.slow]
+oracle = [pytest.mark.oracle, pytest.mark.slow]
 
 # DeepSeek-V3's chain: digit runs, CJK runs, then a word regex, before ByteLevel(use_regex=false).
 DIGITS = r"\p{N}{1,3}"
@@ -76,11 +80,15 @@ def compiled_ids(tok, text):
         return None
 
 
+@pytest.mark.oracle
+@pytest.mark.slow
 def test_every_chain_of_splits_gets_the_compiled_encoder(engines):
     for name, (tok, _, _) in engines.items():
         assert tok._text_encoder is not None, name
 
 
+@pytest.mark.oracle
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CHAINS))
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=st.text(alphabet=ALPHABET, max_size=60))
@@ -93,16 +101,23 @@ def test_generated_texts_encode_like_python_and_hf(engines, name, text):
     assert compiled is None or compiled == expected
 
 
+@pytest.mark.oracle
+@pytest.mark.slow
 def test_compiled_encoder_takes_texts_of_every_script(engines):
     """The guard sends only texts with a character the engines classify differently to Python:
     none of these."""
     tok = engines["deepseek"][0]
-    for text in ("Hello 12345 world", "日本語のテキスト、カタカナ。", "Привет 123 мир", "x=[a{b}]|c;\n\n\tdef f():"):
+    for text in ("Hello 12345 world", "日本語のテキスト、カタカナ。", "Привет 123 мир", "x=[a{b}]|c;\n\n\tdef f():",
+                 "2024年3月15日に1,234,567円（税込）を支払った。Version 3.10.12 — ٢٠٢٤ और १२३४५ 第12章",
+                 "東京タワー333m、ＡＢＣ１２３ (full width) 'quoted' x2 — ½ + ² = ?"):
         assert compiled_ids(tok, text) == engines["deepseek"][2].encode(text, add_special_tokens=False).ids
 
 
+@pytest.mark.oracle
+@pytest.mark.slow
 def test_real_documents_encode_like_hf(engines, corpora):
-    docs = read_jsonl_texts(corpora / "multi", limit=60) + read_jsonl_texts(corpora / "code", limit=20)
+    docs = (read_jsonl_texts(corpora / "multi", limit=60) + read_jsonl_texts(corpora / "code", limit=20) +
+            read_jsonl_texts(corpora / "en", limit=20))
     for name in ("deepseek", "removed", "inverted"):
         tok, _, hf = engines[name]
         expected = [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]
@@ -112,6 +127,8 @@ def test_real_documents_encode_like_hf(engines, corpora):
         assert sum(compiled_ids(tok, d) == ids for d, ids in zip(docs, expected)) >= 0.7 * len(docs)
 
 
+@pytest.mark.oracle
+@pytest.mark.slow
 def test_forked_encoder_splits_like_its_parent(engines):
     tok, _, hf = engines["deepseek"]
     fork = tok._text_encoder.fork()
@@ -119,6 +136,8 @@ def test_forked_encoder_splits_like_its_parent(engines):
     assert fork.encode(text) == tok._text_encoder.encode(text) == hf.encode(text, add_special_tokens=False).ids
 
 
+@pytest.mark.oracle
+@pytest.mark.slow
 def test_a_chain_with_a_step_c_does_not_run_keeps_the_python_path(files, tmp_path):
     doc = json.loads(files["deepseek"].read_text(encoding="utf-8"))
     doc["pre_tokenizer"]["pretokenizers"][0] = {"type": "Digits", "individual_digits": True}
@@ -128,3 +147,109 @@ def test_a_chain_with_a_step_c_does_not_run_keeps_the_python_path(files, tmp_pat
     assert tok._text_encoder is None
     text = "a 2024 b 日本"
     assert tok.encode(text) == HFTokenizer.from_file(str(path)).encode(text, add_special_tokens=False).ids
+
+
+# ---- the steps' readings: the same pieces as PCRE2 and the specification, without the vocabulary ----
+
+BYTE_LEVEL_PLAIN = {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}
+# Patterns read as a class repeated, with one that is not (PCRE2 alone).
+RUNS = [DIGITS, r"\p{N}", CJK, r"\s+", r"\s", " ", r"[.,;:!?]", r"[^a-z]+", r"\P{L}{2,}", r"\p{N}{2,3}",
+        r"[\s\p{M}]{2}", r"\p{Lu}+", "\U0001F44D+", r"\.{3}"]
+# Characters of every class the readings tell apart, from each UTF-8 length, and a few beyond the BMP.
+BOUNDARY = (ALPHABET + "\x00\x0b\x0c\x1f\x7f\x85\u180e\u2029\ufeff\u200b\u00ad\u0300\u20ac\u00a9\u00b5"
+            "\U0001D400\U0001D7CE\U0001F600\U00010400\U000E0001" + "ABCxyz\"#$'()*+,-./:;<=>?@[\\]^_`{|}~")
+
+
+def bare_encoder(steps: dict, readings: bool = True) -> TextEncoder:
+    """A TextEncoder of `encoder_steps`' steps with no merges (the pieces are what is compared);
+    without `readings`, every step runs on PCRE2."""
+    chosen = steps["steps"] if readings else [step[:3] for step in steps["steps"]]
+    return TextEncoder(chosen[0][0], [], [], [], list(range(256)), None, 64, steps=chosen, guard=steps["guard"])
+
+
+def chain(*patterns, behavior="Isolated", invert=False) -> dict:
+    return {"type": "Sequence", "pretokenizers": [split(p, behavior, invert) for p in patterns] + [BYTE_LEVEL_PLAIN]}
+
+
+def pieces(encoder, text):
+    try:
+        return sequence_pieces(encoder, text)
+    except Fallback:
+        return None
+
+
+@pytest.mark.parametrize("pattern, reading", [
+    (DIGITS, ("run", r"\p{N}", 1, 3)), (CJK, ("run", "[一-龥぀-ゟ゠-ヿ]", 1, 0)), (r"\s", ("run", r"\s", 1, 1)),
+    (" ", ("run", " ", 1, 1)), (r"x{2,}", ("run", "x", 2, 0)), (r"\P{L}{2}", ("run", r"\P{L}", 2, 2)),
+    (r"[^\]a-z]+", ("run", r"[^\]a-z]", 1, 0)), (WORD, ("deepseek",)),
+    (r"\p{L}+|\p{N}+", None), (r"\p{N}{1,3}+", None), (r"x{3,2}", None), (r"x{0,2}", None), (r"x*", None),
+    (r"[[:alpha:]]+", None), (r"\s+(?!\S)", None), ("^ ", None), (r"(?i:x)+", None), (LLAMA3, None),
+])
+def test_step_reading_names_what_runs_without_pcre2(pattern, reading):
+    assert sequence_split.step_reading(pattern) == reading
+
+
+def test_deepseek_chain_is_read_step_by_step():
+    steps = sequence_split.encoder_steps(chain(DIGITS, CJK, WORD))
+    assert [step[3] for step in steps["steps"]] == [("run", r"\p{N}", 1, 3), ("run", "[一-龥぀-ゟ゠-ヿ]", 1, 0),
+                                                     ("deepseek",)]
+
+
+@lru_cache(maxsize=1)
+def every_code_point_texts() -> tuple[str, ...]:
+    """Every code point but the surrogates, alone and then (one in 13) in contexts that start, end
+    and join runs."""
+    every = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    return ("".join(every),) + tuple("".join(context.format(c, c) for c in every[::13])
+                                     for context in ("a{}", "{}a", " {}x", "{}{} ", "1{}\n", ".{}é", "\n{}\t{}"))
+
+
+@pytest.mark.parametrize("pattern", RUNS + [WORD])
+def test_every_code_point_splits_as_pcre2_splits(pattern):
+    """The reading's pieces are PCRE2's on every code point (behind the digit and CJK steps for
+    DeepSeek's word regex, as in its chain)."""
+    steps = sequence_split.encoder_steps(chain(DIGITS, CJK, WORD) if pattern == WORD else chain(pattern))
+    assert steps is not None and steps["steps"][-1][3] is not None
+    steps["guard"] = None                # PCRE2 is the reference here, on every character
+    fast, plain = bare_encoder(steps), bare_encoder(steps, readings=False)
+    for text in every_code_point_texts():
+        assert sequence_pieces(fast, text) == sequence_pieces(plain, text), (pattern, text[:4])
+
+
+@pytest.mark.parametrize("behavior", hf_components.BEHAVIORS)
+@pytest.mark.parametrize("invert", [False, True])
+@settings(max_examples=120, deadline=None)
+@given(text=st.text(alphabet=BOUNDARY, max_size=50), picks=st.lists(st.integers(0, len(RUNS)), min_size=1, max_size=3))
+def test_generated_texts_split_like_pcre2_and_the_specification(behavior, invert, text, picks):
+    """Chains of one to three steps drawn from RUNS and DeepSeek's word regex (index len(RUNS)),
+    the last with the behavior and invert given."""
+    patterns = [(RUNS + [WORD])[k] for k in picks]
+    spec = {"type": "Sequence", "pretokenizers": [split(p) for p in patterns[:-1]] +
+            [split(patterns[-1], behavior, invert), BYTE_LEVEL_PLAIN]}
+    steps = sequence_split.encoder_steps(spec)
+    fast, plain = bare_encoder(steps), bare_encoder(steps, readings=False)
+    got = pieces(fast, text)
+    assert got == pieces(plain, text)
+    if got is not None:
+        assert got == hf_components.pre_tokenizer(spec)(text)
+
+
+def test_a_class_pcre2_cannot_read_keeps_pcre2():
+    """A reading whose class PCRE2 refuses leaves the step to PCRE2: the same pieces."""
+    steps = sequence_split.encoder_steps(chain(r"\p{N}+"))
+    pattern = steps["steps"][0][0]
+    broken = TextEncoder(pattern, [], [], [], list(range(256)), steps=[(pattern, "Isolated", False, ("run", "[z-a]", 1, 0))])
+    assert sequence_pieces(broken, "ab 123 c") == ["ab ", "123", " c"]
+    with pytest.raises(ValueError):
+        TextEncoder(pattern, [], [], [], list(range(256)), steps=[(pattern, "Isolated", False, ("run", "x", 0, 1))])
+    with pytest.raises(ValueError):
+        TextEncoder(pattern, [], [], [], list(range(256)), steps=[(pattern, "Isolated", False, ("words",))])
+
+
+def test_long_runs_split_like_regex():
+    """Long runs: a CJK block, 100,000 digits, whitespace of several kinds."""
+    text = "".join(map(chr, range(0x4E00, 0x9FA6))) + "7" * 100_000 + " \t\n\u3000" * 5000 + "end"
+    spec = chain(DIGITS, CJK, WORD)
+    got = sequence_pieces(bare_encoder(sequence_split.encoder_steps(spec)), text)
+    assert got[0] == text[:0x9FA6 - 0x4E00] and got[1:33335] == ["777"] * 33333 + ["7"]
+    assert got == hf_components.pre_tokenizer(spec)(text)

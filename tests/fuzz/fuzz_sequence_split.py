@@ -2,8 +2,9 @@
 (`_pcre2.TextEncoder(steps=...)`, see bpe_ops/sequence_split.py) against its specification, the
 Python chain of bpe_ops/hf_components.py with the pure-Python merge. The input picks one to four
 steps (a pattern from a pool of real models' and edge-case patterns, a behavior, invert) and a text;
-a finding is any difference in ids, or any exception but `Fallback` (a text the compiled encoder
-hands back to Python). GPT-2's vocabulary (../shared/oracles/gpt2) gives the merges. Run from the
+a finding is any difference in ids or in the pieces before the merge (`_pcre2.sequence_pieces`, also
+against the same steps split by PCRE2 alone, without `sequence_split.step_reading`'s class runs and
+word scanner), or any exception but `Fallback` (a text the compiled encoder hands back to Python). GPT-2's vocabulary (../shared/oracles/gpt2) gives the merges. Run from the
 worktree:
 
     mkdir -p /tmp/fuzz-sequence_split && python3 tests/fuzz/fuzz_sequence_split.py -max_total_time=600 \
@@ -19,7 +20,7 @@ from tests.fuzz import harness  # noqa: E402
 
 with harness.instrumented(__name__ == "__main__"):
     from bpe_ops import Implementation, Tokenizer, hf_components, sequence_split
-    from bpe_ops._pcre2 import Fallback, TextEncoder
+    from bpe_ops._pcre2 import Fallback, TextEncoder, sequence_pieces
 
 PATTERNS = [
     r"\p{N}{1,3}", r"\p{N}", "[一-龥぀-ゟ゠-ヿ]+", r"\s+", r"\s", " ", r"[.,;:!?]", r"\p{L}+|\p{N}+", r"\p{L}+",
@@ -28,6 +29,7 @@ PATTERNS = [
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
     r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+",
     r"(?<=a)b+", r"x(?=y)", r"[^a-z]+", r"[\p{P}\p{S}]+$", "^ ",
+    r"\p{N}{2,3}", r"\P{L}{2,}", r"[\p{P}\p{S}]", r"[\s\p{M}]{2}", r"\p{Lu}+", "\U0001F44D",
 ]
 _SHARED = Path(__file__).resolve().parents[3] / "shared" / "oracles" / "gpt2"
 # GPT-2's first 3,000 merges: an encoder is built per chain, in milliseconds.
@@ -37,15 +39,17 @@ _STEPS: dict = {}
 _KEPT = 16                      # encoders kept for chains seen before (a few MB each)
 
 
-def _encoder(spec: dict):
-    """The compiled encoder of a chain, or None where sequence_split does not compile it."""
+def _encoders(spec: dict):
+    """The compiled encoder of a chain and its twin whose steps all run on PCRE2 (no reading), or
+    None where sequence_split does not compile the chain."""
     key = repr(spec)
     if key not in _STEPS:
         if len(_STEPS) >= _KEPT:
             _STEPS.clear()
         steps = sequence_split.encoder_steps(spec)
-        _STEPS[key] = steps and TextEncoder(steps["steps"][0][0], _BASE._left, _BASE._right, _BASE._merged,
-                                            _BASE._byte_ids, None, 64, **steps)
+        plain = steps and {**steps, "steps": [step[:3] for step in steps["steps"]]}
+        _STEPS[key] = steps and tuple(TextEncoder(s["steps"][0][0], _BASE._left, _BASE._right, _BASE._merged,
+                                                  _BASE._byte_ids, None, 64, **s) for s in (steps, plain))
     return _STEPS[key]
 
 
@@ -63,16 +67,27 @@ def check(data: bytes) -> None:
     spec = {"type": "Sequence", "pretokenizers": steps + [{"type": "ByteLevel", "add_prefix_space": False,
                                                            "use_regex": False}]}
     text = data.decode("utf-8", "replace")
-    encoder = _encoder(spec)
-    if encoder is None:
+    encoders = _encoders(spec)
+    if encoders is None:
         return
+    encoder, plain = encoders
     try:
         ids = encoder.encode(text)
     except Fallback:
         return
-    expected = [i for piece in hf_components.pre_tokenizer(spec)(text) for i in _BASE._encode_piece(piece)]
+    pieces = hf_components.pre_tokenizer(spec)(text)
+    expected = [i for piece in pieces for i in _BASE._encode_piece(piece)]
     if ids != expected:
         raise AssertionError(f"{steps} on {text!r}: compiled {ids}, Python {expected}")
+    compiled = sequence_pieces(encoder, text)
+    if compiled != pieces:
+        raise AssertionError(f"{steps} on {text!r}: compiled pieces {compiled}, Python {pieces}")
+    try:
+        by_pcre2 = sequence_pieces(plain, text)
+    except Fallback:            # an empty match or a limit, which PCRE2 alone meets and a reading may not
+        return
+    if by_pcre2 != compiled:
+        raise AssertionError(f"{steps} on {text!r}: pieces {compiled}, by PCRE2 alone {by_pcre2}")
 
 
 if __name__ == "__main__":
