@@ -157,9 +157,12 @@ static size_t scan_white(const Scanner *sc, const uint8_t *s, size_t len, size_t
     size_t p = i, last = i, after_newline = 0, next;
     int c;
     while (p < len) {
-        c = scan_char(sc->classes, s, p, &next);
-        if (c == CH_ASTRAL)
+        if (s[p] < 0x80) {              /* nearly every run of whitespace: spaces and newlines */
+            c = sc->classes[s[p]];
+            next = p + 1;
+        } else if ((c = scan_char(sc->classes, s, p, &next)) == CH_ASTRAL) {
             return SCAN_PCRE2;
+        }
         if (!(WHITE_MASK & CH_BIT(c)))
             break;
         if (c == CH_NEWLINE)
