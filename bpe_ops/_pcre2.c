@@ -204,7 +204,7 @@ static int split_text(const Pattern *pat, Matcher *m, const uint8_t *text, size_
     while (pos <= len) {
         if (pat->scan.family != SCAN_OFF && pos < len) {
             /* The scanner's piece is the match PCRE2 finds at pos; where it cannot tell, PCRE2. */
-            size_t end = scan_piece(&pat->scan, text, len, pos);
+            size_t end = scan_next_piece(&pat->scan, text, len, pos);
             if (end != SCAN_PCRE2) {
                 if (spans_push(out, pos, end) < 0)
                     return SPLIT_NOMEM;
