@@ -622,15 +622,18 @@ static PyObject *calibrate_ids(PyObject *Py_UNUSED(module), PyObject *args)
      * cells[rows[i] + classes[id]] += 1 for each id; in one pass over the ids without the GIL (the
      * numpy specification, stats.calibrate_ids, makes five passes and temporaries). Returns the
      * indexes of the cells that were zero and are no longer (int64, in the order first counted), so
-     * a caller reusing one zeroed table reads out and clears only those. Raises ValueError at an id
-     * outside the vocabulary (len(mask)), before anything is added, or at a cell outside cells (rows
-     * that do not fit the table: a caller's error). */
+     * a caller reusing one zeroed table reads out and clears only those. With `counts` (int64 per id
+     * of the vocabulary), counts[id] += 1 for each id too, in the same pass: the token-id frequencies
+     * of a caller that keeps cells and counts across batches. Raises ValueError at an id outside the
+     * vocabulary (len(mask)), before anything is added, or at a cell outside cells (rows that do not
+     * fit the table: a caller's error). */
     PyObject *arrays, *seq = NULL, *result = NULL;
-    Py_buffer rows, mask, classes, raw, cells, *ids = NULL;
+    Py_buffer rows, mask, classes, raw, cells, counts = {0}, *ids = NULL;
     Py_ssize_t n, i, got = 0, vocab, ncells, total = 0, touched = 0;
     int64_t *first = NULL;              /* the cells counted from zero, in order */
     int bad = 0;
-    if (!PyArg_ParseTuple(args, "Oy*y*y*w*w*:calibrate_ids", &arrays, &rows, &mask, &classes, &raw, &cells))
+    if (!PyArg_ParseTuple(args, "Oy*y*y*w*w*|w*:calibrate_ids", &arrays, &rows, &mask, &classes, &raw, &cells,
+                          &counts))
         return NULL;
     vocab = mask.len;
     ncells = cells.len / (Py_ssize_t)sizeof(int64_t);
@@ -638,9 +641,10 @@ static PyObject *calibrate_ids(PyObject *Py_UNUSED(module), PyObject *args)
         goto done;
     n = PySequence_Fast_GET_SIZE(seq);
     if (classes.len != vocab * (Py_ssize_t)sizeof(int32_t) || rows.len != n * (Py_ssize_t)sizeof(int32_t) ||
-        raw.len != n * (Py_ssize_t)sizeof(int64_t)) {
+        raw.len != n * (Py_ssize_t)sizeof(int64_t) ||
+        (counts.buf != NULL && counts.len != vocab * (Py_ssize_t)sizeof(int64_t))) {
         PyErr_SetString(PyExc_ValueError, "calibrate_ids: classes must be int32 per id of mask, rows int32 and "
-                                          "raw int64 per record");
+                                          "raw int64 per record, counts int64 per id of mask");
         goto done;
     }
     if ((ids = calloc(n ? (size_t)n : 1, sizeof(Py_buffer))) == NULL) {
@@ -666,7 +670,7 @@ static PyObject *calibrate_ids(PyObject *Py_UNUSED(module), PyObject *args)
     {
         const uint8_t *is_raw = mask.buf;
         const int32_t *class_of = classes.buf, *row_of = rows.buf;
-        int64_t *raw_out = raw.buf, *cell = cells.buf;
+        int64_t *raw_out = raw.buf, *cell = cells.buf, *count = counts.buf;
         /* Checked first: an id outside the vocabulary raises before anything is counted. */
         for (i = 0; i < n && !bad; i++) {
             const uint32_t *v = ids[i].buf;
@@ -688,6 +692,9 @@ static PyObject *calibrate_ids(PyObject *Py_UNUSED(module), PyObject *args)
                 if (cell[at]++ == 0)
                     first[touched++] = at;
             }
+            if (count != NULL && !bad)
+                for (k = 0; k < len; k++)
+                    count[v[k]]++;
             raw_out[i] += r;
         }
     }
@@ -709,6 +716,8 @@ done:
     PyBuffer_Release(&classes);
     PyBuffer_Release(&raw);
     PyBuffer_Release(&cells);
+    if (counts.buf != NULL)
+        PyBuffer_Release(&counts);
     return result;
 }
 
@@ -1411,7 +1420,7 @@ static PyMethodDef module_methods[] = {
      "measure_texts(texts, separators, wide)\n--\n\nEach text's UTF-8 bytes, whitespace words and ASCII digit "
      "runs (n x 5 int64 in a bytearray), in one pass without the GIL."},
     {"calibrate_ids", calibrate_ids, METH_VARARGS,
-     "calibrate_ids(id_arrays, rows, mask, classes, raw, cells)\n--\n\nEach record's raw-byte tokens into raw and its "
+     "calibrate_ids(id_arrays, rows, mask, classes, raw, cells, counts=None)\n--\n\nEach record's raw-byte tokens into raw and its "
      "ids' (group row + class) cells into cells, in one pass without the GIL; the int64 indexes of the cells counted "
      "from zero (bytes): see stats.calibrate_ids."},
     {"merge_ids", merge_ids, METH_VARARGS,

@@ -13,6 +13,7 @@ import json
 import os
 import time
 from collections import deque
+from concurrent.futures import wait
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 from functools import partial
@@ -170,6 +171,8 @@ class TokenizeShard(beam.DoFn):
                              check=partial(kept_type_mismatch, self.shard_types))
         batch: list = []
         group = self.new_row_group()
+        pending: deque = deque()                    # (chunk, its text size, its future), in order
+        self.encoder.clear_tallies()
         # The writer is a context too: a failure mid-shard closes it before its file goes, rather than
         # leaving its finalizer to write into a closed file (a traceback on the terminal).
         # No dictionary encoding: plain token ids compress better under zstd and write faster; ids and
@@ -185,7 +188,6 @@ class TokenizeShard(beam.DoFn):
                 # encoder and numpy drop the GIL) while this thread reads the next records and adds
                 # the finished chunks, in order, to the summary and row group: the file is the same
                 # as encoding them one after the other.
-                pending: deque = deque()                    # (chunk, its text size, its future), in order
                 ahead = 2 * max(1, self.encode_threads)     # chunks encoding at once, at most
                 for record in reader:
                     batch.append(record)
@@ -196,7 +198,9 @@ class TokenizeShard(beam.DoFn):
                     group = self.submit(batch, pending, ahead, group, summary, partials, writer)
                 while pending:
                     group = self.settle(pending.popleft(), group, summary, partials, writer)
-                last = group.to_table(self.schema, summary) if group.rows or summary.records == 0 else None
+                self.encoder.add_tallies(summary)       # every chunk added: the ids' counts are whole
+                last = (group.to_table(self.schema, summary, count_ids=False) if group.rows or summary.records == 0
+                        else None)
                 account = reader.finish()
                 if account.records != summary.records:
                     raise RuntimeError(f"{shard.name}: record accounting is broken: {account.records} read, "
@@ -206,6 +210,7 @@ class TokenizeShard(beam.DoFn):
                 self.writes.wait()
             except BaseException:
                 self.writes.wait(quiet=True)    # no write of this file runs while it is closed
+                wait([future for _, _, future in pending])  # nor a chunk counting into the next shard's tallies
                 raise
             finishing = stack.pop_all()
         self.writes.finish(out_url, finishing, writer, last, entry)
@@ -238,7 +243,7 @@ class TokenizeShard(beam.DoFn):
         chunk, _, measured = in_flight
         self.add_encoded(chunk, *measured.result(), group, summary, partials)
         if group.rows % ENCODE_BATCH_RECORDS == 0 and group.full():
-            table = group.to_table(self.schema, summary)
+            table = group.to_table(self.schema, summary, count_ids=False)
             self.writes.start(writer.write_table, table)
             return self.new_row_group()
         return group
