@@ -39,6 +39,11 @@ if TYPE_CHECKING:
     from pipelines.datasets.sources import SourceOptions
 
 MANIFEST_VERSION = 1            # the layout of the shard records in the footers (and so in the fingerprint)
+# Pieces each encoding thread's cache holds in a tokenize job (the tokenizer's default suits a single
+# caller): the distinct pre-tokens of a dataset run to hundreds of thousands, and a cache that fills
+# up is emptied whole, so one smaller than them keeps missing. This many fill a table of 2**19 slots
+# of 64 bytes (32 MB) per thread at most half full, the table the default's 100,000 would take twice.
+JOB_CACHE_PIECES = 1 << 18
 
 def read_shard_metadata(url: str) -> dict | None:
     """The tokenbeam shard record in a finished Parquet file's footer, or None if absent/unreadable."""
@@ -115,6 +120,8 @@ class TokenizeShard(beam.DoFn):
         except UserError as exc:      # the launcher could read it, this worker cannot: say so in one line
             raise ShardFailure(str(exc)) from exc
         self.sha256 = self.tokenizer.sha256
+        # Read when the compiled encoder is built (on first use): a larger cache for the whole job.
+        self.tok.cache_size = max(self.tok.cache_size, JOB_CACHE_PIECES)
         if os.getpid() != self.launcher_pid:    # a worker process of its own, not the caller's process
             settle_heap()
         self.raw_byte_ids = self.tok.raw_byte_ids
