@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from pipelines.core.beam_options import beam  # first: it hides Beam's import-time apitools warning
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bpe_ops.dropout import Dropout
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from pipelines.datasets.sources import SourceOptions
 
 MANIFEST_VERSION = 1            # the layout of the shard records in the footers (and so in the fingerprint)
+WRITE_BUFFER_BYTES = 1 << 20    # a Parquet file's bytes handed to its (Python) file at a time
 # Pieces each encoding thread's cache holds in a tokenize job (the tokenizer's default suits a single
 # caller): the distinct pre-tokens of a dataset run to hundreds of thousands, and a cache that fills
 # up is emptied whole, so one smaller than them keeps missing. This many fill a table of 2**19 slots
@@ -188,7 +190,13 @@ class TokenizeShard(beam.DoFn):
         # `wait` (at the next write, at the end of the bundle) raises what a write raised.
         with ExitStack() as stack:
             f = stack.enter_context(open_atomic(out_url))
-            writer = stack.enter_context(pq.ParquetWriter(f, self.schema, compression="zstd", use_dictionary=False,
+            # Arrow writes a file's pages through a buffer of its own, handed to the Python file
+            # `WRITE_BUFFER_BYTES` at a time: written straight to it, every page header and page is a
+            # Python call that waits for the GIL (held by the reading thread) before it can go on.
+            # Closed after the writer, before the file: the buffer reaches the file before its rename.
+            sink = pa.output_stream(f, buffer_size=WRITE_BUFFER_BYTES)
+            stack.callback(sink.close)
+            writer = stack.enter_context(pq.ParquetWriter(sink, self.schema, compression="zstd", use_dictionary=False,
                                                           write_statistics=False, memory_pool=WRITE_POOL))
             try:
                 # Chunks of records encode and are measured in the background threads (the compiled

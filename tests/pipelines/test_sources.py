@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from hypothesis import given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from pipelines.datasets import sources
 from pipelines.datasets.sources import (
@@ -490,7 +490,7 @@ def test_jsonl_records_from_bytes_equal_json_loads(text_field, id_field):
     assert fast >= 10         # the compiled read took many of them
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.sampled_from(["text", "id", "x", "t\u00e9"]),
                        st.one_of(st.text(), st.integers(), st.none(), st.floats(allow_nan=True),
                                  st.lists(st.text(max_size=3), max_size=3)), max_size=4),
