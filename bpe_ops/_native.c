@@ -858,6 +858,76 @@ static ptrdiff_t json_string_utf8(const uint8_t *s, size_t n, size_t at, uint8_t
     }
 }
 
+typedef struct {
+    uint8_t *text, *id;                  /* the unescaped UTF-8 of the text and id members (malloc'd) */
+    size_t text_n, id_n;
+    int have_text, have_id;
+} LineFields;
+
+static int jsonl_scan(const uint8_t *s, size_t n, const char *text_key, size_t text_len, const char *id_key,
+                      size_t id_len, LineFields *f)
+{
+    /* `jsonl_text_id`'s reading of one line into *f, touching no Python object (it runs without the
+     * GIL): 1 when the line is one it reads, 0 when json.loads must read it, -1 when out of memory. */
+    size_t at;
+    if (!utf8_valid(s, n))
+        return 0;
+    at = json_space(s, n, 0);
+    if (at >= n || s[at] != '{')
+        return 0;
+    at = json_space(s, n, at + 1);
+    if (at < n && s[at] == '}')
+        return 0;                                            /* no text member */
+    for (;;) {
+        size_t key_at = at + 1, key_len;
+        ptrdiff_t end;
+        int is_text, is_id, r;
+        if ((end = json_string_end(s, n, at)) < 0)
+            return 0;
+        key_len = (size_t)end - 1 - key_at;
+        if (memchr(s + key_at, '\\', key_len) != NULL)
+            return 0;
+        at = json_space(s, n, (size_t)end);
+        if (at >= n || s[at] != ':')
+            return 0;
+        at = json_space(s, n, at + 1);
+        is_text = key_len == text_len && memcmp(s + key_at, text_key, key_len) == 0;
+        is_id = id_key != NULL && key_len == id_len && memcmp(s + key_at, id_key, key_len) == 0;
+        if (is_text || is_id) {                              /* a repeated key: the last one counts */
+            uint8_t **out = is_text ? &f->text : &f->id;
+            size_t got;
+            if (at >= n || s[at] != '"')
+                return 0;
+            if (*out == NULL && (*out = malloc(n - at)) == NULL)
+                return -1;
+            if ((end = json_string_utf8(s, n, at, *out, &got)) < 0)
+                return 0;
+            if (is_text)
+                f->text_n = got, f->have_text = 1;
+            if (is_id) {
+                if (is_text) {                               /* one member is both: its bytes once more */
+                    free(f->id);
+                    if ((f->id = malloc(got + 1)) == NULL)
+                        return -1;
+                    memcpy(f->id, f->text, got);
+                }
+                f->id_n = got, f->have_id = 1;
+            }
+        } else if ((end = json_value_end(s, n, at)) < 0) {
+            return 0;
+        }
+        at = (size_t)end;
+        if ((r = json_next(s, n, &at, '}')) < 0)
+            return 0;
+        if (r == 0)
+            break;
+    }
+    return json_space(s, n, at + 1) == n && f->have_text;
+}
+
+/* Lines at least this long are read without the GIL: the encoding threads run their Python meanwhile. */
+#define JSONL_FREE_THREADS_BYTES 4096
+
 static PyObject *jsonl_text_id(PyObject *Py_UNUSED(module), PyObject *args)
 {
     /* A JSONL line (bytes) -> (text, id): the string values of its members `text_key` and `id_key`
@@ -867,83 +937,36 @@ static PyObject *jsonl_text_id(PyObject *Py_UNUSED(module), PyObject *args)
      * extra data, ...), no text member, a text or id that is not a string, a key written with an
      * escape, an escaped lone surrogate. The caller then reads the line with json.loads. */
     const uint8_t *s;
-    Py_ssize_t n_, text_len, id_len = -1;
-    size_t n, at, text_n = 0, id_n = 0;
+    Py_ssize_t n, text_len, id_len = -1;
     const char *text_key, *id_key = NULL;
-    int have_text = 0, have_id = 0;
-    uint8_t *text_out = NULL, *id_out = NULL;
+    LineFields f = {0};
+    int read;
     PyObject *text = NULL, *id = NULL, *result = NULL;
-    if (!PyArg_ParseTuple(args, "y#s#z#:jsonl_text_id", &s, &n_, &text_key, &text_len, &id_key, &id_len))
+    if (!PyArg_ParseTuple(args, "y#s#z#:jsonl_text_id", &s, &n, &text_key, &text_len, &id_key, &id_len))
         return NULL;
-    n = (size_t)n_;
-    if (!utf8_valid(s, n))
-        Py_RETURN_NONE;
-    at = json_space(s, n, 0);
-    if (at >= n || s[at] != '{')
-        Py_RETURN_NONE;
-    at = json_space(s, n, at + 1);
-    if (at < n && s[at] == '}')
-        Py_RETURN_NONE;                                      /* no text member */
-    for (;;) {
-        size_t key_at = at + 1, key_len;
-        ptrdiff_t end;
-        int is_text, is_id, r;
-        if ((end = json_string_end(s, n, at)) < 0)
-            goto done;
-        key_len = (size_t)end - 1 - key_at;
-        if (memchr(s + key_at, '\\', key_len) != NULL)
-            goto done;
-        at = json_space(s, n, (size_t)end);
-        if (at >= n || s[at] != ':')
-            goto done;
-        at = json_space(s, n, at + 1);
-        is_text = key_len == (size_t)text_len && memcmp(s + key_at, text_key, key_len) == 0;
-        is_id = id_key != NULL && key_len == (size_t)id_len && memcmp(s + key_at, id_key, key_len) == 0;
-        if (is_text || is_id) {                              /* a repeated key: the last one counts */
-            uint8_t **out = is_text ? &text_out : &id_out;
-            size_t got;
-            if (at >= n || s[at] != '"')
-                goto done;
-            if (*out == NULL && (*out = malloc(n - at)) == NULL) {
-                PyErr_NoMemory();
-                goto done;
-            }
-            if ((end = json_string_utf8(s, n, at, *out, &got)) < 0)
-                goto done;
-            if (is_text)
-                text_n = got, have_text = 1;
-            if (is_id) {
-                if (is_text) {                               /* one member is both: its bytes once more */
-                    free(id_out);
-                    if ((id_out = malloc(got + 1)) == NULL) {
-                        PyErr_NoMemory();
-                        goto done;
-                    }
-                    memcpy(id_out, text_out, got);
-                }
-                id_n = got, have_id = 1;
-            }
-        } else if ((end = json_value_end(s, n, at)) < 0) {
-            goto done;
-        }
-        at = (size_t)end;
-        if ((r = json_next(s, n, &at, '}')) < 0)
-            goto done;
-        if (r == 0)
-            break;
+    if (n >= JSONL_FREE_THREADS_BYTES) {
+        Py_BEGIN_ALLOW_THREADS
+        read = jsonl_scan(s, (size_t)n, text_key, (size_t)text_len, id_key, (size_t)id_len, &f);
+        Py_END_ALLOW_THREADS
+    } else {
+        read = jsonl_scan(s, (size_t)n, text_key, (size_t)text_len, id_key, (size_t)id_len, &f);
     }
-    if (json_space(s, n, at + 1) != n || !have_text)
+    if (read < 0) {
+        PyErr_NoMemory();
         goto done;
-    if ((text = PyUnicode_DecodeUTF8((const char *)text_out, (Py_ssize_t)text_n, "strict")) == NULL)
+    }
+    if (read == 0)
         goto done;
-    if (!have_id)
+    if ((text = PyUnicode_DecodeUTF8((const char *)f.text, (Py_ssize_t)f.text_n, "strict")) == NULL)
+        goto done;
+    if (!f.have_id)
         id = Py_NewRef(Py_None);
-    else if ((id = PyUnicode_DecodeUTF8((const char *)id_out, (Py_ssize_t)id_n, "strict")) == NULL)
+    else if ((id = PyUnicode_DecodeUTF8((const char *)f.id, (Py_ssize_t)f.id_n, "strict")) == NULL)
         goto done;
     result = PyTuple_Pack(2, text, id);
 done:
-    free(text_out);
-    free(id_out);
+    free(f.text);
+    free(f.id);
     Py_XDECREF(text);
     Py_XDECREF(id);
     if (result == NULL && !PyErr_Occurred())

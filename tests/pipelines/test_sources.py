@@ -468,6 +468,10 @@ JSONL_CORNERS = [
     b'{"text":"x","n":01}', b'{"text":"x","n":1.}', b'{"text":"x","n":.5}', b'{"text":"x","n":+1}',
     b'{"text":"x","a":[1,]}', b'{"text":"x","a":' + b'[' * 600 + b']' * 600 + b'}', b'{"text":"x","t":tru}',
     b'\xef\xbb\xbf{"text":"x"}', b'{"text":"\xf0\x9f\x98\x80 \xe4\xb8\xad"}', b'{"text":"x","id":"\\u00e9\xc3\xa9"}',
+    # Long lines (read without the GIL): plain, escaped, with bad bytes or bad JSON far from the start.
+    b'{"id":"long","text":"' + b'abc\\n\xc3\xa9 \\u00e9\\ud83d\\ude00 ' * 600 + b'"}',
+    b'{"text":"' + b'x' * 9000 + b'","id":"y"}', b'{"text":"' + b'x' * 9000 + b'\xff"}',
+    b'{"text":"' + b'x' * 9000 + b'","n":[1,2,}', b'{"text":"' + b'x' * 9000 + b'\\ud800"}',
 ]
 
 
