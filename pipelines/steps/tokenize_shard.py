@@ -177,7 +177,7 @@ class TokenizeShard(beam.DoFn):
         summary = Summary(self.tok.vocab_size, raw_byte_ids=self.raw_byte_ids)
         summary.add_shard(shard.relpath)
         reader = ShardReader(shard, self.source_options, self.output, self.fail_fast,
-                             check=partial(kept_type_mismatch, self.shard_types))
+                             check=partial(kept_type_mismatch, self.shard_types) if self.shard_types else None)
         batch: list = []
         group = self.new_row_group()
         pending: deque = deque()                    # (chunk, its text size, its future), in order
