@@ -24,6 +24,10 @@
  *   merge_text_ids(data, start, end, vocab)
  *                               merge_ids of the JSON merges array in data[start:end], or None
  *                               (bpe_ops/json_merges.py's `merge_text_ids_python`).
+ *   jsonl_text_id(line, text_key, id_key)
+ *                               the string members text_key and id_key of a JSONL line as (text, id),
+ *                               or None for anything else (sources.jsonl_record: json.loads is the
+ *                               specification, and reads every line this leaves).
  *   ranks_ascend(left, right, merged)
  *                               merging.ranks_ascend(merging.first_ranks(left, right), left, right,
  *                               merged) of three int64 columns, or None for an id outside 0..2**32-1
@@ -622,15 +626,18 @@ static PyObject *calibrate_ids(PyObject *Py_UNUSED(module), PyObject *args)
      * cells[rows[i] + classes[id]] += 1 for each id; in one pass over the ids without the GIL (the
      * numpy specification, stats.calibrate_ids, makes five passes and temporaries). Returns the
      * indexes of the cells that were zero and are no longer (int64, in the order first counted), so
-     * a caller reusing one zeroed table reads out and clears only those. Raises ValueError at an id
-     * outside the vocabulary (len(mask)), before anything is added, or at a cell outside cells (rows
-     * that do not fit the table: a caller's error). */
+     * a caller reusing one zeroed table reads out and clears only those. With `counts` (int64 per id
+     * of the vocabulary), counts[id] += 1 for each id too, in the same pass: the token-id frequencies
+     * of a caller that keeps cells and counts across batches. Raises ValueError at an id outside the
+     * vocabulary (len(mask)), before anything is added, or at a cell outside cells (rows that do not
+     * fit the table: a caller's error). */
     PyObject *arrays, *seq = NULL, *result = NULL;
-    Py_buffer rows, mask, classes, raw, cells, *ids = NULL;
+    Py_buffer rows, mask, classes, raw, cells, counts = {0}, *ids = NULL;
     Py_ssize_t n, i, got = 0, vocab, ncells, total = 0, touched = 0;
     int64_t *first = NULL;              /* the cells counted from zero, in order */
     int bad = 0;
-    if (!PyArg_ParseTuple(args, "Oy*y*y*w*w*:calibrate_ids", &arrays, &rows, &mask, &classes, &raw, &cells))
+    if (!PyArg_ParseTuple(args, "Oy*y*y*w*w*|w*:calibrate_ids", &arrays, &rows, &mask, &classes, &raw, &cells,
+                          &counts))
         return NULL;
     vocab = mask.len;
     ncells = cells.len / (Py_ssize_t)sizeof(int64_t);
@@ -638,9 +645,10 @@ static PyObject *calibrate_ids(PyObject *Py_UNUSED(module), PyObject *args)
         goto done;
     n = PySequence_Fast_GET_SIZE(seq);
     if (classes.len != vocab * (Py_ssize_t)sizeof(int32_t) || rows.len != n * (Py_ssize_t)sizeof(int32_t) ||
-        raw.len != n * (Py_ssize_t)sizeof(int64_t)) {
+        raw.len != n * (Py_ssize_t)sizeof(int64_t) ||
+        (counts.buf != NULL && counts.len != vocab * (Py_ssize_t)sizeof(int64_t))) {
         PyErr_SetString(PyExc_ValueError, "calibrate_ids: classes must be int32 per id of mask, rows int32 and "
-                                          "raw int64 per record");
+                                          "raw int64 per record, counts int64 per id of mask");
         goto done;
     }
     if ((ids = calloc(n ? (size_t)n : 1, sizeof(Py_buffer))) == NULL) {
@@ -666,7 +674,7 @@ static PyObject *calibrate_ids(PyObject *Py_UNUSED(module), PyObject *args)
     {
         const uint8_t *is_raw = mask.buf;
         const int32_t *class_of = classes.buf, *row_of = rows.buf;
-        int64_t *raw_out = raw.buf, *cell = cells.buf;
+        int64_t *raw_out = raw.buf, *cell = cells.buf, *count = counts.buf;
         /* Checked first: an id outside the vocabulary raises before anything is counted. */
         for (i = 0; i < n && !bad; i++) {
             const uint32_t *v = ids[i].buf;
@@ -688,6 +696,9 @@ static PyObject *calibrate_ids(PyObject *Py_UNUSED(module), PyObject *args)
                 if (cell[at]++ == 0)
                     first[touched++] = at;
             }
+            if (count != NULL && !bad)
+                for (k = 0; k < len; k++)
+                    count[v[k]]++;
             raw_out[i] += r;
         }
     }
@@ -709,6 +720,257 @@ done:
     PyBuffer_Release(&classes);
     PyBuffer_Release(&raw);
     PyBuffer_Release(&cells);
+    if (counts.buf != NULL)
+        PyBuffer_Release(&counts);
+    return result;
+}
+
+/* ---- a JSONL record's text and id ------------------------------------------------------------ */
+
+static int utf8_valid(const uint8_t *s, size_t n)
+{
+    /* Whether s[0..n) is UTF-8 as Python's strict decoder takes it: no overlong form, surrogate or
+     * code point past 0x10FFFF. ASCII is skipped eight bytes at a time. */
+    size_t at = 0;
+    while (at < n) {
+        uint32_t c;
+        int more, i;
+        if (n - at >= 8) {
+            uint64_t w;
+            memcpy(&w, s + at, 8);
+            if ((w & 0x8080808080808080ull) == 0) {
+                at += 8;
+                continue;
+            }
+        }
+        c = s[at];
+        if (c < 0x80) {
+            at++;
+            continue;
+        }
+        more = c >= 0xC2 && c <= 0xDF ? 1 : c >= 0xE0 && c <= 0xEF ? 2 : c >= 0xF0 && c <= 0xF4 ? 3 : -1;
+        if (more < 0 || n - at <= (size_t)more)
+            return 0;
+        c &= more == 1 ? 0x1F : more == 2 ? 0x0F : 0x07;
+        for (i = 1; i <= more; i++) {
+            if ((s[at + i] & 0xC0) != 0x80)
+                return 0;
+            c = (c << 6) | (s[at + i] & 0x3F);
+        }
+        if ((more == 2 && (c < 0x800 || (c >= 0xD800 && c <= 0xDFFF))) || (more == 3 && (c < 0x10000 || c > 0x10FFFF)))
+            return 0;
+        at += (size_t)more + 1;
+    }
+    return 1;
+}
+
+#define BYTES_ONES 0x0101010101010101ull
+#define BYTES_HIGHS 0x8080808080808080ull
+
+static inline int plain_string_bytes(uint64_t v)
+{
+    /* Whether none of eight bytes ends a JSON string, starts an escape or is a control character
+     * ('"', '\\', < 0x20): each is a has-zero or has-less-than test over the whole word. */
+    uint64_t quote = v ^ (BYTES_ONES * '"'), slash = v ^ (BYTES_ONES * '\\');
+    uint64_t found = ((quote - BYTES_ONES) & ~quote) | ((slash - BYTES_ONES) & ~slash) | ((v - BYTES_ONES * 0x20) & ~v);
+    return (found & BYTES_HIGHS) == 0;
+}
+
+static ptrdiff_t json_string_utf8(const uint8_t *s, size_t n, size_t at, uint8_t *out, size_t *len)
+{
+    /* The JSON string at `at` (on its '"') unescaped into `out` (room for n - at bytes: an escape is
+     * never shorter than its UTF-8) as UTF-8, its length in *len; returns the offset after the
+     * closing '"', -1 for what is not a strict JSON string (a raw control character, a bad escape,
+     * no end), -2 for an escaped surrogate that is not half of a pair (json.loads keeps it in the
+     * str, as a lone surrogate). The raw bytes are copied as they are: the caller checked them. */
+    size_t w = 0;
+    at++;
+    for (;;) {
+        uint32_t c;
+        while (n - at >= 8) {
+            uint64_t v;
+            memcpy(&v, s + at, 8);
+            if (!plain_string_bytes(v))
+                break;
+            memcpy(out + w, &v, 8);
+            w += 8;
+            at += 8;
+        }
+        if (at >= n)
+            return -1;
+        c = s[at];
+        if (c == '"') {
+            *len = w;
+            return (ptrdiff_t)(at + 1);
+        }
+        if (c < 0x20)
+            return -1;
+        if (c != '\\') {
+            out[w++] = (uint8_t)c;
+            at++;
+            continue;
+        }
+        if (n - at < 2)
+            return -1;
+        switch (s[at + 1]) {
+        case '"': c = '"'; break;
+        case '\\': c = '\\'; break;
+        case '/': c = '/'; break;
+        case 'b': c = '\b'; break;
+        case 'f': c = '\f'; break;
+        case 'n': c = '\n'; break;
+        case 'r': c = '\r'; break;
+        case 't': c = '\t'; break;
+        case 'u': {
+            long u = json_hex4(s, n, at + 2), low;
+            if (u < 0)
+                return -1;
+            if (u >= 0xD800 && u <= 0xDFFF) {
+                if (u >= 0xDC00 || n - at < 12 || s[at + 6] != '\\' || s[at + 7] != 'u' ||
+                    (low = json_hex4(s, n, at + 8)) < 0xDC00 || low > 0xDFFF)
+                    return -2;
+                u = 0x10000 + ((u - 0xD800) << 10) + (low - 0xDC00);
+                at += 6;
+            }
+            c = (uint32_t)u;
+            at += 4;
+            break;
+        }
+        default:
+            return -1;
+        }
+        at += 2;
+        if (c < 0x80) {
+            out[w++] = (uint8_t)c;
+        } else if (c < 0x800) {
+            out[w++] = (uint8_t)(0xC0 | c >> 6);
+            out[w++] = (uint8_t)(0x80 | (c & 0x3F));
+        } else if (c < 0x10000) {
+            out[w++] = (uint8_t)(0xE0 | c >> 12);
+            out[w++] = (uint8_t)(0x80 | ((c >> 6) & 0x3F));
+            out[w++] = (uint8_t)(0x80 | (c & 0x3F));
+        } else {
+            out[w++] = (uint8_t)(0xF0 | c >> 18);
+            out[w++] = (uint8_t)(0x80 | ((c >> 12) & 0x3F));
+            out[w++] = (uint8_t)(0x80 | ((c >> 6) & 0x3F));
+            out[w++] = (uint8_t)(0x80 | (c & 0x3F));
+        }
+    }
+}
+
+typedef struct {
+    uint8_t *text, *id;                  /* the unescaped UTF-8 of the text and id members (malloc'd) */
+    size_t text_n, id_n;
+    int have_text, have_id;
+} LineFields;
+
+static int jsonl_scan(const uint8_t *s, size_t n, const char *text_key, size_t text_len, const char *id_key,
+                      size_t id_len, LineFields *f)
+{
+    /* `jsonl_text_id`'s reading of one line into *f, touching no Python object (it runs without the
+     * GIL): 1 when the line is one it reads, 0 when json.loads must read it, -1 when out of memory. */
+    size_t at;
+    if (!utf8_valid(s, n))
+        return 0;
+    at = json_space(s, n, 0);
+    if (at >= n || s[at] != '{')
+        return 0;
+    at = json_space(s, n, at + 1);
+    if (at < n && s[at] == '}')
+        return 0;                                            /* no text member */
+    for (;;) {
+        size_t key_at = at + 1, key_len;
+        ptrdiff_t end;
+        int is_text, is_id, r;
+        if ((end = json_string_end(s, n, at)) < 0)
+            return 0;
+        key_len = (size_t)end - 1 - key_at;
+        if (memchr(s + key_at, '\\', key_len) != NULL)
+            return 0;
+        at = json_space(s, n, (size_t)end);
+        if (at >= n || s[at] != ':')
+            return 0;
+        at = json_space(s, n, at + 1);
+        is_text = key_len == text_len && memcmp(s + key_at, text_key, key_len) == 0;
+        is_id = id_key != NULL && key_len == id_len && memcmp(s + key_at, id_key, key_len) == 0;
+        if (is_text || is_id) {                              /* a repeated key: the last one counts */
+            uint8_t **out = is_text ? &f->text : &f->id;
+            size_t got;
+            if (at >= n || s[at] != '"')
+                return 0;
+            if (*out == NULL && (*out = malloc(n - at)) == NULL)
+                return -1;
+            if ((end = json_string_utf8(s, n, at, *out, &got)) < 0)
+                return 0;
+            if (is_text)
+                f->text_n = got, f->have_text = 1;
+            if (is_id) {
+                if (is_text) {                               /* one member is both: its bytes once more */
+                    free(f->id);
+                    if ((f->id = malloc(got + 1)) == NULL)
+                        return -1;
+                    memcpy(f->id, f->text, got);
+                }
+                f->id_n = got, f->have_id = 1;
+            }
+        } else if ((end = json_value_end(s, n, at)) < 0) {
+            return 0;
+        }
+        at = (size_t)end;
+        if ((r = json_next(s, n, &at, '}')) < 0)
+            return 0;
+        if (r == 0)
+            break;
+    }
+    return json_space(s, n, at + 1) == n && f->have_text;
+}
+
+/* Lines at least this long are read without the GIL: the encoding threads run their Python meanwhile. */
+#define JSONL_FREE_THREADS_BYTES 4096
+
+static PyObject *jsonl_text_id(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    /* A JSONL line (bytes) -> (text, id): the string values of its members `text_key` and `id_key`
+     * (id None when the line has no such member, or id_key is None), as json.loads of the line
+     * decoded from UTF-8 reads them; or None whenever the line is anything else, or anything that
+     * json.loads would have to judge: invalid UTF-8, not one strict JSON object (NaN, Infinity,
+     * extra data, ...), no text member, a text or id that is not a string, a key written with an
+     * escape, an escaped lone surrogate. The caller then reads the line with json.loads. */
+    const uint8_t *s;
+    Py_ssize_t n, text_len, id_len = -1;
+    const char *text_key, *id_key = NULL;
+    LineFields f = {0};
+    int read;
+    PyObject *text = NULL, *id = NULL, *result = NULL;
+    if (!PyArg_ParseTuple(args, "y#s#z#:jsonl_text_id", &s, &n, &text_key, &text_len, &id_key, &id_len))
+        return NULL;
+    if (n >= JSONL_FREE_THREADS_BYTES) {
+        Py_BEGIN_ALLOW_THREADS
+        read = jsonl_scan(s, (size_t)n, text_key, (size_t)text_len, id_key, (size_t)id_len, &f);
+        Py_END_ALLOW_THREADS
+    } else {
+        read = jsonl_scan(s, (size_t)n, text_key, (size_t)text_len, id_key, (size_t)id_len, &f);
+    }
+    if (read < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (read == 0)
+        goto done;
+    if ((text = PyUnicode_DecodeUTF8((const char *)f.text, (Py_ssize_t)f.text_n, "strict")) == NULL)
+        goto done;
+    if (!f.have_id)
+        id = Py_NewRef(Py_None);
+    else if ((id = PyUnicode_DecodeUTF8((const char *)f.id, (Py_ssize_t)f.id_n, "strict")) == NULL)
+        goto done;
+    result = PyTuple_Pack(2, text, id);
+done:
+    free(f.text);
+    free(f.id);
+    Py_XDECREF(text);
+    Py_XDECREF(id);
+    if (result == NULL && !PyErr_Occurred())
+        result = Py_NewRef(Py_None);
     return result;
 }
 
@@ -1411,7 +1673,7 @@ static PyMethodDef module_methods[] = {
      "measure_texts(texts, separators, wide)\n--\n\nEach text's UTF-8 bytes, whitespace words and ASCII digit "
      "runs (n x 5 int64 in a bytearray), in one pass without the GIL."},
     {"calibrate_ids", calibrate_ids, METH_VARARGS,
-     "calibrate_ids(id_arrays, rows, mask, classes, raw, cells)\n--\n\nEach record's raw-byte tokens into raw and its "
+     "calibrate_ids(id_arrays, rows, mask, classes, raw, cells, counts=None)\n--\n\nEach record's raw-byte tokens into raw and its "
      "ids' (group row + class) cells into cells, in one pass without the GIL; the int64 indexes of the cells counted "
      "from zero (bytes): see stats.calibrate_ids."},
     {"merge_ids", merge_ids, METH_VARARGS,
@@ -1432,6 +1694,10 @@ static PyMethodDef module_methods[] = {
     {"byte_level_sections", byte_level_sections, METH_VARARGS,
      "byte_level_sections(tokens, ids, left, right, alphabet, pad, end)\n--\n\nThe vocab and merges sections of a "
      "canonical byte-level tokenizer.json: see bpe_ops/json_sections.py."},
+    {"jsonl_text_id", jsonl_text_id, METH_VARARGS,
+     "jsonl_text_id(line, text_key, id_key)\n--\n\nThe string members text_key and id_key of a JSONL line "
+     "(bytes) as (text, id), id None when absent; None for anything json.loads must judge "
+     "(see sources.jsonl_record)."},
     {"crc32", crc32, METH_O,
      "crc32(data)\n--\n\nzlib.crc32(data): the bucket of a pre-token in the packed tables."},
     {NULL, NULL, 0, NULL}

@@ -210,13 +210,13 @@ def _id_runs(id_arrays: Sequence, n_tokens: Sequence[int], chunk: int = CALIBRAT
 
 
 def calibrate_ids(runs, rows: np.ndarray, mask: np.ndarray, classes: np.ndarray, raw: np.ndarray,
-                  cells: np.ndarray) -> bytes:
+                  cells: np.ndarray, counts: np.ndarray | None = None) -> bytes:
     """The calibration counts of a batch's ids, given in `_id_runs` runs (record index of each id,
     the ids): `raw[i]` += the ids of record i with `mask[id]` set, `cells[rows[i] + classes[id]]` += 1
-    per id; returns the indexes of the cells that were zero and are no longer (int64 bytes,
-    ascending). The specification of `_native.calibrate_ids` (which takes each record's uint32 ids,
-    makes one pass without the GIL and gives the same indexes in the order it first counted them).
-    ValueError for an id outside the vocabulary (`len(mask)`).
+    per id, and `counts[id]` += 1 per id when `counts` is given; returns the indexes of the cells that
+    were zero and are no longer (int64 bytes, ascending). The specification of `_native.calibrate_ids`
+    (which takes each record's uint32 ids, makes one pass without the GIL and gives the same indexes
+    in the order it first counted them). ValueError for an id outside the vocabulary (`len(mask)`).
 
     >>> raw, cells = np.zeros(2, np.int64), np.zeros(6, np.int64)
     >>> new = calibrate_ids(_id_runs([[0, 2], [2]], [2, 1]), np.array([0, 3]), np.array([1, 0, 0], np.uint8),
@@ -230,6 +230,8 @@ def calibrate_ids(runs, rows: np.ndarray, mask: np.ndarray, classes: np.ndarray,
             raise ValueError(f"token id outside the vocabulary (size {len(mask)})")
         raw += np.bincount(owners[mask[flat].astype(bool)], minlength=len(raw))
         cells += np.bincount(rows[owners] + classes[flat], minlength=len(cells))
+        if counts is not None:
+            counts += np.bincount(flat, minlength=len(counts))
     return np.flatnonzero(zero & (cells != 0)).astype(np.int64).tobytes()
 
 
@@ -449,6 +451,36 @@ class BatchCalibration(NamedTuple):
     cells: tuple[np.ndarray, np.ndarray]
 
 
+class Tallies:
+    """Token-id counts and group x id-class counts of any number of batches, kept where they are
+    counted and added to a Summary once (`Summary.add_tallies`): a thread calibrating batch after
+    batch (`Summary.batch_calibration(..., tallies=)`) counts each id into these two dense tables in
+    the pass that reads it, instead of handing each batch's cells back to be added (and its ids to
+    be counted again) by the thread that keeps the summary. Sums: the same totals in any order.
+
+    >>> s = Summary(300, raw_byte_ids=range(256))
+    >>> t = s.tallies()
+    >>> _ = s.batch_calibration([2], ["r"], [array("I", [7, 7])], tallies=t)
+    >>> int(t.id_counts[7]), int(t.cells.sum())
+    (2, 2)
+    >>> s.add_batch([2], [2], [2], [1], record_ids=["r"], id_arrays=[array("I", [7, 7])],
+    ...             calibration=s.batch_calibration([2], ["r"], [array("I", [7, 7])], tallies=t))
+    >>> s.add_tallies(t); int(s.id_counts[7]), int(s.group_classes.sum()), int(t.id_counts.sum())
+    (4, 4, 0)
+    """
+
+    def __init__(self, vocab_size: int, cells: int):
+        self.id_counts = np.zeros(vocab_size, dtype=np.int64)
+        self.cells = np.zeros(cells, dtype=np.int64)
+        self.used = False       # anything counted since the last `clear`
+
+    def clear(self) -> None:
+        if self.used:
+            self.id_counts[:] = 0
+            self.cells[:] = 0
+            self.used = False
+
+
 class Summary:
     """The exact, mergeable summary of a tokenized dataset (the accumulator behind stats.json).
 
@@ -583,16 +615,35 @@ class Summary:
             self._raw_mask = mask
         return self._raw_mask
 
+    def tallies(self) -> Tallies:
+        """Empty `Tallies` for batches of this summary's vocabulary."""
+        return Tallies(self.vocab_size, self.group_classes.size)
+
+    def add_tallies(self, tallies: Tallies) -> None:
+        """Add the id counts and group x class counts `tallies` hold (batches calibrated with
+        `tallies=` and added with their calibration), and empty them."""
+        if len(tallies.id_counts) != self.vocab_size or len(tallies.cells) != self.group_classes.size:
+            raise ValueError(f"tallies of a {len(tallies.id_counts)}-id vocabulary for a {self.vocab_size}-id one")
+        if not tallies.used:
+            return
+        self.id_counts += tallies.id_counts
+        if not self.group_classes.flags.c_contiguous:
+            self.group_classes = np.ascontiguousarray(self.group_classes)
+        self.group_classes.reshape(-1)[:] += tallies.cells
+        tallies.clear()
+
     def batch_calibration(self, n_tokens: Sequence[int], record_ids: Sequence[str],
-                          id_arrays: Sequence) -> "BatchCalibration":
+                          id_arrays: Sequence, tallies: Tallies | None = None) -> "BatchCalibration":
         """What calibrating a batch takes from its record ids and token ids (each record's random
         group and raw-byte tokens, the batch's group x id-class counts), computed without changing
         the summary: another thread may make it (the compiled pass drops the GIL) while this
         summary takes other batches; `add_batch(..., calibration=)` adds it. Ids given as uint32
         `array`s (the pipelines') are counted by `_native.calibrate_ids` in one pass; others by
         `calibrate_ids` (its specification), a record, and a bounded chunk of it, at a time
-        (`CALIBRATION_CHUNK`), so a long record costs no per-token array of its own size. Raises
-        ValueError for an id outside the vocabulary."""
+        (`CALIBRATION_CHUNK`), so a long record costs no per-token array of its own size. With
+        `tallies`, the batch's group x class counts and its token-id counts are added to them, not
+        returned (its calibration holds no cells; `add_tallies` adds them). Raises ValueError for an
+        id outside the vocabulary."""
         n = len(n_tokens)
         if len(id_arrays) != n:
             raise ValueError(f"{len(id_arrays)} id arrays for {n} records")
@@ -603,7 +654,7 @@ class Summary:
         # Counted into this thread's zeroed table, then read out sparse and zeroed again: a batch
         # touches a few thousand of its cells; a fresh table each batch would fault in 2 MB of pages
         # and cost the summary a pass over all of them.
-        cells = _scratch_cells(self.group_classes.size)
+        cells = _scratch_cells(self.group_classes.size) if tallies is None else tallies.cells
         raw = np.zeros(n, dtype=np.int64)
         # Each record's first cell: its group's row of the group x class table.
         row_of = np.asarray(groups, dtype=np.int32) * np.int32(classes)
@@ -612,11 +663,16 @@ class Summary:
             for ids, length in zip(id_arrays, n_tokens):
                 if len(ids) != length:
                     raise ValueError(f"a record's id array holds {len(ids)} ids, its n_tokens says {length}")
+        calibrate = _CALIBRATE_IDS if compiled else calibrate_ids
+        runs = id_arrays if compiled else _id_runs(id_arrays, n_tokens)
+        if tallies is not None:
+            tallies.used = True     # (a batch that raises here fails its shard, whose tallies are dropped)
+            calibrate(runs, row_of, mask.view(np.uint8), table, raw, cells, tallies.id_counts)
+            empty = np.zeros(0, dtype=np.int64)
+            return BatchCalibration(n, self.vocab_size, groups, raw.tolist(), (empty, empty))
         used = None
         try:
-            used = np.frombuffer((_CALIBRATE_IDS if compiled else calibrate_ids)(
-                id_arrays if compiled else _id_runs(id_arrays, n_tokens), row_of, mask.view(np.uint8), table, raw,
-                cells), dtype=np.int64)
+            used = np.frombuffer(calibrate(runs, row_of, mask.view(np.uint8), table, raw, cells), dtype=np.int64)
             counts = cells[used]
         finally:
             if used is None:

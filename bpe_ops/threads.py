@@ -4,8 +4,12 @@ The compiled encoder drops the GIL while it works, so threads encoding side by s
 cores, provided each has an encoder of its own (one encoder is busy while it encodes: a second
 thread would find it so and take the slow path). `EncoderThreads.map` cuts a batch into chunks of
 `THREAD_CHUNK` texts and hands them to its pool, keeping their order; `thread_encoder` is the
-calling thread's `fork()` of the shared encoder (the merge tables are built once, each fork has its
-own cache and buffers), made on first use.
+calling thread's own encoder: the shared one for the first thread that asks, a `fork()` of it for
+every other (the merge tables are built once, each fork has its own cache and buffers), made on
+first use. The first thread takes the shared encoder rather than a fork because the shared one is
+built with a cache of its own that nothing else would fill (a cache is as large as the pieces it
+must hold: tens of MB); a caller that encodes with the shared encoder while that thread does finds
+it busy and takes the slow path, with the same ids.
 
 >>> threads = EncoderThreads()
 >>> threads.map(2, lambda chunk: [len(t) for t in chunk], ["a", "bb", "ccc"] * 20)[:4]
@@ -36,6 +40,8 @@ class EncoderThreads:
         self.pool: ThreadPoolExecutor | None = None
         self.size = 0
         self._local = threading.local()
+        self._shared_taken = False       # whether a thread encodes with the shared encoder itself
+        self._taking = threading.Lock()
 
     def map(self, num_threads: int, work: Callable[[Sequence[Any]], list[T]], items: Sequence[Any]) -> list[T]:
         """`work(chunk)` of each chunk of `items` on `num_threads` threads, the results in order."""
@@ -57,9 +63,12 @@ class EncoderThreads:
         return self.pool
 
     def thread_encoder(self, shared: Callable[[], Any]) -> Any:
-        """The calling thread's fork of the encoder `shared()` gives (None when that is None);
-        `shared` is called only when this thread has no fork yet."""
+        """The calling thread's encoder (None when `shared()` is None): for the first thread that asks,
+        the encoder `shared()` gives; for the others a fork of it. `shared` is called only when this
+        thread has no encoder yet."""
         encoder = getattr(self._local, "encoder", None)
         if encoder is None and (parent := shared()) is not None:
-            encoder = self._local.encoder = parent.fork()
+            with self._taking:
+                first, self._shared_taken = not self._shared_taken, True
+            encoder = self._local.encoder = parent if first else parent.fork()
         return encoder

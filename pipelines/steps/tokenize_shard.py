@@ -13,6 +13,7 @@ import json
 import os
 import time
 from collections import deque
+from concurrent.futures import wait
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 from functools import partial
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from pipelines.core.beam_options import beam  # first: it hides Beam's import-time apitools warning
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bpe_ops.dropout import Dropout
@@ -38,6 +40,12 @@ if TYPE_CHECKING:
     from pipelines.datasets.sources import SourceOptions
 
 MANIFEST_VERSION = 1            # the layout of the shard records in the footers (and so in the fingerprint)
+WRITE_BUFFER_BYTES = 1 << 20    # a Parquet file's bytes handed to its (Python) file at a time
+# Pieces each encoding thread's cache holds in a tokenize job (the tokenizer's default suits a single
+# caller): the distinct pre-tokens of a dataset run to hundreds of thousands, and a cache that fills
+# up is emptied whole, so one smaller than them keeps missing. This many fill a table of 2**19 slots
+# of 64 bytes (32 MB) per thread at most half full, the table the default's 100,000 would take twice.
+JOB_CACHE_PIECES = 1 << 18
 
 def read_shard_metadata(url: str) -> dict | None:
     """The tokenbeam shard record in a finished Parquet file's footer, or None if absent/unreadable."""
@@ -114,6 +122,8 @@ class TokenizeShard(beam.DoFn):
         except UserError as exc:      # the launcher could read it, this worker cannot: say so in one line
             raise ShardFailure(str(exc)) from exc
         self.sha256 = self.tokenizer.sha256
+        # Read when the compiled encoder is built (on first use): a larger cache for the whole job.
+        self.tok.cache_size = max(self.tok.cache_size, JOB_CACHE_PIECES)
         if os.getpid() != self.launcher_pid:    # a worker process of its own, not the caller's process
             settle_heap()
         self.raw_byte_ids = self.tok.raw_byte_ids
@@ -167,9 +177,11 @@ class TokenizeShard(beam.DoFn):
         summary = Summary(self.tok.vocab_size, raw_byte_ids=self.raw_byte_ids)
         summary.add_shard(shard.relpath)
         reader = ShardReader(shard, self.source_options, self.output, self.fail_fast,
-                             check=partial(kept_type_mismatch, self.shard_types))
+                             check=partial(kept_type_mismatch, self.shard_types) if self.shard_types else None)
         batch: list = []
         group = self.new_row_group()
+        pending: deque = deque()                    # (chunk, its text size, its future), in order
+        self.encoder.clear_tallies()
         # The writer is a context too: a failure mid-shard closes it before its file goes, rather than
         # leaving its finalizer to write into a closed file (a traceback on the terminal).
         # No dictionary encoding: plain token ids compress better under zstd and write faster; ids and
@@ -178,14 +190,19 @@ class TokenizeShard(beam.DoFn):
         # `wait` (at the next write, at the end of the bundle) raises what a write raised.
         with ExitStack() as stack:
             f = stack.enter_context(open_atomic(out_url))
-            writer = stack.enter_context(pq.ParquetWriter(f, self.schema, compression="zstd", use_dictionary=False,
+            # Arrow writes a file's pages through a buffer of its own, handed to the Python file
+            # `WRITE_BUFFER_BYTES` at a time: written straight to it, every page header and page is a
+            # Python call that waits for the GIL (held by the reading thread) before it can go on.
+            # Closed after the writer, before the file: the buffer reaches the file before its rename.
+            sink = pa.output_stream(f, buffer_size=WRITE_BUFFER_BYTES)
+            stack.callback(sink.close)
+            writer = stack.enter_context(pq.ParquetWriter(sink, self.schema, compression="zstd", use_dictionary=False,
                                                           write_statistics=False, memory_pool=WRITE_POOL))
             try:
                 # Chunks of records encode and are measured in the background threads (the compiled
                 # encoder and numpy drop the GIL) while this thread reads the next records and adds
                 # the finished chunks, in order, to the summary and row group: the file is the same
                 # as encoding them one after the other.
-                pending: deque = deque()                    # (chunk, its text size, its future), in order
                 ahead = 2 * max(1, self.encode_threads)     # chunks encoding at once, at most
                 for record in reader:
                     batch.append(record)
@@ -196,7 +213,9 @@ class TokenizeShard(beam.DoFn):
                     group = self.submit(batch, pending, ahead, group, summary, partials, writer)
                 while pending:
                     group = self.settle(pending.popleft(), group, summary, partials, writer)
-                last = group.to_table(self.schema, summary) if group.rows or summary.records == 0 else None
+                self.encoder.add_tallies(summary)       # every chunk added: the ids' counts are whole
+                last = (group.to_table(self.schema, summary, count_ids=False) if group.rows or summary.records == 0
+                        else None)
                 account = reader.finish()
                 if account.records != summary.records:
                     raise RuntimeError(f"{shard.name}: record accounting is broken: {account.records} read, "
@@ -206,6 +225,7 @@ class TokenizeShard(beam.DoFn):
                 self.writes.wait()
             except BaseException:
                 self.writes.wait(quiet=True)    # no write of this file runs while it is closed
+                wait([future for _, _, future in pending])  # nor a chunk counting into the next shard's tallies
                 raise
             finishing = stack.pop_all()
         self.writes.finish(out_url, finishing, writer, last, entry)
@@ -238,7 +258,7 @@ class TokenizeShard(beam.DoFn):
         chunk, _, measured = in_flight
         self.add_encoded(chunk, *measured.result(), group, summary, partials)
         if group.rows % ENCODE_BATCH_RECORDS == 0 and group.full():
-            table = group.to_table(self.schema, summary)
+            table = group.to_table(self.schema, summary, count_ids=False)
             self.writes.start(writer.write_table, table)
             return self.new_row_group()
         return group

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import array
 import json
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from typing import Callable
@@ -20,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from bpe_ops.dropout import Dropout
-from bpe_ops.stats import Summary, measure_batch
+from bpe_ops.stats import Summary, Tallies, measure_batch
 from schemas import tables
 from pipelines.core.files import writing
 from pipelines.statistics.groups import group_value
@@ -57,9 +58,15 @@ class ChunkEncoder:
     def __init__(self, tok, threads: int, dropout: Dropout | None, eos_id: int | None):
         self.tok, self.threads, self.dropout, self.eos_id = tok, max(1, threads), dropout, eos_id
         self.pool: ThreadPoolExecutor | None = None     # made on first use
+        # Each thread's Tallies: the token-id counts and group x class counts of the chunks it
+        # calibrated, counted in the pass that reads the ids (no GIL), added to the summary once per shard.
+        self.tallies: list[Tallies] = []
+        self._local = threading.local()
+        self._tallies_made = threading.Lock()
 
     def start(self, chunk, summary: Summary) -> Future:
-        """Encode and measure `chunk` in the background (read-only on `summary`: added later, in order)."""
+        """Encode and measure `chunk` in the background (read-only on `summary`: added later, in order;
+        its ids counted into the encoding thread's tallies, added by `add_tallies`)."""
         if self.pool is None:
             self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="tokenbeam-batch")
         return self.pool.submit(self.encode_and_measure, chunk, summary)
@@ -68,8 +75,29 @@ class ChunkEncoder:
         """What a background thread makes of a chunk: ids, measures, digit runs, calibration."""
         id_arrays = self.ids(chunk)
         stats, runs = measure_batch([r.text for r in chunk], id_arrays)
-        calibration = summary.batch_calibration(stats[0], [r.id for r in chunk], id_arrays)
+        calibration = summary.batch_calibration(stats[0], [r.id for r in chunk], id_arrays,
+                                                tallies=self.thread_tallies(summary))
         return id_arrays, stats, runs, calibration
+
+    def thread_tallies(self, summary: Summary) -> Tallies:
+        """The calling thread's tallies (made on first use, for `summary`'s vocabulary)."""
+        tallies = getattr(self._local, "tallies", None)
+        if tallies is None or len(tallies.id_counts) != summary.vocab_size:
+            tallies = self._local.tallies = summary.tallies()
+            with self._tallies_made:
+                self.tallies = [t for t in self.tallies if len(t.id_counts) == summary.vocab_size] + [tallies]
+        return tallies
+
+    def add_tallies(self, summary: Summary) -> None:
+        """Add every thread's tallies to `summary` and empty them: called with no chunk encoding, once
+        the shard's chunks have all been added."""
+        for tallies in self.tallies:
+            summary.add_tallies(tallies)
+
+    def clear_tallies(self) -> None:
+        """Drop what the threads counted (a shard's start: a failed shard's chunks may have left counts)."""
+        for tallies in self.tallies:
+            tallies.clear()
 
     def ids(self, chunk) -> list:
         """The token ids of each record of the chunk, as uint32 arrays, EOS appended."""
@@ -141,11 +169,12 @@ class RowGroup:
     def full(self) -> bool:
         return self.rows >= ROW_GROUP_ROWS or self.tokens >= ROW_GROUP_TOKENS
 
-    def to_table(self, schema: pa.Schema, summary: Summary) -> pa.Table:
-        """The row group as an Arrow table; its token ids are counted into `summary` in bulk here
+    def to_table(self, schema: pa.Schema, summary: Summary, count_ids: bool = True) -> pa.Table:
+        """The row group as an Arrow table; unless `count_ids` is false (they were counted as they were
+        calibrated: `ChunkEncoder`'s tallies), its token ids are counted into `summary` in bulk here
         (numpy.bincount over the flat id array, no Python object per id)."""
         values = np.frombuffer(b"".join(self.token_ids), dtype=np.uint32)
-        if len(values):
+        if count_ids and len(values):
             summary.add_dense_id_counts(np.bincount(values, minlength=summary.vocab_size))
         id_type = schema.field("token_ids").type.value_type
         pool = WRITE_POOL

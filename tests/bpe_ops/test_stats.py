@@ -484,17 +484,27 @@ def test_the_compiled_calibration_counts_equal_the_numpy_specification(id_lists,
     mask[: min(256, vocab_size)] = True
     table = id_class_table(vocab_size)
     results = []
-    for count, ids in ((compiled, [array("I", x) for x in id_lists]),
-                       (calibrate_ids, _id_runs(id_lists, [len(x) for x in id_lists], chunk=chunk))):
+    for count, ids, with_counts in ((compiled, [array("I", x) for x in id_lists], False),
+                                    (calibrate_ids, _id_runs(id_lists, [len(x) for x in id_lists], chunk=chunk), False),
+                                    (compiled, [array("I", x) for x in id_lists], True),
+                                    (calibrate_ids, _id_runs(id_lists, [len(x) for x in id_lists], chunk=chunk), True)):
         raw, cells = np.zeros(len(id_lists), np.int64), np.zeros(REPLICATE_GROUPS * classes, np.int64)
         cells[::7] = 1          # cells already counted are not counted from zero again
+        counts = np.arange(vocab_size, dtype=np.int64)      # ids are counted on top of what is there
         try:
-            new = count(ids, rows, mask.view(np.uint8), table, raw, cells)
+            new = count(ids, rows, mask.view(np.uint8), table, raw, cells, *([counts] if with_counts else []))
         except ValueError as exc:
             results.append(str(exc))
         else:
-            results.append((raw.tolist(), cells.tolist(), sorted(np.frombuffer(new, np.int64).tolist())))
+            results.append((raw.tolist(), cells.tolist(), sorted(np.frombuffer(new, np.int64).tolist()),
+                            counts.tolist() if with_counts else None))
     assert results[0] == results[1]
+    assert results[2] == results[3]
+    if not isinstance(results[0], str):
+        assert results[2][:3] == results[0][:3]
+        expected = np.arange(vocab_size, dtype=np.int64)
+        np.add.at(expected, np.array([i for x in id_lists for i in x], dtype=np.int64), 1)
+        assert results[2][3] == expected.tolist()
     assert isinstance(results[0], str) == any(i >= vocab_size for x in id_lists for i in x)
 
 
@@ -513,6 +523,34 @@ def test_a_calibration_made_beforehand_equals_one_made_in_add_batch(tiny_records
     wrong = ahead.batch_calibration([1, 1, 1], ["a", "b", "c"], [[1], [2], [3]])
     with pytest.raises(ValueError, match="a calibration of 3 records"):
         ahead.add_batch([1], [1], [1], [1], record_ids=["a"], id_arrays=[[1]], calibration=wrong)
+
+
+def test_batches_calibrated_into_tallies_equal_batches_calibrated_alone(tiny_records, gpt2):
+    # Tallies (a thread's id counts and group x class cells, added once) against each batch's own
+    # calibration and the ids counted apart: the same summary, whichever batches the tallies saw.
+    from array import array
+    from bpe_ops.stats import Tallies
+    texts, id_lists = [t for t, _ in tiny_records], [array("I", ids) for _, ids in tiny_records]
+    plain = Summary(gpt2.vocab_size, raw_byte_ids=single_byte_ids(gpt2.vocab))
+    tallied = Summary(gpt2.vocab_size, raw_byte_ids=single_byte_ids(gpt2.vocab))
+    threads = [tallied.tallies(), tallied.tallies()]
+    for k, start in enumerate(range(0, len(texts), 7)):
+        chunk, ids = texts[start:start + 7], id_lists[start:start + 7]
+        stats, rids = batch_stats(chunk, ids), [f"r{start + k}" for k in range(len(chunk))]
+        runs = [digit_runs(t) for t in chunk]
+        plain.add_batch(*stats, record_ids=rids, id_arrays=ids, digit_runs=runs)
+        plain.add_id_counts(Counter(i for x in ids for i in x))
+        calibration = tallied.batch_calibration(stats[0], rids, ids, tallies=threads[k % 2])
+        tallied.add_batch(*stats, record_ids=rids, id_arrays=ids, digit_runs=runs, calibration=calibration)
+    for tallies in threads:
+        tallied.add_tallies(tallies)
+        assert not tallies.used and not tallies.id_counts.any() and not tallies.cells.any()
+    assert pickle.dumps(tallied) == pickle.dumps(plain)
+    with pytest.raises(ValueError, match="tallies of a 300-id vocabulary"):
+        tallied.add_tallies(Tallies(300, 10))
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        tallied.batch_calibration([1], ["a"], [array("I", [gpt2.vocab_size])], tallies=threads[0])
+    assert not threads[0].id_counts.any()       # nothing counted from a batch that raised
 
 
 def test_digit_runs_are_kept_per_group_and_merge_exactly(tiny_records, gpt2):

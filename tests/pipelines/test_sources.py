@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from hypothesis import given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from pipelines.datasets import sources
 from pipelines.datasets.sources import (
@@ -449,3 +449,59 @@ def test_tiny_corpus_same_texts_in_every_format(corpora, tmp_path):
     write(tmp_path / "l" / "tiny.txt", "\n".join(texts).encode())
     lines = [ln.removesuffix("\r") for t in texts for ln in t.split("\n") if ln.strip()]
     assert texts_of("l/*.txt") == lines
+
+
+# ---------------------------------------------------------------------------- JSONL read from bytes
+
+JSONL_CORNERS = [
+    b'{"id": "a", "text": "hi\\nthere \\u00e9 \\ud83d\\ude00 \\"q\\" \\/ \\t \\b\\f\\r\\\\"}',
+    b'{"text":"x"}', b' {"text" : "x" , "id":"y" } \r', b'\t{"text":"x"}\n', b'{"text":"x","id":1}',
+    b'{"text":"x","id":null}', b'{"text":"x","id":["a",1]}', b'{"text":null}', b'{"text":12}',
+    b'{"text":"x","meta":{"a":[1,2,{"b":null}]},"n":-1.5e3,"t":true,"f":false,"z":0}',
+    b'{"text":"x",}', b'{"text":"x"} x', b'{"text":"x"}{}', b'{"text":"\\ud800"}', b'{"text":"\\udc00x"}',
+    b'{"text":"\\ud800\\u0041"}', b'{"id":"\\udfff","text":"x"}', b'{"text":"a\xff"}', b'{"text":"x","o":"\xc0\xaf"}',
+    b'{"text":"\xed\xa0\x80"}', b'{"text":"\xf4\x90\x80\x80"}', b'{"text":"\xe2\x82"}', b'{"te\\u0078t":"x"}',
+    b'{"text":"x","n":NaN}', b'{"text":"x","n":-Infinity}', b'{"text":"caf\xc3\xa9","text":"second"}',
+    b'{"text":"a","text":1}', b'{"id":"a","id":"b","text":"t"}', b'{}', b'[1]', b'"text"', b'{"text":"a\tb"}',
+    b'{"id":"x"}', b'{"text":""}', b'{"text":"\\u0000\\u001f\\u007f\\u0080\\u2028\\uffff"}', b'{"text":"\\x"}',
+    b'{"text":"\\u12"}', b'{"text":"abc', b'{"text" "x"}', b'{text:"x"}', b'{"text":"x" "id":"y"}',
+    b'{"text":"x","n":01}', b'{"text":"x","n":1.}', b'{"text":"x","n":.5}', b'{"text":"x","n":+1}',
+    b'{"text":"x","a":[1,]}', b'{"text":"x","a":' + b'[' * 600 + b']' * 600 + b'}', b'{"text":"x","t":tru}',
+    b'\xef\xbb\xbf{"text":"x"}', b'{"text":"\xf0\x9f\x98\x80 \xe4\xb8\xad"}', b'{"text":"x","id":"\\u00e9\xc3\xa9"}',
+    # Long lines (read without the GIL): plain, escaped, with bad bytes or bad JSON far from the start.
+    b'{"id":"long","text":"' + b'abc\\n\xc3\xa9 \\u00e9\\ud83d\\ude00 ' * 600 + b'"}',
+    b'{"text":"' + b'x' * 9000 + b'","id":"y"}', b'{"text":"' + b'x' * 9000 + b'\xff"}',
+    b'{"text":"' + b'x' * 9000 + b'","n":[1,2,}', b'{"text":"' + b'x' * 9000 + b'\\ud800"}',
+]
+
+
+@pytest.mark.parametrize("text_field, id_field", [("text", "id"), ("text", None), ("id", "id"), ("te\u00e9", "id")])
+def test_jsonl_records_from_bytes_equal_json_loads(text_field, id_field):
+    """`jsonl_record` (the compiled read of a line's text and id where it may) gives exactly what
+    reading the line with json.loads gives, on lines of every kind: plain, escaped, invalid UTF-8,
+    bad JSON, NaN, deep nesting, repeated keys, lone surrogates."""
+    if sources._JSONL_TEXT_ID is None:
+        pytest.skip("bpe_ops._native not built")
+    shard = Shard("mem/a.jsonl", "a.jsonl", 0)
+    lines = JSONL_CORNERS + [line.replace(b'"text"', '"te\u00e9"'.encode()) for line in JSONL_CORNERS]
+    fast = 0
+    for policy in ("replace", "reject"):
+        options = SourceOptions(text_field=text_field, id_field=id_field, invalid_utf8=policy)
+        for row, line in enumerate(lines):
+            got = sources.jsonl_record(line, 7, row, shard, options)
+            assert got == sources._jsonl_record_loaded(line, 7, row, shard, options), line
+            fast += sources._JSONL_TEXT_ID(line, text_field, id_field) is not None
+    assert fast >= 10         # the compiled read took many of them
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from(["text", "id", "x", "t\u00e9"]),
+                       st.one_of(st.text(), st.integers(), st.none(), st.floats(allow_nan=True),
+                                 st.lists(st.text(max_size=3), max_size=3)), max_size=4),
+       st.booleans(), st.booleans())
+def test_jsonl_records_from_bytes_equal_json_loads_generated(obj, ascii_only, spaced):
+    line = json.dumps(obj, ensure_ascii=ascii_only, separators=(", ", " : ") if spaced else (",", ":"))
+    raw = line.encode("utf-8", "surrogatepass")
+    shard = Shard("mem/a.jsonl", "a.jsonl", 0)
+    options = SourceOptions()
+    assert sources.jsonl_record(raw, 0, 3, shard, options) == sources._jsonl_record_loaded(raw, 0, 3, shard, options)
