@@ -450,7 +450,8 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str]) ->
     bar = ProgressBar(max(1, args.vocab_size - 256 - len(specials)))
     try:
         tok = train_bpe(counts, vocab_size=args.vocab_size, pattern=args.pattern, special_tokens=specials,
-                        min_frequency=args.min_frequency, tie_break=args.tie_break, progress=bar,
+                        min_frequency=args.min_frequency, tie_break=args.tie_break,
+                        progress=None if is_quiet() else bar,    # quiet: no call per merge to draw nothing
                         max_token_length=args.max_token_length, **text_options_of(args),
                         superword_transition=args.superword_transition,
                         superword_max_words=args.superword_max_words, superword_counts=units,
