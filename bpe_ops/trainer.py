@@ -216,9 +216,12 @@ def _run_loop(implementation: Implementation, initial_tokens: int, words, weight
     `implementation.compiled` is False or the counts do not fit in 64 bits."""
     # Every count the loop computes is at most initial_tokens: if that fits, int64 is exact.
     if _merge_loop is not None and implementation.compiled and initial_tokens <= INT64_MAX:
-        # Pair counts are >= 1 and < 2**63, so clamping min_frequency changes no comparison.
-        return _merge_loop.merge_loop(words, weights, alphabet, num_merges, min(max(min_frequency, 0), INT64_MAX),
-                                      *rest)
+        # Pair counts are >= 1 and < 2**63, so clamping min_frequency changes no comparison. The
+        # loop's results (a tuple and two ints per merge) are no garbage, yet their allocation
+        # would start collections that walk the words and the counts.
+        with _collector_paused():
+            return _merge_loop.merge_loop(words, weights, alphabet, num_merges,
+                                          min(max(min_frequency, 0), INT64_MAX), *rest)
     return _merge_loop_python(words, weights, alphabet, num_merges, min_frequency, *rest)
 
 

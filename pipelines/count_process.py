@@ -7,6 +7,8 @@ following the launcher, so that it ends if the launcher is killed.
 """
 from __future__ import annotations
 
+import gc
+import json
 import os
 import signal
 import sys
@@ -21,6 +23,19 @@ import time
 #  - pandas: `apache_beam.typehints` imports it for its DataFrame type hints, a large share of the
 #    counting process's memory and start-up (Beam's own worker processes still import it).
 HIDDEN = ("IPython", "pandas")
+# Packages Beam imports only for the connectors and file systems of other places, each import
+# guarded as an optional one: Google Cloud's BigQuery, Pub/Sub and GCS (`requests` comes first
+# in that chain) and S3 (`boto3`). Hidden too when the job runs on the pinned local runner and
+# names no URL, where neither can be used. (Not pymongo: without it Beam prints a line.)
+HIDDEN_ON_LOCAL_FILES = ("requests", "boto3")
+
+
+def runs_here_on_local_files(job: dict) -> bool:
+    """Whether the job runs on the pinned local runner (no --runner) and every path it names, Beam's
+    flags included, is local (no `scheme://`)."""
+    args, rest = job["args"], job["rest"]
+    words = [*(args.get("input") or []), args.get("output") or "", *rest]
+    return not any(w.startswith("--runner") for w in rest) and not any("://" in w for w in words)
 
 
 def exit_with_launcher(launcher: int) -> None:
@@ -37,11 +52,20 @@ def exit_with_launcher(launcher: int) -> None:
 
 def main(argv: list[str]) -> int:
     launcher, result_fd, job = int(argv[0]), int(argv[1]), argv[2]
-    for name in HIDDEN:
+    hidden = HIDDEN + (HIDDEN_ON_LOCAL_FILES if runs_here_on_local_files(json.loads(job)) else ())
+    for name in hidden:
         sys.modules.setdefault(name, None)
     exit_with_launcher(launcher)
     try:
-        from pipelines.steps.train_count import count_and_report
+        # Importing Beam makes hundreds of thousands of objects that live as long as the process:
+        # the collector's passes over them meanwhile find nothing to free, and frozen afterwards
+        # they are never walked again.
+        gc.disable()
+        try:
+            from pipelines.steps.train_count import count_and_report
+        finally:
+            gc.freeze()
+            gc.enable()
         return count_and_report(result_fd, job)
     except KeyboardInterrupt:        # Ctrl-C reaches the whole process group; the launcher says so
         return 130

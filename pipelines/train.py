@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import asdict
 from operator import mul
@@ -37,6 +36,7 @@ from pipelines.core.command import (Command, add_quiet_argument, check_special_t
 from pipelines.core.errors import EXIT_INCOMPLETE, IncompleteRun, UserError, is_quiet, say, set_quiet, warn
 from pipelines.core.folders import claim_output, mark_output
 from pipelines.core.files import exists, join, open_atomic, read_json, write_text_atomic
+from pipelines.core.line_chart import line_chart_png
 from pipelines.datasets.outcome import RunFigures, RunWords, incomplete_run
 from pipelines.datasets.shards import add_source_arguments, unique_count, warn_mostly_rejected, \
     warn_shard_errors
@@ -223,24 +223,13 @@ def compression_curve(initial_tokens: int, total_bytes: int, tokens_saved: list[
     return curve
 
 
-def plot_curve(curve: list[dict], url: str) -> bool:
-    """compression_curve.png with the plot extra; False when matplotlib is not installed."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.plot([c["vocab_size"] for c in curve], [c["tokens_per_byte"] for c in curve])
-    ax.set_xlabel("vocabulary size")
-    ax.set_ylabel("tokens per byte (training counts)")
-    ax.set_title("Compression curve")
-    ax.grid(True, alpha=0.3)
+def plot_curve(curve: list[dict], url: str) -> None:
+    """compression_curve.png: tokens per byte against vocabulary size (pipelines/core/line_chart.py)."""
+    png = line_chart_png([c["vocab_size"] for c in curve], [c["tokens_per_byte"] for c in curve],
+                         title="Compression curve", x_label="vocabulary size",
+                         y_label="tokens per byte (training counts)")
     with open_atomic(url) as f:
-        fig.savefig(f, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return True
+        f.write(png)
 
 
 def own_peak_rss_mb() -> float:
@@ -375,24 +364,6 @@ def describe_text_options(options: dict) -> str:
     return " ".join(flags) or "no text options"
 
 
-def import_plotting_in_background() -> threading.Thread:
-    """Start importing matplotlib in a thread, while the merge loop runs: the compiled loop drops the
-    GIL, so the import takes the other core instead of adding to the write stage, and it is not yet
-    resident while the counting process peaks. `plot_curve` then finds
-    it imported. Without the plot extra, nothing happens."""
-    def warm() -> None:
-        try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot  # noqa: F401
-        except ImportError:
-            pass
-
-    thread = threading.Thread(target=warm, name="import-matplotlib", daemon=True)
-    thread.start()
-    return thread
-
-
 def run(argv: list[str]) -> dict:
     """Run `tokenbeam train ARGV`; returns the train report. UserError for bad usage, IncompleteRun
     when no tokenizer could be trained on the whole corpus."""
@@ -404,16 +375,10 @@ def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.Argum
     sort into Beam's flags and more inputs (this process never imports Beam)."""
     set_quiet(args.quiet)
     check_args(args, rest, parser)
-    warming: list[threading.Thread] = []
-    try:
-        return train(args, rest, option_strings(parser), warming)
-    finally:
-        for thread in warming:
-            thread.join()
+    return train(args, rest, option_strings(parser))
 
 
-def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
-          warming: list[threading.Thread]) -> dict:
+def train(args: argparse.Namespace, rest: list[str], tool_options: list[str]) -> dict:
     timing: dict[str, float] = {}
     started = time.perf_counter()
     implementation = implementation_from_environment()
@@ -479,14 +444,14 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
     say(f"merge loop: {len(counts):,} unique pre-tokens, target {args.vocab_size:,} ids"
         + (f"; superword units: {len(units):,} unique, from {args.superword_transition:,} ids"
            if units is not None else ""))
-    warming.append(import_plotting_in_background())
     from bpe_ops import train_bpe
 
     t0 = time.perf_counter()
     bar = ProgressBar(max(1, args.vocab_size - 256 - len(specials)))
     try:
         tok = train_bpe(counts, vocab_size=args.vocab_size, pattern=args.pattern, special_tokens=specials,
-                        min_frequency=args.min_frequency, tie_break=args.tie_break, progress=bar,
+                        min_frequency=args.min_frequency, tie_break=args.tie_break,
+                        progress=None if is_quiet() else bar,    # quiet: no call per merge to draw nothing
                         max_token_length=args.max_token_length, **text_options_of(args),
                         superword_transition=args.superword_transition,
                         superword_max_words=args.superword_max_words, superword_counts=units,
@@ -520,7 +485,7 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
         "compression_curve": curve, "superword": superword_report(args, result, totals, tok),
         "budget": totals.get("budget"),
     }
-    plotted = plot_curve(curve, join(args.output, "compression_curve.png"))
+    plot_curve(curve, join(args.output, "compression_curve.png"))
     timing["write"] = time.perf_counter() - t0
     timing["total"] = time.perf_counter() - started
     report["timing_seconds"] = {k: round(v, 3) for k, v in timing.items()}
@@ -535,13 +500,11 @@ def train(args: argparse.Namespace, rest: list[str], tool_options: list[str],
     write_text_atomic(join(args.output, SUCCESS), json.dumps(
         {"version": reports.TRAIN_REPORT_VERSION, "tokenizer_sha256": tok.sha256, "inputs": report["inputs"],
          ACCOUNT_KEY: report[ACCOUNT_KEY],
-         "files": [name for name in TOKENIZER_FILES[:-1] if (name != "compression_curve.png" or plotted)
-                   and (name != "tokenizer.tiktoken" or tiktoken["written"])]},
+         "files": [name for name in TOKENIZER_FILES[:-1] if name != "tokenizer.tiktoken" or tiktoken["written"]]},
         indent=1, sort_keys=True) + "\n")
     say(f"trained {tok.vocab_size:,} ids ({len(result.merges):,} merges, {result.tied_merges:,} tied, stop: "
         f"{result.stop_reason}) from {account.records_written:,} records ({account.records_rejected:,} rejected, "
-        f"{account.shards_failed} of {account.shards_read} shard(s) failed) in {timing['total']:.1f}s -> {tokenizer_url}"
-        + ("" if plotted else " (install the plot extra for compression_curve.png)"))
+        f"{account.shards_failed} of {account.shards_read} shard(s) failed) in {timing['total']:.1f}s -> {tokenizer_url}")
     return report
 
 
