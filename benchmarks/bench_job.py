@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -146,7 +147,8 @@ def main(argv=None) -> None:
     for round_ in range(args.repeat):
         for name, command in tools.items():
             out = work / "out" / f"{name.split()[0]}-{round_}"
-            out.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(out, ignore_errors=True)      # a kept folder's last outputs: tokenbeam would skip them
+            out.mkdir(parents=True)
             result = measure(command(out), env=env)
             if result.returncode:
                 sys.exit(f"bench_job: {name} failed: {result.stderr.strip().splitlines()[-1:]}")
