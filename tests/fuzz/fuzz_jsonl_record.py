@@ -1,0 +1,41 @@
+"""Fuzz target: one JSONL line as `tokenize` and `train` read it (`sources.jsonl_record`): the
+compiled read of its text and id (`_native.jsonl_text_id`, where it takes the line) must give
+exactly the record or rejection that json.loads gives (`sources._jsonl_record_loaded`, the
+specification), for every text and id field pair and both invalid-UTF-8 policies. Run from the
+worktree:
+
+    mkdir -p /tmp/fuzz-jsonl_record && python3 tests/fuzz/fuzz_jsonl_record.py -max_total_time=600 \
+        /tmp/fuzz-jsonl_record tests/fuzz/corpus/jsonl_record
+
+(new corpus entries go to the first folder, crashing inputs to ./crash-*)."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.fuzz import harness  # noqa: E402
+
+with harness.instrumented(__name__ == "__main__"):
+    from pipelines.datasets import sources
+    from pipelines.datasets.sources import Shard, SourceOptions
+
+SHARD = Shard("mem/a.jsonl", "a.jsonl", 0)
+OPTIONS = [SourceOptions(text_field=text, id_field=rid, invalid_utf8=policy)
+           for text, rid in (("text", "id"), ("text", None), ("id", "id"), ("t\u00e9", "id"))
+           for policy in ("replace", "reject")]
+
+
+def check(data: bytes) -> None:
+    line = data.split(b"\n", 1)[0]
+    if not line.strip():
+        return
+    for options in OPTIONS:
+        got = sources.jsonl_record(line, 0, 3, SHARD, options)
+        expected = sources._jsonl_record_loaded(line, 0, 3, SHARD, options)
+        if got != expected:
+            raise AssertionError(f"compiled and json.loads reads differ on {line!r}: {got!r} / {expected!r}")
+
+
+if __name__ == "__main__":
+    if sources._JSONL_TEXT_ID is None:
+        sys.exit("fuzz_jsonl_record: bpe_ops._native is not built")
+    harness.fuzz(check)
