@@ -53,6 +53,23 @@ static inline int json_hex(uint8_t c)
     return -1;
 }
 
+static inline int json_short_escape(uint8_t e)
+{
+    /* The character the escape backslash-e stands for when e is one of JSON's one-letter escapes
+     * (" \\ / b f n r t), else -1 (\u is not one). */
+    switch (e) {
+    case '"': return '"';
+    case '\\': return '\\';
+    case '/': return '/';
+    case 'b': return '\b';
+    case 'f': return '\f';
+    case 'n': return '\n';
+    case 'r': return '\r';
+    case 't': return '\t';
+    default: return -1;
+    }
+}
+
 static long json_hex4(const uint8_t *s, size_t n, size_t at)
 {
     /* The four hex digits at `at` as a number, or -1. */
@@ -87,7 +104,7 @@ static ptrdiff_t json_string_end(const uint8_t *s, size_t n, size_t at)
                 if (json_hex4(s, n, at + 1) < 0)
                     return -1;
                 at += 4;
-            } else if (!strchr("\"\\/bfnrt", c) || c == 0) {
+            } else if (json_short_escape(c) < 0) {
                 return -1;
             }
         }
@@ -105,6 +122,7 @@ static ptrdiff_t json_string_chars(const uint8_t *s, size_t n, size_t at, uint32
         return -1;
     for (at++; at < n; ) {
         uint32_t c = s[at];
+        int e;
         if (c == '"') {
             *len = w;
             return (ptrdiff_t)(at + 1);
@@ -133,14 +151,6 @@ static ptrdiff_t json_string_chars(const uint8_t *s, size_t n, size_t at, uint32
             if (++at >= n)
                 return -1;
             switch (s[at]) {
-            case '"': c = '"'; break;
-            case '\\': c = '\\'; break;
-            case '/': c = '/'; break;
-            case 'b': c = '\b'; break;
-            case 'f': c = '\f'; break;
-            case 'n': c = '\n'; break;
-            case 'r': c = '\r'; break;
-            case 't': c = '\t'; break;
             case 'u': {
                 long u = json_hex4(s, n, at + 1), low;
                 if (u < 0)
@@ -161,7 +171,9 @@ static ptrdiff_t json_string_chars(const uint8_t *s, size_t n, size_t at, uint32
                 break;
             }
             default:
-                return -1;
+                if ((e = json_short_escape(s[at])) < 0)
+                    return -1;
+                c = (uint32_t)e;
             }
             out[w++] = c;
             at++;

@@ -787,6 +787,7 @@ static ptrdiff_t json_string_utf8(const uint8_t *s, size_t n, size_t at, uint8_t
     at++;
     for (;;) {
         uint32_t c;
+        int e;
         while (n - at >= 8) {
             uint64_t v;
             memcpy(&v, s + at, 8);
@@ -813,14 +814,6 @@ static ptrdiff_t json_string_utf8(const uint8_t *s, size_t n, size_t at, uint8_t
         if (n - at < 2)
             return -1;
         switch (s[at + 1]) {
-        case '"': c = '"'; break;
-        case '\\': c = '\\'; break;
-        case '/': c = '/'; break;
-        case 'b': c = '\b'; break;
-        case 'f': c = '\f'; break;
-        case 'n': c = '\n'; break;
-        case 'r': c = '\r'; break;
-        case 't': c = '\t'; break;
         case 'u': {
             long u = json_hex4(s, n, at + 2), low;
             if (u < 0)
@@ -837,7 +830,9 @@ static ptrdiff_t json_string_utf8(const uint8_t *s, size_t n, size_t at, uint8_t
             break;
         }
         default:
-            return -1;
+            if ((e = json_short_escape(s[at + 1])) < 0)
+                return -1;
+            c = (uint32_t)e;
         }
         at += 2;
         if (c < 0x80) {

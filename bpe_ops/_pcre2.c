@@ -1685,6 +1685,26 @@ static int has_guarded(PyObject *text, PyObject *guard)
     return 0;
 }
 
+static const uint8_t *encoder_take(TextEncoder *self, PyObject *text, Py_ssize_t *len)
+{
+    /* The UTF-8 of text, the encoder made busy, when it may take the text: not busy already, and no
+     * character its split patterns' engines classify differently (Fallback otherwise). NULL with
+     * an exception set, the encoder left as it was. */
+    const uint8_t *s;
+    if (self->busy) {
+        PyErr_SetString(Fallback, "this TextEncoder is busy with another text");
+        return NULL;
+    }
+    if ((s = utf8_of(text, len)) == NULL)
+        return NULL;
+    if (self->guard != NULL && !PyUnicode_IS_ASCII(text) && has_guarded(text, self->guard)) {
+        PyErr_SetString(Fallback, "the text holds a character the split patterns' engines classify differently");
+        return NULL;
+    }
+    self->busy = 1;
+    return s;
+}
+
 static int encoder_run(TextEncoder *self, PyObject *text)
 {
     /* self->out = the ids of text, the encoder left busy: the caller reads them out, then calls
@@ -1700,17 +1720,8 @@ static int encoder_run(TextEncoder *self, PyObject *text)
         PyErr_SetString(PyExc_TypeError, "TextEncoder is not initialised");
         return -1;
     }
-    if (self->busy) {
-        PyErr_SetString(Fallback, "this TextEncoder is busy with another text");
+    if ((s = encoder_take(self, text, &len)) == NULL)
         return -1;
-    }
-    if ((s = utf8_of(text, &len)) == NULL)
-        return -1;
-    if (self->guard != NULL && !PyUnicode_IS_ASCII(text) && has_guarded(text, self->guard)) {
-        PyErr_SetString(Fallback, "the text holds a character the split patterns' engines classify differently");
-        return -1;
-    }
-    self->busy = 1;
     /* Only this encoder's own buffers are touched while encoding: let other threads run. */
     Py_BEGIN_ALLOW_THREADS
     rc = encode_text(self, s, (size_t)len);
@@ -1902,31 +1913,24 @@ static PyObject *sequence_pieces(PyObject *Py_UNUSED(module), PyObject *args)
         PyErr_SetString(PyExc_ValueError, "sequence_pieces: the encoder has no steps");
         return NULL;
     }
-    if (encoder->busy) {
-        PyErr_SetString(Fallback, "this TextEncoder is busy with another text");
+    if ((s = encoder_take(encoder, text, &len)) == NULL)
         return NULL;
-    }
-    if ((s = utf8_of(text, &len)) == NULL)
-        return NULL;
-    if (encoder->guard != NULL && !PyUnicode_IS_ASCII(text) && has_guarded(text, encoder->guard)) {
-        PyErr_SetString(Fallback, "the text holds a character the split patterns' engines classify differently");
-        return NULL;
-    }
+    /* busy until the pieces are read out: making their strs may let another thread in */
     if ((rc = split_steps(encoder, s, (size_t)len)) < 0)
-        return split_failed(rc), NULL;
+        return encoder_done(encoder, (split_failed(rc), NULL));
     if ((out = PyList_New((Py_ssize_t)encoder->spans.n)) == NULL)
-        return NULL;
+        return encoder_done(encoder, NULL);
     for (k = 0; k < encoder->spans.n; k++) {
         const Span *span = &encoder->spans.spans[k];
         PyObject *piece = PyUnicode_DecodeUTF8((const char *)s + span->start, (Py_ssize_t)(span->end - span->start),
                                                "strict");
         if (piece == NULL) {
             Py_DECREF(out);
-            return NULL;
+            return encoder_done(encoder, NULL);
         }
         PyList_SET_ITEM(out, (Py_ssize_t)k, piece);
     }
-    return out;
+    return encoder_done(encoder, out);
 }
 
 static PyMethodDef module_methods[] = {
