@@ -318,34 +318,46 @@ static int mark_class(const char *cls, const uint8_t *every, size_t n, uint8_t *
     return rc < 0 && rc != PCRE2_ERROR_NOMATCH ? -1 : 0;
 }
 
-static const uint8_t *build_scan_classes(void)
+static uint8_t *classify_bmp(const char *const *patterns, const uint8_t *values, size_t count, int *failed)
 {
-    /* The class table (see scan_classes), or NULL when it cannot be built: the scanner is then off. */
-    static int failed;
-    uint8_t *every, *classes;
-    size_t n = 0;
+    /* A new table of the BMP, [code point] -> values[i] where the PCRE2 class patterns[i] matches the
+     * code point, 0 where none does. NULL when out of memory (*failed untouched: memory may come
+     * back), or with *failed set when PCRE2 fails or a code point is in two classes. */
+    uint8_t *every = malloc(3 * 0x10000), *classes = calloc(0x10000, 1);
+    size_t n = 0, i;
     uint32_t cp;
-    if (scan_classes != NULL || failed)
-        return scan_classes;
-    every = malloc(3 * 0x10000);
-    classes = calloc(0x10000, 1);             /* CH_OTHER == 0 */
     if (every == NULL || classes == NULL) {
         free(every);
         free(classes);
-        return NULL;                          /* not remembered: memory may come back */
+        return NULL;
     }
     for (cp = 0; cp < 0x10000; cp++)
         if (cp < 0xD800 || cp > 0xDFFF)       /* surrogates are not UTF-8: never in a text */
             n += utf8_put(every + n, cp);
-    failed = mark_class("[\\p{Lu}\\p{Lt}]+", every, n, classes, CH_UPPER) < 0 ||
-             mark_class("\\p{Ll}+", every, n, classes, CH_LOWER) < 0 ||
-             mark_class("[\\p{Lm}\\p{Lo}]+", every, n, classes, CH_CASELESS) < 0 ||
-             mark_class("\\p{M}+", every, n, classes, CH_MARK) < 0 ||
-             mark_class("\\p{N}+", every, n, classes, CH_NUMBER) < 0 ||
-             mark_class("\\s+", every, n, classes, CH_WHITE) < 0 ||
-             classes[' '] != CH_WHITE || classes['\r'] != CH_WHITE || classes['\n'] != CH_WHITE ||
-             classes['\''] != CH_OTHER || classes['/'] != CH_OTHER;
+    for (i = 0; i < count && !*failed; i++)
+        *failed = mark_class(patterns[i], every, n, classes, values[i]) < 0;
     free(every);
+    if (*failed) {
+        free(classes);
+        return NULL;
+    }
+    return classes;
+}
+
+static const uint8_t *build_scan_classes(void)
+{
+    /* The class table (see scan_classes), or NULL when it cannot be built: the scanner is then off. */
+    static const char *const patterns[] = {"[\\p{Lu}\\p{Lt}]+", "\\p{Ll}+", "[\\p{Lm}\\p{Lo}]+", "\\p{M}+",
+                                           "\\p{N}+", "\\s+"};
+    static const uint8_t values[] = {CH_UPPER, CH_LOWER, CH_CASELESS, CH_MARK, CH_NUMBER, CH_WHITE};
+    static int failed;
+    uint8_t *classes;
+    if (scan_classes != NULL || failed)
+        return scan_classes;
+    if ((classes = classify_bmp(patterns, values, sizeof(values), &failed)) == NULL)
+        return NULL;                          /* CH_OTHER == 0 for the rest */
+    failed = classes[' '] != CH_WHITE || classes['\r'] != CH_WHITE || classes['\n'] != CH_WHITE ||
+             classes['\''] != CH_OTHER || classes['/'] != CH_OTHER;
     if (failed) {
         free(classes);
         return NULL;
@@ -1178,28 +1190,16 @@ static const uint8_t *build_word_classes(void)
     /* The class table (see word_classes), or NULL when it cannot be built or PCRE2's classes do not
      * fall where `_split_words.h` assumes: the step then runs on PCRE2. */
     static const char ascii_marks[] = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~";
+    static const char *const patterns[] = {"\\p{L}+", "\\p{M}+", "[\\p{P}\\p{S}]+", "\\s+"};
+    static const uint8_t values[] = {WD_LETTER, WD_MARK, WD_PUNCT, WD_WHITE};
     static int failed;
-    uint8_t *every, *classes;
-    size_t n = 0;
+    uint8_t *classes;
     uint32_t cp;
     if (word_classes != NULL || failed)
         return word_classes;
-    every = malloc(3 * 0x10000);
-    classes = calloc(0x10000, 1);             /* WD_OTHER == 0, as mark_class expects */
-    if (every == NULL || classes == NULL) {
-        free(every);
-        free(classes);
-        return NULL;
-    }
-    for (cp = 0; cp < 0x10000; cp++)
-        if (cp < 0xD800 || cp > 0xDFFF)
-            n += utf8_put(every + n, cp);
-    failed = mark_class("\\p{L}+", every, n, classes, WD_LETTER) < 0 ||
-             mark_class("\\p{M}+", every, n, classes, WD_MARK) < 0 ||
-             mark_class("[\\p{P}\\p{S}]+", every, n, classes, WD_PUNCT) < 0 ||
-             mark_class("\\s+", every, n, classes, WD_WHITE) < 0 ||
-             classes[' '] != WD_WHITE || classes['\r'] != WD_WHITE || classes['\n'] != WD_WHITE;
-    free(every);
+    if ((classes = classify_bmp(patterns, values, sizeof(values), &failed)) == NULL)
+        return NULL;                          /* WD_OTHER == 0 for the rest */
+    failed = classes[' '] != WD_WHITE || classes['\r'] != WD_WHITE || classes['\n'] != WD_WHITE;
     for (cp = 0; cp < 128 && !failed; cp++) {
         int letter = (cp | 0x20) >= 'a' && (cp | 0x20) <= 'z', mark = cp != 0 && strchr(ascii_marks, (int)cp) != NULL;
         failed = (classes[cp] == WD_LETTER) != letter || (classes[cp] == WD_PUNCT) != mark;

@@ -13,7 +13,7 @@ import importlib
 import os
 import sys
 
-from pipelines.core import command
+from pipelines.core import command, hidden_packages
 from pipelines.core.command import Parser, refuse_leftovers
 from pipelines.core.errors import EXIT_USAGE, UserError, run_command
 
@@ -96,19 +96,6 @@ def main(argv: list[str] | None = None) -> int:
     return run_command(run)
 
 
-class _NotInstalled:
-    """A finder that answers for `names` (and their submodules) as if they were not installed:
-    `import` raises ModuleNotFoundError, which the libraries that take them when they can allow."""
-
-    def __init__(self, *names: str):
-        self.names = names
-
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".", 1)[0] in self.names:
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-
-
 def console() -> int:
     """The `tokenbeam` console script: `main`, then the process ends at once with its exit code.
 
@@ -118,10 +105,8 @@ def console() -> int:
     after a run that succeeded (most runs of `tokenize --group-field` on two cores). Nothing of the
     run needs the teardown, so it is skipped, and the garbage collection over Beam's objects with it.
 
-    No command uses pandas, which Beam's type hints and Arrow's `pa.array` import whenever it is
-    installed (a tenth of a tokenize job's memory, and of its start): in this process it is not."""
-    if "pandas" not in sys.modules:
-        sys.meta_path.insert(0, _NotInstalled("pandas"))
+    The packages no command uses (`hidden_packages.UNUSED`) are hidden from the process first."""
+    hidden_packages.hide(hidden_packages.UNUSED)
     code = main()
     for stream in (sys.stdout, sys.stderr):
         try:

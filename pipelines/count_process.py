@@ -15,19 +15,7 @@ import sys
 import threading
 import time
 
-# Packages Beam imports when it can, of which the counting process needs nothing (None in
-# sys.modules makes an import fail at once, as where the package is not installed, which Beam
-# allows for both):
-#  - IPython: Beam asks it whether this is an IPython session for every transform applied;
-#    importing it just to ask is costly.
-#  - pandas: `apache_beam.typehints` imports it for its DataFrame type hints, a large share of the
-#    counting process's memory and start-up (Beam's own worker processes still import it).
-HIDDEN = ("IPython", "pandas")
-# Packages Beam imports only for the connectors and file systems of other places, each import
-# guarded as an optional one: Google Cloud's BigQuery, Pub/Sub and GCS (`requests` comes first
-# in that chain) and S3 (`boto3`). Hidden too when the job runs on the pinned local runner and
-# names no URL, where neither can be used. (Not pymongo: without it Beam prints a line.)
-HIDDEN_ON_LOCAL_FILES = ("requests", "boto3")
+from pipelines.core import hidden_packages
 
 
 def runs_here_on_local_files(job: dict) -> bool:
@@ -52,9 +40,9 @@ def exit_with_launcher(launcher: int) -> None:
 
 def main(argv: list[str]) -> int:
     launcher, result_fd, job = int(argv[0]), int(argv[1]), argv[2]
-    hidden = HIDDEN + (HIDDEN_ON_LOCAL_FILES if runs_here_on_local_files(json.loads(job)) else ())
-    for name in hidden:
-        sys.modules.setdefault(name, None)
+    hidden_packages.hide(hidden_packages.UNUSED)
+    if runs_here_on_local_files(json.loads(job)):
+        hidden_packages.hide(hidden_packages.REMOTE_ONLY)
     exit_with_launcher(launcher)
     try:
         # Importing Beam makes hundreds of thousands of objects that live as long as the process:

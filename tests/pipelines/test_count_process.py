@@ -5,7 +5,8 @@ import sys
 
 import pytest
 
-from pipelines.count_process import HIDDEN, HIDDEN_ON_LOCAL_FILES, runs_here_on_local_files
+from pipelines.core.hidden_packages import REMOTE_ONLY, UNUSED
+from pipelines.count_process import runs_here_on_local_files
 from tests.conftest import ROOT
 
 
@@ -28,8 +29,8 @@ def test_connector_packages_are_hidden_only_on_the_local_runner_with_local_paths
 
 @pytest.mark.slow
 def test_beam_and_the_counting_steps_import_and_run_with_those_packages_hidden():
-    hidden = HIDDEN + HIDDEN_ON_LOCAL_FILES
-    code = (f"import json, sys\nfor name in {hidden!r}: sys.modules[name] = None\n"
+    hidden = UNUSED + REMOTE_ONLY
+    code = (f"import json, sys\nfrom pipelines.core import hidden_packages\nhidden_packages.hide({hidden!r})\n"
             "import pipelines.steps.train_count, apache_beam as beam\n"
             "from apache_beam.runners.portability.fn_api_runner import FnApiRunner\n"
             "with beam.Pipeline(runner=FnApiRunner()) as p:\n"

@@ -1,0 +1,70 @@
+"""The packages a tokenbeam process hides from itself (pipelines.core.hidden_packages)."""
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipelines.core import hidden_packages
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def finder(monkeypatch, tmp_path):
+    """A fresh finder and meta path, and an installed package `present` with a submodule."""
+    monkeypatch.setattr(hidden_packages, "FINDER", hidden_packages.HiddenPackages())
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    (tmp_path / "present").mkdir()
+    (tmp_path / "present" / "__init__.py").write_text("")
+    (tmp_path / "present" / "sub.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("present", "present.sub"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    return hidden_packages.FINDER
+
+
+def test_a_hidden_package_and_its_submodules_cannot_be_imported(finder):
+    hidden_packages.hide(["present"])
+    with pytest.raises(ModuleNotFoundError, match="'present'"):
+        import present  # noqa: F401
+    with pytest.raises(ModuleNotFoundError, match="'present'"):      # its package first
+        import present.sub  # noqa: F401
+    assert "present" not in sys.modules
+
+
+def test_a_package_already_imported_stays(finder):
+    import present
+    hidden_packages.hide(["present"])
+    importlib.import_module("present.sub")       # nor is a submodule of it
+    assert sys.modules["present"] is present and finder.names == set()
+
+
+def test_hiding_twice_places_one_finder(finder):
+    hidden_packages.hide(["a"])
+    hidden_packages.hide(["b"])
+    assert sys.meta_path.count(finder) == 1 and sys.meta_path[0] is finder and finder.names == {"a", "b"}
+
+
+@pytest.mark.slow
+def test_beam_and_arrow_run_as_the_commands_use_them_with_the_unused_packages_hidden():
+    """With pandas and IPython hidden, Beam's type hints, a pipeline with labelled transforms and
+    Arrow's `pa.array` work, and neither package is loaded."""
+    code = ("import json, sys\n"
+            "from pipelines.core import hidden_packages\n"
+            "hidden_packages.hide(hidden_packages.UNUSED)\n"
+            "import pyarrow as pa\n"
+            "from pipelines.core.beam_options import beam\n"
+            "from apache_beam.runners.portability.fn_api_runner import FnApiRunner\n"
+            "assert pa.array([1, 2]).to_pylist() == [1, 2]\n"
+            "with beam.Pipeline(runner=FnApiRunner()) as p:\n"
+            "    p | 'Create' >> beam.Create([1, 2]) | 'Sum' >> beam.CombineGlobally(sum)\n"
+            "print(json.dumps(sorted(sys.modules)))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    loaded = {m.split(".")[0] for m in json.loads(result.stdout.splitlines()[-1])}
+    assert not loaded & set(hidden_packages.UNUSED)
