@@ -21,7 +21,6 @@ from tokenizers import decoders, models, pre_tokenizers
 
 from bpe_ops import Implementation, Tokenizer
 from bpe_ops import sentencepiece_bpe
-from tests.fuzz import fuzz_spm_encode, harness
 
 pytestmark = [pytest.mark.oracle, pytest.mark.slow]
 
@@ -305,10 +304,3 @@ def test_the_encoder_refuses_malformed_tables():
     assert marked.encode_text("a a", True) == [0, 1, 0, 1] and marked.encode_text("", True) == []
     with pytest.raises(TypeError):
         marked.encode_text(b"a", True)
-
-
-def test_fuzz_corpus_and_regressions_replay():
-    fuzz = Path(__file__).resolve().parents[1] / "fuzz"
-    cases = sorted((fuzz / "corpus" / "spm_encode").glob("*")) + sorted((fuzz / "regressions" / "spm_encode").glob("*"))
-    assert cases
-    harness.replay(fuzz_spm_encode.check, cases)

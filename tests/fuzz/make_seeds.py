@@ -12,7 +12,10 @@ sentencepiece: a SentencePiece-style tokenizer.json (byte_fallback, Metaspace, H
 token_parquet: the token Parquet files `tokenbeam tokenize` writes for a few records (plain, and
     with --keep-field and --eos-token), and recipes that rewrite them (fuzz_token_parquet.py);
 stats_json: the stats.json of the same run, and of a run with --group-field (its group files in
-    tests/fuzz/data/groups/, where the drift target finds them).
+    tests/fuzz/data/groups/, where the drift target finds them);
+sequence_split: real models' chains of Split pre-tokenizers (DeepSeek-V3's digits, CJK runs and word
+    regex; Llama 3's digits before its word regex; a Removed and an inverted step) over mixed texts.
+The other targets' seeds (jsonl_record, spm_encode) are written by hand and left as they are.
 """
 from __future__ import annotations
 
@@ -133,14 +136,39 @@ def parquet_recipes() -> None:
     write("token_parquet", "recipe-window.txt", kept + b"Vevent_time:x\nAwindow\nG2\n")
 
 
+def sequence_split_seeds() -> None:
+    """An input of fuzz_sequence_split is a byte giving the number of steps less one, a byte per step
+    (its pattern, behavior and invert, see the target), then the text."""
+    from tests.fuzz.fuzz_sequence_split import PATTERNS
+    from bpe_ops.hf_components import BEHAVIORS
+
+    def step(pattern: str, behavior: str, invert: bool = False) -> int:
+        pick = BEHAVIORS.index(behavior) * len(PATTERNS) + PATTERNS.index(pattern) + 128 * invert
+        assert pick < 256 and (pick // len(PATTERNS)) % len(BEHAVIORS) == BEHAVIORS.index(behavior)
+        return pick
+
+    deepseek_word = PATTERNS[9]
+    chains = {
+        "deepseek": [step(r"\p{N}{1,3}", "Isolated"), step("[一-龥぀-ゟ゠-ヿ]+", "Isolated"),
+                     step(deepseek_word, "Isolated")],
+        "llama3_digits": [step(r"\p{N}", "Isolated"), step(PATTERNS[10], "Isolated")],
+        "removed_inverted": [step(r"\s+", "Removed"), step(r"\p{L}+", "MergedWithNext", invert=True)],
+    }
+    for name, steps in chains.items():
+        for k, text in enumerate(TEXTS[:5]):
+            write("sequence_split", f"{name}-{k}", bytes([len(steps) - 1, *steps]) + text.encode())
+
+
 def main() -> None:
-    shutil.rmtree(CORPUS, ignore_errors=True)
+    for target in ("tokenizer_json", "tiktoken", "sentencepiece", "token_parquet", "stats_json", "sequence_split"):
+        shutil.rmtree(CORPUS / target, ignore_errors=True)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         folder = byte_level_files(tmp)
         sentencepiece_files(tmp)
         tokenize_outputs(tmp, folder / "tokenizer.json")
     parquet_recipes()
+    sequence_split_seeds()
     for path in sorted(CORPUS.rglob("*")):
         if path.is_file():
             print(f"{path.relative_to(ROOT)}: {path.stat().st_size:,} bytes")

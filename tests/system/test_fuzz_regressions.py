@@ -1,7 +1,9 @@
 """Every file reader keeps the CLI's contract on malformed files: the seeds of the fuzz targets and every
 input the fuzzers (and their triage) found crashing a reader are replayed through the targets' own
 `check` (tests/fuzz/, without atheris): each loads, or is refused with one line naming the file. And
-per reader, the command a user runs on a few malformed files exits 2 with one stderr line.
+per reader, the command a user runs on a few malformed files exits 2 with one stderr line. The
+targets that hold a compiled path to its Python specification (TWINS) replay their seeds and
+regressions the same way: the two agree on each.
 """
 import json
 import subprocess
@@ -11,27 +13,30 @@ from pathlib import Path
 import pytest
 
 from pipelines import cli
-from tests.fuzz import (fuzz_sentencepiece, fuzz_stats_json, fuzz_tiktoken, fuzz_token_parquet,
-                        fuzz_tokenizer_json)
+from tests.fuzz import (fuzz_jsonl_record, fuzz_sentencepiece, fuzz_sequence_split, fuzz_spm_encode,
+                        fuzz_stats_json, fuzz_tiktoken, fuzz_token_parquet, fuzz_tokenizer_json)
 
 FUZZ = Path(__file__).resolve().parents[1] / "fuzz"
 TARGETS = {"tokenizer_json": fuzz_tokenizer_json, "tiktoken": fuzz_tiktoken, "sentencepiece": fuzz_sentencepiece,
            "stats_json": fuzz_stats_json, "token_parquet": fuzz_token_parquet}
-CASES = [(target, path) for target in TARGETS for folder in ("corpus", "regressions")
+TWINS = {"jsonl_record": fuzz_jsonl_record, "sequence_split": fuzz_sequence_split, "spm_encode": fuzz_spm_encode}
+CASES = [(target, path) for target in [*TARGETS, *TWINS] for folder in ("corpus", "regressions")
          for path in sorted((FUZZ / folder / target).glob("*"))]
 IDS = [f"{path.parent.parent.name}/{target}/{path.name}" for target, path in CASES]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_every_target_has_seeds_and_regressions():
-    for target in TARGETS:
+def test_every_target_has_seeds_and_every_reader_regressions():
+    assert sorted(path.stem for path in FUZZ.glob("fuzz_*.py")) == sorted(f"fuzz_{t}" for t in [*TARGETS, *TWINS])
+    for target in [*TARGETS, *TWINS]:
         assert any((FUZZ / "corpus" / target).iterdir()), target
+    for target in TARGETS:
         assert any((FUZZ / "regressions" / target).iterdir()), target
 
 
 @pytest.mark.parametrize("target,path", CASES, ids=IDS)
-def test_fuzz_input_loads_or_is_refused_in_one_line(target, path):
-    TARGETS[target].check(path.read_bytes())
+def test_fuzz_input_loads_or_is_refused_in_one_line_or_both_twins_agree(target, path):
+    {**TARGETS, **TWINS}[target].check(path.read_bytes())
 
 
 @pytest.fixture(autouse=True)
