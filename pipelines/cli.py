@@ -105,8 +105,11 @@ def console() -> int:
     after a run that succeeded (most runs of `tokenize --group-field` on two cores). Nothing of the
     run needs the teardown, so it is skipped, and the garbage collection over Beam's objects with it.
 
-    The packages no command uses (`hidden_packages.UNUSED`) are hidden from the process first."""
+    The packages no command uses (`hidden_packages.UNUSED`) are hidden from the process first, and
+    Beam's connectors for other places where the command line names none (`REMOTE_ONLY`)."""
     hidden_packages.hide(hidden_packages.UNUSED)
+    if hidden_packages.local_only(sys.argv[1:]):
+        hidden_packages.hide(hidden_packages.REMOTE_ONLY)
     code = main()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -19,11 +19,10 @@ from pipelines.core import hidden_packages
 
 
 def runs_here_on_local_files(job: dict) -> bool:
-    """Whether the job runs on the pinned local runner (no --runner) and every path it names, Beam's
-    flags included, is local (no `scheme://`)."""
+    """Whether the job runs on the pinned local runner and every path it names, Beam's flags
+    included, is local (`hidden_packages.local_only`)."""
     args, rest = job["args"], job["rest"]
-    words = [*(args.get("input") or []), args.get("output") or "", *rest]
-    return not any(w.startswith("--runner") for w in rest) and not any("://" in w for w in words)
+    return hidden_packages.local_only([*(args.get("input") or []), args.get("output") or "", *rest])
 
 
 def exit_with_launcher(launcher: int) -> None:

@@ -24,8 +24,9 @@ from collections.abc import Iterable
 #  - IPython: Beam asks it whether this is an IPython session for every transform applied.
 UNUSED = ("IPython", "pandas")
 # Used only by Beam's connectors and file systems of other places (Google Cloud's BigQuery, Pub/Sub
-# and GCS, where `requests` comes first in the chain of imports; S3 through `boto3`). Hidden where a
-# job runs on the local runner and names no URL. (Not pymongo: without it Beam prints a line.)
+# and GCS, where `requests` comes first in the chain of imports; S3 through `boto3`), which Beam
+# imports at start: hidden where a command line is `local_only`. (Not pymongo: without it Beam
+# prints a line.)
 REMOTE_ONLY = ("requests", "boto3")
 
 
@@ -42,6 +43,19 @@ class HiddenPackages:
 
 
 FINDER = HiddenPackages()
+
+
+def local_only(words: Iterable[str]) -> bool:
+    """Whether a command line runs on the pinned local runner (no --runner) and names no URL (no
+    `scheme://` in any word, Beam's flags included): then no package of REMOTE_ONLY is used.
+
+        >>> local_only(["tokenize", "--input", "data/*.jsonl", "--output", "out"])
+        True
+        >>> local_only(["tokenize", "--input", "s3://bucket/*.jsonl", "--output", "out"])
+        False
+    """
+    words = list(words)
+    return not any(w.startswith("--runner") for w in words) and not any("://" in w for w in words)
 
 
 def hide(names: Iterable[str]) -> None:

@@ -73,3 +73,24 @@ def test_the_steps_beam_and_arrow_run_with_those_packages_hidden(hidden, steps):
     said, = result.stdout.splitlines()         # Beam printed nothing (it does without pymongo)
     loaded = {m.split(".")[0] for m in json.loads(said)}
     assert not loaded & set(hidden)
+
+
+@pytest.mark.parametrize("argv,local", [
+    (["tokenize", "--input", "data/*.jsonl", "--output", "out"], True),
+    (["tokenize", "--input", "s3://bucket/*.jsonl", "--output", "out"], False),
+    (["tokenize", "--input", "a.jsonl", "--output", "gs://bucket/out"], False),
+    (["train", "a.jsonl", "--output", "out", "--temp_location=gs://bucket/tmp"], False),
+    (["tokenize", "--input", "a.jsonl", "--output", "out", "--runner", "DirectRunner"], False),
+    (["tokenize", "--input", "a.jsonl", "--output", "out", "--runner=PortableRunner"], False),
+])
+def test_the_console_hides_the_remote_connectors_only_for_a_local_command_line(argv, local):
+    code = ("import json, sys\n"
+            "from pipelines import cli\n"
+            "from pipelines.core import hidden_packages\n"
+            "cli.main = lambda: print(json.dumps(sorted(hidden_packages.FINDER.names))) or 0\n"
+            f"sys.argv = ['tokenbeam', *{argv!r}]\n"
+            "cli.console()\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    hidden = set(json.loads(result.stdout))
+    assert hidden == set(hidden_packages.UNUSED) | (set(hidden_packages.REMOTE_ONLY) if local else set())
