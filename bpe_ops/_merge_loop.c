@@ -38,16 +38,40 @@
 
 #include "_common.h"
 
+/* The per-pair steps (find or add a pair, note a word) run millions of times per training: their
+   common case is a few instructions, which a call's prologue would double. They are inlined, and
+   their rare branches (a new record, a list that grows) are calls of their own. */
+#if defined(__GNUC__)
+#define HOT static inline __attribute__((always_inline))
+#define COLD static __attribute__((noinline))
+#else
+#define HOT static inline
+#define COLD static
+#endif
+
 enum tie_rule { TIE_LARGEST, TIE_SMALLEST, TIE_HF };
+
+#define WHERE_INLINE 2          /* word indices a pair record holds without an allocation */
 
 typedef struct {
     int32_t left, right;
     int64_t count;       /* live weighted count */
     int64_t before;      /* count when the current merge first touched the pair */
     int32_t stamp;       /* the merge that last touched the pair, -1 if none */
-    int32_t *where;      /* word indices, possibly stale, without adjacent repeats */
+    /* where: word indices, possibly stale, without adjacent repeats. Most pairs are in one or two
+       words: up to WHERE_INLINE indices live in the record itself (capwhere 0), in the room of the
+       pointer, and only a longer list is allocated (capwhere its capacity). */
+    union {
+        int32_t *heap;
+        int32_t inline_words[WHERE_INLINE];
+    } where;
     int32_t nwhere, capwhere;
 } Pair;
+
+static inline int32_t *where_of(Pair *p)
+{
+    return p->capwhere ? p->where.heap : p->where.inline_words;
+}
 
 typedef struct {
     uint64_t key;        /* left << 32 | right */
@@ -321,18 +345,11 @@ static int resize_map(State *s, uint64_t size)
     return 0;
 }
 
-static int32_t add_pair(State *s, int32_t left, int32_t right)
+COLD int32_t new_pair(State *s, int32_t left, int32_t right, uint64_t key, uint64_t i)
 {
-    /* The record of (left, right), created with count 0 if the pair is not live. -1 on error. */
-    uint64_t key = tb_pair_key(left, right), i;
+    /* A record with count 0 for the pair (left, right) = key, not live, in the empty slot i. */
     int32_t rec;
     Pair *p;
-    if ((uint64_t)(s->used + 1) * 2 > s->mask + 1 && resize_map(s, 2 * (s->mask + 1)) < 0)
-        return -1;
-    for (i = home(s, key); s->slots[i].rec >= 0; i = (i + 1) & s->mask) {
-        if (s->slots[i].key == key)
-            return s->slots[i].rec;
-    }
     if (s->nfree) {
         rec = s->free_recs[--s->nfree];
     } else {
@@ -354,12 +371,25 @@ static int32_t add_pair(State *s, int32_t left, int32_t right)
     p->right = right;
     p->count = p->before = 0;
     p->stamp = -1;
-    p->where = NULL;
+    p->where.heap = NULL;
     p->nwhere = p->capwhere = 0;
     s->slots[i].key = key;
     s->slots[i].rec = rec;
     s->used++;
     return rec;
+}
+
+HOT int32_t add_pair(State *s, int32_t left, int32_t right)
+{
+    /* The record of (left, right), created with count 0 if the pair is not live. -1 on error. */
+    uint64_t key = tb_pair_key(left, right), i;
+    if ((uint64_t)(s->used + 1) * 2 > s->mask + 1 && resize_map(s, 2 * (s->mask + 1)) < 0)
+        return -1;
+    for (i = home(s, key); s->slots[i].rec >= 0; i = (i + 1) & s->mask) {
+        if (s->slots[i].key == key)
+            return s->slots[i].rec;
+    }
+    return new_pair(s, left, right, key, i);
 }
 
 static int drop_pair(State *s, int32_t rec)
@@ -383,8 +413,9 @@ static int drop_pair(State *s, int32_t rec)
     }
     s->slots[i].rec = -1;
     s->used--;
-    PyMem_RawFree(p->where);
-    p->where = NULL;
+    if (p->capwhere)
+        PyMem_RawFree(p->where.heap);
+    p->where.heap = NULL;
     p->nwhere = p->capwhere = 0;
     free_recs = grow(s->free_recs, &s->capfree, s->nfree + 1, sizeof(int32_t));
     if (free_recs == NULL)
@@ -394,22 +425,42 @@ static int drop_pair(State *s, int32_t rec)
     return 0;
 }
 
-static int add_where(State *s, int32_t rec, int32_t word)
+COLD int add_where_grown(State *s, Pair *p, int32_t word)
 {
-    Pair *p = &s->pairs[rec];
+    /* add_where when the list is full: it moves to memory of its own, or grows. */
     Py_ssize_t cap = p->capwhere;
-    int32_t *where;
-    if (p->nwhere && p->where[p->nwhere - 1] == word)
-        return 0;                   /* the same word again, within one visit */
+    int32_t *where = where_of(p);
     if (p->nwhere == INT32_MAX)
         return overflow(s, "a pair is in more than 2**31 - 1 words");
-    where = grow(p->where, &cap, (Py_ssize_t)p->nwhere + 1, sizeof(int32_t));
-    if (where == NULL)
-        return -1;
-    p->where = where;
+    if (cap == 0) {
+        int32_t inline_words[WHERE_INLINE];
+        memcpy(inline_words, p->where.inline_words, sizeof(inline_words));
+        where = grow(NULL, &cap, (Py_ssize_t)p->nwhere + 1, sizeof(int32_t));
+        if (where == NULL)
+            return -1;
+        memcpy(where, inline_words, sizeof(inline_words));
+    } else {
+        where = grow(where, &cap, (Py_ssize_t)p->nwhere + 1, sizeof(int32_t));
+        if (where == NULL)
+            return -1;
+    }
+    p->where.heap = where;
     p->capwhere = cap > INT32_MAX ? INT32_MAX : (int32_t)cap;
-    p->where[p->nwhere++] = word;
+    where[p->nwhere++] = word;
     return 0;
+}
+
+HOT int add_where(State *s, int32_t rec, int32_t word)
+{
+    Pair *p = &s->pairs[rec];
+    int32_t *where = where_of(p);
+    if (p->nwhere && where[p->nwhere - 1] == word)
+        return 0;                   /* the same word again, within one visit */
+    if (p->nwhere < (p->capwhere ? p->capwhere : WHERE_INLINE)) {
+        where[p->nwhere++] = word;
+        return 0;
+    }
+    return add_where_grown(s, p, word);
 }
 
 /* ---- one merge ------------------------------------------------------------------------------- */
@@ -427,8 +478,8 @@ static int counted(const State *s, int32_t left, int32_t right)
            s->symlen[left] + s->symlen[right] < s->max_length;
 }
 
-static int change(State *s, const Merge *m, int32_t left, int32_t right, int64_t delta,
-                  int32_t word, int register_word)
+HOT int change(State *s, const Merge *m, int32_t left, int32_t right, int64_t delta,
+               int32_t word, int register_word)
 {
     /* Add delta to a pair's count, remembering its count before this merge; the merged pair
        itself is skipped (it is dropped whole), and so is a pair never counted. */
@@ -523,22 +574,36 @@ static int apply_merge(State *s, const Merge *m, int64_t min_frequency, int64_t 
 {
     /* Rewrite the words holding the pair, drop the pair, settle every changed pair. */
     int32_t rec = find_pair(s, m->left, m->right);
-    int32_t *where = s->pairs[rec].where, nwhere = s->pairs[rec].nwhere, k;
+    Pair *p = &s->pairs[rec];
+    int32_t inline_words[WHERE_INLINE], *where, nwhere = p->nwhere, k;
+    int owned = p->capwhere != 0;
     Py_ssize_t t;
-    s->pairs[rec].where = NULL;     /* the list is ours now; the record goes */
+    /* The list is ours now (an inline one copied: the record goes, and may be reused at once). */
+    if (owned) {
+        where = p->where.heap;
+        p->where.heap = NULL;
+        p->capwhere = 0;
+    } else {
+        memcpy(inline_words, p->where.inline_words, sizeof(inline_words));
+        where = inline_words;
+    }
+    p->nwhere = 0;
     if (drop_pair(s, rec) < 0) {
-        PyMem_RawFree(where);
+        if (owned)
+            PyMem_RawFree(where);
         return -1;
     }
     s->ntouched = 0;
     *saved = 0;
     for (k = 0; k < nwhere; k++) {
         if (merge_word(s, m, where[k], saved) < 0) {
-            PyMem_RawFree(where);
+            if (owned)
+                PyMem_RawFree(where);
             return -1;
         }
     }
-    PyMem_RawFree(where);
+    if (owned)
+        PyMem_RawFree(where);
     for (t = 0; t < s->ntouched; t++) {
         Pair *p = &s->pairs[s->touched[t]];
         if (p->count == 0) {
@@ -716,7 +781,8 @@ static void free_state(State *s)
 {
     int32_t i;
     for (i = 0; i < s->npairs; i++)
-        PyMem_RawFree(s->pairs[i].where);
+        if (s->pairs[i].capwhere)
+            PyMem_RawFree(s->pairs[i].where.heap);
     PyMem_RawFree(s->pairs);
     PyMem_RawFree(s->free_recs);
     PyMem_RawFree(s->slots);
