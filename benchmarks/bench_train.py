@@ -9,7 +9,8 @@ pattern and the same vocabulary size.
 
 Each tool runs in its own process, measured from outside: wall time, CPU time, peak RSS of the
 process tree; the tools take turns run by run (the machine may be busy) and the least wall time of
-`--repeat` runs is shown, with the ratios ours / peer (below 1: we are faster or smaller).
+`--repeat` runs is shown, with the ratios ours / peer (below 1: we are faster or smaller), and the
+machine's load average before and after the runs.
 
 What each figure holds:
   - tokenbeam: the whole command: start-up, the counting process (importing Beam, reading the JSONL,
@@ -96,6 +97,11 @@ def agreement(ours: list[tuple[bytes, bytes]], theirs: list[tuple[bytes, ...]]) 
             f"{len(set(ours) & set(theirs)):,} in common")
 
 
+def load_average() -> str:
+    """The machine's load (as `uptime` shows it): the wall times of a run mean little without it."""
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg()) + " (1, 5, 15 min)"
+
+
 def repeated_corpus(corpus: Path, scale: int, tmp: Path) -> str:
     """A folder holding the corpus shards `scale` times (symlinks), as a glob."""
     if scale == 1:
@@ -134,7 +140,7 @@ def main() -> None:
     corpus = Path(args.corpus)
     size_mb = sum(p.stat().st_size for p in corpus.glob("*.jsonl")) / 1e6
     print(f"corpus {corpus} ({size_mb:.1f} MB), vocab {args.vocab_size}, pattern {args.pattern}, "
-          f"{os.cpu_count()} cores, best of {args.repeat}")
+          f"{os.cpu_count()} cores, best of {args.repeat}; {load_average()}")
     print(f"{'scale':>5} {'tool':<20} {'wall s':>8} {'CPU s':>8} {'peak MB':>8}")
     # `python -m pipelines.cli` is the `tokenbeam` console script (which skips the interpreter's teardown).
     train = ("-m", "pipelines.cli", "train", "--vocab-size", str(args.vocab_size), "--pattern", args.pattern,
@@ -177,6 +183,7 @@ def main() -> None:
                             folder = out[f"{base}-counts" if "--counts" in name else
                                          f"{base}-mp" if "-mp" in name else base]
                             stages[name] = json.loads((folder / "train_report.json").read_text())["timing_seconds"]
+            print(f"       after the runs: {load_average()}")
             for name, m in best.items():
                 print(f"{scale:>4}x {name:<20} {m.wall:8.2f} {m.cpu:8.2f} {m.peak_rss_mb:8.0f}")
             for name, timing in stages.items():

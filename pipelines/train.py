@@ -115,11 +115,12 @@ class CountingProcess:
 
 
 def import_counts_reader() -> None:
-    """Import what `load_counts` needs (pyarrow's Parquet reader) while the counting process runs on
-    the other core, instead of after it. The price is memory: the launcher's share adds to the
-    counting process's peak, which can become the job's peak, a little above the merge loop's."""
-    importlib.import_module("pyarrow.parquet")
-    importlib.import_module("schemas.tables")
+    """Import what `load_counts` needs (pyarrow's Parquet reader, and fsspec, which reads every file
+    of the counts folder) while the counting process runs on the other core, instead of after it.
+    The price is memory: the launcher's share adds to the counting process's peak, which can become
+    the job's peak, a little above the merge loop's."""
+    for name in ("pyarrow.parquet", "schemas.tables", "fsspec"):
+        importlib.import_module(name)
 
 
 def count_files(counts_dir: str) -> tuple[object, list[str]]:

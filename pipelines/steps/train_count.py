@@ -2,9 +2,10 @@
 
     shards -> CountShardPretokens (one DoFn call per shard, a local counter per bundle) -> SumCounts
     (CombinePerKey, hot-key fan-out on distributed runners) -> PruneAndWriteCounts (--min-count,
-    --max-unique, counts/*.parquet by bucket) ; per-shard and per-bucket totals -> MergeTotals ->
-    counts/_totals.json ; each bucket's histogram of counts -> MergeHistograms -> counts/histogram.json
-    (and, with --max-unique, the cut that PruneAndWriteCounts applies: bpe_ops.count_table.budget_cut)
+    --max-unique, counts/*.parquet by bucket) ; per-shard totals, and per-bucket totals with each
+    bucket's histogram of counts -> MergeTotals -> counts/histogram.json + counts/_totals.json
+    (with --max-unique, also each bucket's histogram -> MergeHistograms -> the cut that
+    PruneAndWriteCounts applies first: bpe_ops.count_table.budget_cut)
 
 With `--superword-transition` the same pass also counts SuperBPE's phase-two units
 (`pretokenize.superword_pattern`) beside the pre-tokens, under bucket keys of their own, into
@@ -274,33 +275,64 @@ class SumCounts(beam.CombineFn):
         return acc
 
 
+# A totals record of WriteCountsBucket also carries its bucket's histogram of counts under this key
+# (`{bucket: {count: n}}`), summed by MergeTotals beside the totals and taken out by write_totals:
+# counts/histogram.json then needs no combine and no side input of its own (each is a stage more
+# for the runner, which costs the local one a fixed time).
+HISTOGRAMS = "histograms"
+
+
 class MergeTotals(beam.CombineFn):
-    """Exact combine of per-shard totals (associative and commutative, so right on any runner)."""
+    """Exact combine of per-shard totals (associative and commutative, so right on any runner), with
+    the buckets' histograms some of them carry (HISTOGRAMS)."""
 
     def create_accumulator(self):
         return reports.empty_totals()
 
     def add_input(self, acc, totals):
-        return reports.merge_totals(acc, totals)
+        return merged_totals(acc, totals)
 
     def merge_accumulators(self, accs):
         out = reports.empty_totals()
         for acc in accs:
-            out = reports.merge_totals(out, acc)
+            out = merged_totals(out, acc)
         return out
 
     def extract_output(self, acc):
         return acc
 
 
+def merged_totals(a: dict, b: dict) -> dict:
+    """`reports.merge_totals` of two totals records, and the sum of the histograms they carry."""
+    out = reports.merge_totals(a, b)
+    if HISTOGRAMS in a or HISTOGRAMS in b:
+        out[HISTOGRAMS] = add_histograms(add_histograms({}, a.get(HISTOGRAMS, {})), b.get(HISTOGRAMS, {}))
+    return out
+
+
+def add_histograms(into: dict, histograms: dict) -> dict:
+    """`into` (`{bucket: {count: n}}`) plus `histograms`, bucket by bucket; returns `into`."""
+    for bucket, histogram in histograms.items():
+        mine = into.setdefault(bucket, {})
+        for count, n in histogram.items():
+            mine[count] = mine.get(count, 0) + n
+    return into
+
+
+def histogram_of(counts) -> dict[int, int]:
+    """`{count: pre-tokens with that count}` of a summed bucket (a CountTable): exact, and small (a few
+    distinct counts per thousand pre-tokens)."""
+    values = pa.Array.from_buffers(pa.int64(), len(counts), [None, pa.py_buffer(counts.count_values())])
+    found = pc.value_counts(values)
+    return dict(zip(found.field("values").to_pylist(), found.field("counts").to_pylist()))
+
+
 def bucket_histogram(bucket_and_counts):
-    """`(bucket, {count: pre-tokens with that count})` of a pre-token bucket (nothing for the
-    superword units' buckets): exact, and small (a few distinct counts per thousand pre-tokens)."""
+    """`(bucket, histogram_of(counts))` of a pre-token bucket (nothing for the superword units'
+    buckets)."""
     bucket, counts = bucket_and_counts
     if bucket < N_COUNT_BUCKETS:
-        values = pa.Array.from_buffers(pa.int64(), len(counts), [None, pa.py_buffer(counts.count_values())])
-        found = pc.value_counts(values)
-        yield bucket, dict(zip(found.field("values").to_pylist(), found.field("counts").to_pylist()))
+        yield bucket, histogram_of(counts)
 
 
 class MergeHistograms(beam.CombineFn):
@@ -312,16 +344,12 @@ class MergeHistograms(beam.CombineFn):
 
     def add_input(self, acc, bucket_and_histogram):
         bucket, histogram = bucket_and_histogram
-        mine = acc.setdefault(bucket, {})
-        for count, n in histogram.items():
-            mine[count] = mine.get(count, 0) + n
-        return acc
+        return add_histograms(acc, {bucket: histogram})
 
     def merge_accumulators(self, accs):
         out = {}
         for acc in accs:
-            for item in acc.items():
-                self.add_input(out, item)
+            add_histograms(out, acc)
         return out
 
     def extract_output(self, acc):
@@ -336,7 +364,8 @@ def count_bucket(pretoken: bytes) -> int:
 class WriteCountsBucket(beam.DoFn):
     """Prune one bucket below `--min-count` (and to the `cut` of --max-unique, a side input:
     bpe_ops.count_table.budget_cut) and write it to `counts/part-BBBBB-of-NNNNN.parquet`, sorted by
-    pre-token; emit a totals record of its distinct pre-tokens before and after pruning.
+    pre-token; emit a totals record of its distinct pre-tokens before and after pruning, and of a
+    pre-token bucket also its histogram of counts before pruning (HISTOGRAMS).
     The superword units' buckets (keys from N_COUNT_BUCKETS) go to counts/superword/ alike, never cut."""
 
     def __init__(self, counts_dir: str, min_count: int):
@@ -370,15 +399,21 @@ class WriteCountsBucket(beam.DoFn):
         with writing(url), open_atomic(url) as f:
             pq.write_table(table, f, compression="zstd")
         kind = "superword_units" if units else "pretokens"
-        yield dict(reports.empty_totals(), **{f"unique_{kind}_before_pruning": len(counts),
-                                              f"unique_{kind}_after_pruning": rows})
+        totals = dict(reports.empty_totals(), **{f"unique_{kind}_before_pruning": len(counts),
+                                                 f"unique_{kind}_after_pruning": rows})
+        if not units:
+            totals[HISTOGRAMS] = {bucket: histogram_of(counts)}
+        yield totals
 
 
-def write_totals(totals, counts_dir, text_options=None, units_pattern=None, histograms=None, cut=None):
-    """counts/histogram.json (of `histograms`, the buckets' histograms of counts), then _totals.json,
-    which vouches for the folder; with the `cut` of --max-unique, the totals hold its account."""
+def write_totals(totals, counts_dir, text_options=None, units_pattern=None, cut=None):
+    """counts/histogram.json (of the buckets' histograms of counts the totals carry, HISTOGRAMS),
+    then _totals.json, which vouches for the folder; with the `cut` of --max-unique, the totals hold
+    its account."""
+    totals = dict(totals)
+    histograms = totals.pop(HISTOGRAMS, {})
     merged: dict[int, int] = {}
-    for histogram in (histograms or {}).values():
+    for histogram in histograms.values():
         for count, n in histogram.items():
             merged[count] = merged.get(count, 0) + n
     url = join(counts_dir, HISTOGRAM_FILE)
@@ -420,27 +455,26 @@ def build_count_pipeline(p, shards, source_options, pattern, special_tokens, out
     if hot_key_fanout:
         sum_counts = sum_counts.with_hot_key_fanout(hot_key_fanout)
     summed = counted.counts | "SumCounts" >> sum_counts
-    histograms = (summed
-                  | "BucketHistograms" >> beam.FlatMap(bucket_histogram)
-                  | "MergeHistograms" >> beam.CombineGlobally(MergeHistograms()).without_defaults())
     if max_unique is None:
         cut = None
         bucket_totals = summed | "PruneAndWriteCounts" >> beam.ParDo(WriteCountsBucket(counts_dir, min_count))
     else:
         # The cut needs every bucket's histogram: the buckets wait for it (held by the runner
         # meanwhile), where without a budget each is written as soon as it is summed.
+        histograms = (summed
+                      | "BucketHistograms" >> beam.FlatMap(bucket_histogram)
+                      | "MergeHistograms" >> beam.CombineGlobally(MergeHistograms()).without_defaults())
         cut = beam.pvalue.AsSingleton(histograms | "BudgetCut" >> beam.Map(budget_cut, max_unique, min_count),
                                       default_value=None)
         bucket_totals = summed | "PruneAndWriteCounts" >> beam.ParDo(WriteCountsBucket(counts_dir, min_count), cut=cut)
-    # The shards' totals and the buckets' unique counts are one kind of record: one combine, one write
-    # (every extra stage costs the local runner a fixed time). Every shard sends a totals
-    # record, so the combine never runs on nothing and needs no default (Beam injects one through a
-    # side input, a stage more).
+    # The shards' totals and the buckets' unique counts and histograms are one kind of record: one
+    # combine, one write (every extra stage costs the local runner a fixed time). Every shard sends a
+    # totals record, so the combine never runs on nothing and needs no default (Beam injects one
+    # through a side input, a stage more).
     ((counted[CountShardPretokens.TOTALS], bucket_totals)
      | "AllTotals" >> beam.Flatten()
      | "MergeTotals" >> beam.CombineGlobally(MergeTotals()).without_defaults()
-     | "WriteTotals" >> beam.Map(write_totals, counts_dir, text_options, units_pattern,
-                                 beam.pvalue.AsSingleton(histograms, default_value={}), cut))
+     | "WriteTotals" >> beam.Map(write_totals, counts_dir, text_options, units_pattern, cut))
 
 
 def clear_counts(counts_dir: str) -> None:
