@@ -14,15 +14,22 @@ import logging
 import os
 
 
-class _HideApitoolsWarning(logging.Filter):
-    """Beam logs "apitools not found..." on the root logger at import when the GCP extra is not
-    installed: noise for every local run (the [gcp] extra brings apitools where it is needed)."""
+class _HideImportWarning(logging.Filter):
+    """Drops one warning Beam logs at import about a package it imports only for a connector: noise
+    for every run of ours."""
+
+    def __init__(self, message: str):
+        super().__init__()
+        self.message = message
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "apitools not found" not in record.getMessage()
+        return self.message not in record.getMessage()
 
 
-logging.getLogger().addFilter(_HideApitoolsWarning())
+# On the root logger when the GCP extra is not installed (it brings apitools where it is needed).
+logging.getLogger().addFilter(_HideImportWarning("apitools not found"))
+# On the MongoDB connector's logger where pymongo is hidden (hidden_packages.UNUSED) or absent.
+logging.getLogger("apache_beam.io.mongodbio").addFilter(_HideImportWarning("compatible bson package"))
 
 import apache_beam as beam  # noqa: E402  (after the filter: the warning is logged at import)
 from apache_beam.options.pipeline_options import (  # noqa: E402

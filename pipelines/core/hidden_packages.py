@@ -22,11 +22,12 @@ from collections.abc import Iterable
 #  - pandas: `apache_beam.typehints` imports it for its DataFrame type hints and Arrow's `pa.array`
 #    to ask whether a value is a pandas one: a tenth of a tokenize job's memory and of its start.
 #  - IPython: Beam asks it whether this is an IPython session for every transform applied.
-UNUSED = ("IPython", "pandas")
+#  - pymongo and its bson: Beam's MongoDB connector, imported with `apache_beam.io` (a tenth of a
+#    second; Beam then logs that it found no bson package, which beam_options filters out).
+UNUSED = ("IPython", "pandas", "pymongo", "bson")
 # Used only by Beam's connectors and file systems of other places (Google Cloud's BigQuery, Pub/Sub
 # and GCS, where `requests` comes first in the chain of imports; S3 through `boto3`), which Beam
-# imports at start: hidden where a command line is `local_only`. (Not pymongo: without it Beam
-# prints a line.)
+# imports at start: hidden where a command line is `local_only`.
 REMOTE_ONLY = ("requests", "boto3")
 
 
