@@ -682,23 +682,27 @@ static PyObject *calibrate_ids(PyObject *Py_UNUSED(module), PyObject *args)
             for (k = 0; k < len; k++)
                 bad |= v[k] >= (uint64_t)vocab;
         }
+        /* One pass per record reads each id once for its three tables (the id counts in the same
+         * pass: a second pass would read the ids and the class table again). A cell outside cells
+         * stops the pass there (a caller's error: what was counted before it stays counted). */
         for (i = 0; i < n && !bad; i++) {
             const uint32_t *v = ids[i].buf;
             Py_ssize_t k, len = ids[i].len / 4;
+            const int64_t row = row_of[i];
             int64_t r = 0;
             for (k = 0; k < len; k++) {
-                int64_t at = (int64_t)row_of[i] + class_of[v[k]];
-                if (at < 0 || at >= ncells) {
+                const uint32_t id = v[k];
+                const int64_t at = row + class_of[id];
+                if ((uint64_t)at >= (uint64_t)ncells) {
                     bad = 2;
                     break;
                 }
-                r += is_raw[v[k]] != 0;
+                r += is_raw[id] != 0;
                 if (cell[at]++ == 0)
                     first[touched++] = at;
+                if (count != NULL)
+                    count[id]++;
             }
-            if (count != NULL && !bad)
-                for (k = 0; k < len; k++)
-                    count[v[k]]++;
             raw_out[i] += r;
         }
     }
