@@ -450,33 +450,6 @@ class BatchCalibration(NamedTuple):
     raw_byte_tokens: list
     cells: tuple[np.ndarray, np.ndarray]
 
-    @classmethod
-    def joined(cls, parts: Sequence["BatchCalibration"]) -> "BatchCalibration":
-        """The calibration of the batches `parts` one after the other, as one batch: adding it adds
-        what adding them in turn would (a cell counted in several parts appears once, its counts
-        summed).
-
-        >>> a = BatchCalibration(1, 9, [3], [2], (np.array([5]), np.array([2])))
-        >>> b = BatchCalibration(2, 9, [0, 3], [0, 1], (np.array([7, 5]), np.array([1, 4])))
-        >>> j = BatchCalibration.joined([a, b])
-        >>> j.records, j.groups, j.raw_byte_tokens, j.cells[0].tolist(), j.cells[1].tolist()
-        (3, [3, 0, 3], [2, 0, 1], [5, 7], [6, 1])
-        """
-        if not parts:
-            raise ValueError("no calibrations to join")
-        vocab_size = parts[0].vocab_size
-        if any(p.vocab_size != vocab_size for p in parts):
-            raise ValueError("calibrations of different vocabularies")
-        used = np.concatenate([np.asarray(p.cells[0], dtype=np.int64) for p in parts])
-        counts = np.concatenate([np.asarray(p.cells[1], dtype=np.int64) for p in parts])
-        if len(used):
-            used, where = np.unique(used, return_inverse=True)
-            summed = np.zeros(len(used), dtype=np.int64)
-            np.add.at(summed, where.reshape(-1), counts)
-            counts = summed
-        return cls(sum(p.records for p in parts), vocab_size, [g for p in parts for g in p.groups],
-                   [r for p in parts for r in p.raw_byte_tokens], (used, counts))
-
 
 class Tallies:
     """Token-id counts and group x id-class counts of any number of batches, kept where they are

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bpe_ops.dropout import Dropout
-from bpe_ops.stats import BatchCalibration, Summary
+from bpe_ops.stats import Summary
 from schemas import tables
 from pipelines.core.errors import ShardFailure, UserError, shard_done
 from pipelines.core.files import filesystem, join, open_atomic, writing
@@ -209,7 +209,6 @@ class TokenizeShard(beam.DoFn):
         batch: list = []
         group = self.new_row_group()
         pending: deque = deque()                    # (chunk, its text size, its future), in order
-        self.settled = []                           # encoded chunks not yet added (see `settle`)
         self.encoder.clear_tallies()
         # The writer is a context too: a failure mid-shard closes it before its file goes, rather than
         # leaving its finalizer to write into a closed file (a traceback on the terminal).
@@ -242,7 +241,6 @@ class TokenizeShard(beam.DoFn):
                     group = self.submit(batch, pending, ahead, group, summary, partials, writer)
                 while pending:
                     group = self.settle(pending.popleft(), group, summary, partials, writer)
-                self.add_settled(group, summary, partials)      # the shard's last, partial batch
                 self.encoder.add_tallies(summary)       # every chunk added: the ids' counts are whole
                 last = (group.to_table(self.schema, summary, count_ids=False) if group.rows or summary.records == 0
                         else None)
@@ -282,21 +280,11 @@ class TokenizeShard(beam.DoFn):
         return group
 
     def settle(self, in_flight, group: "RowGroup", summary, partials, writer) -> "RowGroup":
-        """Take a chunk whose encoding was started (`(chunk, size, future)`) once it is done; at each
-        whole ENCODE_BATCH_RECORDS records of the shard, add the chunks taken to `group` (and the
-        summary and partials) as one batch, and write the group once it is full; returns the group
-        to go on with. Chunks are small so that the threads share the work evenly; added a batch at
-        a time, the per-batch work here (summary, partials, columns) is done a sixteenth as often,
-        with the same results: every table is a sum, and rows keep their order. A row group is cut
-        only at a whole number of batches, as before."""
+        """Add a chunk whose encoding was started (`(chunk, size, future)`) to `group`, and write
+        the group once it is full at a whole number of ENCODE_BATCH_RECORDS records; returns the
+        group to go on with."""
         chunk, _, measured = in_flight
-        result = measured.result()
-        for record in chunk:        # encoded and measured: what is left to add needs no text, and
-            record.text = ""        # a batch's records would otherwise hold their texts a while longer
-        self.settled.append((chunk, result))
-        if sum(len(c) for c, _ in self.settled) < ENCODE_BATCH_RECORDS:
-            return group
-        self.add_settled(group, summary, partials)
+        self.add_encoded(chunk, *measured.result(), group, summary, partials)
         if group.rows % ENCODE_BATCH_RECORDS == 0 and group.full():
             table = group.to_table(self.schema, summary, count_ids=False)
             self.writes.start(writer.write_table, table)
@@ -310,21 +298,6 @@ class TokenizeShard(beam.DoFn):
         for step in (getattr(self, "writes", None), getattr(self, "encoder", None)):
             if step is not None:
                 step.close()
-
-    def add_settled(self, group: "RowGroup", summary, partials) -> None:
-        """Add the chunks `settle` took, joined into one batch, and forget them."""
-        settled, self.settled = self.settled, []
-        if len(settled) == 1:
-            chunk, (id_arrays, stats, runs, calibration) = settled[0]
-        elif settled:
-            chunk = [r for c, _ in settled for r in c]
-            id_arrays = [ids for _, m in settled for ids in m[0]]
-            stats = tuple([v for _, m in settled for v in m[1][k]] for k in range(len(settled[0][1][1])))
-            runs = np.concatenate([m[2] for _, m in settled])
-            calibration = BatchCalibration.joined([m[3] for _, m in settled])
-        else:
-            return
-        self.add_encoded(chunk, id_arrays, stats, runs, calibration, group, summary, partials)
 
     def add_encoded(self, batch, id_arrays: list, stats, runs, calibration, group: "RowGroup", summary,
                     partials) -> None:

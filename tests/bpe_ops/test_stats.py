@@ -624,32 +624,3 @@ def test_the_docstring_examples_hold():
     import bpe_ops.stats
     failed, attempted = doctest.testmod(bpe_ops.stats)
     assert attempted > 10 and failed == 0
-
-
-def test_a_joined_calibration_adds_what_its_parts_add_in_turn():
-    # Batches calibrated without tallies hold sparse cells; joined, a cell several of them counted
-    # appears once with their counts summed, and the summary it makes is the one they make in turn.
-    from array import array
-    from bpe_ops.stats import BatchCalibration
-    rng = np.random.default_rng(3)
-    batches = [[array("I", rng.integers(0, 600, rng.integers(0, 50)).tolist()) for _ in range(int(k))]
-               for k in rng.integers(1, 6, 8)]
-    rids = [[f"r{b}-{i}" for i in range(len(batch))] for b, batch in enumerate(batches)]
-    in_turn, joined = (Summary(600, raw_byte_ids=range(256)) for _ in range(2))
-    parts = []
-    for batch, ids in zip(batches, rids):
-        n_tokens = [len(a) for a in batch]
-        stats = (n_tokens, [3 * n for n in n_tokens], [2 * n for n in n_tokens], n_tokens)
-        calibration = in_turn.batch_calibration(n_tokens, ids, batch)
-        in_turn.add_batch(*stats, record_ids=ids, id_arrays=batch, calibration=calibration)
-        parts.append((stats, calibration))
-    whole = BatchCalibration.joined([c for _, c in parts])
-    assert len(np.unique(whole.cells[0])) == len(whole.cells[0])
-    stats = tuple([v for s, _ in parts for v in s[k]] for k in range(4))
-    joined.add_batch(*stats, record_ids=[r for ids in rids for r in ids],
-                     id_arrays=[a for batch in batches for a in batch], calibration=whole)
-    assert joined.group_classes.tolist() == in_turn.group_classes.tolist()
-    assert (joined.moment_sums, joined.moment_products, joined.group_records, joined.group_lengths) == (
-        in_turn.moment_sums, in_turn.moment_products, in_turn.group_records, in_turn.group_lengths)
-    with pytest.raises(ValueError):
-        BatchCalibration.joined([])

@@ -6,7 +6,6 @@ lists), never by the batch code under test.
 """
 import gc
 import json
-import pickle
 import random
 
 import apache_beam as beam
@@ -164,43 +163,23 @@ def test_worker_refuses_a_tokenizer_file_changed_since_launch(tmp_path, tok):
         fn.setup()
 
 
-def test_chunks_added_a_batch_at_a_time_write_what_adding_each_chunk_writes(tmp_path, tok, monkeypatch):
-    # A shard of 700 lines of varied length (blank ones too) with row groups cut every 300 rows
-    # (so at 512 and 700, a whole number of 256-record batches): TokenizeShard adds its encoded
-    # chunks a batch at a time; adding each chunk as it is taken (the specification, kept here) must
-    # give the same Parquet file and summary.
-    _, path = tok
-    _, ref = tokenizer_files.identify_tokenizer(path)
-    rng = random.Random(7)
-    words = ["the", "thin", "theme", "é", "日本", "12345", " ", "\t"]
-    lines = ["" if rng.random() < 0.03 else " ".join(rng.choice(words) for _ in range(rng.randrange(60)))
-             for _ in range(700)]
-    src = tmp_path / "in.txt"
-    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    monkeypatch.setattr(tokenize_steps, "ROW_GROUP_ROWS", 300)
-
-    def run(folder):
-        fn = tokenize_shard.TokenizeShard(tokenize_shard.ShardJob(ref, SourceOptions(), str(tmp_path / folder),
-                                                                  "<|endoftext|>", encode_threads=2))
-        fn.setup()
-        outs = list(fn.process(Shard(str(src), "in.txt", src.stat().st_size)))
-        fn.finish_bundle()
-        fn.teardown()
-        (summary,) = [o for o in outs if not isinstance(o, beam.pvalue.TaggedOutput)]
-        return summary, (tmp_path / folder / "in.parquet").read_bytes()
-
-    batched = run("batched")
-
-    def settle_each(self, in_flight, group, summary, partials, writer):
-        chunk, _, measured = in_flight
-        self.add_encoded(chunk, *measured.result(), group, summary, partials)
-        if group.rows % tokenize_steps.ENCODE_BATCH_RECORDS == 0 and group.full():
-            self.writes.start(writer.write_table, group.to_table(self.schema, summary, count_ids=False))
-            return self.new_row_group()
-        return group
-
-    monkeypatch.setattr(tokenize_shard.TokenizeShard, "settle", settle_each)
-    each = run("each")
-    assert pq.ParquetFile(tmp_path / "batched" / "in.parquet").metadata.num_row_groups == 2
-    assert batched[1] == each[1]
-    assert pickle.dumps(batched[0]) == pickle.dumps(each[0])
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_collector_is_paused_while_any_shard_is_tokenized_and_left_as_it_was(enabled):
+    # Two shards overlapping (two threads of one worker): paused from the first one's start to the
+    # last one's end; enabled again only if it was enabled before, also when a shard fails.
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        first, second = tokenize_shard.collector_paused(), tokenize_shard.collector_paused()
+        first.__enter__()
+        assert not gc.isenabled()
+        second.__enter__()
+        first.__exit__(None, None, None)
+        assert not gc.isenabled()
+        second.__exit__(None, None, None)
+        assert gc.isenabled() == enabled
+        with pytest.raises(RuntimeError), tokenize_shard.collector_paused():
+            raise RuntimeError("a shard failed")
+        assert gc.isenabled() == enabled
+    finally:
+        (gc.enable if was else gc.disable)()
