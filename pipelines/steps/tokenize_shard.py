@@ -8,15 +8,13 @@ not redone: its summary is rebuilt from the file.
 """
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import os
-import threading
 import time
 from collections import deque
 from concurrent.futures import wait
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING
@@ -48,32 +46,6 @@ WRITE_BUFFER_BYTES = 1 << 20    # a Parquet file's bytes handed to its (Python) 
 # up is emptied whole, so one smaller than them keeps missing. This many fill a table of 2**19 slots
 # of 64 bytes (32 MB) per thread at most half full, the table the default's 100,000 would take twice.
 JOB_CACHE_PIECES = 1 << 18
-
-_PAUSES = threading.Lock()
-_PAUSED = [0, False]        # shards being tokenized with the collector paused; whether it was enabled
-
-
-@contextmanager
-def collector_paused():
-    """No cyclic garbage collection while a shard is tokenized (in any thread): the reading, adding
-    and writing make container objects by the thousand, none of them in a reference cycle, and each
-    burst of them started a collection that walked them, and now and then every object of the
-    process (Beam's modules, the tokenizer). What a shard leaves in a cycle (an error's traceback,
-    say) is collected once the last shard being tokenized is done, when the collector is enabled
-    again, if it was enabled before the first."""
-    with _PAUSES:
-        if _PAUSED[0] == 0:
-            _PAUSED[1] = gc.isenabled()
-            gc.disable()
-        _PAUSED[0] += 1
-    try:
-        yield
-    finally:
-        with _PAUSES:
-            _PAUSED[0] -= 1
-            if _PAUSED[0] == 0 and _PAUSED[1]:
-                gc.enable()
-
 
 def read_shard_metadata(url: str) -> dict | None:
     """The tokenbeam shard record in a finished Parquet file's footer, or None if absent/unreadable."""
@@ -182,7 +154,7 @@ class TokenizeShard(beam.DoFn):
                        f"({done['rows']:,} rows)")
             entry = dict(done, reused=True)
         else:
-            with writing(out_url), collector_paused():
+            with writing(out_url):
                 summary, entry = self.tokenize(shard, out_url, fingerprint, partials)
             entry = dict(entry, reused=False)
         if partials.windowed:

@@ -161,25 +161,3 @@ def test_worker_refuses_a_tokenizer_file_changed_since_launch(tmp_path, tok):
     fn = tokenize_shard.TokenizeShard(tokenize_shard.ShardJob(ref, SourceOptions(), str(tmp_path / "out"), None))
     with pytest.raises(errors.ShardFailure, match="changed since the run started"):
         fn.setup()
-
-
-@pytest.mark.parametrize("enabled", [True, False])
-def test_the_collector_is_paused_while_any_shard_is_tokenized_and_left_as_it_was(enabled):
-    # Two shards overlapping (two threads of one worker): paused from the first one's start to the
-    # last one's end; enabled again only if it was enabled before, also when a shard fails.
-    was = gc.isenabled()
-    (gc.enable if enabled else gc.disable)()
-    try:
-        first, second = tokenize_shard.collector_paused(), tokenize_shard.collector_paused()
-        first.__enter__()
-        assert not gc.isenabled()
-        second.__enter__()
-        first.__exit__(None, None, None)
-        assert not gc.isenabled()
-        second.__exit__(None, None, None)
-        assert gc.isenabled() == enabled
-        with pytest.raises(RuntimeError), tokenize_shard.collector_paused():
-            raise RuntimeError("a shard failed")
-        assert gc.isenabled() == enabled
-    finally:
-        (gc.enable if was else gc.disable)()
