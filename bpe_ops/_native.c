@@ -395,16 +395,39 @@ static PyObject *crc32(PyObject *Py_UNUSED(module), PyObject *arg)
     return PyLong_FromUnsignedLong(c);
 }
 
+#define GUARD_BLOCK 32
+
+static uint32_t lowest_code_point_in(const uint8_t *b, size_t nbytes)
+{
+    /* The lowest code point whose bit is set among the first nbytes of the bitmap, or 0x110000. */
+    size_t i;
+    for (i = 0; i < nbytes && b[i] == 0; i++)
+        ;
+    if (i == nbytes)
+        return 0x110000;
+    {
+        uint32_t bit = 0;
+        while (!(b[i] >> bit & 1))
+            bit++;
+        return (uint32_t)(i * 8 + bit);
+    }
+}
+
 static PyObject *has_code_point_in(PyObject *Py_UNUSED(module), PyObject *args)
 {
     /* Whether any code point c of `text` has bit c of `bits` set (bits[c >> 3] >> (c & 7) & 1): the
      * PCRE2 guard's character-class search without a regex (whose first-byte filter lets every
-     * character of a script through when a class member shares its UTF-8 lead byte). */
+     * character of a script through when a class member shares its UTF-8 lead byte). Code points
+     * below the lowest one set cannot match: a text stored one byte per character is answered
+     * without reading it when no bit below 256 is set, and a wider text is read a block at a time,
+     * its characters looked up only in a block whose largest reaches that lowest code point (the
+     * largest of a block: a loop compilers vectorize). */
     PyObject *text;
     Py_buffer bits;
-    Py_ssize_t n, i;
+    Py_ssize_t n, i, k;
     const uint8_t *b;
     const void *data;
+    uint32_t lowest;
     int found = 0;
     if (!PyArg_ParseTuple(args, "Uy*:has_code_point_in", &text, &bits))
         return NULL;
@@ -416,23 +439,40 @@ static PyObject *has_code_point_in(PyObject *Py_UNUSED(module), PyObject *args)
     b = bits.buf;
     n = PyUnicode_GET_LENGTH(text);
     data = PyUnicode_DATA(text);
-#define TB_SCAN(type)                                                                               \
-    for (i = 0; i < n && !found; i++) {                                                            \
-        uint32_t c = ((const type *)data)[i];                                                      \
+#define TB_LOOKUP(type, from, to)                                                                   \
+    for (k = (from); k < (to) && !found; k++) {                                                    \
+        uint32_t c = ((const type *)data)[k];                                                      \
         found = b[c >> 3] >> (c & 7) & 1;                                                          \
+    }
+#define TB_SCAN_BLOCKS(type)                                                                        \
+    for (i = 0; i < n && !found; i += GUARD_BLOCK) {                                               \
+        Py_ssize_t end = n - i < GUARD_BLOCK ? n : i + GUARD_BLOCK;                                \
+        uint32_t top = 0;                                                                          \
+        for (k = i; k < end; k++) {                                                                \
+            uint32_t c = ((const type *)data)[k];                                                  \
+            top = c > top ? c : top;                                                               \
+        }                                                                                          \
+        if (top >= lowest)                                                                         \
+            TB_LOOKUP(type, i, end)                                                                \
     }
     switch (PyUnicode_KIND(text)) {
     case PyUnicode_1BYTE_KIND:
-        TB_SCAN(Py_UCS1)
+        if (lowest_code_point_in(b, 256 / 8) < 256)
+            TB_LOOKUP(Py_UCS1, 0, n)
         break;
     case PyUnicode_2BYTE_KIND:
-        TB_SCAN(Py_UCS2)
+        lowest = lowest_code_point_in(b, 0x10000 / 8);
+        if (lowest < 0x10000)
+            TB_SCAN_BLOCKS(Py_UCS2)
         break;
     default:
-        TB_SCAN(Py_UCS4)
+        lowest = lowest_code_point_in(b, (size_t)bits.len);
+        if (lowest < 0x110000)
+            TB_SCAN_BLOCKS(Py_UCS4)
         break;
     }
-#undef TB_SCAN
+#undef TB_SCAN_BLOCKS
+#undef TB_LOOKUP
     PyBuffer_Release(&bits);
     return PyBool_FromLong(found);
 }
@@ -682,23 +722,27 @@ static PyObject *calibrate_ids(PyObject *Py_UNUSED(module), PyObject *args)
             for (k = 0; k < len; k++)
                 bad |= v[k] >= (uint64_t)vocab;
         }
+        /* One pass per record reads each id once for its three tables (the id counts in the same
+         * pass: a second pass would read the ids and the class table again). A cell outside cells
+         * stops the pass there (a caller's error: what was counted before it stays counted). */
         for (i = 0; i < n && !bad; i++) {
             const uint32_t *v = ids[i].buf;
             Py_ssize_t k, len = ids[i].len / 4;
+            const int64_t row = row_of[i];
             int64_t r = 0;
             for (k = 0; k < len; k++) {
-                int64_t at = (int64_t)row_of[i] + class_of[v[k]];
-                if (at < 0 || at >= ncells) {
+                const uint32_t id = v[k];
+                const int64_t at = row + class_of[id];
+                if ((uint64_t)at >= (uint64_t)ncells) {
                     bad = 2;
                     break;
                 }
-                r += is_raw[v[k]] != 0;
+                r += is_raw[id] != 0;
                 if (cell[at]++ == 0)
                     first[touched++] = at;
+                if (count != NULL)
+                    count[id]++;
             }
-            if (count != NULL && !bad)
-                for (k = 0; k < len; k++)
-                    count[v[k]]++;
             raw_out[i] += r;
         }
     }

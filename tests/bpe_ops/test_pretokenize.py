@@ -6,6 +6,8 @@ import pickle
 from collections import Counter
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import regex
 from tokenizers import Regex, pre_tokenizers
 
@@ -354,3 +356,22 @@ def test_the_coverage_probes_hold_every_kind_of_text():
         pretokenize.pattern_coverage_gap("(unclosed")
     with pytest.raises(ValueError, match="unknown pattern name"):
         pretokenize.pattern_coverage_gap("gpt5")
+
+
+@needs_pcre2
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.integers(0, 0x10FFFF), max_size=6), st.lists(st.integers(0, 0x10FFFF), max_size=120),
+       st.sampled_from([0, 0x7F, 0xFF, 0xFFFF, 0x10FFFF]))
+def test_the_guard_bitmap_lookup_equals_a_lookup_per_character(guarded, text_points, widest):
+    # Any set of guarded code points (low ones too: a text of one byte per character is then read)
+    # and texts of each width Python stores, longer than a block, the guarded character anywhere.
+    from bpe_ops import _native
+    bits = bytearray(0x110000 // 8)
+    for c in guarded:
+        bits[c >> 3] |= 1 << (c & 7)
+    text = "".join(chr(min(c, widest)) for c in text_points)
+    expected = any(bits[ord(c) >> 3] >> (ord(c) & 7) & 1 for c in text)
+    assert _native.has_code_point_in(text, bytes(bits)) == expected
+    for c in guarded[:2]:
+        for at in (0, len(text) // 2, len(text)):
+            assert _native.has_code_point_in(text[:at] + chr(c) + text[at:], bytes(bits))

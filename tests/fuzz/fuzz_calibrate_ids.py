@@ -1,0 +1,76 @@
+"""Fuzz target: the calibration counts of a batch's token ids (`_native.calibrate_ids`, one pass
+without the GIL) must equal those of its numpy specification (`stats.calibrate_ids` over `_id_runs`),
+with and without the id counts, for ids inside and outside the vocabulary, empty records, folded id
+classes and cells already counted; an id outside the vocabulary is a ValueError from both (the compiled pass
+raising before it counts anything). Run from the worktree:
+
+    mkdir -p /tmp/fuzz-calibrate_ids && python3 tests/fuzz/fuzz_calibrate_ids.py -max_total_time=300 \
+        /tmp/fuzz-calibrate_ids
+
+(new corpus entries go to the first folder, crashing inputs to ./crash-*)."""
+import sys
+from array import array
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.fuzz import harness  # noqa: E402
+
+with harness.instrumented(__name__ == "__main__"):
+    import numpy as np
+    from bpe_ops import stats
+
+VOCAB_SIZES = (1, 2, 256, 300, 4096, 4097, 5000)
+
+
+def check(data: bytes) -> None:
+    if len(data) < 2:
+        return
+    vocab_size = VOCAB_SIZES[data[0] % len(VOCAB_SIZES)]
+    chunk = 1 + data[1] % 4
+    # Records: each byte pair after the header is an id (little-endian, 0..65535: past every vocabulary
+    # above); a pair 0xffff ends a record.
+    id_lists, record = [], []
+    body = data[2:]
+    for k in range(0, len(body) - 1, 2):
+        value = body[k] | body[k + 1] << 8
+        if value == 0xFFFF:
+            id_lists.append(record)
+            record = []
+        else:
+            record.append(value % (vocab_size + 3))       # a few ids just past the vocabulary
+    id_lists.append(record)
+    classes = stats.id_class_count(vocab_size)
+    rows = np.array([stats.record_group(f"r{k}") * classes for k in range(len(id_lists))], dtype=np.int32)
+    mask = np.zeros(vocab_size, dtype=np.uint8)
+    mask[: data[0] % 300] = 1
+    table = stats.id_class_table(vocab_size)
+    results = []
+    for with_counts in (False, True):
+        for compiled in (True, False):
+            raw, cells = np.zeros(len(id_lists), np.int64), np.zeros(stats.REPLICATE_GROUPS * classes, np.int64)
+            cells[::5] = 1
+            counts = np.arange(vocab_size, dtype=np.int64)
+            if compiled:
+                count, ids = stats._CALIBRATE_IDS, [array("I", x) for x in id_lists]
+            else:
+                count, ids = stats.calibrate_ids, stats._id_runs(id_lists, [len(x) for x in id_lists], chunk=chunk)
+            try:
+                new = count(ids, rows, mask, table, raw, cells, *([counts] if with_counts else []))
+            except ValueError as exc:
+                # The compiled pass checks every id first and counts nothing (the specification may
+                # have counted the runs before the bad one).
+                if compiled and (raw.any() or cells.sum() != len(cells[::5])
+                                 or counts.tolist() != list(range(vocab_size))):
+                    raise AssertionError(f"the compiled pass counted before raising on {id_lists!r}")
+                results.append(str(exc))
+            else:
+                results.append((raw.tolist(), cells.tolist(), sorted(np.frombuffer(new, np.int64).tolist()),
+                                counts.tolist() if with_counts else None))
+        if results[-2] != results[-1]:
+            raise AssertionError(f"compiled and numpy calibrations differ (counts: {with_counts}) on {id_lists!r}")
+
+
+if __name__ == "__main__":
+    if stats._CALIBRATE_IDS is None:
+        sys.exit("fuzz_calibrate_ids: bpe_ops._native is not built")
+    harness.fuzz(check)
