@@ -15,6 +15,8 @@ stats_json: the stats.json of the same run, and of a run with --group-field (its
     tests/fuzz/data/groups/, where the drift target finds them);
 sequence_split: real models' chains of Split pre-tokenizers (DeepSeek-V3's digits, CJK runs and word
     regex; Llama 3's digits before its word regex; a Removed and an inverted step) over mixed texts.
+calibrate_ids / guard_bitmap: a few batches of ids (in and just past the vocabulary, empty records)
+    and guarded sets with texts of each width Python stores.
 The other targets' seeds (jsonl_record, spm_encode) are written by hand and left as they are.
 """
 from __future__ import annotations
@@ -159,8 +161,30 @@ def sequence_split_seeds() -> None:
             write("sequence_split", f"{name}-{k}", bytes([len(steps) - 1, *steps]) + text.encode())
 
 
+def id_and_code_point_seeds() -> None:
+    """calibrate_ids: a byte picking the vocabulary size (and the raw-byte mask), one the chunk, then
+    16-bit ids with 0xffff ending a record. guard_bitmap: the number of guarded code points, the
+    text's widest character, then 3-byte code points (the guarded first)."""
+    def ids(*records):
+        return b"".join(b"".join(i.to_bytes(2, "little") for i in r) + b"\xff\xff" for r in records)
+
+    write("calibrate_ids", "small", bytes([2, 0]) + ids([1, 2, 3], [], [255, 0]))
+    write("calibrate_ids", "past_the_vocabulary", bytes([3, 1]) + ids([299, 300, 301, 302]))
+    write("calibrate_ids", "large", bytes([5, 3]) + ids(list(range(0, 5000, 37)), [4999] * 40, list(range(300))))
+
+    def points(*cps):
+        return b"".join(c.to_bytes(3, "little") for c in cps)
+
+    text = [ord(c) for c in "naïve café 日本語 👍🏽"]
+    write("guard_bitmap", "none_guarded", bytes([0, 3]) + points(*text))
+    write("guard_bitmap", "latin1", bytes([1, 1]) + points(0xE9, *text))
+    write("guard_bitmap", "cjk_at_the_end", bytes([2, 2]) + points(0x8A9E, 0x3000, *text[:-2]))
+    write("guard_bitmap", "astral", bytes([1, 3]) + points(0x1F44D, *text))
+
+
 def main() -> None:
-    for target in ("tokenizer_json", "tiktoken", "sentencepiece", "token_parquet", "stats_json", "sequence_split"):
+    for target in ("tokenizer_json", "tiktoken", "sentencepiece", "token_parquet", "stats_json", "sequence_split",
+                   "calibrate_ids", "guard_bitmap"):
         shutil.rmtree(CORPUS / target, ignore_errors=True)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -169,6 +193,7 @@ def main() -> None:
         tokenize_outputs(tmp, folder / "tokenizer.json")
     parquet_recipes()
     sequence_split_seeds()
+    id_and_code_point_seeds()
     for path in sorted(CORPUS.rglob("*")):
         if path.is_file():
             print(f"{path.relative_to(ROOT)}: {path.stat().st_size:,} bytes")
