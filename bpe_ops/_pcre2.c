@@ -861,8 +861,13 @@ static PyTypeObject PieceCounterType = {
 /* The cache is emptied when its keys or ids outgrow these, whatever its entry count. */
 #define CACHE_KEY_BYTES (16u << 20)
 #define CACHE_IDS (4u << 20)
-/* How many pieces ahead of the one being encoded its cache slots are prefetched. */
+/* How many pieces ahead of the one being encoded its cache slot is prefetched: into the core's
+ * own cache PREFETCH_AHEAD ahead, into the outer ones FETCH_FAR ahead (a slot in memory takes
+ * longer than a few pieces' encoding to arrive). */
 #define PREFETCH_AHEAD 8
+#define FETCH_FAR (4 * PREFETCH_AHEAD)
+/* How many ids ahead encode() fetches an id's int (half as far: its place in the table of ints). */
+#define INTS_AHEAD 16
 
 typedef struct {
     int32_t *ids;
@@ -1707,6 +1712,8 @@ static int encode_text(TextEncoder *self, const uint8_t *s, size_t len)
     for (i = 0; i < self->spans.n; i++)
         hashes[i] = bytemap_hash(s + spans[i].start, spans[i].end - spans[i].start);
     for (i = 0; i < self->spans.n; i++) {
+        if (self->cache_size && i + FETCH_FAR < self->spans.n)
+            __builtin_prefetch(&self->cache.slots[piece_cache_index(&self->cache, hashes[i + FETCH_FAR])], 0, 2);
         if (i + PREFETCH_AHEAD < self->spans.n) {
             uint64_t ahead = hashes[i + PREFETCH_AHEAD];
             if (self->cache_size)
@@ -1807,6 +1814,15 @@ static PyObject *encoder_encode(TextEncoder *self, PyObject *text)
     for (i = 0; i < self->out.n; i++) {
         size_t id = (size_t)self->out.ids[i];
         PyObject *v;
+        if (self->ints != NULL && i + INTS_AHEAD < self->out.n) {
+            /* An id's place in `ints` and then its int, whose count is written, fetched ahead: a
+             * rarer id's are in no core's cache, and a list waited on each in turn. */
+            size_t far = (size_t)self->out.ids[i + INTS_AHEAD], near = (size_t)self->out.ids[i + INTS_AHEAD / 2];
+            if (far < self->nints)
+                __builtin_prefetch(&self->ints[far]);
+            if (near < self->nints && self->ints[near] != NULL)
+                __builtin_prefetch(self->ints[near], 1);
+        }
         if (self->ints != NULL && id < self->nints) {
             if ((v = self->ints[id]) == NULL && (v = self->ints[id] = PyLong_FromSize_t(id)) == NULL) {
                 Py_DECREF(out);
