@@ -1559,9 +1559,10 @@ static void encoder_dealloc(TextEncoder *self)
 static int cache_seed(TextEncoder *self)
 {
     /* Put every whole token into the empty cache, so that one lookup answers both "merged before"
-     * and "a token": a piece met for the first time that is a token (most words) is found without
-     * a second table's probe or a merge replay. The cache has room for them beside `cache_size`
-     * merged pieces. -1 when out of memory (the cache is then left empty and `whole` probed). */
+     * and "a token": a piece that is a token (most words) is found by the one probe every piece
+     * makes, and no piece probes (or prefetches) a second table. The cache has room for them
+     * beside `cache_size` merged pieces. -1 when out of memory (the cache is then left empty and
+     * `whole` probed). */
     size_t k;
     self->seeded = 0;
     if (!self->has_whole || !self->cache_size)
