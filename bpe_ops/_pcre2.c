@@ -873,8 +873,13 @@ static PyTypeObject PieceCounterType = {
 /* The cache is emptied when its keys or ids outgrow these, whatever its entry count. */
 #define CACHE_KEY_BYTES (16u << 20)
 #define CACHE_IDS (4u << 20)
-/* How many pieces ahead of the one being encoded its cache slots are prefetched. */
+/* How many pieces ahead of the one being encoded its cache slot is prefetched: into the core's
+ * own cache PREFETCH_AHEAD ahead, into the outer ones FETCH_FAR ahead (a slot in memory takes
+ * longer than a few pieces' encoding to arrive). */
 #define PREFETCH_AHEAD 8
+#define FETCH_FAR (4 * PREFETCH_AHEAD)
+/* How many ids ahead encode() fetches an id's int (half as far: its place in the table of ints). */
+#define INTS_AHEAD 16
 
 typedef struct {
     int32_t *ids;
@@ -900,6 +905,7 @@ typedef struct {
     MergeScratch long_piece;     /* a long piece's list and heap, scratch */
     PieceCache whole;            /* ignore_merges: a piece that is a token is that token */
     int has_whole;
+    int seeded;                  /* the cache holds every entry of `whole` (see cache_reset) */
     PieceCache cache;            /* piece bytes -> its ids; emptied when full */
     size_t cache_size;           /* entries; 0: no cache */
     Spans spans;
@@ -1399,6 +1405,8 @@ static int read_ids(PyObject *obj, const char *what, int32_t **out, Py_ssize_t *
     return 0;
 }
 
+static int cache_init(TextEncoder *self);
+
 static int encoder_fill_whole(TextEncoder *self, PyObject *whole)
 {
     /* The {token bytes: id} map used when a tokenizer ignores merges for whole-token pieces. */
@@ -1487,8 +1495,7 @@ static int encoder_init(TextEncoder *self, PyObject *args, PyObject *kwds)
         self->nints = (size_t)merged[i] >= self->nints ? (size_t)merged[i] + 1 : self->nints;
     if (merge_table_init(&self->table, left, right, merged, n) < 0 ||
         (self->byte_rank = malloc(256 * 256 * sizeof(int32_t))) == NULL ||
-        char_start_init(&self->chars, &self->table, left, right, merged, n, self->nints, self->byte_ids) < 0 ||
-        piece_cache_init(&self->cache, cache_size > 0 ? (size_t)cache_size : 1) < 0) {
+        char_start_init(&self->chars, &self->table, left, right, merged, n, self->nints, self->byte_ids) < 0) {
         PyErr_NoMemory();
         goto done;
     }
@@ -1499,6 +1506,10 @@ static int encoder_init(TextEncoder *self, PyObject *args, PyObject *kwds)
     self->cache_size = cache_size > 0 ? (size_t)cache_size : 0;
     if (whole != Py_None && encoder_fill_whole(self, whole) < 0)
         goto done;
+    if (cache_init(self) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
     if ((self->matcher = matcher_new((Pattern *)pattern)) == NULL)
         goto done;
     Py_INCREF(pattern);
@@ -1545,6 +1556,49 @@ static void encoder_dealloc(TextEncoder *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+static int cache_seed(TextEncoder *self)
+{
+    /* Put every whole token into the empty cache, so that one lookup answers both "merged before"
+     * and "a token": a piece that is a token (most words) is found by the one probe every piece
+     * makes, and no piece probes (or prefetches) a second table. The cache has room for them
+     * beside `cache_size` merged pieces. -1 when out of memory (the cache is then left empty and
+     * `whole` probed). */
+    size_t k;
+    self->seeded = 0;
+    if (!self->has_whole || !self->cache_size)
+        return 0;
+    for (k = 0; k <= self->whole.mask; k++) {
+        const PieceSlot *w = &self->whole.slots[k];
+        const uint8_t *key;
+        if (w->hash == 0)
+            continue;
+        key = piece_cache_key(&self->whole, w);
+        if (piece_cache_put(&self->cache, piece_cache_find(&self->cache, key, w->len, w->hash), key, w->len,
+                            w->hash, w->val.ids, 1) < 0) {
+            piece_cache_clear(&self->cache);
+            return -1;
+        }
+    }
+    self->seeded = 1;
+    return 0;
+}
+
+static int cache_init(TextEncoder *self)
+{
+    /* An empty cache (seeded with the whole tokens), room for cache_size merged pieces beside them. */
+    size_t room = (self->cache_size ? self->cache_size : 1) + (self->has_whole ? self->whole.used : 0);
+    if (piece_cache_init(&self->cache, room) < 0)
+        return -1;
+    return cache_seed(self);
+}
+
+static void cache_reset(TextEncoder *self)
+{
+    /* Empty the cache of merged pieces, the whole tokens kept (else probed in `whole`). */
+    piece_cache_clear(&self->cache);
+    (void)cache_seed(self);
+}
+
 static int encode_piece(TextEncoder *self, const uint8_t *piece, size_t len, uint64_t hash)
 {
     /* Append the ids of one piece (its bytemap_hash given) to self->out: from the cache, else by
@@ -1575,7 +1629,7 @@ static int encode_piece(TextEncoder *self, const uint8_t *piece, size_t len, uin
         return -1;
     sym = self->out.ids + self->out.n;
     n = -1;
-    if (self->has_whole) {
+    if (self->has_whole && !self->seeded) {
         const PieceSlot *w = piece_cache_find(&self->whole, piece, len, hash);
         if (w->hash) {
             sym[0] = w->val.ids[0];
@@ -1607,8 +1661,10 @@ static int encode_piece(TextEncoder *self, const uint8_t *piece, size_t len, uin
     if (piece_cache_full(&self->cache) || self->cache.keys_len + len > CACHE_KEY_BYTES ||
         self->cache.ids_len + (size_t)n > CACHE_IDS) {
         /* Full: start over. Cheaper than tracking age, and a hot piece is back after one miss. */
-        piece_cache_clear(&self->cache);
+        cache_reset(self);
         e = piece_cache_find(&self->cache, piece, len, hash);
+        if (e->hash)
+            return 0;           /* a whole token, seeded again */
     }
     return piece_cache_put(&self->cache, e, piece, len, hash, sym, (size_t)n);
 }
@@ -1657,11 +1713,13 @@ static int encode_text(TextEncoder *self, const uint8_t *s, size_t len)
     for (i = 0; i < self->spans.n; i++)
         hashes[i] = bytemap_hash(s + spans[i].start, spans[i].end - spans[i].start);
     for (i = 0; i < self->spans.n; i++) {
+        if (self->cache_size && i + FETCH_FAR < self->spans.n)
+            __builtin_prefetch(&self->cache.slots[piece_cache_index(&self->cache, hashes[i + FETCH_FAR])], 0, 2);
         if (i + PREFETCH_AHEAD < self->spans.n) {
             uint64_t ahead = hashes[i + PREFETCH_AHEAD];
             if (self->cache_size)
                 __builtin_prefetch(&self->cache.slots[piece_cache_index(&self->cache, ahead)]);
-            if (self->has_whole)
+            if (self->has_whole && !self->seeded)
                 __builtin_prefetch(&self->whole.slots[piece_cache_index(&self->whole, ahead)]);
         }
         if (encode_piece(self, s + spans[i].start, spans[i].end - spans[i].start, hashes[i]) < 0)
@@ -1728,7 +1786,7 @@ static int encoder_run(TextEncoder *self, PyObject *text)
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         if (rc == SPLIT_NOMEM)      /* the cache may hold a half-made entry: drop it all */
-            piece_cache_clear(&self->cache);
+            cache_reset(self);
         self->busy = 0;
         return split_failed(rc);
     }
@@ -1757,6 +1815,15 @@ static PyObject *encoder_encode(TextEncoder *self, PyObject *text)
     for (i = 0; i < self->out.n; i++) {
         size_t id = (size_t)self->out.ids[i];
         PyObject *v;
+        if (self->ints != NULL && i + INTS_AHEAD < self->out.n) {
+            /* An id's place in `ints` and then its int, whose count is written, fetched ahead: a
+             * rarer id's are in no core's cache, and a list waited on each in turn. */
+            size_t far = (size_t)self->out.ids[i + INTS_AHEAD], near = (size_t)self->out.ids[i + INTS_AHEAD / 2];
+            if (far < self->nints)
+                __builtin_prefetch(&self->ints[far]);
+            if (near < self->nints && self->ints[near] != NULL)
+                __builtin_prefetch(self->ints[near], 1);
+        }
         if (self->ints != NULL && id < self->nints) {
             if ((v = self->ints[id]) == NULL && (v = self->ints[id] = PyLong_FromSize_t(id)) == NULL) {
                 Py_DECREF(out);
@@ -1805,7 +1872,7 @@ static PyObject *encoder_fork(TextEncoder *self, PyObject *Py_UNUSED(ignored))
     fork->cache_size = self->cache_size;
     fork->nints = self->nints;
     if ((self->chars.chars != NULL && (fork->chars.chars = calloc(CHAR_LIMIT, sizeof(CharEntry))) == NULL) ||
-        piece_cache_init(&fork->cache, self->cache_size ? self->cache_size : 1) < 0) {
+        cache_init(fork) < 0) {
         Py_DECREF(fork);
         return PyErr_NoMemory();
     }
@@ -1839,7 +1906,8 @@ static PyObject *encoder_fork(TextEncoder *self, PyObject *Py_UNUSED(ignored))
 
 static Py_ssize_t encoder_len(TextEncoder *self)
 {
-    return (Py_ssize_t)self->cache.used;
+    /* The merged pieces cached (the seeded whole tokens not counted). */
+    return (Py_ssize_t)(self->cache.used - (self->seeded ? self->whole.used : 0));
 }
 
 static PyMethodDef encoder_methods[] = {

@@ -171,6 +171,16 @@ def test_tiny_cache_and_long_pieces(gpt2_merges, corpora):
     assert len(tok._text_encoder) <= 2
 
 
+def test_ignore_merges_with_a_tiny_cache(gpt2_merges, corpora):
+    """The whole tokens sit in the cache beside the merged pieces: emptied all the time, it keeps
+    them, and never changes an id."""
+    tok = byte_tokenizer(gpt2_merges, "gpt4", ignore_merges=True, cache_size=2)
+    texts = read_jsonl_texts(corpora / "en", limit=30) + ["a" * 5000, " the the cat" * 50, "\u00e9" * 400]
+    for text in texts:
+        assert tok.encode(text) == python_ids(tok, text)
+    assert len(tok._text_encoder) <= 2
+
+
 def test_ignore_merges_takes_whole_tokens(gpt2_files):
     """Llama-3 style: a piece that is itself a token is that token, even where the merges would
     not make it. Here the vocabulary holds ' zzzz' but no merge makes it."""
