@@ -891,6 +891,14 @@ static int ids_reserve(Ids *v, size_t more)
     return tb_reserve((void **)&v->ids, &v->cap, v->n + more, sizeof(int32_t), 1024);
 }
 
+/* A piece as the cache looks it up: a short one's key words (piece_short_key), its hash, and the
+ * cache slot its lookup starts from (the cache's slots stay in place while a text is encoded). */
+struct PieceProbe {
+    uint64_t key[2];
+    uint64_t hash;
+    size_t slot;
+};
+
 typedef struct {
     PyObject_HEAD
     Pattern *pattern;
@@ -909,8 +917,8 @@ typedef struct {
     PieceCache cache;            /* piece bytes -> its ids; emptied when full */
     size_t cache_size;           /* entries; 0: no cache */
     Spans spans;
-    uint64_t *hashes;            /* the pieces' hashes, scratch */
-    size_t hashes_cap;
+    struct PieceProbe *probes;   /* the pieces' keys and hashes, scratch */
+    size_t probes_cap;
     Ids out;
     struct SplitStep *steps;     /* a Sequence of Split pre-tokenizers, run in place of `pattern`'s
                                   * one split (see split_steps); NULL: that split */
@@ -1439,10 +1447,10 @@ static int encoder_fill_whole(TextEncoder *self, PyObject *whole)
         }
         s = (const uint8_t *)PyBytes_AS_STRING(key);
         n = (size_t)PyBytes_GET_SIZE(key);
-        hash = bytemap_hash(s, n);
+        hash = piece_cache_hash(s, n);
         token = (int32_t)id;
         e = piece_cache_find(&self->whole, s, n, hash);
-        if (e->hash == 0 && piece_cache_put(&self->whole, e, s, n, hash, &token, 1) < 0)
+        if (!piece_slot_used(e) && piece_cache_put(&self->whole, e, s, n, hash, &token, 1) < 0)
             return PyErr_NoMemory(), -1;
     }
     return 0;
@@ -1544,7 +1552,7 @@ static void encoder_dealloc(TextEncoder *self)
     free(self->matches.spans);
     free(self->marked);
     Py_XDECREF(self->guard);
-    free(self->hashes);
+    free(self->probes);
     free(self->out.ids);
     if (self->ints != NULL) {
         size_t k;
@@ -1569,12 +1577,17 @@ static int cache_seed(TextEncoder *self)
         return 0;
     for (k = 0; k <= self->whole.mask; k++) {
         const PieceSlot *w = &self->whole.slots[k];
+        uint8_t unpacked[PIECE_KEY_INLINE];
         const uint8_t *key;
-        if (w->hash == 0)
+        size_t len;
+        uint64_t hash;
+        if (!piece_slot_used(w))
             continue;
-        key = piece_cache_key(&self->whole, w);
-        if (piece_cache_put(&self->cache, piece_cache_find(&self->cache, key, w->len, w->hash), key, w->len,
-                            w->hash, w->val.ids, 1) < 0) {
+        key = piece_cache_key(&self->whole, w, unpacked);
+        len = piece_slot_len(&self->whole, w);
+        hash = piece_cache_hash(key, len);
+        if (piece_cache_put(&self->cache, piece_cache_find(&self->cache, key, len, hash), key, len, hash,
+                            w->ids, 1) < 0) {
             piece_cache_clear(&self->cache);
             return -1;
         }
@@ -1599,25 +1612,28 @@ static void cache_reset(TextEncoder *self)
     (void)cache_seed(self);
 }
 
-static int encode_piece(TextEncoder *self, const uint8_t *piece, size_t len, uint64_t hash)
+static int encode_piece(TextEncoder *self, const uint8_t *piece, size_t len, const struct PieceProbe *probe)
 {
-    /* Append the ids of one piece (its bytemap_hash given) to self->out: from the cache, else by
-     * replaying the merges (and caching a short piece). -1 when out of memory. */
+    /* Append the ids of one piece (its probe given: piece_cache_hash, and the key words of a short
+     * piece) to self->out: from the cache, else by replaying the merges (and caching a short
+     * piece). -1 when out of memory. */
     PieceSlot *e = NULL;
     int32_t *sym;
     Py_ssize_t n;
     size_t i;
+    const uint64_t hash = probe->hash;
 
     if (self->cache_size) {
-        e = piece_cache_find(&self->cache, piece, len, hash);
-        if (e->hash) {
+        e = len <= PIECE_KEY_INLINE ? piece_cache_find_short(&self->cache, probe->key, probe->slot)
+                                    : piece_cache_find_long(&self->cache, piece, len, hash);
+        if (piece_slot_used(e)) {
             int32_t *to;
             if (ids_reserve(&self->out, e->count) < 0)
                 return -1;
             to = self->out.ids + self->out.n;
             if (e->count <= PIECE_IDS_INLINE) {     /* mostly one or two ids: no call to memcpy */
                 for (i = 0; i < e->count; i++)
-                    to[i] = e->val.ids[i];
+                    to[i] = e->ids[i];
             } else {
                 tb_copy(to, piece_cache_ids(&self->cache, e), e->count * sizeof(int32_t));
             }
@@ -1631,8 +1647,8 @@ static int encode_piece(TextEncoder *self, const uint8_t *piece, size_t len, uin
     n = -1;
     if (self->has_whole && !self->seeded) {
         const PieceSlot *w = piece_cache_find(&self->whole, piece, len, hash);
-        if (w->hash) {
-            sym[0] = w->val.ids[0];
+        if (piece_slot_used(w)) {
+            sym[0] = w->ids[0];
             n = 1;
         }
     }
@@ -1663,7 +1679,7 @@ static int encode_piece(TextEncoder *self, const uint8_t *piece, size_t len, uin
         /* Full: start over. Cheaper than tracking age, and a hot piece is back after one miss. */
         cache_reset(self);
         e = piece_cache_find(&self->cache, piece, len, hash);
-        if (e->hash)
+        if (piece_slot_used(e))
             return 0;           /* a whole token, seeded again */
     }
     return piece_cache_put(&self->cache, e, piece, len, hash, sym, (size_t)n);
@@ -1697,32 +1713,69 @@ static int encode_text(TextEncoder *self, const uint8_t *s, size_t len)
     /* self->out = the ids of text s[0..len). Touches no Python object. */
     size_t i;
     int rc;
+    size_t count;
     const Span *spans;
-    uint64_t *hashes;
+    const PieceSlot *slots;
+    struct PieceProbe *probes;
     self->out.n = 0;
     if ((rc = self->steps != NULL ? split_steps(self, s, len)
                                   : split_text(self->pattern, self->matcher, s, len, 1, &self->spans)) < 0)
         return rc;
     spans = self->spans.spans;
-    if (tb_reserve((void **)&self->hashes, &self->hashes_cap, self->spans.n, sizeof(uint64_t), 256) < 0)
+    if (tb_reserve((void **)&self->probes, &self->probes_cap, self->spans.n, sizeof(struct PieceProbe), 256) < 0)
         return SPLIT_NOMEM;
-    hashes = self->hashes;
-    /* Every piece's hash first, so that the cache slot of a piece a few ahead is fetched from
-     * memory while this one is encoded: the lookups are mostly misses in the core's caches, and
-     * waiting for them one at a time was a third of the encoder's time. */
-    for (i = 0; i < self->spans.n; i++)
-        hashes[i] = bytemap_hash(s + spans[i].start, spans[i].end - spans[i].start);
-    for (i = 0; i < self->spans.n; i++) {
-        if (self->cache_size && i + FETCH_FAR < self->spans.n)
-            __builtin_prefetch(&self->cache.slots[piece_cache_index(&self->cache, hashes[i + FETCH_FAR])], 0, 2);
-        if (i + PREFETCH_AHEAD < self->spans.n) {
-            uint64_t ahead = hashes[i + PREFETCH_AHEAD];
-            if (self->cache_size)
-                __builtin_prefetch(&self->cache.slots[piece_cache_index(&self->cache, ahead)]);
-            if (self->has_whole && !self->seeded)
-                __builtin_prefetch(&self->whole.slots[piece_cache_index(&self->whole, ahead)]);
+    probes = self->probes;
+    /* Every piece's key and hash first, so that the cache slot of a piece a few ahead is fetched
+     * from memory while this one is encoded: the lookups are mostly misses in the core's caches,
+     * and waiting for them one at a time was a third of the encoder's time. */
+    count = self->spans.n;
+    slots = self->cache.slots;
+    for (i = 0; i < count; i++) {
+        const uint8_t *piece = s + spans[i].start;
+        size_t n = spans[i].end - spans[i].start;
+        if (n <= PIECE_KEY_INLINE) {
+            piece_short_key(piece, n, probes[i].key);
+            probes[i].hash = piece_short_hash(probes[i].key);
+        } else {
+            probes[i].hash = tb_hash_bytes(piece, n);
         }
-        if (encode_piece(self, s + spans[i].start, spans[i].end - spans[i].start, hashes[i]) < 0)
+        probes[i].slot = piece_cache_index(&self->cache, probes[i].hash);
+    }
+    if (self->cache_size && !(self->has_whole && !self->seeded)) {
+        /* The common case: one table to fetch ahead from, and a short piece found in it with at
+         * most PIECE_IDS_INLINE ids (nearly every piece) appended here, its inline ids copied
+         * whole (out has room for them) rather than `count` of them. */
+        for (i = 0; i < count; i++) {
+            size_t len = spans[i].end - spans[i].start;
+            if (i + FETCH_FAR < count)
+                __builtin_prefetch(&slots[probes[i + FETCH_FAR].slot], 0, 2);
+            if (i + PREFETCH_AHEAD < count)
+                __builtin_prefetch(&slots[probes[i + PREFETCH_AHEAD].slot]);
+            if (len <= PIECE_KEY_INLINE && self->out.cap - self->out.n >= PIECE_IDS_INLINE) {
+                const PieceSlot *e = piece_cache_find_short(&self->cache, probes[i].key, probes[i].slot);
+                if (piece_slot_used(e) && e->count <= PIECE_IDS_INLINE) {
+                    int32_t *to = self->out.ids + self->out.n;
+                    to[0] = e->ids[0];
+                    to[1] = e->ids[1];
+                    to[2] = e->ids[2];
+                    self->out.n += e->count;
+                    continue;
+                }
+            }
+            if (encode_piece(self, s + spans[i].start, len, &probes[i]) < 0)
+                return SPLIT_NOMEM;
+        }
+        return 0;
+    }
+    for (i = 0; i < count; i++) {
+        if (i + PREFETCH_AHEAD < count) {
+            uint64_t ahead = probes[i + PREFETCH_AHEAD].hash;
+            if (self->cache_size)
+                __builtin_prefetch(&slots[probes[i + PREFETCH_AHEAD].slot]);
+            if (self->has_whole && !self->seeded)
+                __builtin_prefetch(piece_cache_line(&self->whole, ahead));
+        }
+        if (encode_piece(self, s + spans[i].start, spans[i].end - spans[i].start, &probes[i]) < 0)
             return SPLIT_NOMEM;
     }
     return 0;

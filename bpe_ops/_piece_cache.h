@@ -1,20 +1,27 @@
 /*
  * A fixed-size map from piece bytes to token ids, laid out so that a lookup touches one cache line:
  * the encoder's cache of pieces it has merged, and the whole-token map of a tokenizer that ignores
- * merges (`_pcre2.c`'s TextEncoder). Touches no Python object.
+ * merges (`_pcre2.c`'s TextEncoder, `_spm.c`). Touches no Python object.
  *
- * A slot is 64 bytes, aligned to a cache line: the key's hash, and the key and its ids inline when
- * they fit (up to 24 bytes and 6 ids: nearly every piece of natural text), else their place in an
- * arena. `ByteMap` (`_byte_map.h`) keeps every key in an arena and the ids in another, so a hit cost
- * three scattered memory reads; here it costs one.
+ * A slot is 32 bytes, two to a cache line. A key of up to 15 bytes is the slot's first 16 bytes
+ * itself (its bytes, zero-padded, and its length in the last byte), so a lookup of a short piece
+ * (nearly every piece of natural text) is two word compares, with no hash kept and no byte loop;
+ * a longer key keeps its hash there and its bytes in an arena. Up to 3 ids sit inline (98% of
+ * pieces have at most two), more in an arena. Half the bytes of a slot holding 24 key bytes and
+ * 6 ids: the table is half the memory for the same room, and a probe that moves on to the next
+ * slot finds it in the line it has read.
  *
- * The map never grows: it has room for `capacity` keys at most half full, and its owner empties it
- * (the cache) or sizes it for every key (the whole-token map). Linear probing; hash 0 marks an
- * empty slot (bytemap_hash never returns 0).
+ * The map never grows: it has room for `capacity` keys at most three quarters full, and its owner
+ * empties it (the cache) or sizes it for every key (the whole-token map). Linear probing from an
+ * even slot (the first line of a probe holds two candidates); a slot whose last key word is 0 is
+ * empty (a key's length tag is never 0).
  *
  *   PieceCache c; piece_cache_init(&c, 2);
- *   PieceSlot *s = piece_cache_find(&c, key, 3, hash);      // s->hash == 0: not there
+ *   PieceSlot *s = piece_cache_find(&c, key, 3, hash);      // !piece_slot_used(s): not there
  *   piece_cache_put(&c, s, key, 3, hash, ids, 2);           // piece_cache_ids(&c, s) == ids
+ *
+ * `hash` is the caller's hash of the key (any function, the same for every call on one map): it
+ * picks the first slot, and tells long keys apart before their bytes are compared.
  */
 #ifndef TOKENBEAM_PIECE_CACHE_H
 #define TOKENBEAM_PIECE_CACHE_H
@@ -24,39 +31,115 @@
 
 #include "_common.h"
 
-#define PIECE_KEY_INLINE 24
-#define PIECE_IDS_INLINE 6
+#define PIECE_KEY_INLINE 15
+#define PIECE_IDS_INLINE 3
+/* The top byte of a slot's second key word: 1 + the length of a short key, this for a long one. */
+#define PIECE_LONG_TAG 0xFFu
 
 typedef struct {
-    uint64_t hash;                       /* 0: an empty slot */
-    uint32_t len, count;                 /* key bytes, ids */
-    union {
-        uint8_t bytes[PIECE_KEY_INLINE]; /* len <= PIECE_KEY_INLINE */
-        size_t at;                       /* else: where the key starts in `keys` */
-    } key;
-    union {
-        int32_t ids[PIECE_IDS_INLINE];   /* count <= PIECE_IDS_INLINE */
-        size_t at;                       /* else: where the ids start in `ids` */
-    } val;
+    uint64_t key[2];     /* a short key: its bytes little-endian, then (1 + length) << 56;
+                          * a long key: its hash, then PIECE_LONG_TAG << 56 | where it is in `keys` */
+    uint32_t count;      /* ids */
+    int32_t ids[PIECE_IDS_INLINE];  /* count <= PIECE_IDS_INLINE; else ids[1..2] hold (as a uint64_t)
+                                     * where they start in `ids` */
 } PieceSlot;
 
 typedef struct {
     PieceSlot *slots;
     size_t mask, used, capacity;
-    uint8_t *keys;                       /* long keys */
+    uint8_t *keys;                       /* long keys, each after its length (a size_t) */
     size_t keys_len, keys_cap;
     int32_t *ids;                        /* long id runs */
     size_t ids_len, ids_cap;
 } PieceCache;
 
-static inline const uint8_t *piece_cache_key(const PieceCache *c, const PieceSlot *s)
+typedef char piece_slot_is_32_bytes[sizeof(PieceSlot) == 32 ? 1 : -1];
+
+static inline int piece_slot_used(const PieceSlot *s)
 {
-    return s->len <= PIECE_KEY_INLINE ? s->key.bytes : c->keys + s->key.at;
+    return s->key[1] != 0;
+}
+
+static inline size_t piece_slot_len(const PieceCache *c, const PieceSlot *s)
+{
+    size_t len;
+    if (s->key[1] >> 56 != PIECE_LONG_TAG)
+        return (size_t)(s->key[1] >> 56) - 1;
+    memcpy(&len, c->keys + (s->key[1] & 0x00FFFFFFFFFFFFFFULL), sizeof(len));
+    return len;
+}
+
+static inline const uint8_t *piece_cache_key(const PieceCache *c, const PieceSlot *s, uint8_t out[PIECE_KEY_INLINE])
+{
+    /* The key's bytes (piece_slot_len of them): a short key unpacked into `out`. */
+    size_t i;
+    if (s->key[1] >> 56 == PIECE_LONG_TAG)
+        return c->keys + (s->key[1] & 0x00FFFFFFFFFFFFFFULL) + sizeof(size_t);
+    for (i = 0; i < PIECE_KEY_INLINE; i++)
+        out[i] = (uint8_t)(s->key[i >> 3] >> (8 * (i & 7)));
+    return out;
 }
 
 static inline const int32_t *piece_cache_ids(const PieceCache *c, const PieceSlot *s)
 {
-    return s->count <= PIECE_IDS_INLINE ? s->val.ids : c->ids + s->val.at;
+    uint64_t at;
+    if (s->count <= PIECE_IDS_INLINE)
+        return s->ids;
+    memcpy(&at, &s->ids[1], sizeof(at));
+    return c->ids + at;
+}
+
+static inline void piece_short_key(const uint8_t *s, size_t n, uint64_t key[2])
+{
+    /* The two words of a key of n <= PIECE_KEY_INLINE bytes: little-endian, zero-padded, with
+     * reads that stay inside s[0..n) (two overlapping ones where n allows, as tb_hash_bytes). */
+    uint64_t lo = 0, hi = 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (n >= 8) {
+        memcpy(&lo, s, 8);
+        if (n > 8) {
+            memcpy(&hi, s + n - 8, 8);
+            hi >>= 8 * (16 - n);
+        }
+    } else if (n >= 4) {
+        uint32_t a, b;
+        memcpy(&a, s, 4);
+        memcpy(&b, s + n - 4, 4);
+        lo = (uint64_t)a | ((uint64_t)b >> (8 * (8 - n))) << 32;
+    } else if (n) {
+        lo = (uint64_t)s[0] | (n > 1 ? (uint64_t)s[1] << 8 : 0) | (n > 2 ? (uint64_t)s[2] << 16 : 0);
+    }
+#else
+    size_t i;
+    for (i = 0; i < n; i++) {
+        if (i < 8)
+            lo |= (uint64_t)s[i] << (8 * i);
+        else
+            hi |= (uint64_t)s[i] << (8 * (i - 8));
+    }
+#endif
+    key[0] = lo;
+    key[1] = hi | (uint64_t)(n + 1) << 56;
+}
+
+static inline uint64_t piece_short_hash(const uint64_t key[2])
+{
+    /* A hash of a short key's two words (cheaper than hashing its bytes again). */
+    uint64_t h = key[0] * 0x9E3779B97F4A7C15ULL ^ key[1] * 0xC2B2AE3D27D4EB4FULL;
+    h ^= h >> 32;
+    h *= 0xFF51AFD7ED558CCDULL;
+    h ^= h >> 29;
+    return h;
+}
+
+static inline uint64_t piece_cache_hash(const uint8_t *s, size_t n)
+{
+    /* A hash for these maps: of the packed words of a short key, else of the bytes. */
+    uint64_t key[2];
+    if (n > PIECE_KEY_INLINE)
+        return tb_hash_bytes(s, n);
+    piece_short_key(s, n, key);
+    return piece_short_hash(key);
 }
 
 static inline int piece_cache_init(PieceCache *c, size_t capacity)
@@ -67,7 +150,7 @@ static inline int piece_cache_init(PieceCache *c, size_t capacity)
     memset(c, 0, sizeof(*c));
     if (capacity == 0)
         capacity = 1;
-    while (size < 2 * capacity)
+    while (size / 4 * 3 < capacity)
         size *= 2;
     if ((slots = tb_alloc_table(size * sizeof(PieceSlot))) == NULL)
         return -1;
@@ -76,6 +159,17 @@ static inline int piece_cache_init(PieceCache *c, size_t capacity)
     c->mask = size - 1;
     c->capacity = capacity;
     return 0;
+}
+
+static inline size_t piece_cache_bytes(size_t capacity)
+{
+    /* The bytes of the slots of a map with room for `capacity` keys (piece_cache_init's table). */
+    size_t size = 64;
+    if (capacity == 0)
+        capacity = 1;
+    while (size / 4 * 3 < capacity)
+        size *= 2;
+    return size * sizeof(PieceSlot);
 }
 
 static inline void piece_cache_free(PieceCache *c)
@@ -100,53 +194,54 @@ static inline int piece_cache_full(const PieceCache *c)
 
 static inline size_t piece_cache_index(const PieceCache *c, uint64_t hash)
 {
-    /* The first slot probed for `hash` (for a prefetch, say). */
-    return (size_t)(hash >> 7) & c->mask;
+    /* The first slot probed for `hash`: an even one, the first of its cache line. */
+    return (size_t)(hash >> 7) & c->mask & ~(size_t)1;
 }
 
-static inline int piece_key_equal(const PieceCache *c, const PieceSlot *s, const uint8_t *key, size_t len)
+static inline const void *piece_cache_line(const PieceCache *c, uint64_t hash)
 {
-    /* Whether the slot's key (of `len` bytes) is `key`: an inline key by 8-byte words, the last one
-     * overlapping the one before (where a call to memcmp cost more than the compare, and a loop
-     * byte by byte was a tenth of the encoder's instructions), a long one with memcmp. */
-    const uint8_t *inline_key = s->key.bytes;
-    uint64_t x, y, differ = 0;
-    size_t i;
-    if (len > PIECE_KEY_INLINE)
-        return tb_equal(c->keys + s->key.at, key, len);
-    if (len >= 8) {
-        for (i = 0; i + 8 < len; i += 8) {
-            memcpy(&x, inline_key + i, 8);
-            memcpy(&y, key + i, 8);
-            differ |= x ^ y;
+    /* The cache line a lookup of `hash` reads first (to prefetch). */
+    return &c->slots[piece_cache_index(c, hash)];
+}
+
+static inline PieceSlot *piece_cache_find_long(const PieceCache *c, const uint8_t *key, size_t len, uint64_t hash)
+{
+    size_t i = piece_cache_index(c, hash);
+    for (;;) {
+        PieceSlot *s = &c->slots[i];
+        if (s->key[1] == 0)
+            return s;
+        if (s->key[0] == hash && s->key[1] >> 56 == PIECE_LONG_TAG) {
+            const uint8_t *at = c->keys + (s->key[1] & 0x00FFFFFFFFFFFFFFULL);
+            size_t n;
+            memcpy(&n, at, sizeof(n));
+            if (n == len && tb_equal(at + sizeof(n), key, len))
+                return s;
         }
-        memcpy(&x, inline_key + len - 8, 8);
-        memcpy(&y, key + len - 8, 8);
-        return (differ | (x ^ y)) == 0;
+        i = (i + 1) & c->mask;
     }
-    if (len >= 4) {
-        uint32_t a, b, d, e;
-        memcpy(&a, inline_key, 4);
-        memcpy(&b, key, 4);
-        memcpy(&d, inline_key + len - 4, 4);
-        memcpy(&e, key + len - 4, 4);
-        return ((a ^ b) | (d ^ e)) == 0;
+}
+
+static inline PieceSlot *piece_cache_find_short(const PieceCache *c, const uint64_t key[2], size_t i)
+{
+    /* piece_cache_find of a short key given as its words (piece_short_key), its first slot `i`
+     * (piece_cache_index of its hash) given too. */
+    for (;;) {
+        PieceSlot *s = &c->slots[i];
+        if ((s->key[0] == key[0] && s->key[1] == key[1]) || s->key[1] == 0)
+            return s;
+        i = (i + 1) & c->mask;
     }
-    for (i = 0; i < len; i++)
-        differ |= (uint64_t)(inline_key[i] ^ key[i]);
-    return differ == 0;
 }
 
 static inline PieceSlot *piece_cache_find(const PieceCache *c, const uint8_t *key, size_t len, uint64_t hash)
 {
     /* The slot of `key`, or the empty slot where it would go. */
-    size_t i = piece_cache_index(c, hash);
-    for (;;) {
-        PieceSlot *s = &c->slots[i];
-        if (s->hash == 0 || (s->hash == hash && s->len == len && piece_key_equal(c, s, key, len)))
-            return s;
-        i = (i + 1) & c->mask;
-    }
+    uint64_t k[2];
+    if (len > PIECE_KEY_INLINE)
+        return piece_cache_find_long(c, key, len, hash);
+    piece_short_key(key, len, k);
+    return piece_cache_find_short(c, k, piece_cache_index(c, hash));
 }
 
 static inline int piece_cache_put(PieceCache *c, PieceSlot *s, const uint8_t *key, size_t len, uint64_t hash,
@@ -154,29 +249,35 @@ static inline int piece_cache_put(PieceCache *c, PieceSlot *s, const uint8_t *ke
 {
     /* Fill the empty slot `s` (from piece_cache_find) with key -> ids; -1 when out of memory or
      * the map is full (the caller empties it first). */
-    if (piece_cache_full(c) || len > UINT32_MAX || count > UINT32_MAX)
+    uint64_t k[2];
+    if (piece_cache_full(c) || count > UINT32_MAX)
         return -1;
     if (len > PIECE_KEY_INLINE) {
-        if (tb_reserve((void **)&c->keys, &c->keys_cap, c->keys_len + len, 1, 4096) < 0)
+        size_t at = c->keys_len;
+        if (at > 0x00FFFFFFFFFFFFFFULL ||
+            tb_reserve((void **)&c->keys, &c->keys_cap, at + sizeof(size_t) + len, 1, 4096) < 0)
             return -1;
-        tb_copy(c->keys + c->keys_len, key, len);
-        s->key.at = c->keys_len;
-        c->keys_len += len;
+        memcpy(c->keys + at, &len, sizeof(len));
+        tb_copy(c->keys + at + sizeof(len), key, len);
+        c->keys_len += sizeof(len) + len;
+        k[0] = hash;
+        k[1] = (uint64_t)PIECE_LONG_TAG << 56 | (uint64_t)at;
     } else {
-        tb_copy(s->key.bytes, key, len);
+        piece_short_key(key, len, k);
     }
     if (count > PIECE_IDS_INLINE) {
+        uint64_t at = c->ids_len;
         if (tb_reserve((void **)&c->ids, &c->ids_cap, c->ids_len + count, sizeof(int32_t), 1024) < 0)
             return -1;
         tb_copy(c->ids + c->ids_len, ids, count * sizeof(int32_t));
-        s->val.at = c->ids_len;
+        memcpy(&s->ids[1], &at, sizeof(at));
         c->ids_len += count;
     } else {
-        tb_copy(s->val.ids, ids, count * sizeof(int32_t));
+        tb_copy(s->ids, ids, count * sizeof(int32_t));
     }
-    s->len = (uint32_t)len;
     s->count = (uint32_t)count;
-    s->hash = hash;
+    s->key[0] = k[0];
+    s->key[1] = k[1];
     c->used++;
     return 0;
 }

@@ -300,7 +300,7 @@ static int cached_ids(SpmEncoder *self, const uint8_t *s, size_t n, uint64_t has
     Py_ssize_t count;
     if (hash != 0) {
         slot = piece_cache_find(&self->cache, s, n, hash);
-        if (slot->hash != 0)
+        if (piece_slot_used(slot))
             return emit(out, piece_cache_ids(&self->cache, slot), slot->count);
     }
     if ((count = merged_segment(self, s, n)) < 0)
@@ -314,7 +314,7 @@ static int cache_put(SpmEncoder *self, const uint8_t *s, size_t n, uint64_t hash
 {
     /* Cache s[0..n) -> ids unless it is there. -1 when out of memory. */
     PieceSlot *slot = piece_cache_find(&self->cache, s, n, hash);
-    if (slot->hash != 0)
+    if (piece_slot_used(slot))
         return 0;
     if (piece_cache_full(&self->cache)) {
         /* Full: start over. Cheaper than tracking age, and a hot segment is back after one miss. */
@@ -375,8 +375,8 @@ static int cut_word(const SpmEncoder *self, const uint8_t *s, size_t n, Segments
     const int bytes_apart = self->isolated_bytes;      /* runs outside the vocabulary cut off */
     if (self->has_whole) {
         const PieceSlot *slot = piece_cache_find(&self->whole, s, n, key_hash(s, n));
-        if (slot->hash != 0)
-            return push(segs, s, n, 0, slot->val.ids[0]);
+        if (piece_slot_used(slot))
+            return push(segs, s, n, 0, slot->ids[0]);
     }
     while (p < n) {
         uint32_t cp = read_char(self, s, n, p, &next);
@@ -401,7 +401,7 @@ static int encode_segments(SpmEncoder *self, const Segments *segs, IdBuffer *out
     size_t i;
     for (i = 0; i < segs->len; i++) {
         if (i + PREFETCH_AHEAD < segs->len && segs->items[i + PREFETCH_AHEAD].hash != 0)
-            __builtin_prefetch(&self->cache.slots[piece_cache_index(&self->cache, segs->items[i + PREFETCH_AHEAD].hash)]);
+            __builtin_prefetch(piece_cache_line(&self->cache, segs->items[i + PREFETCH_AHEAD].hash));
         if (encode_segment(self, &segs->items[i], out) < 0) {
             piece_cache_clear(&self->cache);
             return -1;
@@ -755,7 +755,7 @@ static int set_whole(SpmEncoder *self, PyObject *whole)
             return -1;
         h = key_hash((const uint8_t *)PyBytes_AS_STRING(data), (size_t)PyBytes_GET_SIZE(data));
         slot = piece_cache_find(&self->whole, (const uint8_t *)PyBytes_AS_STRING(data), (size_t)PyBytes_GET_SIZE(data), h);
-        if (slot->hash == 0 && piece_cache_put(&self->whole, slot, (const uint8_t *)PyBytes_AS_STRING(data),
+        if (!piece_slot_used(slot) && piece_cache_put(&self->whole, slot, (const uint8_t *)PyBytes_AS_STRING(data),
                                                (size_t)PyBytes_GET_SIZE(data), h, &id, 1) < 0) {
             Py_DECREF(data);
             PyErr_NoMemory();
