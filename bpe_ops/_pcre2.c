@@ -1853,41 +1853,56 @@ static PyObject *encoder_done(TextEncoder *self, PyObject *result)
     return result;
 }
 
+static PyObject *encoder_int(TextEncoder *self, size_t id)
+{
+    /* A new reference to the int of `id`, made on its first use (NULL with an exception set). */
+    PyObject *v;
+    if (self->ints == NULL || id >= self->nints)
+        return PyLong_FromSize_t(id);
+    if ((v = self->ints[id]) == NULL && (v = self->ints[id] = PyLong_FromSize_t(id)) == NULL)
+        return NULL;
+    Py_INCREF(v);
+    return v;
+}
+
 static PyObject *encoder_encode(TextEncoder *self, PyObject *text)
 {
     /* The ids as a list. Each id's int is made once and shared by every list after: making a new
      * int per id was a quarter of encoding Han text. */
-    PyObject *out;
-    size_t i;
+    PyObject *out, **items, **ints;
+    const int32_t *ids;
+    size_t i, n, nints;
     if (encoder_run(self, text) < 0)
         return NULL;
     if ((out = PyList_New((Py_ssize_t)self->out.n)) == NULL)
         return encoder_done(self, NULL);
     if (self->ints == NULL && self->nints > 0)
         self->ints = calloc(self->nints, sizeof(PyObject *));     /* NULL: a new int per id, below */
-    for (i = 0; i < self->out.n; i++) {
-        size_t id = (size_t)self->out.ids[i];
+    /* Read into locals: the calls that make an int would make the compiler read them again. */
+    items = ((PyListObject *)out)->ob_item;
+    ints = self->ints;
+    nints = ints != NULL ? self->nints : 0;
+    ids = self->out.ids;
+    n = self->out.n;
+    for (i = 0; i < n; i++) {
+        size_t id = (size_t)ids[i];
         PyObject *v;
-        if (self->ints != NULL && i + INTS_AHEAD < self->out.n) {
+        if (i + INTS_AHEAD < n) {
             /* An id's place in `ints` and then its int, whose count is written, fetched ahead: a
              * rarer id's are in no core's cache, and a list waited on each in turn. */
-            size_t far = (size_t)self->out.ids[i + INTS_AHEAD], near = (size_t)self->out.ids[i + INTS_AHEAD / 2];
-            if (far < self->nints)
-                __builtin_prefetch(&self->ints[far]);
-            if (near < self->nints && self->ints[near] != NULL)
-                __builtin_prefetch(self->ints[near], 1);
+            size_t far = (size_t)ids[i + INTS_AHEAD], near = (size_t)ids[i + INTS_AHEAD / 2];
+            if (far < nints)
+                __builtin_prefetch(&ints[far]);
+            if (near < nints && ints[near] != NULL)
+                __builtin_prefetch(ints[near], 1);
         }
-        if (self->ints != NULL && id < self->nints) {
-            if ((v = self->ints[id]) == NULL && (v = self->ints[id] = PyLong_FromSize_t(id)) == NULL) {
-                Py_DECREF(out);
-                return encoder_done(self, NULL);
-            }
+        if (id < nints && (v = ints[id]) != NULL) {
             Py_INCREF(v);
-        } else if ((v = PyLong_FromSize_t(id)) == NULL) {
+        } else if ((v = encoder_int(self, id)) == NULL) {
             Py_DECREF(out);
             return encoder_done(self, NULL);
         }
-        PyList_SET_ITEM(out, (Py_ssize_t)i, v);
+        items[i] = v;
     }
     return encoder_done(self, out);
 }

@@ -38,6 +38,24 @@ def piece_text_space(tok: Any) -> str | None:
     return text_space(tok._piece_model, tok._metaspace, ignore_merges=tok.ignore_merges)
 
 
+def seeded_tokens(tok: Any) -> int:
+    """How many whole tokens the compiled encoder of `tok` puts into its piece cache before any text
+    (where merges are ignored, a piece that is a token is found by the lookup every piece makes):
+    its cache holds them beside `cache_size` merged pieces."""
+    return len(tok._token_ids) if tok.mode == "byte" and tok.ignore_merges else 0
+
+
+def cache_size_for(tok: Any, entries: int) -> int:
+    """The `cache_size` (merged pieces) at which the compiled encoder's cache holds `entries` entries
+    in all, the whole tokens it seeds counted: what sizes its table (and each thread's memory).
+
+    >>> from bpe_ops import Tokenizer
+    >>> cache_size_for(Tokenizer([(b"a", b"b")]), 1000)
+    1000
+    """
+    return max(entries - seeded_tokens(tok), 1)
+
+
 def build(tok: Any) -> Any:
     """The compiled whole-text encoder of `tok`, or None: classic mode, the split not on PCRE2, no
     compiled merger (see `merging.piece_merger`)."""

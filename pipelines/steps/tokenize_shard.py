@@ -122,11 +122,10 @@ class TokenizeShard(beam.DoFn):
         except UserError as exc:      # the launcher could read it, this worker cannot: say so in one line
             raise ShardFailure(str(exc)) from exc
         self.sha256 = self.tokenizer.sha256
-        # Read when the compiled encoder is built (on first use): a larger cache for the whole job.
-        # Where merges are ignored the encoder seeds every whole token into its cache, beside
-        # cache_size merged pieces: the job's table keeps its size (and each thread's memory).
-        seeded = len(self.tok._token_ids) if self.tok.ignore_merges else 0
-        self.tok.cache_size = max(self.tok.cache_size, JOB_CACHE_PIECES - seeded)
+        # Read when the compiled encoder is built (on first use): a larger cache for the whole job,
+        # JOB_CACHE_PIECES entries in all (the whole tokens the encoder seeds into it counted).
+        from bpe_ops.text_encoder import cache_size_for
+        self.tok.cache_size = max(self.tok.cache_size, cache_size_for(self.tok, JOB_CACHE_PIECES))
         if os.getpid() != self.launcher_pid:    # a worker process of its own, not the caller's process
             settle_heap()
         self.raw_byte_ids = self.tok.raw_byte_ids
