@@ -203,9 +203,12 @@ static size_t scan_pieces(const Scanner *scanner, const uint8_t *text, size_t le
     size_t n = out->n, cap = out->cap, end;
     while (pos < len) {
         /* The scanner's piece is the match PCRE2 finds at pos; where it cannot tell, PCRE2. */
-        end = sc.family == SCAN_CL100K ? scan_cl100k_ascii(&sc, text, len, pos) : scan_piece(&sc, text, len, pos);
-        if (end == SCAN_PCRE2)
+        if (sc.family == SCAN_CL100K) {
+            if ((end = scan_cl100k_ascii(&sc, text, len, pos)) == SCAN_PCRE2)
+                break;
+        } else if ((end = scan_piece(&sc, text, len, pos)) == SCAN_PCRE2) {
             break;
+        }
         if (n == cap) {
             out->n = n;
             if (tb_reserve((void **)&out->spans, &out->cap, n + 1, sizeof(Span), 256) < 0)

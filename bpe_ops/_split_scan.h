@@ -386,8 +386,13 @@ static inline size_t scan_cl100k_ascii(const Scanner *sc, const uint8_t *s, size
     uint8_t b0 = s[i], b1;
     int c0, c1;
     size_t p;
-    if ((unsigned)((b0 | 0x20) - 'a') < 26)
+    /* The commonest pieces first: ' ' and a letter, a letter. */
+    if (b0 == ' ') {
+        if (i + 1 < len && (unsigned)((s[i + 1] | 0x20) - 'a') < 26)
+            return scan_letters(cl, s, len, i + 2);
+    } else if ((unsigned)((b0 | 0x20) - 'a') < 26) {
         return scan_letters(cl, s, len, i + 1);
+    }
     if (b0 >= 0x80 || i + 1 >= len || (b1 = s[i + 1]) >= 0x80 || (c0 = cl[b0]) == CH_QUOTE)
         return scan_piece(sc, s, len, i);
     /* [^\r\n\p{L}\p{N}]?\p{L}+: every ASCII class but these two is in PREFIX_MASK. */
