@@ -192,6 +192,39 @@ static int spans_push(Spans *s, size_t start, size_t end)
     return 0;
 }
 
+static size_t scan_pieces(const Scanner *scanner, const uint8_t *text, size_t len, size_t pos, Spans *out)
+{
+    /* The scanner's pieces from pos into `out`, up to the text's end or the first piece it leaves
+     * to PCRE2: where it stopped (SIZE_MAX when out of memory). The loop keeps the scanner and the
+     * spans' end in locals, which stores into the spans would otherwise make the compiler reload
+     * on every piece. */
+    const Scanner sc = *scanner;
+    Span *spans = out->spans;
+    size_t n = out->n, cap = out->cap, end;
+    while (pos < len) {
+        /* The scanner's piece is the match PCRE2 finds at pos; where it cannot tell, PCRE2. */
+        if (sc.family == SCAN_CL100K) {
+            if ((end = scan_cl100k_ascii(&sc, text, len, pos)) == SCAN_PCRE2)
+                break;
+        } else if ((end = scan_piece(&sc, text, len, pos)) == SCAN_PCRE2) {
+            break;
+        }
+        if (n == cap) {
+            out->n = n;
+            if (tb_reserve((void **)&out->spans, &out->cap, n + 1, sizeof(Span), 256) < 0)
+                return SIZE_MAX;
+            spans = out->spans;
+            cap = out->cap;
+        }
+        spans[n].start = pos;
+        spans[n].end = end;
+        n++;
+        pos = end;
+    }
+    out->n = n;
+    return pos;
+}
+
 static int split_text(const Pattern *pat, Matcher *m, const uint8_t *text, size_t len, int gaps,
                       Spans *out)
 {
@@ -203,14 +236,10 @@ static int split_text(const Pattern *pat, Matcher *m, const uint8_t *text, size_
     /* pos == len is tried too: a pattern may match the empty string at the end. */
     while (pos <= len) {
         if (pat->scan.family != SCAN_OFF && pos < len) {
-            /* The scanner's piece is the match PCRE2 finds at pos; where it cannot tell, PCRE2. */
-            size_t end = scan_next_piece(&pat->scan, text, len, pos);
-            if (end != SCAN_PCRE2) {
-                if (spans_push(out, pos, end) < 0)
-                    return SPLIT_NOMEM;
-                pos = end;
-                continue;
-            }
+            if ((pos = scan_pieces(&pat->scan, text, len, pos, out)) == SIZE_MAX)
+                return SPLIT_NOMEM;
+            if (pos == len)
+                break;                  /* no scanned pattern matches the empty string */
         }
         rc = P.match(pat->code, text, len, pos, PCRE2_NO_UTF_CHECK, m->data, m->context);
         if (rc == PCRE2_ERROR_NOMATCH)

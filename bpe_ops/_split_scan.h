@@ -82,28 +82,76 @@ static inline int scan_char(const uint8_t *classes, const uint8_t *s, size_t p, 
     return classes[tb_bmp_code_point(s, p, next)];
 }
 
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define SCAN_SWAR 1
+#define SWAR_ONES 0x0101010101010101ULL
+#define SWAR_HIGH 0x8080808080808080ULL
+
+static inline uint64_t swar_load(const uint8_t *s, size_t len, size_t p)
+{
+    /* The 8 bytes from p <= len, zeros past the end of the text (no piece's class runs over a zero
+     * byte: U+0000 is CH_OTHER, which no run of letters or spaces takes). */
+    uint64_t w = 0;
+    size_t k;
+    if (p + 8 <= len) {
+        memcpy(&w, s + p, 8);           /* one load: a memcpy of a length not known is a call */
+        return w;
+    }
+    for (k = 0; p + k < len; k++)
+        w |= (uint64_t)s[p + k] << (8 * k);
+    return w;
+}
+
+static inline uint64_t swar_not_letter(uint64_t w)
+{
+    /* The top bit of each byte of w that is no ASCII letter. A byte b below 0x80 is a letter when
+     * b | 0x20 is in 'a'..'z'; adding 0x80 - 'a' and 0x80 - ('z' + 1) to each byte (no carry: every
+     * byte is below 0x80 first) sets the top bit of those at least 'a' and of those past 'z'. */
+    uint64_t folded = (w & ~SWAR_HIGH) | 0x20 * SWAR_ONES;
+    return (~(folded + (0x80 - 'a') * SWAR_ONES) | (folded + (0x80 - 'z' - 1) * SWAR_ONES) | w) & SWAR_HIGH;
+}
+
+static inline size_t swar_end(size_t p, uint64_t marks, size_t len)
+{
+    /* The byte of the word at p that holds marks' lowest set bit (marks is not 0), not past the
+     * text. */
+    size_t end = p + (size_t)__builtin_ctzll(marks) / 8;
+    return end < len ? end : len;
+}
+#endif
+
 static inline size_t scan_ascii_letters(const uint8_t *s, size_t len, size_t p)
 {
-    /* The first byte from p that is no ASCII letter, or one within 7 bytes of the end: 8 bytes at a
-     * time. A byte b below 0x80 is a letter when b | 0x20 is in 'a'..'z'; adding 0x80 - 'a' and
-     * 0x80 - ('z' + 1) to each byte (no carry: every byte is below 0x80 first) sets the top bit of
-     * those at least 'a' and of those past 'z'. Worked example: "Hello, w" -> p + 5. */
-#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
-    while (p + 8 <= len) {
-        uint64_t w, folded, not_letter;
-        memcpy(&w, s + p, 8);
-        folded = (w & ~high) | 0x20 * ones;
-        not_letter = (~(folded + (0x80 - 'a') * ones) | (folded + (0x80 - 'z' - 1) * ones) | w) & high;
-        if (not_letter)
-            return p + (size_t)__builtin_ctzll(not_letter) / 8;
-        p += 8;
+    /* The first byte from p <= len that is no ASCII letter (len at the end), 8 bytes at a time.
+     * Worked example: "Hello, w" -> p + 5. */
+#ifdef SCAN_SWAR
+    for (;; p += 8) {
+        uint64_t marks = swar_not_letter(swar_load(s, len, p));
+        if (marks)
+            return swar_end(p, marks, len);
     }
 #else
-    (void)s;
-    (void)len;
-#endif
+    while (p < len && (unsigned)((s[p] | 0x20) - 'a') < 26)
+        p++;
     return p;
+#endif
+}
+
+static inline size_t scan_spaces(const uint8_t *s, size_t len, size_t p)
+{
+    /* The first byte from p <= len that is no U+0020 (len at the end), 8 bytes at a time: a byte
+     * of w ^ 0x2020... is 0 exactly where w has a space. Indentation is long runs of them. */
+#ifdef SCAN_SWAR
+    for (;; p += 8) {
+        uint64_t others = swar_load(s, len, p) ^ 0x20 * SWAR_ONES;
+        if (others)
+            return swar_end(p, others, len);
+    }
+#else
+    while (p < len && s[p] == ' ')
+        p++;
+    return p;
+#endif
 }
 
 static inline size_t scan_run(const uint8_t *classes, const uint8_t *s, size_t len, size_t p, unsigned mask,
@@ -157,7 +205,12 @@ static size_t scan_white(const Scanner *sc, const uint8_t *s, size_t len, size_t
     size_t p = i, last = i, after_newline = 0, next;
     int c;
     while (p < len) {
-        if (s[p] < 0x80) {              /* nearly every run of whitespace: spaces and newlines */
+        if (s[p] == ' ') {              /* a run of spaces: indentation, mostly */
+            p = scan_spaces(s, len, p + 1);
+            last = p - 1;
+            continue;
+        }
+        if (s[p] < 0x80) {              /* nearly every other run of whitespace: newlines */
             c = sc->classes[s[p]];
             next = p + 1;
         } else if ((c = scan_char(sc->classes, s, p, &next)) == CH_ASTRAL) {
@@ -314,17 +367,77 @@ static size_t scan_piece(const Scanner *sc, const uint8_t *s, size_t len, size_t
     return scan_white(sc, s, len, i);
 }
 
+static inline size_t scan_letters(const uint8_t *cl, const uint8_t *s, size_t len, size_t p)
+{
+    /* `\p{L}+` on from p: its ASCII letters 8 at a time, then, where a byte beyond ASCII stops
+     * them, character by character. */
+    p = scan_ascii_letters(s, len, p);
+    return p < len && s[p] >= 0x80 ? scan_run(cl, s, len, p, LETTER_MASK, SIZE_MAX) : p;
+}
+
+static inline size_t scan_cl100k_ascii(const Scanner *sc, const uint8_t *s, size_t len, size_t i)
+{
+    /* scan_piece for the cl100k family where the piece's first two bytes are ASCII (but for an
+     * apostrophe, whose contractions scan_piece reads): the class of a byte below 0x80 is the
+     * table's entry for it, without decoding, and a run of ASCII bytes of one kind is read on
+     * until a byte that ends it, a byte beyond ASCII handing the rest of the run to the general
+     * scanners. Decides as scan_piece does, alternative by alternative. */
+    const uint8_t *cl = sc->classes;
+    uint8_t b0 = s[i], b1;
+    int c0, c1;
+    size_t p;
+    /* The commonest pieces first: ' ' and a letter, a letter. */
+    if (b0 == ' ') {
+        if (i + 1 < len && (unsigned)((s[i + 1] | 0x20) - 'a') < 26)
+            return scan_letters(cl, s, len, i + 2);
+    } else if ((unsigned)((b0 | 0x20) - 'a') < 26) {
+        return scan_letters(cl, s, len, i + 1);
+    }
+    if (b0 >= 0x80 || i + 1 >= len || (b1 = s[i + 1]) >= 0x80 || (c0 = cl[b0]) == CH_QUOTE)
+        return scan_piece(sc, s, len, i);
+    /* [^\r\n\p{L}\p{N}]?\p{L}+: every ASCII class but these two is in PREFIX_MASK. */
+    if ((unsigned)((b1 | 0x20) - 'a') < 26 && c0 != CH_NEWLINE && c0 != CH_NUMBER)
+        return scan_letters(cl, s, len, i + 2);
+    c1 = cl[b1];
+    switch (c0) {
+    case CH_NUMBER:
+        return scan_digits(sc, s, len, i + 1);
+    case CH_SPACE:
+        if (c1 == CH_SPACE) {
+            /* \s+(?!\S): a run of spaces before a character that is no whitespace leaves it its
+             * last one; any other end (whitespace beyond the spaces, the text's end) scan_white's. */
+            p = scan_spaces(s, len, i + 2);
+            if (p < len && s[p] < 0x80 && !(WHITE_MASK & CH_BIT(cl[s[p]])))
+                return p - 1;
+            return scan_white(sc, s, len, i);
+        }
+        if (!(OTHER_MASK & CH_BIT(c1)))
+            return scan_white(sc, s, len, i);
+        p = i + 2;                      /* ' ?[^\s\p{L}\p{N}]+[\r\n]*', its space taken */
+        break;
+    case CH_OTHER:
+    case CH_SLASH:
+        p = i + 1;
+        break;
+    default:                            /* CH_NEWLINE, CH_WHITE */
+        return scan_white(sc, s, len, i);
+    }
+    /* [^\s\p{L}\p{N}]+[\r\n]* on from p: ASCII punctuation is CH_OTHER, CH_QUOTE or CH_SLASH. */
+    while (p < len && s[p] < 0x80 && (OTHER_MASK & CH_BIT(cl[s[p]])))
+        p++;
+    if (p < len && s[p] >= 0x80)
+        return scan_other(sc, s, len, p, CH_BIT(CH_NEWLINE));
+    while (p < len && (s[p] == '\n' || s[p] == '\r'))
+        p++;
+    return p;
+}
+
 static inline size_t scan_next_piece(const Scanner *sc, const uint8_t *s, size_t len, size_t i)
 {
-    /* scan_piece, with the commonest piece of the cl100k family read here, inline: an ASCII letter,
-     * or a space and an ASCII letter, starts a word (`[^\r\n\p{L}\p{N}]?\p{L}+`), as scan_piece
-     * decides for these first characters too. Most pieces of Latin text are such words, and a call
-     * to scan_piece, its decoding and its tests of classes cost more than the word's scan. */
-    if (sc->family == SCAN_CL100K) {
-        size_t from = i + (s[i] == ' ');
-        if (from < len && (unsigned)((s[from] | 0x20) - 'a') < 26)
-            return scan_run(sc->classes, s, len, from + 1, LETTER_MASK, SIZE_MAX);
-    }
+    /* The end of the piece that starts at byte i < len, or SCAN_PCRE2: scan_piece, the cl100k
+     * family's pieces of ASCII read inline (most pieces of Latin text and code are). */
+    if (sc->family == SCAN_CL100K)
+        return scan_cl100k_ascii(sc, s, len, i);
     return scan_piece(sc, s, len, i);
 }
 

@@ -94,6 +94,23 @@ def test_ascii_letter_runs_of_every_length_before_every_character(pattern):
                 assert pieces(pattern, text, True) == pieces(pattern, text, False), repr(text)
 
 
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_ascii_runs_of_spaces_and_punctuation_before_every_character(pattern):
+    # Runs of spaces are skipped 8 bytes at a time and the cl100k family reads runs of ASCII
+    # punctuation and digits byte by byte until a byte beyond ASCII hands them on: runs of 1 to 19
+    # (across one to three 8-byte words, ending inside one or at the text's end), after every kind
+    # of first character, before every ASCII character and a few beyond it (whitespace among them).
+    after = [chr(b) for b in range(128)] + ["é", "ß", "中", "😀", "́", "\xa0", "\u3000", "\u2028", "٣", "’"]
+    for run in (" ", "\t ", " \n", ".,", "-/", "'", "12"):
+        for start in ("", "a", " ", "\n", "1", "é", ".", "'"):
+            for n in range(1, 20):
+                body = (run * n)[:n]
+                # Each before every character, one text (a NUL, punctuation to every family, apart),
+                # and at the text's end.
+                for text in ("\x00".join(start + body + c + "x" for c in after), start + body):
+                    assert pieces(pattern, text, True) == pieces(pattern, text, False), repr(text)
+
+
 def test_tiktokens_own_spellings_scan():
     # `Tokenizer.from_tiktoken` callers pass tiktoken's `pat_str` as tiktoken ships it (cl100k_base's
     # possessive `\p{N}{1,3}+`, r50k_base's `\s++$`): the scanner takes those too, else PCRE2 split
