@@ -835,9 +835,11 @@ class Summary:
             for mine, theirs in zip(mine_list, theirs_list):
                 for key, n in theirs.items():
                     mine[key] = mine.get(key, 0) + n
-        self.group_classes = self.group_classes + other.group_classes
+        # In place where this summary's tables are its own to change (a fresh table per merge is a
+        # megabyte of new pages for every shard a combine adds).
+        self.group_classes = _added(self.group_classes, other.group_classes)
         self.digit_run_records += other.digit_run_records
-        self.group_digit_runs = self.group_digit_runs + other.group_digit_runs
+        self.group_digit_runs = _added(self.group_digit_runs, other.group_digit_runs)
 
     @classmethod
     def merged(cls, summaries: Iterable["Summary"], vocab_size: int) -> "Summary":
@@ -864,8 +866,17 @@ class Summary:
         size, packed = state["id_counts"]
         shape, cells = state["group_classes"]
         self.__dict__.update(state)
-        self.id_counts = _unpack_sparse(packed, size).astype(np.int64)
-        self.group_classes = _unpack_sparse(cells, shape[0] * shape[1]).astype(np.int64).reshape(shape)
+        self.id_counts = _unpack_sparse(packed, size)
+        self.group_classes = _unpack_sparse(cells, shape[0] * shape[1]).reshape(shape)
+
+
+def _added(mine: np.ndarray, theirs: np.ndarray) -> np.ndarray:
+    """`mine + theirs`, added into `mine` (a summary's own table) when it is a writable int64 array
+    of the same shape."""
+    if mine.flags.writeable and mine.dtype == np.int64 and mine.shape == theirs.shape:
+        mine += theirs
+        return mine
+    return mine + theirs
 
 
 def _narrow(values: np.ndarray) -> np.ndarray:
@@ -890,7 +901,8 @@ def _pack_sparse(dense: np.ndarray) -> tuple:
 
 
 def _unpack_sparse(packed: tuple, size: int) -> np.ndarray:
+    """The int64 vector `_pack_sparse` packed (its values are counts: they fit int64)."""
     gaps, values = packed
-    dense = np.zeros(size, dtype=np.uint64)
-    dense[np.cumsum(gaps.astype(np.int64))] = values
+    dense = np.zeros(size, dtype=np.int64)
+    dense[np.cumsum(gaps, dtype=np.int64)] = values
     return dense

@@ -33,6 +33,9 @@ ENCODE_BATCH_RECORDS = 256
 # Records encoded and measured per task of the background threads; divides ENCODE_BATCH_RECORDS.
 # Small, so the threads keep both cores busy from a shard's first records to its last.
 ENCODE_CHUNK_RECORDS = 16
+# A shard's first chunks are smaller, so the threads start on it after a few records rather than a
+# whole chunk of them; they add up to one chunk, so row groups are cut where they were.
+FIRST_CHUNK_RECORDS = (4, 4, 8)
 # Chunks encode ahead of the one being added (in order) only while their texts stay below this, so
 # chunks of very long records do not multiply tokenize's peak memory.
 OVERLAP_TEXT_BYTES = 64 << 20
@@ -169,7 +172,7 @@ class RowGroup:
     def full(self) -> bool:
         return self.rows >= ROW_GROUP_ROWS or self.tokens >= ROW_GROUP_TOKENS
 
-    def to_table(self, schema: pa.Schema, summary: Summary, count_ids: bool = True) -> pa.Table:
+    def to_table(self, schema: pa.Schema, summary: Summary | None, count_ids: bool = True) -> pa.Table:
         """The row group as an Arrow table; unless `count_ids` is false (they were counted as they were
         calibrated: `ChunkEncoder`'s tallies), its token ids are counted into `summary` in bulk here
         (numpy.bincount over the flat id array, no Python object per id)."""
@@ -214,8 +217,10 @@ class RowGroupWriter:
             self.thread = ThreadPoolExecutor(1, thread_name_prefix="tokenbeam-write")
         self.started = self.thread.submit(write, *args)
 
-    def finish(self, url: str, stack: ExitStack, writer, last: pa.Table | None, entry: dict) -> None:
-        """Start writing a shard's end: its last row group, the footer holding its accounting, the rename."""
+    def finish(self, url: str, stack: ExitStack, writer, last: "tuple[RowGroup, pa.Schema] | None",
+               entry: dict) -> None:
+        """Start writing a shard's end: its last row group (made a table of `schema` there), the footer
+        holding its accounting, the rename."""
         self.start(finish_file, url, stack, writer, last, entry)
 
     def wait(self, quiet: bool = False) -> None:
@@ -233,12 +238,17 @@ class RowGroupWriter:
             self.thread.shutdown()
 
 
-def finish_file(url: str, stack: ExitStack, writer, last: pa.Table | None, entry: dict) -> None:
-    """Write a shard's last row group and its footer, and rename the file into place (`stack` holds
-    the writer and the temporary file)."""
+def write_row_group(writer, group: RowGroup, schema: pa.Schema) -> None:
+    """Write `group` (its ids counted already) as a row group of `schema`."""
+    writer.write_table(group.to_table(schema, None, count_ids=False))
+
+
+def finish_file(url: str, stack: ExitStack, writer, last: "tuple[RowGroup, pa.Schema] | None", entry: dict) -> None:
+    """Write a shard's last row group (`(group, schema)`) and its footer, and rename the file into place
+    (`stack` holds the writer and the temporary file)."""
     with writing(url), stack:
         if last is not None:
-            writer.write_table(last)
+            write_row_group(writer, *last)
         # The footer carries the shard's accounting: a rerun rebuilds its summary from the file alone.
         writer.add_key_value_metadata({tables.SHARD_KEY: json.dumps(entry, sort_keys=True)})
         writer.close()

@@ -111,6 +111,25 @@ def test_merge_of_any_split_in_any_order_equals_one_pass(tiny_records, gpt2):
         assert dump_stats(stats_json(_random_tree_merge(parts, rng), gpt2, extra)) == expected
 
 
+def test_merge_adds_into_its_own_tables_and_leaves_the_other_unchanged(tiny_records, gpt2):
+    items = [(k, text, ids) for k, (text, ids) in enumerate(tiny_records)]
+    a, b = feed(items[::2], gpt2), feed(items[1::2], gpt2)
+    before = b.group_classes.copy(), b.group_digit_runs.copy()
+    expected = a.group_classes + b.group_classes, a.group_digit_runs + b.group_digit_runs
+    acc = Summary(gpt2.vocab_size)
+    tables = acc.group_classes
+    acc.merge(a).merge(b)
+    assert acc.group_classes is tables           # the accumulator's own table, added in place
+    assert (acc.group_classes == expected[0]).all() and (acc.group_digit_runs == expected[1]).all()
+    assert (b.group_classes == before[0]).all() and (b.group_digit_runs == before[1]).all()
+    # A table that cannot be written (read-only) is replaced by a new one: nothing else changes.
+    view = pickle.loads(pickle.dumps(a))
+    shared = view.group_classes
+    shared.flags.writeable = False
+    view.merge(b)
+    assert view.group_classes is not shared and (view.group_classes == expected[0]).all()
+
+
 def test_merge_refuses_different_vocabularies():
     with pytest.raises(ValueError, match="vocabularies"):
         Summary(259).merge(Summary(300))
