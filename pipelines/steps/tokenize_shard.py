@@ -35,7 +35,7 @@ from pipelines.statistics.breakdowns import BreakdownSummaries, Breakdowns, add_
 from pipelines.statistics.windows import format_utc
 from pipelines.steps.tokenize_steps import (ENCODE_BATCH_RECORDS, ENCODE_CHUNK_RECORDS, FIRST_CHUNK_RECORDS,
                                             OVERLAP_TEXT_BYTES, WRITE_POOL,
-                                            ChunkEncoder, RowGroup, RowGroupWriter, text_size, write_row_group)
+                                            ChunkEncoder, RowGroup, RowGroupWriter, text_size)
 
 if TYPE_CHECKING:
     from pipelines.datasets.sources import SourceOptions
@@ -229,9 +229,8 @@ class TokenizeShard(beam.DoFn):
                 while pending:
                     group = self.settle(pending.popleft(), group, summary, partials, writer)
                 self.encoder.add_tallies(summary)       # every chunk added: the ids' counts are whole
-                # Made into a table by the writing thread, with the footer, while this one goes on
-                # to the next shard.
-                last = group if group.rows or summary.records == 0 else None
+                last = (group.to_table(self.schema, summary, count_ids=False) if group.rows or summary.records == 0
+                        else None)
                 account = reader.finish()
                 if account.records != summary.records:
                     raise RuntimeError(f"{shard.name}: record accounting is broken: {account.records} read, "
@@ -244,7 +243,7 @@ class TokenizeShard(beam.DoFn):
                 wait([future for _, _, future in pending])  # nor a chunk counting into the next shard's tallies
                 raise
             finishing = stack.pop_all()
-        self.writes.finish(out_url, finishing, writer, None if last is None else (last, self.schema), entry)
+        self.writes.finish(out_url, finishing, writer, last, entry)
         for name, value in (("records", account.records_read), ("tokens", summary.tokens),
                             ("bytes", summary.bytes), ("rejected", account.rejected)):
             self.counters[name].inc(value)
@@ -286,8 +285,8 @@ class TokenizeShard(beam.DoFn):
         chunk, _, measured = in_flight
         self.add_encoded(chunk, *measured.result(), group, summary, partials)
         if group.rows % ENCODE_BATCH_RECORDS == 0 and group.full():
-            # Made into a table and written by the writing thread (ids counted by the encoding threads).
-            self.writes.start(write_row_group, writer, group, self.schema)
+            table = group.to_table(self.schema, summary, count_ids=False)
+            self.writes.start(writer.write_table, table)
             return self.new_row_group()
         return group
 

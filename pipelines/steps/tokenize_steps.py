@@ -172,7 +172,7 @@ class RowGroup:
     def full(self) -> bool:
         return self.rows >= ROW_GROUP_ROWS or self.tokens >= ROW_GROUP_TOKENS
 
-    def to_table(self, schema: pa.Schema, summary: Summary | None, count_ids: bool = True) -> pa.Table:
+    def to_table(self, schema: pa.Schema, summary: Summary, count_ids: bool = True) -> pa.Table:
         """The row group as an Arrow table; unless `count_ids` is false (they were counted as they were
         calibrated: `ChunkEncoder`'s tallies), its token ids are counted into `summary` in bulk here
         (numpy.bincount over the flat id array, no Python object per id)."""
@@ -217,10 +217,8 @@ class RowGroupWriter:
             self.thread = ThreadPoolExecutor(1, thread_name_prefix="tokenbeam-write")
         self.started = self.thread.submit(write, *args)
 
-    def finish(self, url: str, stack: ExitStack, writer, last: "tuple[RowGroup, pa.Schema] | None",
-               entry: dict) -> None:
-        """Start writing a shard's end: its last row group (made a table of `schema` there), the footer
-        holding its accounting, the rename."""
+    def finish(self, url: str, stack: ExitStack, writer, last: pa.Table | None, entry: dict) -> None:
+        """Start writing a shard's end: its last row group, the footer holding its accounting, the rename."""
         self.start(finish_file, url, stack, writer, last, entry)
 
     def wait(self, quiet: bool = False) -> None:
@@ -238,17 +236,12 @@ class RowGroupWriter:
             self.thread.shutdown()
 
 
-def write_row_group(writer, group: RowGroup, schema: pa.Schema) -> None:
-    """Write `group` (its ids counted already) as a row group of `schema`."""
-    writer.write_table(group.to_table(schema, None, count_ids=False))
-
-
-def finish_file(url: str, stack: ExitStack, writer, last: "tuple[RowGroup, pa.Schema] | None", entry: dict) -> None:
-    """Write a shard's last row group (`(group, schema)`) and its footer, and rename the file into place
-    (`stack` holds the writer and the temporary file)."""
+def finish_file(url: str, stack: ExitStack, writer, last: pa.Table | None, entry: dict) -> None:
+    """Write a shard's last row group and its footer, and rename the file into place (`stack` holds
+    the writer and the temporary file)."""
     with writing(url), stack:
         if last is not None:
-            write_row_group(writer, *last)
+            writer.write_table(last)
         # The footer carries the shard's accounting: a rerun rebuilds its summary from the file alone.
         writer.add_key_value_metadata({tables.SHARD_KEY: json.dumps(entry, sort_keys=True)})
         writer.close()
