@@ -660,6 +660,8 @@ done:
 
 /* ---- calibration counts of a batch's token ids ------------------------------------------------ */
 
+#define CALIBRATE_AHEAD 32      /* ids between the one counted and the one whose cells are fetched */
+
 static PyObject *calibrate_ids(PyObject *Py_UNUSED(module), PyObject *args)
 {
     /* For each record i of a batch (its ids a uint32 buffer): raw[i] += the ids with mask[id] set,
@@ -668,23 +670,41 @@ static PyObject *calibrate_ids(PyObject *Py_UNUSED(module), PyObject *args)
      * indexes of the cells that were zero and are no longer (int64, in the order first counted), so
      * a caller reusing one zeroed table reads out and clears only those. With `counts` (int64 per id
      * of the vocabulary), counts[id] += 1 for each id too, in the same pass: the token-id frequencies
-     * of a caller that keeps cells and counts across batches. Raises ValueError at an id outside the
+     * of a caller that keeps cells and counts across batches. `classes` is an int32 class per id, or
+     * an int F (a power of two), the folded classes: id below F or in a vocabulary of at most 2F ids,
+     * the id itself; above, F + id mod F. Computed, that class costs no table that the encoder
+     * running between two batches pushes out of the cache. Raises ValueError at an id outside the
      * vocabulary (len(mask)), before anything is added, or at a cell outside cells (rows that do not
      * fit the table: a caller's error). */
-    PyObject *arrays, *seq = NULL, *result = NULL;
-    Py_buffer rows, mask, classes, raw, cells, counts = {0}, *ids = NULL;
+    PyObject *arrays, *classes_arg, *seq = NULL, *result = NULL;
+    Py_buffer rows, mask, classes = {0}, raw, cells, counts = {0}, *ids = NULL;
     Py_ssize_t n, i, got = 0, vocab, ncells, total = 0, touched = 0;
     int64_t *first = NULL;              /* the cells counted from zero, in order */
+    uint64_t fold = 0;                  /* the folded classes' F, or 0 for a class table */
     int bad = 0;
-    if (!PyArg_ParseTuple(args, "Oy*y*y*w*w*|w*:calibrate_ids", &arrays, &rows, &mask, &classes, &raw, &cells,
+    if (!PyArg_ParseTuple(args, "Oy*y*Ow*w*|w*:calibrate_ids", &arrays, &rows, &mask, &classes_arg, &raw, &cells,
                           &counts))
         return NULL;
     vocab = mask.len;
     ncells = cells.len / (Py_ssize_t)sizeof(int64_t);
+    if (PyLong_Check(classes_arg)) {
+        long long f = PyLong_AsLongLong(classes_arg);
+        if (f == -1 && PyErr_Occurred())
+            goto done;
+        if (f <= 0 || f > (1LL << 40) || (f & (f - 1)) != 0) {
+            PyErr_SetString(PyExc_ValueError, "calibrate_ids: folded classes need a power of two");
+            goto done;
+        }
+        fold = (uint64_t)f;
+        if ((uint64_t)vocab <= 2 * fold)
+            fold = (uint64_t)1 << 62;    /* every id its own class */
+    } else if (PyObject_GetBuffer(classes_arg, &classes, PyBUF_SIMPLE) < 0) {
+        goto done;
+    }
     if ((seq = PySequence_Fast(arrays, "calibrate_ids: id_arrays must be a sequence")) == NULL)
         goto done;
     n = PySequence_Fast_GET_SIZE(seq);
-    if (classes.len != vocab * (Py_ssize_t)sizeof(int32_t) || rows.len != n * (Py_ssize_t)sizeof(int32_t) ||
+    if ((!fold && classes.len != vocab * (Py_ssize_t)sizeof(int32_t)) || rows.len != n * (Py_ssize_t)sizeof(int32_t) ||
         raw.len != n * (Py_ssize_t)sizeof(int64_t) ||
         (counts.buf != NULL && counts.len != vocab * (Py_ssize_t)sizeof(int64_t))) {
         PyErr_SetString(PyExc_ValueError, "calibrate_ids: classes must be int32 per id of mask, rows int32 and "
@@ -732,7 +752,21 @@ static PyObject *calibrate_ids(PyObject *Py_UNUSED(module), PyObject *args)
             int64_t r = 0;
             for (k = 0; k < len; k++) {
                 const uint32_t id = v[k];
-                const int64_t at = row + class_of[id];
+                const int64_t at = row + (fold ? (id < fold ? (int64_t)id : (int64_t)(fold + (id & (fold - 1))))
+                                               : class_of[id]);
+                if (k + CALIBRATE_AHEAD < len) {
+                    /* The tables are read at random (ids in text order) and, between two batches, the
+                     * encoder has pushed them out of the cache: fetched ahead, their misses overlap. */
+                    const uint32_t ahead = v[k + CALIBRATE_AHEAD];
+                    const int64_t later = row + (fold ? (ahead < fold ? (int64_t)ahead
+                                                                      : (int64_t)(fold + (ahead & (fold - 1))))
+                                                      : 0);
+                    if (fold && (uint64_t)later < (uint64_t)ncells)
+                        __builtin_prefetch(cell + later, 1);
+                    __builtin_prefetch(is_raw + ahead, 0);
+                    if (count != NULL)
+                        __builtin_prefetch(count + ahead, 1);
+                }
                 if ((uint64_t)at >= (uint64_t)ncells) {
                     bad = 2;
                     break;
@@ -761,7 +795,8 @@ done:
     Py_XDECREF(seq);
     PyBuffer_Release(&rows);
     PyBuffer_Release(&mask);
-    PyBuffer_Release(&classes);
+    if (classes.buf != NULL)
+        PyBuffer_Release(&classes);
     PyBuffer_Release(&raw);
     PyBuffer_Release(&cells);
     if (counts.buf != NULL)
@@ -1713,7 +1748,7 @@ static PyMethodDef module_methods[] = {
      "runs (n x 5 int64 in a bytearray), in one pass without the GIL."},
     {"calibrate_ids", calibrate_ids, METH_VARARGS,
      "calibrate_ids(id_arrays, rows, mask, classes, raw, cells, counts=None)\n--\n\nEach record's raw-byte tokens into raw and its "
-     "ids' (group row + class) cells into cells, in one pass without the GIL; the int64 indexes of the cells counted "
+     "ids' (group row + class) cells into cells (classes: a table, or the folded classes' power of two), in one pass without the GIL; the int64 indexes of the cells counted "
      "from zero (bytes): see stats.calibrate_ids."},
     {"merge_ids", merge_ids, METH_VARARGS,
      "merge_ids(merges, vocab)\n--\n\nA tokenizer.json's merges as (left, right, merged) int64 id columns "

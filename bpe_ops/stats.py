@@ -132,6 +132,26 @@ def id_classes(ids: np.ndarray, vocab_size: int) -> np.ndarray:
     return np.where(ids < EXACT_ID_CLASSES, ids, EXACT_ID_CLASSES + (ids - EXACT_ID_CLASSES) % FOLDED_ID_CLASSES)
 
 
+def folded_classes(ids: np.ndarray, fold: int, vocab_size: int) -> np.ndarray:
+    """The classes `calibrate_ids` gives ids when told the int `fold` (F, a power of two) for classes:
+    each id its own class below F or in a vocabulary of at most 2F ids, else F + id mod F. With F =
+    EXACT_ID_CLASSES = FOLDED_ID_CLASSES (`ID_CLASS_FOLD`) these are `id_classes`, computed where a
+    table would be read.
+
+    >>> folded_classes(np.array([5, 2048, 4096, 6145]), 2048, 8192).tolist()
+    [5, 2048, 2048, 2049]
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    if fold <= 0 or fold & (fold - 1):
+        raise ValueError("calibrate_ids: folded classes need a power of two")
+    if vocab_size <= 2 * fold:
+        return ids
+    return np.where(ids < fold, ids, fold + ids % fold)
+
+
+# The folded classes' F for `calibrate_ids` when `id_classes` can be computed that way, else None.
+ID_CLASS_FOLD = EXACT_ID_CLASSES if EXACT_ID_CLASSES == FOLDED_ID_CLASSES else None
+
 _CLASS_TABLES: dict[int, np.ndarray] = {}
 
 
@@ -214,9 +234,11 @@ def calibrate_ids(runs, rows: np.ndarray, mask: np.ndarray, classes: np.ndarray,
     """The calibration counts of a batch's ids, given in `_id_runs` runs (record index of each id,
     the ids): `raw[i]` += the ids of record i with `mask[id]` set, `cells[rows[i] + classes[id]]` += 1
     per id, and `counts[id]` += 1 per id when `counts` is given; returns the indexes of the cells that
-    were zero and are no longer (int64 bytes, ascending). The specification of `_native.calibrate_ids`
-    (which takes each record's uint32 ids, makes one pass without the GIL and gives the same indexes
-    in the order it first counted them). ValueError for an id outside the vocabulary (`len(mask)`).
+    were zero and are no longer (int64 bytes, ascending). `classes` is a class per id
+    (`id_class_table`), or an int F, a power of two: the folded classes (`folded_classes`). The
+    specification of `_native.calibrate_ids` (which takes each record's uint32 ids, makes one pass
+    without the GIL and gives the same indexes in the order it first counted them). ValueError for
+    an id outside the vocabulary (`len(mask)`).
 
     >>> raw, cells = np.zeros(2, np.int64), np.zeros(6, np.int64)
     >>> new = calibrate_ids(_id_runs([[0, 2], [2]], [2, 1]), np.array([0, 3]), np.array([1, 0, 0], np.uint8),
@@ -229,7 +251,8 @@ def calibrate_ids(runs, rows: np.ndarray, mask: np.ndarray, classes: np.ndarray,
         if int(flat.min()) < 0 or int(flat.max()) >= len(mask):
             raise ValueError(f"token id outside the vocabulary (size {len(mask)})")
         raw += np.bincount(owners[mask[flat].astype(bool)], minlength=len(raw))
-        cells += np.bincount(rows[owners] + classes[flat], minlength=len(cells))
+        of_ids = folded_classes(flat, classes, len(mask)) if isinstance(classes, int) else classes[flat]
+        cells += np.bincount(rows[owners] + of_ids, minlength=len(cells))
         if counts is not None:
             counts += np.bincount(flat, minlength=len(counts))
     return np.flatnonzero(zero & (cells != 0)).astype(np.int64).tobytes()
@@ -665,6 +688,10 @@ class Summary:
                     raise ValueError(f"a record's id array holds {len(ids)} ids, its n_tokens says {length}")
         calibrate = _CALIBRATE_IDS if compiled else calibrate_ids
         runs = id_arrays if compiled else _id_runs(id_arrays, n_tokens)
+        # The compiled pass computes the classes rather than read a table the encoder, running between
+        # two batches, has pushed out of the cache.
+        if compiled and ID_CLASS_FOLD is not None:
+            table = ID_CLASS_FOLD
         if tallies is not None:
             tallies.used = True     # (a batch that raises here fails its shard, whose tallies are dropped)
             calibrate(runs, row_of, mask.view(np.uint8), table, raw, cells, tallies.id_counts)
@@ -808,9 +835,11 @@ class Summary:
             for mine, theirs in zip(mine_list, theirs_list):
                 for key, n in theirs.items():
                     mine[key] = mine.get(key, 0) + n
-        self.group_classes = self.group_classes + other.group_classes
+        # In place where this summary's tables are its own to change (a fresh table per merge is a
+        # megabyte of new pages for every shard a combine adds).
+        self.group_classes = _added(self.group_classes, other.group_classes)
         self.digit_run_records += other.digit_run_records
-        self.group_digit_runs = self.group_digit_runs + other.group_digit_runs
+        self.group_digit_runs = _added(self.group_digit_runs, other.group_digit_runs)
 
     @classmethod
     def merged(cls, summaries: Iterable["Summary"], vocab_size: int) -> "Summary":
@@ -837,8 +866,17 @@ class Summary:
         size, packed = state["id_counts"]
         shape, cells = state["group_classes"]
         self.__dict__.update(state)
-        self.id_counts = _unpack_sparse(packed, size).astype(np.int64)
-        self.group_classes = _unpack_sparse(cells, shape[0] * shape[1]).astype(np.int64).reshape(shape)
+        self.id_counts = _unpack_sparse(packed, size)
+        self.group_classes = _unpack_sparse(cells, shape[0] * shape[1]).reshape(shape)
+
+
+def _added(mine: np.ndarray, theirs: np.ndarray) -> np.ndarray:
+    """`mine + theirs`, added into `mine` (a summary's own table) when it is a writable int64 array
+    of the same shape."""
+    if mine.flags.writeable and mine.dtype == np.int64 and mine.shape == theirs.shape:
+        mine += theirs
+        return mine
+    return mine + theirs
 
 
 def _narrow(values: np.ndarray) -> np.ndarray:
@@ -863,7 +901,8 @@ def _pack_sparse(dense: np.ndarray) -> tuple:
 
 
 def _unpack_sparse(packed: tuple, size: int) -> np.ndarray:
+    """The int64 vector `_pack_sparse` packed (its values are counts: they fit int64)."""
     gaps, values = packed
-    dense = np.zeros(size, dtype=np.uint64)
-    dense[np.cumsum(gaps.astype(np.int64))] = values
+    dense = np.zeros(size, dtype=np.int64)
+    dense[np.cumsum(gaps, dtype=np.int64)] = values
     return dense

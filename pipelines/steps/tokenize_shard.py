@@ -33,7 +33,8 @@ from pipelines.datasets.shards import ShardReader, numbered
 from pipelines.datasets.tokenizer_files import TokenizerRef, load_identified_tokenizer, settle_heap
 from pipelines.statistics.breakdowns import BreakdownSummaries, Breakdowns, add_file
 from pipelines.statistics.windows import format_utc
-from pipelines.steps.tokenize_steps import (ENCODE_BATCH_RECORDS, ENCODE_CHUNK_RECORDS, OVERLAP_TEXT_BYTES, WRITE_POOL,
+from pipelines.steps.tokenize_steps import (ENCODE_BATCH_RECORDS, ENCODE_CHUNK_RECORDS, FIRST_CHUNK_RECORDS,
+                                            OVERLAP_TEXT_BYTES, WRITE_POOL,
                                             ChunkEncoder, RowGroup, RowGroupWriter, text_size)
 
 if TYPE_CHECKING:
@@ -132,6 +133,7 @@ class TokenizeShard(beam.DoFn):
         self.eos_id = self.tok.special_tokens[self.eos_token] if self.eos_token else None
         self.encoder = ChunkEncoder(self.tok, self.encode_threads, self.dropout, self.eos_id)
         self.writes = RowGroupWriter()
+        self._schemas: dict[tuple, object] = {}
         self.counters = {name: beam.metrics.Metrics.counter("tokenbeam", name)
                          for name in ("records", "bytes", "tokens", "rejected")}
 
@@ -142,9 +144,7 @@ class TokenizeShard(beam.DoFn):
         shard = numbered(shard, rows)
         self.shard_types = {name: (inferred_types or {}).get(name) or self.kept_types[name]
                             for name in self.source_options.keep_fields}
-        self.schema = tables.tokens_schema(self.tok.vocab_size, self.shard_types, {
-            tables.TOKENIZER_SHA256_KEY: self.sha256, tables.VOCAB_SIZE_KEY: str(self.tok.vocab_size)},
-            event_time=self.breakdowns.windowing is not None, group=self.breakdowns.group_field is not None)
+        self.schema = self.tokens_schema(self.shard_types)
         out_url = join(self.output, shard.output_name())
         fingerprint = shard_fingerprint(shard, self.source_options, self.sha256, self.eos_token, self.dropout,
                                         self.shard_types)
@@ -174,6 +174,17 @@ class TokenizeShard(beam.DoFn):
         yield summary
         yield beam.pvalue.TaggedOutput(self.MANIFEST, entry)
 
+    def tokens_schema(self, shard_types: dict):
+        """The token Parquet's schema for shards whose kept fields have `shard_types`: the same for
+        every shard of a run, made once (a schema with its metadata costs more than a shard's gap)."""
+        key = tuple(shard_types.items())
+        schema = self._schemas.get(key)
+        if schema is None:
+            schema = self._schemas[key] = tables.tokens_schema(self.tok.vocab_size, shard_types, {
+                tables.TOKENIZER_SHA256_KEY: self.sha256, tables.VOCAB_SIZE_KEY: str(self.tok.vocab_size)},
+                event_time=self.breakdowns.windowing is not None, group=self.breakdowns.group_field is not None)
+        return schema
+
     def tokenize(self, shard, out_url: str, fingerprint: dict, partials: "ShardPartials"):
         started = time.perf_counter()
         summary = Summary(self.tok.vocab_size, raw_byte_ids=self.raw_byte_ids)
@@ -191,26 +202,27 @@ class TokenizeShard(beam.DoFn):
         # Row groups are written, and the file finished, by the writing step (`RowGroupWriter`); its
         # `wait` (at the next write, at the end of the bundle) raises what a write raised.
         with ExitStack() as stack:
-            f = stack.enter_context(open_atomic(out_url))
-            # Arrow writes a file's pages through a buffer of its own, handed to the Python file
-            # `WRITE_BUFFER_BYTES` at a time: written straight to it, every page header and page is a
-            # Python call that waits for the GIL (held by the reading thread) before it can go on.
-            # Closed after the writer, before the file: the buffer reaches the file before its rename.
-            sink = pa.output_stream(f, buffer_size=WRITE_BUFFER_BYTES)
-            stack.callback(sink.close)
-            writer = stack.enter_context(pq.ParquetWriter(sink, self.schema, compression="zstd", use_dictionary=False,
-                                                          write_statistics=False, memory_pool=WRITE_POOL))
+            writer = None
             try:
                 # Chunks of records encode and are measured in the background threads (the compiled
                 # encoder and numpy drop the GIL) while this thread reads the next records and adds
                 # the finished chunks, in order, to the summary and row group: the file is the same
                 # as encoding them one after the other.
                 ahead = 2 * max(1, self.encode_threads)     # chunks encoding at once, at most
+                sizes = iter(FIRST_CHUNK_RECORDS)
+                size = next(sizes)
                 for record in reader:
                     batch.append(record)
-                    if len(batch) >= ENCODE_CHUNK_RECORDS:
+                    if len(batch) >= size:
                         group = self.submit(batch, pending, ahead, group, summary, partials, writer)
                         batch = []
+                        size = next(sizes, ENCODE_CHUNK_RECORDS)
+                        if writer is None:
+                            # Opened once the first chunk encodes: the threads are not kept waiting
+                            # for it at the start of every shard (no row group is written before).
+                            writer = self.open_writer(stack, out_url)
+                if writer is None:
+                    writer = self.open_writer(stack, out_url)
                 if batch:
                     group = self.submit(batch, pending, ahead, group, summary, partials, writer)
                 while pending:
@@ -238,6 +250,18 @@ class TokenizeShard(beam.DoFn):
         shard_done(f"tokenized {shard.name}: {account.records:,} rows, {summary.tokens:,} tokens, "
                    f"{account.rejected} rejected, {summary.bytes / 1e6 / max(elapsed, 1e-9):.2f} MB/s")
         return summary, entry
+
+    def open_writer(self, stack: ExitStack, out_url: str):
+        """The shard's Parquet writer on its temporary file, both closed by `stack`."""
+        f = stack.enter_context(open_atomic(out_url))
+        # Arrow writes a file's pages through a buffer of its own, handed to the Python file
+        # `WRITE_BUFFER_BYTES` at a time: written straight to it, every page header and page is a
+        # Python call that waits for the GIL (held by the reading thread) before it can go on.
+        # Closed after the writer, before the file: the buffer reaches the file before its rename.
+        sink = pa.output_stream(f, buffer_size=WRITE_BUFFER_BYTES)
+        stack.callback(sink.close)
+        return stack.enter_context(pq.ParquetWriter(sink, self.schema, compression="zstd", use_dictionary=False,
+                                                    write_statistics=False, memory_pool=WRITE_POOL))
 
     def new_row_group(self) -> "RowGroup":
         windowing = self.breakdowns.windowing

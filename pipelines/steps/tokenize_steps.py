@@ -33,6 +33,9 @@ ENCODE_BATCH_RECORDS = 256
 # Records encoded and measured per task of the background threads; divides ENCODE_BATCH_RECORDS.
 # Small, so the threads keep both cores busy from a shard's first records to its last.
 ENCODE_CHUNK_RECORDS = 16
+# A shard's first chunks are smaller, so the threads start on it after a few records rather than a
+# whole chunk of them; they add up to one chunk, so row groups are cut where they were.
+FIRST_CHUNK_RECORDS = (4, 4, 8)
 # Chunks encode ahead of the one being added (in order) only while their texts stay below this, so
 # chunks of very long records do not multiply tokenize's peak memory.
 OVERLAP_TEXT_BYTES = 64 << 20

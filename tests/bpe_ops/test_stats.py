@@ -23,8 +23,8 @@ import zlib
 
 import numpy as np
 
-from bpe_ops.stats import (EXACT_ID_CLASSES, FOLDED_ID_CLASSES, REPLICATE_GROUPS, UNICODE_SPACES, Summary,
-                           batch_stats, count_words, count_words_batch, id_class_count, id_class_table, id_classes, length_key, nearest_rank, record_group,
+from bpe_ops.stats import (EXACT_ID_CLASSES, FOLDED_ID_CLASSES, ID_CLASS_FOLD, REPLICATE_GROUPS, UNICODE_SPACES, Summary,
+                           batch_stats, count_words, count_words_batch, folded_classes, id_class_count, id_class_table, id_classes, length_key, nearest_rank, record_group,
                            digit_runs, digit_runs_batch, measure_batch, record_stats, single_byte_ids)
 from pipelines import stats_cmd
 from pipelines.monitoring.drift_judging import load_stats
@@ -109,6 +109,25 @@ def test_merge_of_any_split_in_any_order_equals_one_pass(tiny_records, gpt2):
         folded = Summary.merged(reversed(parts), gpt2.vocab_size)
         assert dump_stats(stats_json(folded, gpt2, extra)) == expected
         assert dump_stats(stats_json(_random_tree_merge(parts, rng), gpt2, extra)) == expected
+
+
+def test_merge_adds_into_its_own_tables_and_leaves_the_other_unchanged(tiny_records, gpt2):
+    items = [(k, text, ids) for k, (text, ids) in enumerate(tiny_records)]
+    a, b = feed(items[::2], gpt2), feed(items[1::2], gpt2)
+    before = b.group_classes.copy(), b.group_digit_runs.copy()
+    expected = a.group_classes + b.group_classes, a.group_digit_runs + b.group_digit_runs
+    acc = Summary(gpt2.vocab_size)
+    tables = acc.group_classes
+    acc.merge(a).merge(b)
+    assert acc.group_classes is tables           # the accumulator's own table, added in place
+    assert (acc.group_classes == expected[0]).all() and (acc.group_digit_runs == expected[1]).all()
+    assert (b.group_classes == before[0]).all() and (b.group_digit_runs == before[1]).all()
+    # A table that cannot be written (read-only) is replaced by a new one: nothing else changes.
+    view = pickle.loads(pickle.dumps(a))
+    shared = view.group_classes
+    shared.flags.writeable = False
+    view.merge(b)
+    assert view.group_classes is not shared and (view.group_classes == expected[0]).all()
 
 
 def test_merge_refuses_different_vocabularies():
@@ -465,6 +484,22 @@ def test_the_id_class_table_equals_id_classes():
     for vocab_size in (300, 4096, 4097, 131_072, 200_019):
         ids = np.arange(vocab_size)
         assert id_class_table(vocab_size)[ids].tolist() == id_classes(ids, vocab_size).tolist()
+        # The fold the compiled calibration computes its classes from gives the same classes.
+        assert folded_classes(ids, ID_CLASS_FOLD, vocab_size).tolist() == id_classes(ids, vocab_size).tolist()
+
+
+def test_folded_classes_need_a_power_of_two():
+    from bpe_ops.stats import _calibrate_ids
+    with pytest.raises(ValueError, match="power of two"):
+        folded_classes(np.arange(10), 3, 10)
+    compiled = _calibrate_ids()
+    if compiled is None:
+        pytest.skip("bpe_ops._native is not built")
+    from array import array
+    for fold in (0, 3, -4):
+        with pytest.raises(ValueError, match="power of two"):
+            compiled([array("I", [1])], np.zeros(1, np.int32), np.zeros(10, np.uint8), fold,
+                     np.zeros(1, np.int64), np.zeros(10, np.int64))
 
 
 @settings(max_examples=300, deadline=None)
@@ -482,22 +517,26 @@ def test_the_compiled_calibration_counts_equal_the_numpy_specification(id_lists,
     rows = np.array([record_group(f"r{k}") * classes for k in range(len(id_lists))], dtype=np.int32)
     mask = np.zeros(vocab_size, dtype=bool)
     mask[: min(256, vocab_size)] = True
-    table = id_class_table(vocab_size)
     results = []
-    for count, ids, with_counts in ((compiled, [array("I", x) for x in id_lists], False),
-                                    (calibrate_ids, _id_runs(id_lists, [len(x) for x in id_lists], chunk=chunk), False),
-                                    (compiled, [array("I", x) for x in id_lists], True),
-                                    (calibrate_ids, _id_runs(id_lists, [len(x) for x in id_lists], chunk=chunk), True)):
-        raw, cells = np.zeros(len(id_lists), np.int64), np.zeros(REPLICATE_GROUPS * classes, np.int64)
-        cells[::7] = 1          # cells already counted are not counted from zero again
-        counts = np.arange(vocab_size, dtype=np.int64)      # ids are counted on top of what is there
-        try:
-            new = count(ids, rows, mask.view(np.uint8), table, raw, cells, *([counts] if with_counts else []))
-        except ValueError as exc:
-            results.append(str(exc))
-        else:
-            results.append((raw.tolist(), cells.tolist(), sorted(np.frombuffer(new, np.int64).tolist()),
-                            counts.tolist() if with_counts else None))
+    # The class table, and the same classes computed from their fold (what batch_calibration hands
+    # the compiled pass): each counted by both, with and without the id counts.
+    for table in (id_class_table(vocab_size), ID_CLASS_FOLD):
+        for count, ids, with_counts in (
+                (compiled, [array("I", x) for x in id_lists], False),
+                (calibrate_ids, _id_runs(id_lists, [len(x) for x in id_lists], chunk=chunk), False),
+                (compiled, [array("I", x) for x in id_lists], True),
+                (calibrate_ids, _id_runs(id_lists, [len(x) for x in id_lists], chunk=chunk), True)):
+            raw, cells = np.zeros(len(id_lists), np.int64), np.zeros(REPLICATE_GROUPS * classes, np.int64)
+            cells[::7] = 1          # cells already counted are not counted from zero again
+            counts = np.arange(vocab_size, dtype=np.int64)      # ids are counted on top of what is there
+            try:
+                new = count(ids, rows, mask.view(np.uint8), table, raw, cells, *([counts] if with_counts else []))
+            except ValueError as exc:
+                results.append(str(exc))
+            else:
+                results.append((raw.tolist(), cells.tolist(), sorted(np.frombuffer(new, np.int64).tolist()),
+                                counts.tolist() if with_counts else None))
+    assert results[4:] == results[:4]
     assert results[0] == results[1]
     assert results[2] == results[3]
     if not isinstance(results[0], str):

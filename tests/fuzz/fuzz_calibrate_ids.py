@@ -1,7 +1,7 @@
 """Fuzz target: the calibration counts of a batch's token ids (`_native.calibrate_ids`, one pass
 without the GIL) must equal those of its numpy specification (`stats.calibrate_ids` over `_id_runs`),
 with and without the id counts, for ids inside and outside the vocabulary, empty records, folded id
-classes and cells already counted; an id outside the vocabulary is a ValueError from both (the compiled pass
+classes (from a table or computed from their fold) and cells already counted; an id outside the vocabulary is a ValueError from both (the compiled pass
 raising before it counts anything). Run from the worktree:
 
     mkdir -p /tmp/fuzz-calibrate_ids && python3 tests/fuzz/fuzz_calibrate_ids.py -max_total_time=300 \
@@ -39,11 +39,19 @@ def check(data: bytes) -> None:
         else:
             record.append(value % (vocab_size + 3))       # a few ids just past the vocabulary
     id_lists.append(record)
-    classes = stats.id_class_count(vocab_size)
-    rows = np.array([stats.record_group(f"r{k}") * classes for k in range(len(id_lists))], dtype=np.int32)
     mask = np.zeros(vocab_size, dtype=np.uint8)
     mask[: data[0] % 300] = 1
-    table = stats.id_class_table(vocab_size)
+    # The class table, the same classes from their fold (what the pipelines hand the compiled pass),
+    # and a fold of the input's choosing (classes below 2F per group row).
+    fold = 1 << (data[1] >> 2) % 12
+    for table, classes in ((stats.id_class_table(vocab_size), stats.id_class_count(vocab_size)),
+                           (stats.ID_CLASS_FOLD, stats.id_class_count(vocab_size)),
+                           (fold, min(vocab_size, 2 * fold))):
+        check_classes(id_lists, vocab_size, chunk, mask, table, classes)
+
+
+def check_classes(id_lists, vocab_size, chunk, mask, table, classes) -> None:
+    rows = np.array([stats.record_group(f"r{k}") * classes for k in range(len(id_lists))], dtype=np.int32)
     results = []
     for with_counts in (False, True):
         for compiled in (True, False):
@@ -67,8 +75,8 @@ def check(data: bytes) -> None:
                 results.append((raw.tolist(), cells.tolist(), sorted(np.frombuffer(new, np.int64).tolist()),
                                 counts.tolist() if with_counts else None))
         if results[-2] != results[-1]:
-            raise AssertionError(f"compiled and numpy calibrations differ (counts: {with_counts}) on {id_lists!r}")
-
+            raise AssertionError(f"compiled and numpy calibrations differ (counts: {with_counts}, classes: "
+                                 f"{table if isinstance(table, int) else 'table'}) on {id_lists!r}")
 
 if __name__ == "__main__":
     if stats._CALIBRATE_IDS is None:

@@ -161,3 +161,26 @@ def test_worker_refuses_a_tokenizer_file_changed_since_launch(tmp_path, tok):
     fn = tokenize_shard.TokenizeShard(tokenize_shard.ShardJob(ref, SourceOptions(), str(tmp_path / "out"), None))
     with pytest.raises(errors.ShardFailure, match="changed since the run started"):
         fn.setup()
+
+
+def test_row_groups_are_cut_after_whole_batches_whatever_the_first_chunks(tmp_path, tok, monkeypatch):
+    # A shard's first chunks are smaller (FIRST_CHUNK_RECORDS) but add up to one chunk: row groups
+    # are still cut only after a whole number of ENCODE_BATCH_RECORDS records, and the rows are the
+    # records in order, each with its own ids.
+    assert sum(tokenize_steps.FIRST_CHUNK_RECORDS) == tokenize_steps.ENCODE_CHUNK_RECORDS
+    assert tokenize_steps.ENCODE_BATCH_RECORDS % tokenize_steps.ENCODE_CHUNK_RECORDS == 0
+    loaded, ref = tokenizer_files.identify_tokenizer(tok[1])
+    monkeypatch.setattr(tokenize_steps, "ROW_GROUP_ROWS", 300)
+    lines = [f"the {'th' * (k % 7)} theme {k}" for k in range(700)]
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(lines) + "\n")
+    fn = tokenize_shard.TokenizeShard(tokenize_shard.ShardJob(ref, SourceOptions(), str(tmp_path / "out"),
+                                                              encode_threads=2))
+    fn.setup()
+    list(fn.process(Shard(str(src), "in.txt", src.stat().st_size)))
+    fn.finish_bundle()
+    fn.teardown()
+    f = pq.ParquetFile(tmp_path / "out" / "in.parquet")
+    assert [f.metadata.row_group(i).num_rows for i in range(f.num_row_groups)] == [512, 188]
+    table = f.read()
+    assert table.column("token_ids").to_pylist() == [loaded.encode(line) for line in lines]
