@@ -44,9 +44,10 @@ MANIFEST_VERSION = 1            # the layout of the shard records in the footers
 WRITE_BUFFER_BYTES = 1 << 20    # a Parquet file's bytes handed to its (Python) file at a time
 # Pieces each encoding thread's cache holds in a tokenize job (the tokenizer's default suits a single
 # caller): the distinct pre-tokens of a dataset run to hundreds of thousands, and a cache that fills
-# up is emptied whole, so one smaller than them keeps missing. This many fill a table of 2**19 slots
-# of 64 bytes (32 MB) per thread at most half full, the table the default's 100,000 would take twice.
-JOB_CACHE_PIECES = 1 << 18
+# up is emptied whole, so one smaller than them keeps missing. This many (the seeded whole tokens
+# counted) fill a table of 2**19 slots of 32 bytes (16 MB) per thread to its 3/4 limit: the most room
+# that table gives.
+JOB_CACHE_PIECES = 3 << 17
 
 def read_shard_metadata(url: str) -> dict | None:
     """The tokenbeam shard record in a finished Parquet file's footer, or None if absent/unreadable."""
