@@ -342,8 +342,12 @@ def interrupt_when(argv: list[str], started) -> tuple[int, str]:
     """Run `tokenbeam ARGV` in a session of its own, send Ctrl-C (SIGINT to its whole process group,
     as a terminal does) once `started(stderr lines so far)` says the run is under way, and return its
     exit code and stderr."""
+    # A run started in the background by a non-interactive shell (`cmd &`, as some CI launchers do)
+    # inherits SIGINT ignored, and Python then keeps it ignored: the child gets Ctrl-C's default
+    # disposition back, as a run started at a terminal has it.
     run = subprocess.Popen([sys.executable, "-m", "pipelines.cli", *map(str, argv)], cwd=ROOT,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(run.stderr), daemon=True)
     reader.start()
