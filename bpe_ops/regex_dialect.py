@@ -11,6 +11,7 @@ in a few places:
 | `$` / `^`   | at the end / start of any line             | at the end (or before a final `\n`) / start of the text |
 | `(?m)`      | `.` matches a newline                      | `^` and `$` match at lines            |
 | `\h`        | a hexadecimal digit                        | not a hexadecimal digit               |
+| `(?:a\|1*+){2}` | an empty round ends the repetition       | an empty round counts as one          |
 
 So tiktoken's cl100k pattern (`\p{N}{1,3}+`), which `transformers`' TikTokenConverter copies into
 tokenizer.json as it is, makes "1999" one pre-token in Hugging Face and "199" + "9" in tiktoken.
@@ -18,7 +19,11 @@ tokenizer.json as it is, makes "1999" one pre-token in Hugging Face and "199" + 
 `from_oniguruma` rewrites a tokenizer.json regex into a `regex` pattern that matches as Oniguruma
 does; `to_oniguruma` rewrites a `regex` pattern (ours, or a `--pattern`) into text Oniguruma reads
 as `regex` does, for writing tokenizer.json. Both leave a pattern unchanged where nothing in it
-reads differently, so the named patterns keep their text:
+reads differently, so the named patterns keep their text. A counted repetition (`{n}`, `{n,m}`) of
+something that can match empty has no faithful rewrite either way: Oniguruma ends such a loop at its
+first empty round, `regex` may take an empty round and go on. Both refuse it (ValueError) rather
+than split otherwise than the file's own library; no published tokenizer's regex has one.
+
 
 >>> from_oniguruma(r"\p{N}{1,3}+| ?\p{L}+")
 '\\p{N}+| ?\\p{L}+'
@@ -96,6 +101,7 @@ def _rewrite(pattern: str, direction: str) -> str:
     a whole group) is one unit, so that a quantifier can apply to, or wrap, the unit before it."""
     units: list[str] = []
     single: list[bool] = []          # per unit: one character's matcher (so `(?:X{1,m})+` is `X+`)
+    nullable: list[bool] = []        # per unit: it can match the empty string
     group_starts: list[int] = []
     i, n = 0, len(pattern)
     while i < n:
@@ -105,10 +111,12 @@ def _rewrite(pattern: str, direction: str) -> str:
             units.append(text)
             single.append(not text.startswith(("\\A", "\\z", "\\Z", "\\b", "\\B", "\\G", "\\k", "\\g"))
                           and not text[1:2].isdigit())
+            nullable.append(not single[-1])          # an anchor, or a back-reference to what may be empty
         elif c == "[":
             text, i = _set(pattern, i, direction)
             units.append(text)
             single.append(True)
+            nullable.append(False)
         elif c == "(":
             flags = _INLINE_FLAGS.match(pattern, i)
             if flags:
@@ -120,25 +128,34 @@ def _rewrite(pattern: str, direction: str) -> str:
                 if text.endswith(")"):
                     units.append(text)
                     single.append(False)
+                    nullable.append(True)
                     continue
                 group_starts.append(len(units))
                 units.append(text)
                 single.append(False)
+                nullable.append(True)
                 continue
             opener = regex.match(r"\((?:\?(?:[:=!>]|<[=!]|<\w+>|P<\w+>|'\w+'))?", pattern, pos=i).group()
             group_starts.append(len(units))
             units.append(opener)
             single.append(False)
+            nullable.append(True)
             i += len(opener)
         elif c == ")":
             start = group_starts.pop() if group_starts else None
             if start is None:
                 raise ValueError(f"unbalanced ')' in {pattern!r}")
+            empty = _group_nullable(units[start], units[start + 1:], nullable[start + 1:])
             units[start:] = ["".join(units[start:]) + ")"]
             single[start:] = [False]
+            nullable[start:] = [empty]
             i += 1
         elif c == "{" and _INTERVAL.match(pattern, i) and units:
             interval = _INTERVAL.match(pattern, i)
+            if nullable[-1]:
+                raise ValueError(f"{units[-1]}{interval.group()} repeats something that can match empty a "
+                                 f"counted number of times, which Oniguruma and `regex` read differently")
+            nullable[-1] = interval.group(1) in ("", "0")
             i = interval.end()
             then = pattern[i] if i < n else ""
             if then == "+" and direction == _FROM_ONIGURUMA:
@@ -164,20 +181,44 @@ def _rewrite(pattern: str, direction: str) -> str:
             if units:
                 units[-1] += quantifier
                 single[-1] = False
+                nullable[-1] = nullable[-1] or quantifier[0] != "+"
             else:
                 units.append(quantifier)
                 single.append(False)
+                nullable.append(True)
         elif c in "^$":
             units.append(_anchor(c, units, direction))
             single.append(False)
+            nullable.append(True)
             i += 1
         else:
             units.append(c)
             single.append(c != "|")
+            nullable.append(c == "|")
             i += 1
     if group_starts:
         raise ValueError(f"unbalanced '(' in {pattern!r}")
     return "".join(units)
+
+
+def _group_nullable(opener: str, inner: list[str], nullable: list[bool]) -> bool:
+    """Whether a group can match the empty string: a lookaround always does, any other group when
+    one of its branches is all units that can.
+
+    >>> _group_nullable("(?:", ["a", "|", "b*"], [False, True, True]), _group_nullable("(?:", ["a", "b*"], [False, True])
+    (True, False)
+    """
+    if opener.startswith(("(?=", "(?!", "(?<=", "(?<!")):
+        return True
+    branch_empty = True
+    for unit, empty in zip(inner, nullable):
+        if unit == "|":
+            if branch_empty:
+                return True
+            branch_empty = True
+        else:
+            branch_empty = branch_empty and empty
+    return branch_empty
 
 
 def _anchor(c: str, units: list[str], direction: str) -> str:
