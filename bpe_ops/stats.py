@@ -146,7 +146,7 @@ def folded_classes(ids: np.ndarray, fold: int, vocab_size: int) -> np.ndarray:
         raise ValueError("calibrate_ids: folded classes need a power of two")
     if vocab_size <= 2 * fold:
         return ids
-    return np.where(ids < fold, ids, fold + ids % fold)
+    return np.where(np.less(ids, fold), ids, fold + ids % fold)
 
 
 # The folded classes' F for `calibrate_ids` when `id_classes` can be computed that way, else None.
@@ -246,7 +246,7 @@ def calibrate_ids(runs, rows: np.ndarray, mask: np.ndarray, classes: np.ndarray,
     >>> raw.tolist(), cells.tolist(), np.frombuffer(new, np.int64).tolist()
     ([1, 0], [1, 0, 1, 0, 0, 1], [0, 2, 5])
     """
-    zero = cells == 0
+    zero = np.equal(cells, 0)      # np.equal, not `==`: the fuzz target's instrumented `==` leaks its array
     for owners, flat in runs:
         if int(flat.min()) < 0 or int(flat.max()) >= len(mask):
             raise ValueError(f"token id outside the vocabulary (size {len(mask)})")
@@ -255,7 +255,7 @@ def calibrate_ids(runs, rows: np.ndarray, mask: np.ndarray, classes: np.ndarray,
         cells += np.bincount(rows[owners] + of_ids, minlength=len(cells))
         if counts is not None:
             counts += np.bincount(flat, minlength=len(counts))
-    return np.flatnonzero(zero & (cells != 0)).astype(np.int64).tobytes()
+    return np.flatnonzero(zero & np.not_equal(cells, 0)).astype(np.int64).tobytes()
 
 
 WORD_COUNT_CHUNK = 1 << 20      # characters split at a time: a long record is never split whole
