@@ -473,6 +473,37 @@ class BatchCalibration(NamedTuple):
     raw_byte_tokens: list
     cells: tuple[np.ndarray, np.ndarray]
 
+    @classmethod
+    def joined(cls, calibrations: Sequence["BatchCalibration"]) -> "BatchCalibration":
+        """The calibration of consecutive batches as one batch: their records in order, the counts of
+        a cell two of them hold added (each cell still once).
+
+        >>> a = BatchCalibration(1, 9, [3], [0], (np.array([4]), np.array([2])))
+        >>> b = BatchCalibration(2, 9, [5, 3], [1, 0], (np.array([7, 4]), np.array([1, 1])))
+        >>> j = BatchCalibration.joined([a, b])
+        >>> j.records, j.groups, j.raw_byte_tokens, j.cells[0].tolist(), j.cells[1].tolist()
+        (3, [3, 5, 3], [0, 1, 0], [4, 7], [3, 1])
+        """
+        if len({c.vocab_size for c in calibrations}) != 1:
+            raise ValueError("calibrations of different vocabularies cannot be joined")
+        if len(calibrations) == 1:
+            return calibrations[0]
+        used = np.concatenate([c.cells[0] for c in calibrations]).astype(np.int64, copy=False)
+        counts = np.concatenate([c.cells[1] for c in calibrations]).astype(np.int64, copy=False)
+        if len(used):
+            used, where = np.unique(used, return_inverse=True)
+            counts = _summed(where, counts, len(used))
+        return cls(sum(c.records for c in calibrations), calibrations[0].vocab_size,
+                   [g for c in calibrations for g in c.groups],
+                   [r for c in calibrations for r in c.raw_byte_tokens], (used, counts))
+
+
+def _summed(where: np.ndarray, counts: np.ndarray, n: int) -> np.ndarray:
+    """`counts` added per index `where` into n int64 cells (exact: no float weights)."""
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, where, counts)
+    return out
+
 
 class Tallies:
     """Token-id counts and group x id-class counts of any number of batches, kept where they are

@@ -35,7 +35,7 @@ from pipelines.statistics.breakdowns import BreakdownSummaries, Breakdowns, add_
 from pipelines.statistics.windows import format_utc
 from pipelines.steps.tokenize_steps import (ENCODE_BATCH_RECORDS, ENCODE_CHUNK_RECORDS, FIRST_CHUNK_RECORDS,
                                             OVERLAP_TEXT_BYTES, WRITE_POOL,
-                                            ChunkEncoder, RowGroup, RowGroupWriter, text_size)
+                                            ChunkEncoder, RowGroup, RowGroupWriter, UnsummedChunks, text_size)
 
 if TYPE_CHECKING:
     from pipelines.datasets.sources import SourceOptions
@@ -195,6 +195,7 @@ class TokenizeShard(beam.DoFn):
         batch: list = []
         group = self.new_row_group()
         pending: deque = deque()                    # (chunk, its text size, its future), in order
+        unsummed = UnsummedChunks()
         self.encoder.clear_tallies()
         # The writer is a context too: a failure mid-shard closes it before its file goes, rather than
         # leaving its finalizer to write into a closed file (a traceback on the terminal).
@@ -215,7 +216,7 @@ class TokenizeShard(beam.DoFn):
                 for record in reader:
                     batch.append(record)
                     if len(batch) >= size:
-                        group = self.submit(batch, pending, ahead, group, summary, partials, writer)
+                        group = self.submit(batch, pending, ahead, group, summary, partials, writer, unsummed)
                         batch = []
                         size = next(sizes, ENCODE_CHUNK_RECORDS)
                         if writer is None:
@@ -225,9 +226,10 @@ class TokenizeShard(beam.DoFn):
                 if writer is None:
                     writer = self.open_writer(stack, out_url)
                 if batch:
-                    group = self.submit(batch, pending, ahead, group, summary, partials, writer)
+                    group = self.submit(batch, pending, ahead, group, summary, partials, writer, unsummed)
                 while pending:
-                    group = self.settle(pending.popleft(), group, summary, partials, writer)
+                    group = self.settle(pending.popleft(), group, summary, partials, writer, unsummed)
+                unsummed.add_to(summary, partials)
                 self.encoder.add_tallies(summary)       # every chunk added: the ids' counts are whole
                 last = (group.to_table(self.schema, summary, count_ids=False) if group.rows or summary.records == 0
                         else None)
@@ -268,23 +270,27 @@ class TokenizeShard(beam.DoFn):
         windowing = self.breakdowns.windowing
         return RowGroup(self.shard_types, windowing and windowing.field, self.breakdowns.group_field)
 
-    def submit(self, chunk, pending: deque, ahead: int, group: "RowGroup", summary, partials, writer) -> "RowGroup":
+    def submit(self, chunk, pending: deque, ahead: int, group: "RowGroup", summary, partials, writer,
+               unsummed: UnsummedChunks) -> "RowGroup":
         """Start encoding `chunk` in the background after the chunks `pending`, first adding the
         oldest of them while `ahead` chunks are encoding or their texts would pass
         OVERLAP_TEXT_BYTES; returns the row group to go on with."""
         size = text_size(chunk)
         while pending and (len(pending) >= ahead or sum(p[1] for p in pending) + size > OVERLAP_TEXT_BYTES):
-            group = self.settle(pending.popleft(), group, summary, partials, writer)
+            group = self.settle(pending.popleft(), group, summary, partials, writer, unsummed)
         pending.append((chunk, size, self.encoder.start(chunk, summary)))
         return group
 
-    def settle(self, in_flight, group: "RowGroup", summary, partials, writer) -> "RowGroup":
-        """Add a chunk whose encoding was started (`(chunk, size, future)`) to `group`, and write
-        the group once it is full at a whole number of ENCODE_BATCH_RECORDS records; returns the
-        group to go on with."""
+    def settle(self, in_flight, group: "RowGroup", summary, partials, writer, unsummed: UnsummedChunks) -> "RowGroup":
+        """Add a chunk whose encoding was started (`(chunk, size, future)`) to `group` (and to
+        `unsummed`), and write the group once it is full at a whole number of ENCODE_BATCH_RECORDS
+        records, its chunks added to the summary; returns the group to go on with."""
         chunk, _, measured = in_flight
-        self.add_encoded(chunk, *measured.result(), group, summary, partials)
+        id_arrays, stats, runs, calibration = measured.result()
+        group.extend(chunk, id_arrays, stats)
+        unsummed.add(chunk, id_arrays, stats, runs, calibration)
         if group.rows % ENCODE_BATCH_RECORDS == 0 and group.full():
+            unsummed.add_to(summary, partials)
             table = group.to_table(self.schema, summary, count_ids=False)
             self.writes.start(writer.write_table, table)
             return self.new_row_group()
@@ -297,18 +303,6 @@ class TokenizeShard(beam.DoFn):
         for step in (getattr(self, "writes", None), getattr(self, "encoder", None)):
             if step is not None:
                 step.close()
-
-    def add_encoded(self, batch, id_arrays: list, stats, runs, calibration, group: "RowGroup", summary,
-                    partials) -> None:
-        """Add an encoded, measured batch to `group`, the shard's summary and its partials (token
-        ids are counted later, per row group)."""
-        record_ids = [r.id for r in batch]
-        summary.add_batch(*stats, record_ids=record_ids, id_arrays=id_arrays, digit_runs=runs,
-                          calibration=calibration)
-        group.extend(batch, id_arrays, stats)
-        if partials is not None:
-            partials.add_batch([r.keep for r in batch], stats, id_arrays, record_ids, digit_runs=runs)
-            partials.add_ids(record_ids)
 
     def summary_from_parquet(self, url: str, partials: "ShardPartials"):
         """Rebuild a finished shard's Summary, and its window and group partials, from its Parquet

@@ -4,7 +4,8 @@
 2. Encoding: `ChunkEncoder` turns chunks of records into token ids and per-record measures on
    background threads (the compiled encoder and numpy drop the GIL), while the reading goes on.
 3. Assembling: `RowGroup` gathers encoded records as columns, `RowGroup.to_table` makes them one Arrow
-   table (token ids as one flat buffer, no Python object per id).
+   table (token ids as one flat buffer, no Python object per id); `UnsummedChunks` adds them to the
+   shard's summary a row group at a time.
 4. Writing: `RowGroupWriter` writes row groups, then the shard's last one, footer and rename, on one
    background thread, in order: a row group is written while the next is filled.
 """
@@ -21,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from bpe_ops.dropout import Dropout
-from bpe_ops.stats import Summary, Tallies, measure_batch
+from bpe_ops.stats import BatchCalibration, Summary, Tallies, measure_batch
 from schemas import tables
 from pipelines.core.files import writing
 from pipelines.statistics.groups import group_value
@@ -199,6 +200,36 @@ class RowGroup:
             columns.append(pa.array(self.groups, pa.string(), memory_pool=pool))
         columns += [pa.array(self.keep[k], schema.field(k).type, memory_pool=pool) for k in self.keep_fields]
         return pa.Table.from_arrays(columns, schema=schema)
+
+
+class UnsummedChunks:
+    """Encoded chunks already in their row group, not yet in the shard's Summary and partials: added
+    to them together, as one batch (`add_to`), when their row group is written and at the shard's
+    end. A summary's per-batch Python work (tallies, moments, per-group tables) is so paid once per
+    row group rather than once per chunk, on the thread that also reads the shard and holds the GIL
+    the encoding threads need. Holds each record's id and kept fields, never its text."""
+
+    def __init__(self):
+        self.chunks: list[tuple] = []
+
+    def add(self, chunk, id_arrays: list, stats, runs: np.ndarray, calibration) -> None:
+        """A chunk's records and what `ChunkEncoder` made of it."""
+        self.chunks.append(([r.id for r in chunk], [r.keep for r in chunk], id_arrays, stats, runs, calibration))
+
+    def add_to(self, summary: Summary, partials) -> None:
+        """Add the chunks held, in order, to `summary` and `partials` (if any) as one batch; hold none."""
+        if not self.chunks:
+            return
+        chunks, self.chunks = self.chunks, []
+        record_ids = [i for c in chunks for i in c[0]]
+        id_arrays = [a for c in chunks for a in c[2]]
+        stats = tuple([v for c in chunks for v in c[3][k]] for k in range(len(chunks[0][3])))
+        runs = np.concatenate([c[4] for c in chunks])
+        summary.add_batch(*stats, record_ids=record_ids, id_arrays=id_arrays, digit_runs=runs,
+                          calibration=BatchCalibration.joined([c[5] for c in chunks]))
+        if partials is not None:
+            partials.add_batch([k for c in chunks for k in c[1]], stats, id_arrays, record_ids, digit_runs=runs)
+            partials.add_ids(record_ids)
 
 
 class RowGroupWriter:

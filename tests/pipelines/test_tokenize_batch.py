@@ -82,6 +82,48 @@ def test_add_batch_builds_the_same_summary_as_add_per_record(texts, tok):
     assert dump_stats(stats_json(batched, facts)) == dump_stats(stats_json(per_record, facts))
 
 
+@pytest.mark.parametrize("with_tallies", [False, True])
+def test_chunks_added_a_row_group_at_a_time_build_the_same_summary_as_chunk_by_chunk(texts, with_tallies):
+    """`UnsummedChunks` joins chunks into one `add_batch`; the summary (and a chunk's group x class
+    cells that another chunk shares, counted sparse without tallies) is the one chunk by chunk gives."""
+    from array import array
+
+    from bpe_ops.stats import measure_batch
+    vocab_size = 300
+    rng = random.Random(11)
+    records = [Record(f"r{i % 40}", text, i, False, {}) for i, text in enumerate(texts[:200])]
+    ids = [array("I", (rng.randrange(vocab_size) for _ in range(rng.choice([0, 1, 5, 60])))) for _ in records]
+    one_by_one, joined = (Summary(vocab_size, raw_byte_ids=list(range(0, 300, 7))) for _ in range(2))
+    unsummed = tokenize_steps.UnsummedChunks()
+    tallies = [s.tallies() for s in (one_by_one, joined)]
+    for start in range(0, len(records), 16):
+        chunk, chunk_ids = records[start:start + 16], ids[start:start + 16]
+        stats, runs = measure_batch([r.text for r in chunk], chunk_ids)
+        for summary, t in zip((one_by_one, joined), tallies):
+            calibration = summary.batch_calibration(stats[0], [r.id for r in chunk], chunk_ids,
+                                                    tallies=t if with_tallies else None)
+            if summary is one_by_one:
+                summary.add_batch(*stats, record_ids=[r.id for r in chunk], id_arrays=chunk_ids, digit_runs=runs,
+                                  calibration=calibration)
+            else:
+                unsummed.add(chunk, chunk_ids, stats, runs, calibration)
+    assert joined.records == 0                       # nothing added until the row group is
+    unsummed.add_to(joined, None)
+    assert unsummed.chunks == []
+    for summary, t in zip((one_by_one, joined), tallies):
+        summary.add_tallies(t)
+        if not with_tallies:                        # the ids counted apart, as a row group's are
+            summary.add_dense_id_counts([sum(i == k for x in ids for i in x) for k in range(vocab_size)])
+    assert joined.records == one_by_one.records == 200 and joined.calibrated == 200
+    assert joined.group_classes.sum() == sum(map(len, ids)) == one_by_one.group_classes.sum()
+    assert (joined.group_classes == one_by_one.group_classes).all()
+    assert (joined.group_digit_runs == one_by_one.group_digit_runs).all()
+    assert joined.moment_products == one_by_one.moment_products and joined.group_lengths == one_by_one.group_lengths
+    facts = TokenizerFacts(vocab_size, "0" * 64, {i: bytes([i % 256]) for i in range(vocab_size)},
+                           raw_byte_ids=tuple(range(0, 300, 7)))
+    assert dump_stats(stats_json(joined, facts)) == dump_stats(stats_json(one_by_one, facts))
+
+
 def test_dense_id_counts_refuse_ids_outside_the_vocabulary():
     s = Summary(5)
     with pytest.raises(ValueError, match="token id 5 outside"):
