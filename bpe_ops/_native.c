@@ -1002,6 +1002,89 @@ static int jsonl_scan(const uint8_t *s, size_t n, const char *text_key, size_t t
 /* Lines at least this long are read without the GIL: the encoding threads run their Python meanwhile. */
 #define JSONL_FREE_THREADS_BYTES 4096
 
+static Py_UCS4 utf8_extent(const uint8_t *s, size_t n, size_t *chars)
+{
+    /* The characters of valid UTF-8 (in *chars) and the largest code point of its str's kind: 0x7F,
+     * 0xFF, 0xFFFF or 0x10FFFF, read from the largest lead byte (0xC4 starts U+0100, 0xF0 U+10000),
+     * so that the str made for it is in CPython's canonical (smallest) kind. */
+    size_t i, count = 0;
+    uint8_t top = 0;
+    for (i = 0; i < n; i++) {
+        count += (s[i] & 0xC0) != 0x80;
+        top = s[i] > top ? s[i] : top;
+    }
+    *chars = count;
+    return top < 0x80 ? 0x7F : top < 0xC4 ? 0xFF : top < 0xF0 ? 0xFFFF : 0x10FFFF;
+}
+
+static void utf8_fill(const uint8_t *s, size_t n, int kind, void *data)
+{
+    /* Valid UTF-8 decoded into a str's data of `kind` (made by utf8_extent's figures, so every code
+     * point fits): touches no Python object, so it runs without the GIL on a str not yet shared. */
+    size_t i = 0, k = 0;
+    if (kind == PyUnicode_1BYTE_KIND) {
+        Py_UCS1 *out = data;
+        while (i < n) {
+            uint8_t c = s[i];
+            if (c < 0x80) {
+                out[k++] = c;
+                i++;
+            } else {
+                out[k++] = (Py_UCS1)((c & 0x1F) << 6 | (s[i + 1] & 0x3F));
+                i += 2;
+            }
+        }
+        return;
+    }
+    while (i < n) {
+        uint32_t c = s[i];
+        if (c < 0x80) {
+            i += 1;
+        } else if (c < 0xE0) {
+            c = (c & 0x1F) << 6 | (s[i + 1] & 0x3F);
+            i += 2;
+        } else if (c < 0xF0) {
+            c = (c & 0x0F) << 12 | (uint32_t)(s[i + 1] & 0x3F) << 6 | (s[i + 2] & 0x3F);
+            i += 3;
+        } else {
+            c = (c & 0x07) << 18 | (uint32_t)(s[i + 1] & 0x3F) << 12 | (uint32_t)(s[i + 2] & 0x3F) << 6 |
+                (s[i + 3] & 0x3F);
+            i += 4;
+        }
+        if (kind == PyUnicode_2BYTE_KIND)
+            ((Py_UCS2 *)data)[k++] = (Py_UCS2)c;
+        else
+            ((Py_UCS4 *)data)[k++] = c;
+    }
+}
+
+static PyObject *long_text_str(const uint8_t *s, size_t n)
+{
+    /* The str of a long line's text (valid UTF-8, no surrogate: jsonl_scan's), sized with the GIL
+     * and filled without it: the decoding of a long text was most of the reading thread's time
+     * holding the GIL, which the encoding threads wait for between their compiled calls. */
+    size_t chars;
+    Py_UCS4 top;
+    PyObject *text;
+    Py_BEGIN_ALLOW_THREADS
+    top = utf8_extent(s, n, &chars);
+    Py_END_ALLOW_THREADS
+    if ((text = PyUnicode_New((Py_ssize_t)chars, top)) == NULL)
+        return NULL;
+    if (top == 0x7F) {
+        memcpy(PyUnicode_DATA(text), s, n);
+        return text;
+    }
+    {
+        int kind = PyUnicode_KIND(text);
+        void *data = PyUnicode_DATA(text);
+        Py_BEGIN_ALLOW_THREADS
+        utf8_fill(s, n, kind, data);
+        Py_END_ALLOW_THREADS
+    }
+    return text;
+}
+
 static PyObject *jsonl_text_id(PyObject *Py_UNUSED(module), PyObject *args)
 {
     /* A JSONL line (bytes) -> (text, id): the string values of its members `text_key` and `id_key`
@@ -1031,7 +1114,9 @@ static PyObject *jsonl_text_id(PyObject *Py_UNUSED(module), PyObject *args)
     }
     if (read == 0)
         goto done;
-    if ((text = PyUnicode_DecodeUTF8((const char *)f.text, (Py_ssize_t)f.text_n, "strict")) == NULL)
+    text = f.text_n >= JSONL_FREE_THREADS_BYTES ? long_text_str(f.text, f.text_n)
+                                               : PyUnicode_DecodeUTF8((const char *)f.text, (Py_ssize_t)f.text_n, "strict");
+    if (text == NULL)
         goto done;
     if (!f.have_id)
         id = Py_NewRef(Py_None);

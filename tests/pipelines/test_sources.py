@@ -472,6 +472,11 @@ JSONL_CORNERS = [
     b'{"id":"long","text":"' + b'abc\\n\xc3\xa9 \\u00e9\\ud83d\\ude00 ' * 600 + b'"}',
     b'{"text":"' + b'x' * 9000 + b'","id":"y"}', b'{"text":"' + b'x' * 9000 + b'\xff"}',
     b'{"text":"' + b'x' * 9000 + b'","n":[1,2,}', b'{"text":"' + b'x' * 9000 + b'\\ud800"}',
+    # Long texts of every str kind, at each kind's edges (their str is sized, then filled without the GIL).
+    *(b'{"text":"' + (prefix + ch * 3000).encode() + b'","id":"k"}'
+      for prefix in ("", "plain ascii first ") for ch in ("\x7f", "\x80", "\xff", "\u0100", "caf\u00e9 ", "\u2019",
+                                                           "\uffff", "\U00010000", "\U0010ffff", "a\U0001f600")),
+    b'{"text":"' + b'\\u00ff' * 1000 + b'"}', b'{"text":"' + b'\\ud83d\\ude00x' * 700 + b'"}',
 ]
 
 
