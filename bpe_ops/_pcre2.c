@@ -957,6 +957,8 @@ typedef struct {
     size_t marked_cap;
     PyObject *guard;             /* NULL, or bytes: 0x110000 bits, set for the code points that send a
                                   * text to the `regex` path (the steps' patterns' disagreements) */
+    uint8_t *utf8;               /* a non-ASCII text's UTF-8, scratch (see text_utf8) */
+    size_t utf8_cap;
     PyObject **ints;             /* [id]: the Python int of an id, made on its first use by encode() */
     size_t nints;                /* ids below this have a place in `ints` */
     int busy;                    /* set (with the GIL held) from the start of an encode until its
@@ -1581,6 +1583,7 @@ static void encoder_dealloc(TextEncoder *self)
     free(self->matches.spans);
     free(self->marked);
     Py_XDECREF(self->guard);
+    free(self->utf8);
     free(self->probes);
     free(self->out.ids);
     if (self->ints != NULL) {
@@ -1810,39 +1813,94 @@ static int encode_text(TextEncoder *self, const uint8_t *s, size_t len)
     return 0;
 }
 
-static int has_guarded(PyObject *text, PyObject *guard)
+enum { TEXT_GUARDED = 1, TEXT_SURROGATE = 2 };
+
+static int text_utf8(TextEncoder *self, int kind, const void *data, size_t n, const uint8_t *guard,
+                     size_t *len)
 {
-    /* Whether a code point c of the str `text` has bit c of the bytes `guard` set. */
-    const uint8_t *bits = (const uint8_t *)PyBytes_AS_STRING(guard);
-    const void *data = PyUnicode_DATA(text);
-    int kind = PyUnicode_KIND(text);
-    Py_ssize_t i, n = PyUnicode_GET_LENGTH(text);
-    for (i = 0; i < n; i++) {
-        Py_UCS4 c = PyUnicode_READ(kind, data, i);
-        if (bits[c >> 3] >> (c & 7) & 1)
-            return 1;
+    /* A non-ASCII str's data (`kind`, n characters) as UTF-8 in self->utf8, its length in *len:
+     * 0, TEXT_GUARDED for a code point with its bit set in `guard` (NULL: none), TEXT_SURROGATE for
+     * a lone surrogate (not UTF-8), SPLIT_NOMEM. It touches no Python object: it runs without the
+     * GIL, where PyUnicode_AsUTF8AndSize held it for the whole conversion (and kept a copy of the
+     * UTF-8 with the str for as long as the str lived). */
+    size_t i, w = 0, need = n * (kind == PyUnicode_1BYTE_KIND ? 2 : kind == PyUnicode_2BYTE_KIND ? 3 : 4);
+    uint8_t *out;
+    if (need > self->utf8_cap) {
+        uint8_t *grown = realloc(self->utf8, need);
+        if (grown == NULL)
+            return SPLIT_NOMEM;
+        self->utf8 = grown;
+        self->utf8_cap = need;
+    }
+    out = self->utf8;
+    /* One loop per kind, so that reading a character is one load. */
+#define TEXT_UTF8_LOOP(CHAR)                                                                       \
+    for (i = 0; i < n; i++) {                                                                      \
+        Py_UCS4 c = ((const CHAR *)data)[i];                                                       \
+        if (c < 0x80) {                                                                            \
+            out[w++] = (uint8_t)c;                                                                 \
+            continue;                                                                              \
+        }                                                                                          \
+        if (guard != NULL && (guard[c >> 3] >> (c & 7) & 1))                                       \
+            return TEXT_GUARDED;                                                                   \
+        if (c < 0x800) {                                                                           \
+            out[w++] = (uint8_t)(0xC0 | c >> 6);                                                   \
+            out[w++] = (uint8_t)(0x80 | (c & 0x3F));                                               \
+        } else if (c < 0x10000) {                                                                  \
+            if (c >= 0xD800 && c <= 0xDFFF)                                                        \
+                return TEXT_SURROGATE;                                                             \
+            out[w++] = (uint8_t)(0xE0 | c >> 12);                                                  \
+            out[w++] = (uint8_t)(0x80 | ((c >> 6) & 0x3F));                                        \
+            out[w++] = (uint8_t)(0x80 | (c & 0x3F));                                               \
+        } else {                                                                                   \
+            out[w++] = (uint8_t)(0xF0 | c >> 18);                                                  \
+            out[w++] = (uint8_t)(0x80 | ((c >> 12) & 0x3F));                                       \
+            out[w++] = (uint8_t)(0x80 | ((c >> 6) & 0x3F));                                       \
+            out[w++] = (uint8_t)(0x80 | (c & 0x3F));                                               \
+        }                                                                                          \
+    }
+    if (kind == PyUnicode_1BYTE_KIND) {
+        TEXT_UTF8_LOOP(Py_UCS1)
+    } else if (kind == PyUnicode_2BYTE_KIND) {
+        TEXT_UTF8_LOOP(Py_UCS2)
+    } else {
+        TEXT_UTF8_LOOP(Py_UCS4)
+    }
+#undef TEXT_UTF8_LOOP
+    *len = w;
+    return 0;
+}
+
+static int encoder_free_for(TextEncoder *self, PyObject *text)
+{
+    /* 0 when the encoder may take `text`: initialised, not busy, a str; -1 with an exception set. */
+    if (self->pattern == NULL) {
+        PyErr_SetString(PyExc_TypeError, "TextEncoder is not initialised");
+        return -1;
+    }
+    if (self->busy) {
+        PyErr_SetString(Fallback, "this TextEncoder is busy with another text");
+        return -1;
+    }
+    if (!PyUnicode_Check(text)) {
+        PyErr_Format(PyExc_TypeError, "expected str, got %.100s", Py_TYPE(text)->tp_name);
+        return -1;
     }
     return 0;
 }
 
-static const uint8_t *encoder_take(TextEncoder *self, PyObject *text, Py_ssize_t *len)
+static int text_failed(int rc)
 {
-    /* The UTF-8 of text, the encoder made busy, when it may take the text: not busy already, and no
-     * character its split patterns' engines classify differently (Fallback otherwise). NULL with
-     * an exception set, the encoder left as it was. */
-    const uint8_t *s;
-    if (self->busy) {
-        PyErr_SetString(Fallback, "this TextEncoder is busy with another text");
-        return NULL;
-    }
-    if ((s = utf8_of(text, len)) == NULL)
-        return NULL;
-    if (self->guard != NULL && !PyUnicode_IS_ASCII(text) && has_guarded(text, self->guard)) {
+    /* -1 with the exception for a failed text_utf8 or encode_text (rc), set. */
+    if (rc == TEXT_GUARDED) {
         PyErr_SetString(Fallback, "the text holds a character the split patterns' engines classify differently");
-        return NULL;
+        return -1;
     }
-    self->busy = 1;
-    return s;
+    if (rc == TEXT_SURROGATE) {
+        PyErr_SetString(Fallback, "the text holds a lone surrogate, which is not UTF-8");
+        return -1;
+    }
+    return split_failed(rc);
 }
 
 static int encoder_run(TextEncoder *self, PyObject *text)
@@ -1851,28 +1909,63 @@ static int encoder_run(TextEncoder *self, PyObject *text)
      * encoder_done. Python code may run while it reads (an allocation may start the garbage
      * collector, whose callbacks and finalizers may let another thread in), and an encode from it
      * must find the encoder busy rather than overwrite self->out. -1 with an exception set
-     * (Fallback among them), the encoder not busy. */
-    Py_ssize_t len;
-    const uint8_t *s;
-    int rc;
+     * (Fallback among them: the encoder busy, a character its split patterns' engines classify
+     * differently, a lone surrogate), the encoder not busy. */
+    const uint8_t *s = NULL, *guard = NULL;
+    const void *data;
+    size_t len = 0, n;
+    int kind = 0, rc;
 
-    if (self->pattern == NULL) {
-        PyErr_SetString(PyExc_TypeError, "TextEncoder is not initialised");
+    if (encoder_free_for(self, text) < 0)
         return -1;
+    data = PyUnicode_DATA(text);
+    n = (size_t)PyUnicode_GET_LENGTH(text);
+    if (PyUnicode_IS_ASCII(text)) {
+        s = data;           /* its own bytes are its UTF-8 (and no guarded code point is ASCII) */
+        len = n;
+    } else {
+        kind = PyUnicode_KIND(text);
+        guard = self->guard != NULL ? (const uint8_t *)PyBytes_AS_STRING(self->guard) : NULL;
     }
-    if ((s = encoder_take(self, text, &len)) == NULL)
-        return -1;
-    /* Only this encoder's own buffers are touched while encoding: let other threads run. */
+    self->busy = 1;
+    /* Only this encoder's own buffers (and the str, immutable, held by the caller) are touched
+     * while encoding: let other threads run. */
     Py_BEGIN_ALLOW_THREADS
-    rc = encode_text(self, s, (size_t)len);
+    rc = kind ? text_utf8(self, kind, data, n, guard, &len) : 0;
+    if (rc == 0)
+        rc = encode_text(self, kind ? self->utf8 : s, len);
     Py_END_ALLOW_THREADS
-    if (rc < 0) {
+    if (rc != 0) {
         if (rc == SPLIT_NOMEM)      /* the cache may hold a half-made entry: drop it all */
             cache_reset(self);
         self->busy = 0;
-        return split_failed(rc);
+        return text_failed(rc);
     }
     return 0;
+}
+
+static const uint8_t *encoder_take(TextEncoder *self, PyObject *text, Py_ssize_t *len)
+{
+    /* encoder_run's start with the GIL held, for sequence_pieces: the UTF-8 of text (its own bytes,
+     * or the encoder's scratch), the encoder made busy; NULL with an exception set, not busy. */
+    size_t got;
+    int rc;
+    if (encoder_free_for(self, text) < 0)
+        return NULL;
+    if (PyUnicode_IS_ASCII(text)) {
+        *len = PyUnicode_GET_LENGTH(text);
+        self->busy = 1;
+        return PyUnicode_DATA(text);
+    }
+    rc = text_utf8(self, PyUnicode_KIND(text), PyUnicode_DATA(text), (size_t)PyUnicode_GET_LENGTH(text),
+                   self->guard != NULL ? (const uint8_t *)PyBytes_AS_STRING(self->guard) : NULL, &got);
+    if (rc != 0) {
+        text_failed(rc);
+        return NULL;
+    }
+    *len = (Py_ssize_t)got;
+    self->busy = 1;
+    return self->utf8;
 }
 
 static PyObject *encoder_done(TextEncoder *self, PyObject *result)
