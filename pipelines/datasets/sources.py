@@ -24,6 +24,7 @@ import os
 import re
 import zlib
 from dataclasses import dataclass
+from functools import cached_property
 from typing import BinaryIO, Iterable, Iterator, Sequence
 
 import pyarrow as pa
@@ -98,7 +99,7 @@ class SourceOptions:
         object.__setattr__(self, "keep_fields", tuple(self.keep_fields))
         object.__setattr__(self, "extra_fields", tuple(self.extra_fields))
 
-    @property
+    @cached_property
     def fields(self) -> tuple[str, ...]:
         """Every field read besides the text and the id: kept ones, then the extra ones."""
         return tuple(dict.fromkeys(self.keep_fields + self.extra_fields))

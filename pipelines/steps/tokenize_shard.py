@@ -33,7 +33,8 @@ from pipelines.datasets.shards import ShardReader, numbered
 from pipelines.datasets.tokenizer_files import TokenizerRef, load_identified_tokenizer, settle_heap
 from pipelines.statistics.breakdowns import BreakdownSummaries, Breakdowns, add_file
 from pipelines.statistics.windows import format_utc
-from pipelines.steps.tokenize_steps import (ENCODE_BATCH_RECORDS, ENCODE_CHUNK_RECORDS, FIRST_CHUNK_RECORDS,
+from pipelines.steps.tokenize_steps import (CHUNK_TEXT_CHARS, ENCODE_BATCH_RECORDS, ENCODE_CHUNK_RECORDS,
+                                            FIRST_CHUNK_RECORDS,
                                             OVERLAP_TEXT_BYTES, WRITE_POOL,
                                             ChunkEncoder, RowGroup, RowGroupWriter, UnsummedChunks, text_size)
 
@@ -48,6 +49,25 @@ WRITE_BUFFER_BYTES = 1 << 20    # a Parquet file's bytes handed to its (Python) 
 # counted) fill a table of 2**19 slots of 32 bytes (16 MB) per thread to its 3/4 limit: the most room
 # that table gives.
 JOB_CACHE_PIECES = 3 << 17
+
+def chunk_ends(records: int, first_size: int | None, chars: int, submitted: int) -> bool:
+    """Whether a chunk of `records` records (`chars` characters), after `submitted` records of the
+    shard, is sent to encode now. A shard's first chunks have FIRST_CHUNK_RECORDS records; then a
+    chunk grows by ENCODE_CHUNK_RECORDS records at a time until its text reaches CHUNK_TEXT_CHARS or it
+    ends at a multiple of ENCODE_BATCH_RECORDS: chunks of short records are long (each chunk costs the
+    threads the same hand-overs of the GIL, whatever its size), and none spans the place where a row
+    group may be cut (a multiple of ENCODE_BATCH_RECORDS), so the files are cut where they were.
+
+    >>> chunk_ends(4, 4, 40, 0), chunk_ends(16, None, 500, 16), chunk_ends(16, None, 40_000, 16)
+    (True, False, True)
+    >>> chunk_ends(240, None, 500, 16), chunk_ends(31, None, 40_000, 16)
+    (True, False)
+    """
+    if first_size is not None:
+        return records >= first_size
+    return records % ENCODE_CHUNK_RECORDS == 0 and (
+        chars >= CHUNK_TEXT_CHARS or (submitted + records) % ENCODE_BATCH_RECORDS == 0)
+
 
 def read_shard_metadata(url: str) -> dict | None:
     """The tokenbeam shard record in a finished Parquet file's footer, or None if absent/unreadable."""
@@ -211,14 +231,17 @@ class TokenizeShard(beam.DoFn):
                 # the finished chunks, in order, to the summary and row group: the file is the same
                 # as encoding them one after the other.
                 ahead = 2 * max(1, self.encode_threads)     # chunks encoding at once, at most
-                sizes = iter(FIRST_CHUNK_RECORDS)
-                size = next(sizes)
+                first = iter(FIRST_CHUNK_RECORDS)
+                size = next(first)
+                submitted = chars = 0                       # records sent to encode; the batch's characters
                 for record in reader:
                     batch.append(record)
-                    if len(batch) >= size:
+                    chars += len(record.text)
+                    if chunk_ends(len(batch), size, chars, submitted):
                         group = self.submit(batch, pending, ahead, group, summary, partials, writer, unsummed)
-                        batch = []
-                        size = next(sizes, ENCODE_CHUNK_RECORDS)
+                        submitted += len(batch)
+                        batch, chars = [], 0
+                        size = next(first, None)
                         if writer is None:
                             # Opened once the first chunk encodes: the threads are not kept waiting
                             # for it at the start of every shard (no row group is written before).

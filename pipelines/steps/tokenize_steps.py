@@ -31,9 +31,13 @@ from pipelines.statistics.windows import parse_timestamp
 # Row groups are cut only after a whole number of batches of this many records (with the bounds
 # below), as when a batch of this many records was the unit of encoding: the files keep that layout.
 ENCODE_BATCH_RECORDS = 256
-# Records encoded and measured per task of the background threads; divides ENCODE_BATCH_RECORDS.
-# Small, so the threads keep both cores busy from a shard's first records to its last.
+# Records encoded and measured per task of the background threads (the step a chunk grows by);
+# divides ENCODE_BATCH_RECORDS. Small, so the threads keep both cores busy from a shard's first
+# records to its last.
 ENCODE_CHUNK_RECORDS = 16
+# ... unless its records are short: a chunk grows, 16 records at a time, until its text holds this
+# many characters (or up to ENCODE_BATCH_RECORDS records): see `tokenize_shard.chunk_ends`.
+CHUNK_TEXT_CHARS = 32_768
 # A shard's first chunks are smaller, so the threads start on it after a few records rather than a
 # whole chunk of them; they add up to one chunk, so row groups are cut where they were.
 FIRST_CHUNK_RECORDS = (4, 4, 8)
