@@ -2038,6 +2038,109 @@ static PyObject *encoder_encode_bytes(TextEncoder *self, PyObject *text)
                                                         (Py_ssize_t)(self->out.n * sizeof(int32_t))));
 }
 
+struct TextRef {
+    PyObject *text;              /* a reference of our own: the list may change while the GIL is out */
+    const void *data;            /* the str's characters */
+    size_t n;                    /* its characters */
+    int kind;                    /* 0: ASCII (data is its UTF-8); else its PyUnicode kind */
+};
+
+static PyObject *encoder_encode_texts_bytes(TextEncoder *self, PyObject *texts)
+{
+    /* (ids, counts) for a list of str: every text's ids, one after the other, as native uint32
+     * values in one bytes object, and each text's count of them as native int64 values, -1 for a
+     * text that must take the `regex` path (encode would raise Fallback for it: the caller encodes
+     * it apart). The GIL is dropped once for the whole list: a short record was a hand-over of the
+     * GIL each, between its thread and the one reading the shard. */
+    struct TextRef *refs = NULL;
+    uint32_t *ids = NULL;
+    int64_t *counts = NULL;
+    size_t cap = 0, total = 0, k, n, held = 0;
+    const uint8_t *guard;
+    int rc = 0;
+    PyObject *result = NULL, *ids_bytes = NULL, *counts_bytes = NULL;
+
+    if (!PyList_CheckExact(texts)) {
+        PyErr_SetString(PyExc_TypeError, "encode_texts_bytes: expected a list of str");
+        return NULL;
+    }
+    if (self->pattern == NULL) {
+        PyErr_SetString(PyExc_TypeError, "TextEncoder is not initialised");
+        return NULL;
+    }
+    if (self->busy) {
+        PyErr_SetString(Fallback, "this TextEncoder is busy with another text");
+        return NULL;
+    }
+    n = (size_t)PyList_GET_SIZE(texts);
+    if ((refs = malloc((n ? n : 1) * sizeof(*refs))) == NULL || (counts = malloc((n ? n : 1) * sizeof(*counts))) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (k = 0; k < n; k++) {
+        PyObject *text = PyList_GET_ITEM(texts, (Py_ssize_t)k);
+        if (!PyUnicode_Check(text)) {
+            PyErr_Format(PyExc_TypeError, "expected str, got %.100s", Py_TYPE(text)->tp_name);
+            goto done;
+        }
+        refs[k].text = Py_NewRef(text);
+        held = k + 1;
+        refs[k].data = PyUnicode_DATA(text);
+        refs[k].n = (size_t)PyUnicode_GET_LENGTH(text);
+        refs[k].kind = PyUnicode_IS_ASCII(text) ? 0 : PyUnicode_KIND(text);
+    }
+    guard = self->guard != NULL ? (const uint8_t *)PyBytes_AS_STRING(self->guard) : NULL;
+    self->busy = 1;
+    Py_BEGIN_ALLOW_THREADS
+    for (k = 0; k < n && rc == 0; k++) {
+        size_t len = refs[k].n;
+        int got = refs[k].kind ? text_utf8(self, refs[k].kind, refs[k].data, refs[k].n, guard, &len) : 0;
+        if (got == 0)
+            got = encode_text(self, refs[k].kind ? self->utf8 : (const uint8_t *)refs[k].data, len);
+        if (got == SPLIT_NOMEM) {
+            rc = SPLIT_NOMEM;
+            break;
+        }
+        if (got != 0) {                  /* guarded, a lone surrogate, an empty match, a limit */
+            counts[k] = -1;
+            continue;
+        }
+        if (total + self->out.n > cap) {
+            size_t want = (total + self->out.n) * 2 + 1024;
+            uint32_t *grown = realloc(ids, want * sizeof(uint32_t));
+            if (grown == NULL) {
+                rc = SPLIT_NOMEM;
+                break;
+            }
+            ids = grown;
+            cap = want;
+        }
+        memcpy(ids + total, self->out.ids, self->out.n * sizeof(uint32_t));
+        total += self->out.n;
+        counts[k] = (int64_t)self->out.n;
+    }
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (rc == SPLIT_NOMEM) {
+        cache_reset(self);               /* the cache may hold a half-made entry: drop it all */
+        PyErr_NoMemory();
+        goto done;
+    }
+    if ((ids_bytes = PyBytes_FromStringAndSize((const char *)ids, (Py_ssize_t)(total * sizeof(uint32_t)))) == NULL ||
+        (counts_bytes = PyBytes_FromStringAndSize((const char *)counts, (Py_ssize_t)(n * sizeof(int64_t)))) == NULL)
+        goto done;
+    result = PyTuple_Pack(2, ids_bytes, counts_bytes);
+done:
+    Py_XDECREF(ids_bytes);
+    Py_XDECREF(counts_bytes);
+    for (k = 0; k < held; k++)
+        Py_DECREF(refs[k].text);
+    free(refs);
+    free(ids);
+    free(counts);
+    return result;
+}
+
 static PyObject *encoder_fork(TextEncoder *self, PyObject *Py_UNUSED(ignored))
 {
     /* A new encoder on this one's tables, shared read-only, with its own cache, scratch and
@@ -2106,6 +2209,10 @@ static PyMethodDef encoder_methods[] = {
      "the text must take the `regex` path."},
     {"encode_bytes", (PyCFunction)encoder_encode_bytes, METH_O,
      "encode_bytes(text)\n--\n\n`encode`, as native uint32 values in one bytes object (array('I').frombytes takes it)."},
+    {"encode_texts_bytes", (PyCFunction)encoder_encode_texts_bytes, METH_O,
+     "encode_texts_bytes(texts)\n--\n\n(ids, counts) of a list of str: every text's ids as native uint32 values\n"
+     "in one bytes object, and each text's count of them as native int64 values (-1: the text must take\n"
+     "the `regex` path, as encode's Fallback says); the GIL dropped once for the whole list."},
     {"fork", (PyCFunction)encoder_fork, METH_NOARGS,
      "fork()\n--\n\nA new encoder sharing this one's merge tables (read-only) with its own cache: for another\n"
      "thread, which then encodes beside this one without building the tables again."},

@@ -36,7 +36,8 @@ from .implementation import DEFAULT, Implementation
 from .merging import (build_merge_table, byte_ids_of, byte_pairs, byte_symbols, classic_symbols, first_ranks,
                       invert, merge_dropout_python, merge_python, piece_merger, ranks_ascend)
 from .piece_cache import PieceCache
-from .pretokenize import END_OF_WORD, compile_pattern, pattern_name, resolve_pattern, split_with_gaps, to_utf8
+from .pretokenize import (END_OF_WORD, Pcre2Pattern, compile_pattern, pattern_name, resolve_pattern, split_with_gaps,
+                         to_utf8)
 from .sentencepiece_bpe import byte_of_piece
 from .text_encoder import Fallback as _Fallback      # None where bpe_ops._pcre2 is not built
 from .threads import THREAD_CHUNK, EncoderThreads
@@ -278,7 +279,33 @@ class Tokenizer:
         cache): several threads may call it at once and encode side by side, where `encode_arrays`
         from two threads would find the one shared encoder busy and take the slow path."""
         encoder = self._threads.thread_encoder(lambda: self._text_encoder)
+        if encoder is not None and self._texts_in_one_call():
+            return self._encode_arrays_together(encoder, texts)
         return [self._encode_array_with(encoder, text) for text in texts]
+
+    def _texts_in_one_call(self) -> bool:
+        """Whether the compiled encoder takes a list of texts as `_encode_array_with` takes each: one
+        byte-level split on PCRE2 (whose guard the encoder holds), nothing before it (normalizer,
+        pre-tokenizer chain, added tokens matched in every text)."""
+        return (self.mode == "byte" and self._normalize is None and self._pre_tokenize is None
+                and (self._added is None or not self._added.always) and isinstance(self._regex, Pcre2Pattern))
+
+    def _encode_arrays_together(self, encoder, texts: Sequence[str]) -> list[array]:
+        """`_encode_array_with(encoder, text)` of each text, the texts encoded in one call that drops
+        the GIL once (`encode_texts_bytes`); a text it hands back (a guarded character, a lone
+        surrogate, a PCRE2 limit) is encoded alone, as `_encode_array_with` would."""
+        ids, counts = encoder.encode_texts_bytes(list(texts))
+        flat = memoryview(ids)
+        out, at = [], 0
+        for text, n in zip(texts, memoryview(counts).cast("q")):
+            if n < 0:
+                out.append(self._encode_array_with(encoder, text))
+                continue
+            ids_of = array("I")
+            ids_of.frombytes(flat[at:at + 4 * n])
+            at += 4 * n
+            out.append(ids_of)
+        return out
 
     def _encode_array_with(self, encoder, text: str, allowed_special: Iterable[str] | str = ()) -> array:
         out = array("I")

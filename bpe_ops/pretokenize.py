@@ -222,7 +222,7 @@ class Pcre2Pattern:
     encoder and the pre-token counter run directly.
     """
 
-    __slots__ = ("pattern", "groups", "guard", "compiled", "cache_dir", "_regex", "_guard_search")
+    __slots__ = ("pattern", "groups", "guard", "guard_bits", "compiled", "cache_dir", "_regex", "_guard_search")
 
     def __init__(self, compiled: "regex.Pattern[str]", pcre_pattern, guard: Sequence[tuple[str, str]],
                  cache_dir: str | None = None):
@@ -232,6 +232,9 @@ class Pcre2Pattern:
         self.guard = tuple(guard)            # (first, last) character ranges
         self.compiled = pcre_pattern
         self._regex = compiled
+        # The guard as a bitmap (bit c for code point c), for the compiled encoder's own check (a
+        # lone surrogate it checks by itself); None where no code point is guarded.
+        self.guard_bits = _code_point_bits(self.guard) if self.guard else None
         if _native is not None:
             # A bitmap lookup per character: PCRE2's search for the same class slowed every script
             # whose UTF-8 lead byte a guard character shares (Devanagari text 60 MB/s, others 650).

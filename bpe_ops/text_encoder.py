@@ -65,8 +65,10 @@ def build(tok: Any) -> Any:
                                       space=piece_text_space(tok))
     if tok.mode != "byte" or tok._merger is None or not isinstance(tok._regex, Pcre2Pattern):
         return None
+    # One split: the pattern's own guard, so that the encoder can judge every text itself (its
+    # `encode_texts_bytes`); a Sequence: its steps and their guard.
     steps = (sequence_split.encoder_steps(tok.pre_tokenizer_spec, tok._regex.cache_dir)
-             if tok._pre_tokenize is not None else {})
+             if tok._pre_tokenize is not None else {"guard": tok._regex.guard_bits})
     if steps is None:
         return None
     return TextEncoder(tok._regex.compiled, tok._left, tok._right, tok._merged, tok._byte_ids,

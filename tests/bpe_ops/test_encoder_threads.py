@@ -127,12 +127,20 @@ def in_thread(tok: Tokenizer, i: int, text: str) -> list[int]:
     return list(tok.encode_arrays_in_thread([text])[0])           # each thread's fork of it
 
 
+def in_thread_beside_others(tok: Tokenizer, i: int, text: str) -> list[int]:
+    """Each thread's fork taking a list in one call, the text also after one it hands back."""
+    got = tok.encode_arrays_in_thread([text, "a\ud800b", text])
+    assert list(got[0]) == list(got[2])
+    return list(got[2])
+
+
 CASES = {
     # name: (file, implementation, how each text is encoded); dropout in Python (no cache: every
     # piece merged) takes every third text
     "compiled": ("regex", COMPILED, plain),
     "compiled-encode-array": ("regex", COMPILED, as_array),
     "compiled-thread-forks": ("regex", COMPILED, in_thread),
+    "compiled-thread-lists": ("regex", COMPILED, in_thread_beside_others),
     "pure-python": ("regex", PURE, plain),
     "pure-python-thread-path": ("regex", PURE, in_thread),
     "chain-compiled-merge": ("chain", COMPILED, plain),
@@ -203,6 +211,31 @@ def test_encode_arrays_from_threads_with_several_thread_counts(files, texts):
     for pool in replaced:
         with pytest.raises(RuntimeError, match="shutdown"):
             pool.submit(int)
+
+
+@needs_text_encoder
+def test_a_list_encoded_in_one_call_gets_each_text_its_own_ids(files, texts):
+    """`encode_arrays_in_thread` hands a byte-level tokenizer's texts to its compiled encoder in one
+    call (`encode_texts_bytes`, the GIL dropped once): each text gets the ids `encode` gives it
+    alone, whatever its str kind; a text the encoder hands back (a character the split engines
+    classify differently, a lone surrogate) is encoded alone, in its place."""
+    tok = Tokenizer.from_file(files["regex"])
+    assert tok._texts_in_one_call() and tok._regex.guard, "no guarded character: the test proves less"
+    guarded = tok._regex.guard[0][0]
+    batch = texts + ["", " ", "caf\u00e9 \u00ff", "\u65e5\u672c \u2014 ok", "x\U0001f600y", "a\ud800b",
+                     f"word{guarded}word", "plain"]
+    assert [list(a) for a in tok.encode_arrays_in_thread(batch)] == [tok.encode(t) for t in batch]
+    encoder = tok._text_encoder.fork()
+    ids, counts = encoder.encode_texts_bytes(batch)
+    counts = memoryview(counts).cast("q").tolist()
+    assert [i for i, n in enumerate(counts) if n < 0] == [len(texts) + 5, len(texts) + 6]
+    assert 4 * sum(n for n in counts if n > 0) == len(ids)
+    assert encoder.encode_texts_bytes([]) == (b"", b"")
+    with pytest.raises(TypeError, match="expected str"):
+        encoder.encode_texts_bytes(["a", b"b"])
+    with pytest.raises(TypeError, match="list"):
+        encoder.encode_texts_bytes(("a",))
+    assert list(encoder.encode_texts_bytes(["a b"])[1]) != []      # still usable after the errors
 
 
 @needs_text_encoder
