@@ -154,8 +154,12 @@ def exercise_tokenizer(load, path: str) -> None:
     # that removes its matches): only the plain byte-level path must give the bytes back.
     lossless = (tok.mode == "byte" and tok.normalizer_spec is None and tok.added_tokens_spec is None
                 and tok.pre_tokenizer_spec is None)
+    # The tokenize threads' path: every text in one call (`encode_texts_bytes` where it applies).
+    together = [list(a) for a in tok.encode_arrays_in_thread(TEXTS)]
     for text in TEXTS:
         ids = list(tok.encode_arrays([text])[0])
+        if together[TEXTS.index(text)] != ids:
+            raise AssertionError(f"ids of {text!r} differ encoded with the others: {together[TEXTS.index(text)]} / {ids}")
         if ids != pure.encode(text):
             raise AssertionError(f"compiled and pure-Python ids differ on {text!r}: {ids} / {pure.encode(text)}")
         if any(not 0 <= i < tok.vocab_size for i in ids):
