@@ -63,36 +63,27 @@ for i, shard in enumerate(shards):
 """
 
 
-def make_inputs(corpus: Path, copies: int, folder: Path) -> list[str]:
-    """`copies` links to each shard of `corpus`, named apart (the same text, new files)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    shards = []
-    for copy in range(copies):
-        for shard in sorted(corpus.glob("*.jsonl")):
-            link = folder / f"c{copy:03d}-{shard.name}"
-            if not link.exists():
-                os.symlink(shard, link)
-            shards.append(str(link))
-    return shards
-
-
-def make_sentence_inputs(corpus: Path, copies: int, folder: Path) -> list[str]:
-    """`copies` copies of each shard of `corpus` with every sentence of every record a record of its
-    own (split after . ! or ? and white space), named apart."""
+def make_inputs(corpus: Path, copies: int, folder: Path, sentences: bool = False) -> list[str]:
+    """`copies` of each shard of `corpus`, named apart: links to it (the same text, new files), or
+    with `sentences` files holding every sentence of its records as a record of its own (split after
+    . ! or ? and white space)."""
     folder.mkdir(parents=True, exist_ok=True)
     shards = []
     for copy in range(copies):
         for shard in sorted(corpus.glob("*.jsonl")):
             path = folder / f"c{copy:03d}-{shard.name}"
             if not path.exists():
-                with open(shard, encoding="utf-8") as f, open(path, "w", encoding="utf-8") as out:
-                    for row, line in enumerate(f):
-                        text = json.loads(line)["text"]
-                        for k, sentence in enumerate(s for s in re.split(r"(?<=[.!?])\s+", text) if s.strip()):
-                            out.write(json.dumps({"id": f"{shard.stem}:{row}:{k}", "text": sentence},
-                                                 ensure_ascii=False) + "\n")
+                (write_sentences if sentences else os.symlink)(shard, path)
             shards.append(str(path))
     return shards
+
+
+def write_sentences(shard: Path, path: Path) -> None:
+    with open(shard, encoding="utf-8") as f, open(path, "w", encoding="utf-8") as out:
+        for row, line in enumerate(f):
+            text = json.loads(line)["text"]
+            for k, sentence in enumerate(s for s in re.split(r"(?<=[.!?])\s+", text) if s.strip()):
+                out.write(json.dumps({"id": f"{shard.stem}:{row}:{k}", "text": sentence}, ensure_ascii=False) + "\n")
 
 
 def first_shard_ids(path: str) -> list[list[int]]:
@@ -117,7 +108,7 @@ def main(argv=None) -> None:
     work = Path(args.keep or tempfile.mkdtemp(prefix="bench_job_"))
     work.mkdir(parents=True, exist_ok=True)
     inputs = work / ("sentences" if args.sentences else "input")
-    shards = (make_sentence_inputs if args.sentences else make_inputs)(Path(args.corpus), args.copies, inputs)
+    shards = make_inputs(Path(args.corpus), args.copies, inputs, args.sentences)
     size = sum(os.path.getsize(s) for s in shards)
     rank_file = cl100k_rank_file()
     base = work / "base" / "tokenizer.json"

@@ -1871,9 +1871,9 @@ static int text_utf8(TextEncoder *self, int kind, const void *data, size_t n, co
     return 0;
 }
 
-static int encoder_free_for(TextEncoder *self, PyObject *text)
+static int encoder_free(TextEncoder *self)
 {
-    /* 0 when the encoder may take `text`: initialised, not busy, a str; -1 with an exception set. */
+    /* 0 when the encoder may take a text: initialised, not busy; -1 with an exception set. */
     if (self->pattern == NULL) {
         PyErr_SetString(PyExc_TypeError, "TextEncoder is not initialised");
         return -1;
@@ -1882,6 +1882,14 @@ static int encoder_free_for(TextEncoder *self, PyObject *text)
         PyErr_SetString(Fallback, "this TextEncoder is busy with another text");
         return -1;
     }
+    return 0;
+}
+
+static int encoder_free_for(TextEncoder *self, PyObject *text)
+{
+    /* 0 when the encoder may take `text`: initialised, not busy, a str; -1 with an exception set. */
+    if (encoder_free(self) < 0)
+        return -1;
     if (!PyUnicode_Check(text)) {
         PyErr_Format(PyExc_TypeError, "expected str, got %.100s", Py_TYPE(text)->tp_name);
         return -1;
@@ -2064,14 +2072,8 @@ static PyObject *encoder_encode_texts_bytes(TextEncoder *self, PyObject *texts)
         PyErr_SetString(PyExc_TypeError, "encode_texts_bytes: expected a list of str");
         return NULL;
     }
-    if (self->pattern == NULL) {
-        PyErr_SetString(PyExc_TypeError, "TextEncoder is not initialised");
+    if (encoder_free(self) < 0)
         return NULL;
-    }
-    if (self->busy) {
-        PyErr_SetString(Fallback, "this TextEncoder is busy with another text");
-        return NULL;
-    }
     n = (size_t)PyList_GET_SIZE(texts);
     if ((refs = malloc((n ? n : 1) * sizeof(*refs))) == NULL || (counts = malloc((n ? n : 1) * sizeof(*counts))) == NULL) {
         PyErr_NoMemory();
