@@ -34,8 +34,7 @@ from pipelines.datasets.tokenizer_files import TokenizerRef, load_identified_tok
 from pipelines.statistics.breakdowns import BreakdownSummaries, Breakdowns, add_file
 from pipelines.statistics.windows import format_utc
 from pipelines.steps.tokenize_steps import (CHUNK_TEXT_CHARS, ENCODE_BATCH_RECORDS, ENCODE_CHUNK_RECORDS,
-                                            FIRST_CHUNK_RECORDS,
-                                            OVERLAP_TEXT_BYTES, WRITE_POOL,
+                                            FIRST_CHUNK_RECORDS, OVERLAP_TEXT_BYTES, WRITE_POOL,
                                             ChunkEncoder, RowGroup, RowGroupWriter, UnsummedChunks, text_size)
 
 if TYPE_CHECKING:
@@ -49,6 +48,7 @@ WRITE_BUFFER_BYTES = 1 << 20    # a Parquet file's bytes handed to its (Python) 
 # counted) fill a table of 2**19 slots of 32 bytes (16 MB) per thread to its 3/4 limit: the most room
 # that table gives.
 JOB_CACHE_PIECES = 3 << 17
+
 
 def chunk_ends(records: int, first_size: int | None, chars: int, submitted: int) -> bool:
     """Whether a chunk of `records` records (`chars` characters), after `submitted` records of the
