@@ -2107,6 +2107,9 @@ static PyObject *encoder_encode_texts_bytes(TextEncoder *self, PyObject *texts)
             counts[k] = -1;
             continue;
         }
+        counts[k] = (int64_t)self->out.n;
+        if (self->out.n == 0)            /* an empty text: nothing to copy (and no buffer yet, maybe) */
+            continue;
         if (total + self->out.n > cap) {
             size_t want = (total + self->out.n) * 2 + 1024;
             uint32_t *grown = realloc(ids, want * sizeof(uint32_t));
@@ -2119,7 +2122,6 @@ static PyObject *encoder_encode_texts_bytes(TextEncoder *self, PyObject *texts)
         }
         memcpy(ids + total, self->out.ids, self->out.n * sizeof(uint32_t));
         total += self->out.n;
-        counts[k] = (int64_t)self->out.n;
     }
     Py_END_ALLOW_THREADS
     self->busy = 0;

@@ -11,6 +11,7 @@ import json
 import sys
 import threading
 import time
+from array import array
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -231,6 +232,8 @@ def test_a_list_encoded_in_one_call_gets_each_text_its_own_ids(files, texts):
     assert [i for i, n in enumerate(counts) if n < 0] == [len(texts) + 5, len(texts) + 6]
     assert 4 * sum(n for n in counts if n > 0) == len(ids)
     assert encoder.encode_texts_bytes([]) == (b"", b"")
+    fresh = tok._text_encoder.fork()                # an empty text first, before any id was written
+    assert fresh.encode_texts_bytes(["", "", "a"])[1] == bytes(array("q", [0, 0, len(tok.encode("a"))]))
     with pytest.raises(TypeError, match="expected str"):
         encoder.encode_texts_bytes(["a", b"b"])
     with pytest.raises(TypeError, match="list"):
