@@ -35,7 +35,7 @@ from pipelines.statistics.breakdowns import BreakdownSummaries, Breakdowns, add_
 from pipelines.statistics.windows import format_utc
 from pipelines.steps.tokenize_steps import (CHUNK_TEXT_CHARS, ENCODE_BATCH_RECORDS, ENCODE_CHUNK_RECORDS,
                                             FIRST_CHUNK_RECORDS, OVERLAP_TEXT_BYTES, WRITE_POOL,
-                                            ChunkEncoder, RowGroup, RowGroupWriter, UnsummedChunks, text_size)
+                                            ChunkEncoder, RowGroup, RowGroupWriter, UnsummedChunks)
 
 if TYPE_CHECKING:
     from pipelines.datasets.sources import SourceOptions
@@ -238,7 +238,7 @@ class TokenizeShard(beam.DoFn):
                     batch.append(record)
                     chars += len(record.text)
                     if chunk_ends(len(batch), size, chars, submitted):
-                        group = self.submit(batch, pending, ahead, group, summary, partials, writer, unsummed)
+                        group = self.submit(batch, chars, pending, ahead, group, summary, partials, writer, unsummed)
                         submitted += len(batch)
                         batch, chars = [], 0
                         size = next(first, None)
@@ -249,7 +249,7 @@ class TokenizeShard(beam.DoFn):
                 if writer is None:
                     writer = self.open_writer(stack, out_url)
                 if batch:
-                    group = self.submit(batch, pending, ahead, group, summary, partials, writer, unsummed)
+                    group = self.submit(batch, chars, pending, ahead, group, summary, partials, writer, unsummed)
                 while pending:
                     group = self.settle(pending.popleft(), group, summary, partials, writer, unsummed)
                 unsummed.add_to(summary, partials)
@@ -293,12 +293,11 @@ class TokenizeShard(beam.DoFn):
         windowing = self.breakdowns.windowing
         return RowGroup(self.shard_types, windowing and windowing.field, self.breakdowns.group_field)
 
-    def submit(self, chunk, pending: deque, ahead: int, group: "RowGroup", summary, partials, writer,
+    def submit(self, chunk, size: int, pending: deque, ahead: int, group: "RowGroup", summary, partials, writer,
                unsummed: UnsummedChunks) -> "RowGroup":
-        """Start encoding `chunk` in the background after the chunks `pending`, first adding the
-        oldest of them while `ahead` chunks are encoding or their texts would pass
-        OVERLAP_TEXT_BYTES; returns the row group to go on with."""
-        size = text_size(chunk)
+        """Start encoding `chunk` (`size` characters of text) in the background after the chunks
+        `pending`, first adding the oldest of them while `ahead` chunks are encoding or their texts
+        would pass OVERLAP_TEXT_BYTES; returns the row group to go on with."""
         while pending and (len(pending) >= ahead or sum(p[1] for p in pending) + size > OVERLAP_TEXT_BYTES):
             group = self.settle(pending.popleft(), group, summary, partials, writer, unsummed)
         pending.append((chunk, size, self.encoder.start(chunk, summary)))

@@ -129,11 +129,6 @@ class ChunkEncoder:
             self.pool.shutdown()
 
 
-def text_size(chunk) -> int:
-    """The characters of a chunk's texts (what bounds how far encoding runs ahead)."""
-    return sum(len(r.text) for r in chunk)
-
-
 class RowGroup:
     """Columns of the rows not yet written, filled a batch at a time. Each record's token ids are one
     uint32 `array` (`Tokenizer.encode_array`), and the row group's ids reach Arrow as one flat
