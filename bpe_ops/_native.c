@@ -28,6 +28,10 @@
  *                               the string members text_key and id_key of a JSONL line as (text, id),
  *                               or None for anything else (sources.jsonl_record: json.loads is the
  *                               specification, and reads every line this leaves).
+ *   jsonl_lines_fields(pieces, text_key, id_key)
+ *                               jsonl_text_id over a batch of (offset, piece) pairs of a JSONL stream in
+ *                               one pass without the GIL: None for a blank piece, True for one Python
+ *                               reads (sources._read_jsonl is the specification).
  *   ranks_ascend(left, right, merged)
  *                               merging.ranks_ascend(merging.first_ranks(left, right), left, right,
  *                               merged) of three int64 columns, or None for an id outside 0..2**32-1
@@ -1133,6 +1137,134 @@ done:
     return result;
 }
 
+static int line_prepared(const uint8_t **s, size_t *n)
+{
+    /* A JSONL piece as `sources._read_jsonl` reads it: without a CR ending it, without a UTF-8 BOM
+     * starting it; 0 when what is left is blank (only the bytes bytes.strip() drops: it takes no row). */
+    size_t i;
+    if (*n && (*s)[*n - 1] == '\r')
+        (*n)--;
+    if (*n >= 3 && (*s)[0] == 0xEF && (*s)[1] == 0xBB && (*s)[2] == 0xBF) {
+        *s += 3;
+        *n -= 3;
+    }
+    for (i = 0; i < *n; i++) {
+        uint8_t c = (*s)[i];
+        if (!(c == ' ' || (c >= '\t' && c <= '\r')))
+            return 1;
+    }
+    return 0;
+}
+
+enum { LINE_BLANK, LINE_READ, LINE_PYTHON };
+
+static PyObject *jsonl_lines_fields(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    /* A batch of a JSONL stream's pieces, [(offset, piece), ...] as `sources._split_stream` gives
+     * them (a piece: the bytes between two LFs, or anything else: an Oversized), read in one pass
+     * that drops the GIL once: for each piece None when it is blank, (text, id) when
+     * `jsonl_text_id` reads it (after its CR and BOM are dropped), or True when Python must read
+     * it (`sources.jsonl_record`, `too_large`). */
+    PyObject *pieces, *seq = NULL, *result = NULL, **held = NULL;
+    const char *text_key, *id_key = NULL;
+    Py_ssize_t n = 0, i, text_len, id_len = -1;
+    LineFields *f = NULL;
+    const uint8_t **starts = NULL;
+    size_t *lengths = NULL;
+    int *status = NULL, failed = 0;
+    if (!PyArg_ParseTuple(args, "Os#z#:jsonl_lines_fields", &pieces, &text_key, &text_len, &id_key, &id_len))
+        return NULL;
+    if ((seq = PySequence_Fast(pieces, "jsonl_lines_fields: pieces must be a sequence")) == NULL)
+        return NULL;
+    n = PySequence_Fast_GET_SIZE(seq);
+    f = calloc(n ? (size_t)n : 1, sizeof(LineFields));
+    starts = calloc(n ? (size_t)n : 1, sizeof(*starts));
+    lengths = calloc(n ? (size_t)n : 1, sizeof(*lengths));
+    status = calloc(n ? (size_t)n : 1, sizeof(*status));
+    held = calloc(n ? (size_t)n : 1, sizeof(*held));
+    if (f == NULL || starts == NULL || lengths == NULL || status == NULL || held == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i), *piece;
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+            PyErr_SetString(PyExc_TypeError, "jsonl_lines_fields: pieces are (offset, piece) pairs");
+            goto done;
+        }
+        piece = PyTuple_GET_ITEM(item, 1);
+        if (!PyBytes_CheckExact(piece)) {
+            status[i] = LINE_PYTHON;
+            continue;
+        }
+        held[i] = Py_NewRef(piece);          /* the bytes stay whatever happens to the list meanwhile */
+        starts[i] = (const uint8_t *)PyBytes_AS_STRING(piece);
+        lengths[i] = (size_t)PyBytes_GET_SIZE(piece);
+        status[i] = LINE_READ;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (i = 0; i < n && !failed; i++) {
+        int read;
+        if (status[i] != LINE_READ)
+            continue;
+        if (!line_prepared(&starts[i], &lengths[i])) {
+            status[i] = LINE_BLANK;
+            continue;
+        }
+        read = jsonl_scan(starts[i], lengths[i], text_key, (size_t)text_len, id_key, (size_t)id_len, &f[i]);
+        if (read < 0)
+            failed = 1;
+        else if (read == 0)
+            status[i] = LINE_PYTHON;
+    }
+    Py_END_ALLOW_THREADS
+    if (failed) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if ((result = PyList_New(n)) == NULL)
+        goto done;
+    for (i = 0; i < n; i++) {
+        PyObject *out, *text, *id;
+        if (status[i] == LINE_BLANK) {
+            out = Py_NewRef(Py_None);
+        } else if (status[i] == LINE_PYTHON) {
+            out = Py_NewRef(Py_True);
+        } else {
+            text = f[i].text_n >= JSONL_FREE_THREADS_BYTES
+                   ? long_text_str(f[i].text, f[i].text_n)
+                   : PyUnicode_DecodeUTF8((const char *)f[i].text, (Py_ssize_t)f[i].text_n, "strict");
+            id = text == NULL ? NULL
+                 : !f[i].have_id ? Py_NewRef(Py_None)
+                 : PyUnicode_DecodeUTF8((const char *)f[i].id, (Py_ssize_t)f[i].id_n, "strict");
+            out = id == NULL ? NULL : PyTuple_Pack(2, text, id);
+            Py_XDECREF(text);
+            Py_XDECREF(id);
+            if (out == NULL) {
+                Py_CLEAR(result);
+                goto done;
+            }
+        }
+        PyList_SET_ITEM(result, i, out);
+    }
+done:
+    for (i = 0; i < n; i++) {
+        if (f != NULL) {
+            free(f[i].text);
+            free(f[i].id);
+        }
+        if (held != NULL)
+            Py_XDECREF(held[i]);
+    }
+    free(f);
+    free(starts);
+    free(lengths);
+    free(status);
+    free(held);
+    Py_DECREF(seq);
+    return result;
+}
+
 /* ---- a tokenizer.json's merges as id columns ---------------------------------------------------- */
 
 static int vocab_id(PyObject *vocab, PyObject *token, int64_t *out)
@@ -1857,6 +1989,10 @@ static PyMethodDef module_methods[] = {
      "jsonl_text_id(line, text_key, id_key)\n--\n\nThe string members text_key and id_key of a JSONL line "
      "(bytes) as (text, id), id None when absent; None for anything json.loads must judge "
      "(see sources.jsonl_record)."},
+    {"jsonl_lines_fields", jsonl_lines_fields, METH_VARARGS,
+     "jsonl_lines_fields(pieces, text_key, id_key)\n--\n\nA batch of (offset, piece) JSONL pieces read in one "
+     "pass without the GIL: per piece None (blank), (text, id) (as jsonl_text_id reads it once its CR and BOM "
+     "are dropped) or True (for Python to read: see sources._read_jsonl)."},
     {"crc32", crc32, METH_O,
      "crc32(data)\n--\n\nzlib.crc32(data): the bucket of a pre-token in the packed tables."},
     {NULL, NULL, 0, NULL}

@@ -388,17 +388,60 @@ class _Peeked:
 
 
 def jsonl_lines(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int):
-    # A BOM starting a line (left by `cat a.jsonl b.jsonl` of files that each start with one) cannot
-    # begin JSON: drop it rather than reject the record.
-    return ((offset + len(BOM), raw[len(BOM):]) if raw.startswith(BOM) else (offset, raw)
-            for offset, raw in _lines(f, chunk_size, options.max_record_bytes, shard.part))
+    return (jsonl_line(offset, raw) for offset, raw in _lines(f, chunk_size, options.max_record_bytes, shard.part))
+
+
+def jsonl_line(offset: int, raw: bytes | Oversized) -> tuple[int, bytes | Oversized]:
+    """A line (without its LF or CRLF) and its offset, without a UTF-8 BOM starting it: one left by
+    `cat a.jsonl b.jsonl` of files that each start with one cannot begin JSON, so it is dropped
+    rather than the record rejected."""
+    return (offset + len(BOM), raw[len(BOM):]) if raw.startswith(BOM) else (offset, raw)
 
 
 def _read_jsonl(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int):
-    lines = jsonl_lines(f, shard, options, chunk_size)
-    for row, (offset, raw) in enumerate(non_blank(lines), start=_first_row(shard)):
-        yield (too_large(raw, shard, row, options) if isinstance(raw, Oversized)
-               else jsonl_record(raw, offset, row, shard, options))
+    """The records and rejected rows of a JSONL stream. Where `_native.jsonl_lines_fields` is built
+    and no other field is kept, each batch of lines a read completes is read in one compiled pass
+    (as `jsonl_record` reads a line: the specification), and only the lines it leaves (anything
+    json.loads must judge, an oversized line) are read one by one here."""
+    row = _first_row(shard)
+    keys = _compiled_keys(options)
+    if keys is None:
+        for row, (offset, raw) in enumerate(non_blank(jsonl_lines(f, shard, options, chunk_size)), start=row):
+            yield _jsonl_item(offset, raw, row, shard, options)
+        return
+    relpath = shard.relpath
+    for batch in _piece_batches(f, b"\n", chunk_size, options.max_record_bytes, shard.part):
+        for (offset, piece), fields in zip(batch, _JSONL_LINES_FIELDS(batch, *keys)):
+            if fields is None:                  # a blank line: no record, no row
+                continue
+            if fields is True:
+                offset, raw = jsonl_line(offset, piece[:-1] if isinstance(piece, bytes) and piece.endswith(b"\r")
+                                         else piece)
+                yield _jsonl_item(offset, raw, row, shard, options)
+            else:
+                text, rid = fields
+                yield Record(f"{relpath}:{row}" if rid is None else rid, text, row, False, {})
+            row += 1
+
+
+def _jsonl_item(offset: int, raw: bytes | Oversized, row: int, shard: Shard, options: SourceOptions):
+    """A non-blank line's record or rejection."""
+    return too_large(raw, shard, row, options) if isinstance(raw, Oversized) else jsonl_record(raw, offset, row, shard,
+                                                                                               options)
+
+
+def _compiled_keys(options: SourceOptions) -> tuple[str, str | None] | None:
+    """The text and id field names `_native.jsonl_lines_fields` reads, or None when it cannot read
+    this stream's lines (not built, other fields kept, a name no UTF-8 line can hold)."""
+    if _JSONL_LINES_FIELDS is None or options.fields:
+        return None
+    try:
+        for name in (options.text_field, options.id_field):
+            if name is not None:
+                name.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return options.text_field, options.id_field
 
 
 def too_large(piece: "Oversized", shard: Shard, row: int, options: SourceOptions) -> Rejected:
@@ -406,16 +449,17 @@ def too_large(piece: "Oversized", shard: Shard, row: int, options: SourceOptions
                     f"above --max-record-bytes {options.max_record_bytes:,}")
 
 
-def _jsonl_text_id():
-    """The compiled `_native.jsonl_text_id`, or None where bpe_ops._native is not built."""
+def _compiled_jsonl():
+    """The compiled `_native.jsonl_text_id` and `_native.jsonl_lines_fields`, or None for both
+    where bpe_ops._native is not built."""
     try:
-        from bpe_ops._native import jsonl_text_id
+        from bpe_ops._native import jsonl_lines_fields, jsonl_text_id
     except ImportError:
-        return None
-    return jsonl_text_id
+        return None, None
+    return jsonl_text_id, jsonl_lines_fields
 
 
-_JSONL_TEXT_ID = _jsonl_text_id()
+_JSONL_TEXT_ID, _JSONL_LINES_FIELDS = _compiled_jsonl()
 
 
 def jsonl_record(raw: bytes, offset: int, row: int, shard: Shard,
@@ -569,33 +613,46 @@ class Oversized:
 
 def _pieces(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None,
             part: Part | None) -> Iterator[tuple[int, bytes | Oversized]]:
-    """The pieces between separators of the whole stream, or those of a byte-range part: the
-    pieces STARTING in [part.start, part.end) (a piece starts at 0 or right after a separator), the
-    last of them read past the end to its own end. Another part starts at the first separator
-    ending at or after its start, so every piece belongs to exactly one part (`splittable_separator`
-    keeps out separators whose occurrences could overlap)."""
+    """The pieces of `_piece_batches`, one at a time."""
+    for batch in _piece_batches(f, sep, chunk_size, limit, part):
+        yield from batch
+
+
+def _piece_batches(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None,
+                   part: Part | None) -> Iterator[list[tuple[int, bytes | Oversized]]]:
+    """The pieces between separators of the whole stream, or those of a byte-range part, in lists
+    (`_split_batches`): the pieces STARTING in [part.start, part.end) (a piece starts at 0 or right
+    after a separator), the last of them read past the end to its own end. Another part starts at
+    the first separator ending at or after its start, so every piece belongs to exactly one part
+    (`splittable_separator` keeps out separators whose occurrences could overlap)."""
     if part is None:
-        yield from _split_stream(f, sep, chunk_size, limit)
+        yield from _split_batches(f, sep, chunk_size, limit)
         return
     if part.kind == "frames":
-        yield from _frame_pieces(f, sep, chunk_size, limit, part)
+        yield from _frame_piece_batches(f, sep, chunk_size, limit, part)
         return
     begin = 0 if part.start == 0 else _boundary_after(f, sep, part.start, chunk_size)
     if begin is None or begin >= part.end:
         return
     f.seek(begin)
-    for offset, piece in _split_stream(f, sep, chunk_size, limit, base=begin):
-        if offset >= part.end:
+    yield from _batches_before(_split_batches(f, sep, chunk_size, limit, base=begin), part.end)
+
+
+def _batches_before(batches: Iterator[list], end: int) -> Iterator[list]:
+    """The batches of pieces up to the first piece starting at `end` or after it, which ends them."""
+    for batch in batches:
+        if batch and batch[-1][0] >= end:
+            yield [piece for piece in batch if piece[0] < end]
             return
-        yield offset, piece
+        yield batch
 
 
-def _frame_pieces(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None,
-                  part: Part) -> Iterator[tuple[int, bytes | Oversized]]:
+def _frame_piece_batches(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None,
+                         part: Part) -> Iterator[list[tuple[int, bytes | Oversized]]]:
     """The lines of a run of zstd frames (`f` decompresses from its first frame, at decompressed
-    offset part.start). The byte before the run is in another frame, so ownership is shifted by
-    one: the first part holds the lines starting in [0, end], a later one those starting in
-    (start, end]; each part still ends where the next begins. Lines only (`sep` one byte)."""
+    offset part.start), in lists. The byte before the run is in another frame, so ownership is
+    shifted by one: the first part holds the lines starting in [0, end], a later one those starting
+    in (start, end]; each part still ends where the next begins. Lines only (`sep` one byte)."""
     begin = 0
     if part.index > 0:
         skipped = 0
@@ -611,10 +668,7 @@ def _frame_pieces(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None,
             skipped += len(chunk)
     if begin > part.end:
         return
-    for offset, piece in _split_stream(f, sep, chunk_size, limit, base=begin):
-        if offset > part.end:
-            return
-        yield offset, piece
+    yield from _batches_before(_split_batches(f, sep, chunk_size, limit, base=begin), part.end + 1)
 
 
 class _Resumed:
@@ -656,8 +710,16 @@ def splittable_separator(sep: bytes) -> bool:
 
 def _split_stream(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None = None,
                   base: int = 0) -> Iterator[tuple[int, bytes | Oversized]]:
+    """The pieces of `_split_batches`, one at a time."""
+    for batch in _split_batches(f, sep, chunk_size, limit, base):
+        yield from batch
+
+
+def _split_batches(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None = None,
+                   base: int = 0) -> Iterator[list[tuple[int, bytes | Oversized]]]:
     """The pieces of a byte stream between separators, each with the stream offset where it
-    starts; a UTF-8 BOM at the very start is dropped. The stream is read `chunk_size` bytes at a
+    starts, in lists: those a read completes (so a reader pays its per-piece work a list at a time);
+    a UTF-8 BOM at the very start is dropped. The stream is read `chunk_size` bytes at a
     time: a separator may straddle two chunks, and a piece spanning many chunks is kept as a list
     of parts joined once, so a long piece costs linear time. A piece that grows past `limit` bytes
     is not kept: its parts are dropped as they come and it is yielded as `Oversized`, so memory
@@ -683,29 +745,31 @@ def _split_stream(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None = 
             continue
         kept = sum(map(len, parts))              # bytes of the unfinished piece still held
         *pieces, rest = b"".join(parts + [chunk]).split(sep)
+        batch = []
         for i, piece in enumerate(pieces):
             length = held - kept + len(piece) if i == 0 else len(piece)
             if i == 0 and oversized or limit is not None and length > limit:
-                yield start, Oversized(start, length)
+                batch.append((start, Oversized(start, length)))
             else:
                 if start == 0 and piece.startswith(BOM):
                     piece, start, length = piece[len(BOM):], len(BOM), length - len(BOM)
-                yield start, piece
+                batch.append((start, piece))
             start += length + len(sep)
+        yield batch
         held, oversized, tail = len(rest), False, rest[-k:] if k else b""
         parts = [rest]
         if limit is not None and held - k > limit:
             oversized, parts = True, [tail]
     if oversized:
-        yield start, Oversized(start, held)
+        yield [(start, Oversized(start, held))]
         return
     last = b"".join(parts)       # the final piece, which has no separator after it
     if limit is not None and len(last) > limit:
-        yield start, Oversized(start, len(last))
+        yield [(start, Oversized(start, len(last)))]
         return
     if start == 0 and last.startswith(BOM):
         last, start = last[len(BOM):], len(BOM)
-    yield start, last
+    yield [(start, last)]
 
 
 def _lines(f: BinaryIO, chunk_size: int, limit: int | None = None,

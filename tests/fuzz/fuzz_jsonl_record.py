@@ -1,13 +1,15 @@
 """Fuzz target: one JSONL line as `tokenize` and `train` read it (`sources.jsonl_record`): the
 compiled read of its text and id (`_native.jsonl_text_id`, where it takes the line) must give
 exactly the record or rejection that json.loads gives (`sources._jsonl_record_loaded`, the
-specification), for every text and id field pair and both invalid-UTF-8 policies. Run from the
-worktree:
+specification), for every text and id field pair and both invalid-UTF-8 policies. And the whole
+input as a JSONL stream: read in batches (`_native.jsonl_lines_fields`) it must give what reading
+it line by line gives. Run from the worktree:
 
     mkdir -p /tmp/fuzz-jsonl_record && python3 tests/fuzz/fuzz_jsonl_record.py -max_total_time=600 \
         /tmp/fuzz-jsonl_record tests/fuzz/corpus/jsonl_record
 
 (new corpus entries go to the first folder, crashing inputs to ./crash-*)."""
+import io
 import sys
 from pathlib import Path
 
@@ -39,6 +41,24 @@ def check(data: bytes) -> None:
             expected = sources._jsonl_record_loaded(variant, 0, 3, SHARD, options)
             if got != expected:
                 raise AssertionError(f"compiled and json.loads reads differ on {variant!r}: {got!r} / {expected!r}")
+    check_stream(data)
+
+
+def check_stream(data: bytes) -> None:
+    """The input as a stream of lines, read a few bytes at a time (so batches end anywhere), in
+    batches and line by line, with a bound that makes some lines oversized."""
+    chunk = 1 + data[0] % 64 if data else 1
+    for options in OPTIONS[:2]:
+        options = SourceOptions(text_field=options.text_field, id_field=options.id_field,
+                                invalid_utf8=options.invalid_utf8, max_record_bytes=64)
+        got = list(sources._read_jsonl(io.BytesIO(data), SHARD, options, chunk))
+        compiled, sources._JSONL_LINES_FIELDS = sources._JSONL_LINES_FIELDS, None
+        try:
+            expected = list(sources._read_jsonl(io.BytesIO(data), SHARD, options, chunk))
+        finally:
+            sources._JSONL_LINES_FIELDS = compiled
+        if got != expected:
+            raise AssertionError(f"batch and line-by-line reads differ on {data!r}: {got!r} / {expected!r}")
 
 
 if __name__ == "__main__":

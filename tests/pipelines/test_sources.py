@@ -6,6 +6,7 @@ construction (or from json.loads on the real corpora), never from the code under
 import bz2
 import contextlib
 import gzip
+import io
 import json
 import os
 
@@ -497,6 +498,36 @@ def test_jsonl_records_from_bytes_equal_json_loads(text_field, id_field):
             assert got == sources._jsonl_record_loaded(line, 7, row, shard, options), line
             fast += sources._JSONL_TEXT_ID(line, text_field, id_field) is not None
     assert fast >= 10         # the compiled read took many of them
+
+
+# Lines around the corners above: blank ones (every byte bytes.strip() drops, a lone CR, a BOM
+# alone), CRLF endings, a BOM starting a line, and a line past --max-record-bytes.
+STREAM_EXTRAS = [b"", b"   ", b" \t\x0b\x0c\r", b"\r", b"\xef\xbb\xbf", b"\xef\xbb\xbf  \r", b'{"text":"crlf"}\r',
+                 b'\xef\xbb\xbf{"text":"bom","id":"b"}\r', b"\x85", b'{"text":"' + b"y" * 300 + b'"}', b"[1]\r"]
+
+
+@pytest.mark.parametrize("chunk_size", [5, 64, 1 << 20])
+@pytest.mark.parametrize("text_field, id_field", [("text", "id"), ("text", None), ("te\u00e9", "id")])
+def test_jsonl_streams_read_in_batches_equal_line_by_line(monkeypatch, chunk_size, text_field, id_field):
+    """`_read_jsonl` reads the lines a read completes in one compiled pass
+    (`_native.jsonl_lines_fields`); it yields exactly the records and rejections (rows, offsets in
+    the details, CR and BOM dropped, blank lines skipped) that reading line by line gives."""
+    if sources._JSONL_LINES_FIELDS is None:
+        pytest.skip("bpe_ops._native not built")
+    lines = [line.replace(b'"text"', f'"{text_field}"'.encode()) for line in JSONL_CORNERS + STREAM_EXTRAS]
+    data = b"\xef\xbb\xbf" + b"\n".join(lines + lines[::-1])      # a BOM starting the file, no final LF
+    shard = Shard("mem/a.jsonl", "a.jsonl", 0)
+    for policy in ("replace", "reject"):
+        options = SourceOptions(text_field=text_field, id_field=id_field, invalid_utf8=policy, max_record_bytes=200)
+        got = list(sources._read_jsonl(io.BytesIO(data), shard, options, chunk_size))
+        with monkeypatch.context() as m:
+            m.setattr(sources, "_JSONL_LINES_FIELDS", None)
+            expected = list(sources._read_jsonl(io.BytesIO(data), shard, options, chunk_size))
+        assert got == expected
+        assert sum(isinstance(item, Record) for item in got) >= 20
+        assert any(isinstance(item, Rejected) and item.reason == "record_too_large" for item in got)
+    batch = [(0, b" \t"), (3, b'{"text":"a","id":"i"}\r'), (9, b"{bad"), (20, sources.Oversized(20, 999))]
+    assert sources._JSONL_LINES_FIELDS(batch, "text", "id") == [None, ("a", "i"), True, True]
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
