@@ -453,6 +453,31 @@ def _ratio(num: int, den: int) -> float | None:
     return num / den if den else None
 
 
+def _group_sums(group: np.ndarray, values: np.ndarray) -> tuple[list, list, list]:
+    """The groups present, each one's record count and sum of `values` (int64, exact below 2**63).
+
+    >>> _group_sums(np.array([3, 1, 3]), np.array([10, 20, 30]))
+    ([1, 3], [1, 2], [20, 40])
+    """
+    order = np.argsort(group, kind="stable")
+    ordered = group[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    sums = np.add.reduceat(values[order], starts) if len(values) else values
+    return ordered[starts].tolist(), np.diff(np.r_[starts, len(group)]).tolist(), sums.tolist()
+
+
+def _add_pairs(tables: list[dict[int, int]], group: np.ndarray, keys: np.ndarray) -> None:
+    """tables[g][key] += 1 for each (g, key) pair of the two columns (keys >= 0, below 2**55), a dict
+    update per distinct pair."""
+    if not len(group):
+        return
+    pairs, counts = np.unique(group << 55 | keys, return_counts=True)
+    for pair, count in zip(pairs.tolist(), counts.tolist()):
+        table = tables[pair >> 55]
+        key = pair & ((1 << 55) - 1)
+        table[key] = table.get(key, 0) + count
+
+
 def _tally(table: dict[int, int], values: Iterable[int]) -> None:
     """Add one occurrence of each of `values` to a `{value: count}` table."""
     for value, n in Counter(values).items():
@@ -763,8 +788,15 @@ class Summary:
         columns = (list(n_tokens), list(n_bytes), list(n_chars), list(n_words), raw)
         for v, column in enumerate(columns):
             self.moment_sums[v] += sum(column)
+        if not self._add_group_columns(groups, columns):
+            self._add_group_records(groups, columns)
+        self.calibrated += n
+
+    def _add_group_records(self, groups: Sequence[int], columns: tuple) -> None:
+        """The moment products and the random groups' tables of a batch, record by record, in
+        Python ints (exact however large: bytes squared of a 1 GB record passes int64): the
+        specification of `_add_group_columns`."""
         for k, (i, j) in enumerate(MOMENT_PAIRS):
-            # Python ints: exact however large (bytes squared of a 1 GB record passes int64).
             self.moment_products[k] += sum(map(mul, columns[i], columns[j]))
         for g, t, b in zip(groups, columns[0], columns[1]):
             self.group_records[g] += 1
@@ -774,7 +806,33 @@ class Summary:
             if t:
                 q = 4 * b // t
                 self.group_quarters[g][q] = self.group_quarters[g].get(q, 0) + 1
-        self.calibrated += n
+
+    def _add_group_columns(self, groups: Sequence[int], columns: tuple) -> bool:
+        """`_add_group_records` in numpy passes over the batch's columns (the tables' dicts updated
+        once per distinct group and value, not once per record), when every sum fits int64 exactly;
+        False, with nothing added, when one might not (then the caller takes the Python ints)."""
+        n = len(groups)
+        if n < 64:              # a few records: the passes would cost more than the loop
+            return False
+        table = np.array(columns, dtype=np.int64).T           # records x variables (all >= 0)
+        top = int(table.max())
+        # Every product, every sum of n of them, and 4 * bytes, below 2**62: exact in int64.
+        if top >= 1 << 30 or top * top * n >= 1 << 62:
+            return False
+        products = table.T @ table
+        for k, (i, j) in enumerate(MOMENT_PAIRS):
+            self.moment_products[k] += int(products[i, j])
+        group = np.asarray(groups, dtype=np.int64)
+        tokens, data = table[:, 0], table[:, 1]
+        for g, records, sums in zip(*_group_sums(group, tokens)):
+            self.group_records[g] += records
+            self.group_tokens[g] += sums
+        _, bits = np.frexp(tokens.astype(np.float64))           # bit lengths (tokens < 2**30: exact)
+        shift = np.maximum(bits.astype(np.int64) - 3, 0)
+        _add_pairs(self.group_lengths, group, tokens >> shift << shift)
+        some = tokens > 0
+        _add_pairs(self.group_quarters, group[some], 4 * data[some] // tokens[some])
+        return True
 
     def moment_product(self, a: str, b: str) -> int:
         """Sum over calibrated records of variable `a` times variable `b` (names of MOMENT_VARIABLES)."""

@@ -663,3 +663,26 @@ def test_the_docstring_examples_hold():
     import bpe_ops.stats
     failed, attempted = doctest.testmod(bpe_ops.stats)
     assert attempted > 10 and failed == 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_group_tables_in_columns_equal_the_per_record_specification(seed):
+    """`Summary._add_group_columns` (numpy passes over a batch) adds exactly what
+    `_add_group_records` (record by record, Python ints) adds, and leaves batches whose sums might
+    not fit int64 to it."""
+    rng = random.Random(seed)
+    n = rng.choice([64, 300, 5000])
+    top = rng.choice([3, 1000, 1 << 20])
+    columns = tuple([rng.randrange(0, top) for _ in range(n)] for _ in range(5))
+    if seed % 2:                         # records without tokens (no quarter), groups missing
+        columns[0][:n // 3] = [0] * (n // 3)
+    groups = [rng.randrange(0, 7 if seed % 3 else REPLICATE_GROUPS) for _ in range(n)]
+    by_columns, by_records = Summary(64), Summary(64)
+    assert by_columns._add_group_columns(groups, columns)
+    by_records._add_group_records(groups, columns)
+    for name in ("moment_products", "group_records", "group_tokens", "group_lengths", "group_quarters"):
+        assert getattr(by_columns, name) == getattr(by_records, name), name
+    assert all(type(v) is int for v in by_columns.moment_products + by_columns.group_tokens)
+    huge = tuple([1 << 31] * 100 for _ in range(5))
+    assert not Summary(64)._add_group_columns([0] * 100, huge)
+    assert not Summary(64)._add_group_columns([0] * 10, tuple([1] * 10 for _ in range(5)))
