@@ -49,6 +49,23 @@
 #include "_json_scan.h"
 #include "_json_sections.h"
 
+/* Work over fewer bytes than this keeps the GIL. A thread that lets go of it waits, to take it back,
+ * until the thread running Python is made to let go (up to sys.getswitchinterval(), 5 ms): far
+ * longer than such work takes, and the tokenize threads each make several such calls per chunk. */
+#define GIL_FREE_BYTES ((size_t)1 << 16)
+
+static PyThreadState *release_gil_for(size_t bytes)
+{
+    /* The GIL released when `bytes` of work are worth it (restore_gil takes it back), else NULL. */
+    return bytes >= GIL_FREE_BYTES ? PyEval_SaveThread() : NULL;
+}
+
+static void restore_gil(PyThreadState *saved)
+{
+    if (saved != NULL)
+        PyEval_RestoreThread(saved);
+}
+
 /* ---- packed count tables ---------------------------------------------------------------------- */
 
 static int unpack_into(ByteMap *m, const uint8_t *s, size_t n)
@@ -632,10 +649,16 @@ static PyObject *measure_texts(PyObject *Py_UNUSED(module), PyObject *args)
         m[i].s = (const uint8_t *)s;
         m[i].n = (size_t)len;
     }
-    Py_BEGIN_ALLOW_THREADS
-    for (i = 0; i < n; i++)
-        measure(&sep, &m[i]);
-    Py_END_ALLOW_THREADS
+    {
+        size_t bytes = 0;
+        PyThreadState *saved;
+        for (i = 0; i < n; i++)
+            bytes += m[i].n;
+        saved = release_gil_for(bytes);
+        for (i = 0; i < n; i++)
+            measure(&sep, &m[i]);
+        restore_gil(saved);
+    }
     if ((bytes_out = PyList_New(n)) == NULL || (words_out = PyList_New(n)) == NULL ||
         (runs = PyByteArray_FromStringAndSize(NULL, n * DIGIT_RUN_LENGTHS * (Py_ssize_t)sizeof(int64_t))) == NULL)
         goto done;
@@ -734,8 +757,8 @@ static PyObject *calibrate_ids(PyObject *Py_UNUSED(module), PyObject *args)
         PyErr_NoMemory();
         goto done;
     }
-    Py_BEGIN_ALLOW_THREADS
     {
+        PyThreadState *saved = release_gil_for((size_t)total * 4);    /* about a byte's work per id byte */
         const uint8_t *is_raw = mask.buf;
         const int32_t *class_of = classes.buf, *row_of = rows.buf;
         int64_t *raw_out = raw.buf, *cell = cells.buf, *count = counts.buf;
@@ -783,8 +806,8 @@ static PyObject *calibrate_ids(PyObject *Py_UNUSED(module), PyObject *args)
             }
             raw_out[i] += r;
         }
+        restore_gil(saved);
     }
-    Py_END_ALLOW_THREADS
     if (bad) {
         PyErr_Format(PyExc_ValueError, bad == 1 ? "token id outside the vocabulary (size %zd)"
                                                 : "calibrate_ids: a cell outside cells (vocabulary of %zd ids)", vocab);
@@ -1162,7 +1185,7 @@ static PyObject *jsonl_lines_fields(PyObject *Py_UNUSED(module), PyObject *args)
 {
     /* A batch of a JSONL stream's pieces, [(offset, piece), ...] as `sources._split_stream` gives
      * them (a piece: the bytes between two LFs, or anything else: an Oversized), read in one pass
-     * that drops the GIL once: for each piece None when it is blank, (text, id) when
+     * (without the GIL when it holds long lines): for each piece None when it is blank, (text, id) when
      * `jsonl_text_id` reads it (after its CR and BOM are dropped), or True when Python must read
      * it (`sources.jsonl_record`, `too_large`). */
     PyObject *pieces, *seq = NULL, *result = NULL, **held = NULL;
@@ -1172,6 +1195,8 @@ static PyObject *jsonl_lines_fields(PyObject *Py_UNUSED(module), PyObject *args)
     const uint8_t **starts = NULL;
     size_t *lengths = NULL;
     int *status = NULL, failed = 0;
+    size_t long_bytes = 0;
+    PyThreadState *saved;
     if (!PyArg_ParseTuple(args, "Os#z#:jsonl_lines_fields", &pieces, &text_key, &text_len, &id_key, &id_len))
         return NULL;
     if ((seq = PySequence_Fast(pieces, "jsonl_lines_fields: pieces must be a sequence")) == NULL)
@@ -1201,8 +1226,12 @@ static PyObject *jsonl_lines_fields(PyObject *Py_UNUSED(module), PyObject *args)
         starts[i] = (const uint8_t *)PyBytes_AS_STRING(piece);
         lengths[i] = (size_t)PyBytes_GET_SIZE(piece);
         status[i] = LINE_READ;
+        if (lengths[i] >= JSONL_FREE_THREADS_BYTES)
+            long_bytes += lengths[i];
     }
-    Py_BEGIN_ALLOW_THREADS
+    /* Long lines are read without the GIL, as jsonl_text_id reads them; short ones keep it: the
+     * reading thread, which takes them, would then wait to take it back from the encoding threads. */
+    saved = release_gil_for(long_bytes);
     for (i = 0; i < n && !failed; i++) {
         int read;
         if (status[i] != LINE_READ)
@@ -1217,7 +1246,7 @@ static PyObject *jsonl_lines_fields(PyObject *Py_UNUSED(module), PyObject *args)
         else if (read == 0)
             status[i] = LINE_PYTHON;
     }
-    Py_END_ALLOW_THREADS
+    restore_gil(saved);
     if (failed) {
         PyErr_NoMemory();
         goto done;
