@@ -48,6 +48,7 @@
 #include "_byte_map.h"
 #include "_json_scan.h"
 #include "_json_sections.h"
+#include "_measure.h"
 
 /* Work over fewer bytes than this keeps the GIL. A thread that lets go of it waits, to take it back,
  * until the thread running Python is made to let go (up to sys.getswitchinterval(), 5 ms): far
@@ -500,89 +501,6 @@ static PyObject *has_code_point_in(PyObject *Py_UNUSED(module), PyObject *args)
 
 /* ---- per-record measures ---------------------------------------------------------------------- */
 
-#define DIGIT_RUN_LENGTHS 5
-#define MAX_WIDE 32
-
-typedef struct {
-    const uint8_t *s;
-    size_t n;
-    int64_t words, runs[DIGIT_RUN_LENGTHS];
-} Measured;
-
-enum { KIND_WORD, KIND_SEPARATOR, KIND_DIGIT, KIND_WIDE_LEAD };      /* the order matters: see measure */
-
-typedef struct {
-    const uint8_t *separators;          /* [byte]: 1 an ASCII separator, 2 a wide separator's lead */
-    uint8_t kinds[256];                 /* [byte]: its KIND_ (from separators, and ASCII digits) */
-    uint8_t wide[MAX_WIDE][4];          /* the non-ASCII separators' UTF-8: length, then the bytes */
-    int nwide;
-} Separators;
-
-static size_t separator_at(const Separators *sep, const uint8_t *s, size_t n, size_t i)
-{
-    /* The length of the separator at s[i], or 0. */
-    int k;
-    if (sep->separators[s[i]] == 1)
-        return 1;
-    if (sep->separators[s[i]] != 2)
-        return 0;
-    for (k = 0; k < sep->nwide; k++) {
-        size_t len = sep->wide[k][0];
-        if (i + len <= n && memcmp(s + i, sep->wide[k] + 1, len) == 0)
-            return len;
-    }
-    return 0;
-}
-
-static void measure(const Separators *sep, Measured *m)
-{
-    /* Words start at a non-separator after a separator (or at the start); digit runs are counted
-     * by length, 5 and more together. One table look-up per byte sorts it: a word byte or an ASCII
-     * separator (the common case: counted without a branch on which, where the alternation of words
-     * and spaces would mispredict), a digit, or a wide separator's lead byte (then matched against
-     * the wide separators; no match is a word byte). */
-    const uint8_t *s = m->s;
-    const uint8_t *kind = sep->kinds;
-    size_t i = 0, n = m->n, run = 0;
-    int64_t words = 0;
-    int in_word = 0;
-    while (i < n) {
-        uint8_t b = s[i], k = kind[b];
-        size_t len = 1;
-        if (k <= KIND_SEPARATOR && !run) {
-            words += (in_word | k) ^ 1;     /* a word byte after a separator (or at the start) */
-            in_word = k ^ 1;
-            i++;
-            continue;
-        }
-        if (k == KIND_DIGIT) {
-            run++;
-            words += !in_word;
-            in_word = 1;
-            i++;
-            continue;
-        }
-        if (run) {
-            m->runs[(run < DIGIT_RUN_LENGTHS ? run : DIGIT_RUN_LENGTHS) - 1]++;
-            run = 0;
-        }
-        if (k == KIND_WIDE_LEAD && (len = separator_at(sep, s, n, i)) == 0) {
-            k = KIND_WORD;              /* a lead byte of no separator: part of a word */
-            len = 1;
-        }
-        if (k == KIND_WORD) {
-            words += !in_word;
-            in_word = 1;
-        } else {
-            in_word = 0;                /* a wide separator holds no digit */
-        }
-        i += len;
-    }
-    if (run)
-        m->runs[(run < DIGIT_RUN_LENGTHS ? run : DIGIT_RUN_LENGTHS) - 1]++;
-    m->words += words;
-}
-
 static PyObject *measure_texts(PyObject *Py_UNUSED(module), PyObject *args)
 {
     /* (n_bytes list, n_words list, digit runs as n x 5 native int64 in a bytearray). A text with a
@@ -592,29 +510,11 @@ static PyObject *measure_texts(PyObject *Py_UNUSED(module), PyObject *args)
     Py_buffer table;
     Separators sep;
     Measured *m = NULL;
-    Py_ssize_t n, i, k;
+    Py_ssize_t n, i;
     if (!PyArg_ParseTuple(args, "Oy*O:measure_texts", &texts, &table, &wide))
         return NULL;
-    memset(&sep, 0, sizeof(sep));
-    if (table.len != 256 || !PyTuple_Check(wide) || PyTuple_GET_SIZE(wide) > MAX_WIDE) {
-        PyErr_SetString(PyExc_ValueError, "measure_texts: separators must be 256 bytes and wide a tuple of "
-                                          "at most 32 byte strings of 1-3 bytes");
+    if (separators_from(&sep, table.buf, table.len, wide, "measure_texts") < 0)
         goto done;
-    }
-    sep.separators = table.buf;
-    for (k = 0; k < 256; k++)
-        sep.kinds[k] = sep.separators[k] == 1 ? KIND_SEPARATOR : sep.separators[k] == 2 ? KIND_WIDE_LEAD
-                       : k >= '0' && k <= '9' ? KIND_DIGIT : KIND_WORD;
-    for (k = 0; k < PyTuple_GET_SIZE(wide); k++) {
-        PyObject *w = PyTuple_GET_ITEM(wide, k);
-        if (!PyBytes_Check(w) || PyBytes_GET_SIZE(w) < 1 || PyBytes_GET_SIZE(w) > 3) {
-            PyErr_SetString(PyExc_ValueError, "measure_texts: wide separators are byte strings of 1-3 bytes");
-            goto done;
-        }
-        sep.wide[k][0] = (uint8_t)PyBytes_GET_SIZE(w);
-        memcpy(sep.wide[k] + 1, PyBytes_AS_STRING(w), (size_t)PyBytes_GET_SIZE(w));
-    }
-    sep.nwide = (int)PyTuple_GET_SIZE(wide);
     if ((seq = PySequence_Fast(texts, "measure_texts: texts must be a sequence")) == NULL ||
         (keep = PyList_New(0)) == NULL)
         goto done;

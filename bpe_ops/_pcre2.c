@@ -21,6 +21,12 @@
  *                               (each a Pattern, a behavior and invert; `hf_components` specifies),
  *                               a step that is one class repeated or DeepSeek's word regex without
  *                               running PCRE2 at every match (`sequence_split.step_reading`).
+ *     .encode_texts_bytes(texts)    a list of texts in one call without the GIL: all their ids and
+ *                               each one's count (-1: the caller encodes that text alone).
+ *     .encode_measure_texts(texts, separators, wide)
+ *                               the same, and each text's UTF-8 bytes, words and digit runs measured
+ *                               in the pass that encodes it (`_measure.h`; stats.measure_batch
+ *                               specifies them).
  *   sequence_pieces(encoder, text)  the pieces those steps make of a text, before any merge.
  *
  * What needs no PCRE2 (CountTable, utf8_length, add_counts) is in bpe_ops._native, so that it
@@ -49,6 +55,7 @@
 #include "_char_start.h"
 #include "_split_scan.h"
 #include "_split_words.h"
+#include "_measure.h"
 
 /* ---- PCRE2, loaded at import ------------------------------------------------------------------- */
 
@@ -2053,20 +2060,25 @@ struct TextRef {
     int kind;                    /* 0: ASCII (data is its UTF-8); else its PyUnicode kind */
 };
 
-static PyObject *encoder_encode_texts_bytes(TextEncoder *self, PyObject *texts)
+/* The measures encode_measure_texts gives each text: its UTF-8 bytes, its words, its digit runs. */
+#define TEXT_MEASURES (2 + DIGIT_RUN_LENGTHS)
+
+static PyObject *encode_texts(TextEncoder *self, PyObject *texts, const Separators *sep)
 {
     /* (ids, counts) for a list of str: every text's ids, one after the other, as native uint32
      * values in one bytes object, and each text's count of them as native int64 values, -1 for a
      * text that must take the `regex` path (encode would raise Fallback for it: the caller encodes
      * it apart). The GIL is dropped once for the whole list: a short record was a hand-over of the
-     * GIL each, between its thread and the one reading the shard. */
+     * GIL each, between its thread and the one reading the shard. With `sep`, a third item: each
+     * text's TEXT_MEASURES int64 (`measure` over the UTF-8 it was encoded from, while it is in the
+     * cache), the first -1 for a text handed back. */
     struct TextRef *refs = NULL;
     uint32_t *ids = NULL;
-    int64_t *counts = NULL;
+    int64_t *counts = NULL, *measures = NULL;
     size_t cap = 0, total = 0, k, n, held = 0;
     const uint8_t *guard;
     int rc = 0;
-    PyObject *result = NULL, *ids_bytes = NULL, *counts_bytes = NULL;
+    PyObject *result = NULL, *ids_bytes = NULL, *counts_bytes = NULL, *measures_bytes = NULL;
 
     if (!PyList_CheckExact(texts)) {
         PyErr_SetString(PyExc_TypeError, "encode_texts_bytes: expected a list of str");
@@ -2075,7 +2087,8 @@ static PyObject *encoder_encode_texts_bytes(TextEncoder *self, PyObject *texts)
     if (encoder_free(self) < 0)
         return NULL;
     n = (size_t)PyList_GET_SIZE(texts);
-    if ((refs = malloc((n ? n : 1) * sizeof(*refs))) == NULL || (counts = malloc((n ? n : 1) * sizeof(*counts))) == NULL) {
+    if ((refs = malloc((n ? n : 1) * sizeof(*refs))) == NULL || (counts = malloc((n ? n : 1) * sizeof(*counts))) == NULL ||
+        (sep != NULL && (measures = calloc((n ? n : 1) * TEXT_MEASURES, sizeof(int64_t))) == NULL)) {
         PyErr_NoMemory();
         goto done;
     }
@@ -2105,9 +2118,18 @@ static PyObject *encoder_encode_texts_bytes(TextEncoder *self, PyObject *texts)
         }
         if (got != 0) {                  /* guarded, a lone surrogate, an empty match, a limit */
             counts[k] = -1;
+            if (measures != NULL)
+                measures[k * TEXT_MEASURES] = -1;
             continue;
         }
         counts[k] = (int64_t)self->out.n;
+        if (measures != NULL) {
+            Measured m = {refs[k].kind ? self->utf8 : (const uint8_t *)refs[k].data, len, 0, {0}};
+            measure(sep, &m);
+            measures[k * TEXT_MEASURES] = (int64_t)len;
+            measures[k * TEXT_MEASURES + 1] = m.words;
+            memcpy(measures + k * TEXT_MEASURES + 2, m.runs, sizeof(m.runs));
+        }
         if (self->out.n == 0)            /* an empty text: nothing to copy (and no buffer yet, maybe) */
             continue;
         if (total + self->out.n > cap) {
@@ -2133,15 +2155,40 @@ static PyObject *encoder_encode_texts_bytes(TextEncoder *self, PyObject *texts)
     if ((ids_bytes = PyBytes_FromStringAndSize((const char *)ids, (Py_ssize_t)(total * sizeof(uint32_t)))) == NULL ||
         (counts_bytes = PyBytes_FromStringAndSize((const char *)counts, (Py_ssize_t)(n * sizeof(int64_t)))) == NULL)
         goto done;
-    result = PyTuple_Pack(2, ids_bytes, counts_bytes);
+    if (measures == NULL)
+        result = PyTuple_Pack(2, ids_bytes, counts_bytes);
+    else if ((measures_bytes = PyBytes_FromStringAndSize((const char *)measures,
+                                                         (Py_ssize_t)(n * TEXT_MEASURES * sizeof(int64_t)))) != NULL)
+        result = PyTuple_Pack(3, ids_bytes, counts_bytes, measures_bytes);
 done:
     Py_XDECREF(ids_bytes);
     Py_XDECREF(counts_bytes);
+    Py_XDECREF(measures_bytes);
     for (k = 0; k < held; k++)
         Py_DECREF(refs[k].text);
     free(refs);
     free(ids);
     free(counts);
+    free(measures);
+    return result;
+}
+
+static PyObject *encoder_encode_texts_bytes(TextEncoder *self, PyObject *texts)
+{
+    return encode_texts(self, texts, NULL);
+}
+
+static PyObject *encoder_encode_measure_texts(TextEncoder *self, PyObject *args)
+{
+    PyObject *texts, *wide;
+    Py_buffer table;
+    Separators sep;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "Oy*O:encode_measure_texts", &texts, &table, &wide))
+        return NULL;
+    if (separators_from(&sep, table.buf, table.len, wide, "encode_measure_texts") == 0)
+        result = encode_texts(self, texts, &sep);
+    PyBuffer_Release(&table);
     return result;
 }
 
@@ -2213,6 +2260,10 @@ static PyMethodDef encoder_methods[] = {
      "the text must take the `regex` path."},
     {"encode_bytes", (PyCFunction)encoder_encode_bytes, METH_O,
      "encode_bytes(text)\n--\n\n`encode`, as native uint32 values in one bytes object (array('I').frombytes takes it)."},
+    {"encode_measure_texts", (PyCFunction)encoder_encode_measure_texts, METH_VARARGS,
+     "encode_measure_texts(texts, separators, wide)\n--\n\n(ids, counts, measures): encode_texts_bytes's two, and each "
+     "text's UTF-8 bytes, words and five digit-run counts (7 native int64 a text, the first -1 for a text handed "
+     "back), measured in the same pass (stats.measure_batch is the specification)."},
     {"encode_texts_bytes", (PyCFunction)encoder_encode_texts_bytes, METH_O,
      "encode_texts_bytes(texts)\n--\n\n(ids, counts) of a list of str: every text's ids as native uint32 values\n"
      "in one bytes object, and each text's count of them as native int64 values (-1: the text must take\n"

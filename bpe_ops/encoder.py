@@ -290,11 +290,26 @@ class Tokenizer:
         return (self.mode == "byte" and self._normalize is None and self._pre_tokenize is None
                 and (self._added is None or not self._added.always) and isinstance(self._regex, Pcre2Pattern))
 
+    def encode_measured_in_thread(self, texts: Sequence[str], separators: bytes,
+                                  wide: tuple[bytes, ...]) -> tuple[list[array], bytes | None]:
+        """`encode_arrays_in_thread(texts)` and, where the texts are encoded in one compiled call,
+        each text's measures taken in the same pass (`stats.measure_batch`'s `measured`: its UTF-8
+        bytes, words and digit runs, by the word separators `separators` and `wide`), else None."""
+        encoder = self._threads.thread_encoder(lambda: self._text_encoder)
+        if encoder is None or not self._texts_in_one_call():
+            return self.encode_arrays_in_thread(texts), None
+        ids, counts, measured = encoder.encode_measure_texts(list(texts), separators, wide)
+        return self._arrays_of(encoder, texts, ids, counts), measured
+
     def _encode_arrays_together(self, encoder, texts: Sequence[str]) -> list[array]:
         """`_encode_array_with(encoder, text)` of each text, the texts encoded in one call that drops
         the GIL once (`encode_texts_bytes`); a text it hands back (a guarded character, a lone
         surrogate, a PCRE2 limit) is encoded alone, as `_encode_array_with` would."""
-        ids, counts = encoder.encode_texts_bytes(list(texts))
+        return self._arrays_of(encoder, texts, *encoder.encode_texts_bytes(list(texts)))
+
+    def _arrays_of(self, encoder, texts: Sequence[str], ids: bytes, counts: bytes) -> list[array]:
+        """Each text's uint32 array out of one call's ids and counts (a count of -1: the text is
+        encoded alone here)."""
         flat = memoryview(ids)
         out, at = [], 0
         for text, n in zip(texts, memoryview(counts).cast("q")):

@@ -363,15 +363,23 @@ def batch_stats(texts: Sequence[str], id_lists: Sequence[Sequence[int]]
             count_words_batch(texts))
 
 
-def measure_batch(texts: Sequence[str], id_arrays: Sequence[Sequence[int]]) -> tuple[tuple, np.ndarray]:
+def measure_batch(texts: Sequence[str], id_arrays: Sequence[Sequence[int]],
+                  measured: bytes | None = None) -> tuple[tuple, np.ndarray]:
     """`(batch_stats(texts, id_arrays), digit_runs_batch(texts))`, the same figures. Where
     `bpe_ops._native` is built, one pass over each text's UTF-8 in C without the GIL, which the
     tokenize pipeline's encoding threads otherwise held for the numpy passes of those two.
+    `measured`: the texts' measures taken as they were encoded (`Tokenizer.encode_measured_in_thread`:
+    per text, 7 native int64, its UTF-8 bytes, words and digit runs; -1 bytes for a text it left).
 
     >>> stats, runs = measure_batch(["In 1865,\u3000 3 of 65536"], [[1, 2, 3]])
     >>> stats, runs.tolist()
     (([3], [22], [20], [5]), [[1, 0, 0, 1, 1]])
     """
+    if measured is not None:
+        table = np.frombuffer(measured, dtype=np.int64).reshape(len(texts), 2 + DIGIT_RUN_LENGTHS)
+        if len(texts) == 0 or table[:, 0].min() >= 0:
+            stats = (list(map(len, id_arrays)), table[:, 0].tolist(), list(map(len, texts)), table[:, 1].tolist())
+            return stats, np.ascontiguousarray(table[:, 2:])
     if _MEASURE_TEXTS is None:
         return batch_stats(texts, id_arrays), digit_runs_batch(texts)
     n_bytes, n_words, runs = _MEASURE_TEXTS(texts, _SPACE_CLASSES, _WIDE_SPACES)
@@ -389,6 +397,7 @@ def _measure_texts():
 
 
 _MEASURE_TEXTS = _measure_texts()     # looked up once, not per batch
+MEASURE_SEPARATORS = (_SPACE_CLASSES, _WIDE_SPACES)     # the word separators the compiled measures read
 
 
 def _calibrate_ids():

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from bpe_ops.dropout import Dropout
-from bpe_ops.stats import BatchCalibration, Summary, Tallies, measure_batch
+from bpe_ops.stats import MEASURE_SEPARATORS, BatchCalibration, Summary, Tallies, measure_batch
 from schemas import tables
 from pipelines.core.files import writing
 from pipelines.statistics.groups import group_value
@@ -81,8 +81,9 @@ class ChunkEncoder:
 
     def encode_and_measure(self, chunk, summary: Summary) -> tuple:
         """What a background thread makes of a chunk: ids, measures, digit runs, calibration."""
-        id_arrays = self.ids(chunk)
-        stats, runs = measure_batch([r.text for r in chunk], id_arrays)
+        texts = [r.text for r in chunk]
+        id_arrays, measured = self.ids(chunk, texts)
+        stats, runs = measure_batch(texts, id_arrays, measured)
         calibration = summary.batch_calibration(stats[0], [r.id for r in chunk], id_arrays,
                                                 tallies=self.thread_tallies(summary))
         return id_arrays, stats, runs, calibration
@@ -107,13 +108,15 @@ class ChunkEncoder:
         for tallies in self.tallies:
             tallies.clear()
 
-    def ids(self, chunk) -> list:
-        """The token ids of each record of the chunk, as uint32 arrays, EOS appended."""
-        texts = [r.text for r in chunk]
+    def ids(self, chunk, texts: list[str]) -> tuple[list, bytes | None]:
+        """The token ids of each record of the chunk (`texts`, its records' texts), as uint32
+        arrays, EOS appended; and the texts' measures where the encoder took them in its pass
+        (`measure_batch`'s `measured`), else None."""
+        measured = None
         if self.dropout is None:
             # uint32 arrays straight from the compiled encoder's buffer (no Python int per id), by
             # this thread's own compiled encoder (it drops the GIL: threads encode side by side).
-            id_arrays = self.tok.encode_arrays_in_thread(texts)
+            id_arrays, measured = self.tok.encode_measured_in_thread(texts, *MEASURE_SEPARATORS)
         else:
             # Each record's randomness is its own (seed, record id): the same ids whatever the order.
             p, seed = self.dropout.p, self.dropout.seed
@@ -122,7 +125,7 @@ class ChunkEncoder:
         if self.eos_id is not None:
             for ids in id_arrays:
                 ids.append(self.eos_id)
-        return id_arrays
+        return id_arrays, measured
 
     def close(self) -> None:
         if self.pool is not None:

@@ -20,6 +20,7 @@ import pytest
 from bpe_ops import Tokenizer, formats, load, text_encoder, train_bpe
 from bpe_ops.text_encoder import Fallback as _Fallback, TextEncoder as _TextEncoder
 from bpe_ops.implementation import Implementation
+from bpe_ops.stats import MEASURE_SEPARATORS, measure_batch
 from tests.conftest import ROOT, read_jsonl_texts
 
 pytestmark = pytest.mark.slow
@@ -239,6 +240,33 @@ def test_a_list_encoded_in_one_call_gets_each_text_its_own_ids(files, texts):
     with pytest.raises(TypeError, match="list"):
         encoder.encode_texts_bytes(("a",))
     assert list(encoder.encode_texts_bytes(["a b"])[1]) != []      # still usable after the errors
+
+
+@needs_text_encoder
+def test_the_measures_taken_while_encoding_equal_the_measures_of_the_texts(files, texts):
+    """`encode_measure_texts` measures each text (UTF-8 bytes, words, digit runs) in the pass that
+    encodes it; `measure_batch` given those gives what it gives measuring the texts itself (the
+    specification), across str kinds, wide spaces, digits and empty texts; a text handed back (a
+    guarded character, a lone surrogate) has its measures left to the specification."""
+    tok = Tokenizer.from_file(files["regex"])
+    guarded = tok._regex.guard[0][0]
+    batch = texts + ["", " ", "In 1865,\u3000 3 of 65536", "caf\u00e9 \u00ff 12345678 9",
+                     "\u65e5\u672c\u2003\u2014 ok 42", "x\U0001f600y 7", "tab\tnew\nline\u00a0nbsp", "0"]
+    for arrays, measured in (tok.encode_measured_in_thread(batch, *MEASURE_SEPARATORS),
+                             tok.encode_measured_in_thread(batch + ["a\ud800b 12", f"w{guarded}w 3"],
+                                                           *MEASURE_SEPARATORS)):
+        texts_of = batch if len(arrays) == len(batch) else batch + ["a\ud800b 12", f"w{guarded}w 3"]
+        assert [list(a) for a in arrays] == [tok.encode(t) for t in texts_of]
+        assert measured is not None
+        stats, runs = measure_batch(texts_of, arrays, measured)
+        spec_stats, spec_runs = measure_batch(texts_of, arrays)
+        assert stats == spec_stats and runs.tolist() == spec_runs.tolist()
+    table = memoryview(tok.encode_measured_in_thread(batch, *MEASURE_SEPARATORS)[1]).cast("q").tolist()
+    assert table[7 * len(texts) + 7 * 2: 7 * len(texts) + 7 * 3] == [22, 5, 1, 0, 0, 1, 1]   # "In 1865,..."
+    handed = memoryview(tok._text_encoder.fork().encode_measure_texts(["a\ud800b", "ok"], *MEASURE_SEPARATORS)[2])
+    assert handed.cast("q").tolist()[0] == -1 and handed.cast("q").tolist()[7:9] == [2, 1]
+    with pytest.raises(ValueError, match="256 bytes"):
+        tok._text_encoder.fork().encode_measure_texts(["a"], b"x", ())
 
 
 @needs_text_encoder
