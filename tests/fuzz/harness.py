@@ -136,7 +136,7 @@ def exercise_tokenizer(load, path: str) -> None:
     from bpe_ops import formats
     from bpe_ops.implementation import Implementation
 
-    from bpe_ops.stats import Summary
+    from bpe_ops.stats import MEASURE_SEPARATORS, Summary, measure_batch
     from schemas.stats import TokenizerFacts
 
     tok = load(Implementation())
@@ -154,8 +154,16 @@ def exercise_tokenizer(load, path: str) -> None:
     # that removes its matches): only the plain byte-level path must give the bytes back.
     lossless = (tok.mode == "byte" and tok.normalizer_spec is None and tok.added_tokens_spec is None
                 and tok.pre_tokenizer_spec is None)
-    # The tokenize threads' path: every text in one call (`encode_texts_bytes` where it applies).
+    # The tokenize threads' path: every text in one call (`encode_texts_bytes` where it applies), and
+    # measured in the same pass (`encode_measure_texts`) as the specification measures them.
     together = [list(a) for a in tok.encode_arrays_in_thread(TEXTS)]
+    arrays, measured = tok.encode_measured_in_thread(TEXTS, *MEASURE_SEPARATORS)
+    if [list(a) for a in arrays] != together:
+        raise AssertionError("the ids of the texts encoded and measured in one call differ")
+    stats, runs = measure_batch(TEXTS, arrays, measured)
+    spec_stats, spec_runs = measure_batch(TEXTS, arrays)
+    if stats != spec_stats or runs.tolist() != spec_runs.tolist():
+        raise AssertionError(f"the measures taken while encoding differ: {stats} / {spec_stats}")
     for text in TEXTS:
         ids = list(tok.encode_arrays([text])[0])
         if together[TEXTS.index(text)] != ids:
