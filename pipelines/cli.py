@@ -13,7 +13,7 @@ import importlib
 import os
 import sys
 
-from pipelines.core import command, hidden_packages
+from pipelines.core import command, heap, hidden_packages
 from pipelines.core.command import Parser, refuse_leftovers
 from pipelines.core.errors import EXIT_USAGE, UserError, run_command
 
@@ -108,6 +108,7 @@ def console() -> int:
     The packages no command uses (`hidden_packages.UNUSED`) are hidden from the process first, and
     Beam's connectors for other places where the command line names none (`REMOTE_ONLY`)."""
     hidden_packages.hide(hidden_packages.UNUSED)
+    heap.own_process()                  # it ends with the command: a long job may freeze its heap
     if hidden_packages.local_only(sys.argv[1:]):
         hidden_packages.hide(hidden_packages.REMOTE_ONLY)
     code = main()

@@ -6,7 +6,6 @@ keyed by the SHA-256 of the file's bytes: the launcher's load pays the parse, th
 """
 from __future__ import annotations
 
-import gc
 import hashlib
 from dataclasses import dataclass
 from typing import Mapping
@@ -184,12 +183,3 @@ def load_tokenizer(url: str, implementation: Implementation = DEFAULT, pattern: 
         # A safety net: the readers check every value's type and range, and say which one is wrong.
         raise UserError(f"cannot use tokenizer {url}: malformed tokenizer file "
                         f"({type(exc).__name__}: {_first_line(exc, local)})") from None
-
-
-def settle_heap() -> None:
-    """Collect garbage once, then freeze every object left (`gc.freeze`), for a process whose objects
-    live to its end (a Beam worker process: Beam's modules, the loaded tokenizer): every later full
-    collection and the interpreter's exit would walk them again. Not for a library caller's process:
-    a frozen object dropped later in a reference cycle is never freed."""
-    gc.collect()
-    gc.freeze()

@@ -29,8 +29,9 @@ from bpe_ops.stats import Summary
 from schemas import tables
 from pipelines.core.errors import ShardFailure, UserError, shard_done
 from pipelines.core.files import filesystem, join, open_atomic, writing
+from pipelines.core.heap import process_owned, settle_heap
 from pipelines.datasets.shards import ShardReader, numbered
-from pipelines.datasets.tokenizer_files import TokenizerRef, load_identified_tokenizer, settle_heap
+from pipelines.datasets.tokenizer_files import TokenizerRef, load_identified_tokenizer
 from pipelines.statistics.breakdowns import BreakdownSummaries, Breakdowns, add_file
 from pipelines.statistics.windows import format_utc
 from pipelines.steps.tokenize_steps import (CHUNK_TEXT_CHARS, ENCODE_BATCH_RECORDS, ENCODE_CHUNK_RECORDS,
@@ -148,7 +149,7 @@ class TokenizeShard(beam.DoFn):
         # JOB_CACHE_PIECES entries in all (the whole tokens the encoder seeds into it counted).
         from bpe_ops.text_encoder import cache_size_for
         self.tok.cache_size = max(self.tok.cache_size, cache_size_for(self.tok, JOB_CACHE_PIECES))
-        if os.getpid() != self.launcher_pid:    # a worker process of its own, not the caller's process
+        if os.getpid() != self.launcher_pid or process_owned():     # not a library caller's process
             settle_heap()
         self.raw_byte_ids = self.tok.raw_byte_ids
         self.eos_id = self.tok.special_tokens[self.eos_token] if self.eos_token else None

@@ -15,7 +15,7 @@ import pytest
 
 from bpe_ops import Tokenizer
 from bpe_ops.stats import Summary, batch_stats, record_stats
-from pipelines.core import errors
+from pipelines.core import errors, heap
 from pipelines import tokenize
 from pipelines.steps import tokenize_shard, tokenize_steps
 from pipelines.datasets import tokenizer_files
@@ -189,6 +189,23 @@ def test_worker_takes_the_sha256_from_the_launcher_and_writes_stats_without_the_
     assert stats["tokenizer_sha256"] == Tokenizer.from_file(path).sha256 == ref.sha256
     assert stats == {**stats_json(summary, Tokenizer.from_file(path), {"inputs": ["in.txt"], "tokenizer": path}),
                      "timing": stats["timing"]}
+
+
+def test_the_console_scripts_own_process_freezes_its_heap_before_a_job(tmp_path, tok, monkeypatch):
+    """In the `tokenbeam` console script's own process (`heap.own_process`), whose in-process runner
+    runs the job, a tokenize worker freezes the objects it starts with (Beam's, the tokenizer's):
+    every later full collection would walk them again (seconds on short records)."""
+    _, path = tok
+    _, ref = tokenizer_files.identify_tokenizer(path)
+    monkeypatch.setattr(heap, "_owned", True)
+    fn = tokenize_shard.TokenizeShard(tokenize_shard.ShardJob(ref, SourceOptions(), str(tmp_path / "out")))
+    gc.unfreeze()
+    try:
+        fn.setup()
+        assert gc.get_freeze_count() > 1000
+    finally:
+        gc.unfreeze()
+        fn.teardown()
 
 
 def test_worker_refuses_a_tokenizer_file_changed_since_launch(tmp_path, tok):
