@@ -32,6 +32,8 @@
  *                               jsonl_text_id over a batch of (offset, piece) pairs of a JSONL stream in
  *                               one pass without the GIL: None for a blank piece, True for one Python
  *                               reads (sources._read_jsonl is the specification).
+ *   id_hashes(ids)              each record id's 16-byte BLAKE2b, concatenated (tokenize_shard.id_hashes
+ *                               is the specification: hashlib's).
  *   ranks_ascend(left, right, merged)
  *                               merging.ranks_ascend(merging.first_ranks(left, right), left, right,
  *                               merged) of three int64 columns, or None for an id outside 0..2**32-1
@@ -1194,6 +1196,134 @@ done:
     return result;
 }
 
+/* ---- record ids' hashes ------------------------------------------------------------------------ */
+
+/* BLAKE2b (RFC 7693) with a 16-byte digest and no key: hashlib.blake2b(data, digest_size=16), the
+ * hash `tokenize_shard.id_hashes` specifies, computed here without a Python call per id. */
+static const uint64_t BLAKE2B_IV[8] = {
+    0x6a09e667f3bcc908ULL, 0xbb67ae8584caa73bULL, 0x3c6ef372fe94f82bULL, 0xa54ff53a5f1d36f1ULL,
+    0x510e527fade682d1ULL, 0x9b05688c2b3e6c1fULL, 0x1f83d9abfb41bd6bULL, 0x5be0cd19137e2179ULL};
+
+static const uint8_t BLAKE2B_SIGMA[12][16] = {
+    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
+    {11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4}, {7, 9, 3, 1, 13, 12, 11, 14, 2, 6, 5, 10, 4, 0, 15, 8},
+    {9, 0, 5, 7, 2, 4, 10, 15, 14, 1, 11, 12, 6, 8, 3, 13}, {2, 12, 6, 10, 0, 11, 8, 3, 4, 13, 7, 5, 15, 14, 1, 9},
+    {12, 5, 1, 15, 14, 13, 4, 10, 0, 7, 6, 3, 9, 2, 8, 11}, {13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10},
+    {6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5}, {10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0},
+    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3}};
+
+static inline uint64_t rotr64(uint64_t x, int n)
+{
+    return x >> n | x << (64 - n);
+}
+
+#define BLAKE2B_G(a, b, c, d, x, y)        \
+    do {                                   \
+        a = a + b + (x);                   \
+        d = rotr64(d ^ a, 32);             \
+        c = c + d;                         \
+        b = rotr64(b ^ c, 24);             \
+        a = a + b + (y);                   \
+        d = rotr64(d ^ a, 16);             \
+        c = c + d;                         \
+        b = rotr64(b ^ c, 63);             \
+    } while (0)
+
+static void blake2b_compress(uint64_t h[8], const uint8_t block[128], uint64_t counted, int last)
+{
+    uint64_t m[16], v[16];
+    int i, r;
+    for (i = 0; i < 16; i++)
+        m[i] = get_le(block + 8 * i, 8);
+    for (i = 0; i < 8; i++) {
+        v[i] = h[i];
+        v[i + 8] = BLAKE2B_IV[i];
+    }
+    v[12] ^= counted;                      /* the byte counter's high word stays 0: ids are short */
+    if (last)
+        v[14] = ~v[14];
+    for (r = 0; r < 12; r++) {
+        const uint8_t *s = BLAKE2B_SIGMA[r];
+        BLAKE2B_G(v[0], v[4], v[8], v[12], m[s[0]], m[s[1]]);
+        BLAKE2B_G(v[1], v[5], v[9], v[13], m[s[2]], m[s[3]]);
+        BLAKE2B_G(v[2], v[6], v[10], v[14], m[s[4]], m[s[5]]);
+        BLAKE2B_G(v[3], v[7], v[11], v[15], m[s[6]], m[s[7]]);
+        BLAKE2B_G(v[0], v[5], v[10], v[15], m[s[8]], m[s[9]]);
+        BLAKE2B_G(v[1], v[6], v[11], v[12], m[s[10]], m[s[11]]);
+        BLAKE2B_G(v[2], v[7], v[8], v[13], m[s[12]], m[s[13]]);
+        BLAKE2B_G(v[3], v[4], v[9], v[14], m[s[14]], m[s[15]]);
+    }
+    for (i = 0; i < 8; i++)
+        h[i] ^= v[i] ^ v[i + 8];
+}
+
+static void blake2b_16(const uint8_t *data, size_t n, uint8_t out[16])
+{
+    uint64_t h[8];
+    uint8_t block[128];
+    size_t done = 0;
+    int i;
+    memcpy(h, BLAKE2B_IV, sizeof(h));
+    h[0] ^= 0x01010000ULL ^ 16;            /* digest length 16, no key, fanout and depth 1 */
+    while (n - done > 128) {
+        blake2b_compress(h, data + done, done + 128, 0);
+        done += 128;
+    }
+    memset(block, 0, sizeof(block));
+    if (n > done)
+        memcpy(block, data + done, n - done);
+    blake2b_compress(h, block, n, 1);
+    for (i = 0; i < 2; i++) {
+        int k;
+        for (k = 0; k < 8; k++)
+            out[8 * i + k] = (uint8_t)(h[i] >> (8 * k));
+    }
+}
+
+static PyObject *id_hashes(PyObject *Py_UNUSED(module), PyObject *ids)
+{
+    /* Each id's hashlib.blake2b(str(id).encode("utf-8", "surrogatepass"), digest_size=16).digest(),
+     * one after the other in one bytes object. */
+    PyObject *seq, *out = NULL;
+    Py_ssize_t n, i;
+    uint8_t *to;
+    if ((seq = PySequence_Fast(ids, "id_hashes: expected a sequence of ids")) == NULL)
+        return NULL;
+    n = PySequence_Fast_GET_SIZE(seq);
+    if ((out = PyBytes_FromStringAndSize(NULL, n * 16)) == NULL)
+        goto done;
+    to = (uint8_t *)PyBytes_AS_STRING(out);
+    for (i = 0; i < n; i++) {
+        PyObject *id = PySequence_Fast_GET_ITEM(seq, i), *text = NULL, *encoded = NULL;
+        const char *s;
+        Py_ssize_t len;
+        if (PyUnicode_CheckExact(id))
+            text = Py_NewRef(id);
+        else if ((text = PyObject_Str(id)) == NULL)
+            goto fail;
+        if ((s = PyUnicode_AsUTF8AndSize(text, &len)) == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+                goto fail;
+            PyErr_Clear();                  /* a lone surrogate: its surrogatepass bytes */
+            if ((encoded = PyUnicode_AsEncodedString(text, "utf-8", "surrogatepass")) == NULL)
+                goto fail;
+            s = PyBytes_AS_STRING(encoded);
+            len = PyBytes_GET_SIZE(encoded);
+        }
+        blake2b_16((const uint8_t *)s, (size_t)len, to + 16 * i);
+        Py_XDECREF(encoded);
+        Py_DECREF(text);
+        continue;
+    fail:
+        Py_XDECREF(text);
+        Py_CLEAR(out);
+        goto done;
+    }
+done:
+    Py_DECREF(seq);
+    return out;
+}
+
 /* ---- a tokenizer.json's merges as id columns ---------------------------------------------------- */
 
 static int vocab_id(PyObject *vocab, PyObject *token, int64_t *out)
@@ -1922,6 +2052,9 @@ static PyMethodDef module_methods[] = {
      "jsonl_lines_fields(pieces, text_key, id_key)\n--\n\nA batch of (offset, piece) JSONL pieces read in one "
      "pass without the GIL: per piece None (blank), (text, id) (as jsonl_text_id reads it once its CR and BOM "
      "are dropped) or True (for Python to read: see sources._read_jsonl)."},
+    {"id_hashes", id_hashes, METH_O,
+     "id_hashes(ids)\n--\n\nEach id's hashlib.blake2b(str(id).encode('utf-8', 'surrogatepass'), digest_size=16) "
+     "digest, one after the other (tokenize_shard.id_hashes)."},
     {"crc32", crc32, METH_O,
      "crc32(data)\n--\n\nzlib.crc32(data): the bucket of a pre-token in the packed tables."},
     {NULL, NULL, 0, NULL}

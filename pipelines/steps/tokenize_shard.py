@@ -344,10 +344,23 @@ ID_BUCKETS = 64       # the id hashes are counted per bucket: no worker holds mo
 
 def id_hashes(record_ids) -> np.ndarray:
     """Each record id as a 128-bit hash (two uint64 columns): equal ids, equal rows; a collision
-    between different ids is out of reach (about n^2 / 2^129)."""
-    digests = b"".join(hashlib.blake2b(str(i).encode("utf-8", "surrogatepass"), digest_size=16).digest()
-                       for i in record_ids)
+    between different ids is out of reach (about n^2 / 2^129). The hash is BLAKE2b's (16 bytes):
+    `_native.id_hashes` where built, else hashlib's, id by id (its specification)."""
+    digests = (_ID_HASHES(record_ids) if _ID_HASHES is not None else
+               b"".join(hashlib.blake2b(str(i).encode("utf-8", "surrogatepass"), digest_size=16).digest()
+                        for i in record_ids))
     return np.frombuffer(digests, dtype="<u8").reshape(-1, 2)
+
+
+def _compiled_id_hashes():
+    try:
+        from bpe_ops._native import id_hashes as compiled
+    except ImportError:
+        return None
+    return compiled
+
+
+_ID_HASHES = _compiled_id_hashes()
 
 
 class CountRepeatedIds(beam.CombineFn):

@@ -5,6 +5,7 @@ Expected values are computed here the plain way (per record, `str.encode`, `str.
 lists), never by the batch code under test.
 """
 import gc
+import hashlib
 import json
 import random
 
@@ -243,3 +244,21 @@ def test_row_groups_are_cut_after_whole_batches_whatever_the_first_chunks(tmp_pa
     assert [f.metadata.row_group(i).num_rows for i in range(f.num_row_groups)] == [512, 188]
     table = f.read()
     assert table.column("token_ids").to_pylist() == [loaded.encode(line) for line in lines]
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_record_id_hashes_are_blake2b_of_each_id(compiled, monkeypatch):
+    """`id_hashes` (compiled where built, hashlib id by id otherwise) gives each id hashlib's
+    16-byte BLAKE2b of its UTF-8 (lone surrogates as their surrogatepass bytes), across the
+    128-byte block edges."""
+    if compiled and tokenize_shard._ID_HASHES is None:
+        pytest.skip("bpe_ops._native not built")
+    if not compiled:
+        monkeypatch.setattr(tokenize_shard, "_ID_HASHES", None)
+    rng = random.Random(7)
+    ids = ["", "a", "a\ud800b", "\U0001f600" * 40, 12] + ["x" * n for n in (127, 128, 129, 255, 256, 257, 1000)]
+    ids += ["".join(chr(rng.randrange(32, 0x2FFF)) for _ in range(rng.randrange(0, 200))) for _ in range(300)]
+    expected = b"".join(hashlib.blake2b(str(i).encode("utf-8", "surrogatepass"), digest_size=16).digest()
+                        for i in ids)
+    assert tokenize_shard.id_hashes(ids).tobytes() == expected
+    assert tokenize_shard.id_hashes([]).shape == (0, 2)
