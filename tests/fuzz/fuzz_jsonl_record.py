@@ -3,12 +3,14 @@ compiled read of its text and id (`_native.jsonl_text_id`, where it takes the li
 exactly the record or rejection that json.loads gives (`sources._jsonl_record_loaded`, the
 specification), for every text and id field pair and both invalid-UTF-8 policies. And the whole
 input as a JSONL stream: read in batches (`_native.jsonl_lines_fields`) it must give what reading
-it line by line gives. Run from the worktree:
+it line by line gives, and the records' ids hashed by the compiled BLAKE2b (`_native.id_hashes`)
+what hashlib gives. Run from the worktree:
 
     mkdir -p /tmp/fuzz-jsonl_record && python3 tests/fuzz/fuzz_jsonl_record.py -max_total_time=600 \
         /tmp/fuzz-jsonl_record tests/fuzz/corpus/jsonl_record
 
 (new corpus entries go to the first folder, crashing inputs to ./crash-*)."""
+import hashlib
 import io
 import sys
 from pathlib import Path
@@ -18,6 +20,7 @@ from tests.fuzz import harness  # noqa: E402
 
 with harness.instrumented(__name__ == "__main__"):
     from pipelines.datasets import sources
+    from pipelines.steps import tokenize_shard
     from pipelines.datasets.sources import Shard, SourceOptions
 
 SHARD = Shard("mem/a.jsonl", "a.jsonl", 0)
@@ -59,6 +62,12 @@ def check_stream(data: bytes) -> None:
             sources._JSONL_LINES_FIELDS = compiled
         if got != expected:
             raise AssertionError(f"batch and line-by-line reads differ on {data!r}: {got!r} / {expected!r}")
+        # The records' ids hashed as the repeated-id count hashes them: compiled BLAKE2b == hashlib's.
+        ids = [item.id for item in got if item.id is not None] + [data.decode("utf-8", "surrogateescape")]
+        digests = b"".join(hashlib.blake2b(str(i).encode("utf-8", "surrogatepass"), digest_size=16).digest()
+                           for i in ids)
+        if tokenize_shard.id_hashes(ids).tobytes() != digests:
+            raise AssertionError(f"compiled and hashlib id hashes differ on {ids!r}")
 
 
 if __name__ == "__main__":
