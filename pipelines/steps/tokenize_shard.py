@@ -216,7 +216,7 @@ class TokenizeShard(beam.DoFn):
         batch: list = []
         group = self.new_row_group()
         pending: deque = deque()                    # (chunk, its text size, its future), in order
-        unsummed = UnsummedChunks()
+        unsummed = UnsummedChunks(kept_fields=bool(partials.windowed or partials.grouped))
         self.encoder.clear_tallies()
         # The writer is a context too: a failure mid-shard closes it before its file goes, rather than
         # leaving its finalizer to write into a closed file (a traceback on the terminal).
@@ -310,8 +310,9 @@ class TokenizeShard(beam.DoFn):
         records, its chunks added to the summary; returns the group to go on with."""
         chunk, _, measured = in_flight
         id_arrays, stats, runs, calibration = measured.result()
-        group.extend(chunk, id_arrays, stats)
-        unsummed.add(chunk, id_arrays, stats, runs, calibration)
+        record_ids = [r.id for r in chunk]
+        group.extend(chunk, id_arrays, stats, record_ids)
+        unsummed.add(chunk, record_ids, id_arrays, stats, runs, calibration)
         if group.rows % ENCODE_BATCH_RECORDS == 0 and group.full():
             unsummed.add_to(summary, partials)
             table = group.to_table(self.schema, summary, count_ids=False)

@@ -15,6 +15,7 @@ import array
 import json
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from itertools import chain
 from contextlib import ExitStack
 from typing import Callable
 
@@ -155,10 +156,10 @@ class RowGroup:
     def rows(self) -> int:
         return len(self.ids)
 
-    def extend(self, records, id_arrays, stats) -> None:
-        """Add a batch: its records, their token ids (uint32 arrays; lists are converted) and their
-        `batch_stats` columns."""
-        self.ids += [r.id for r in records]
+    def extend(self, records, id_arrays, stats, record_ids: list[str] | None = None) -> None:
+        """Add a batch: its records (and their ids, when the caller has them), their token ids
+        (uint32 arrays; lists are converted) and their `batch_stats` columns."""
+        self.ids += [r.id for r in records] if record_ids is None else record_ids
         self.token_ids += (ids if isinstance(ids, array.array) and ids.typecode == "I" else array.array("I", ids)
                            for ids in id_arrays)
         for column, values in zip(self.stats, stats):
@@ -211,26 +212,30 @@ class UnsummedChunks:
     row group rather than once per chunk, on the thread that also reads the shard and holds the GIL
     the encoding threads need. Holds each record's id and kept fields, never its text."""
 
-    def __init__(self):
+    def __init__(self, kept_fields: bool = True):
         self.chunks: list[tuple] = []
+        self.kept_fields = kept_fields      # whether the partials read the records' kept fields
 
-    def add(self, chunk, id_arrays: list, stats, runs: np.ndarray, calibration) -> None:
-        """A chunk's records and what `ChunkEncoder` made of it."""
-        self.chunks.append(([r.id for r in chunk], [r.keep for r in chunk], id_arrays, stats, runs, calibration))
+    def add(self, chunk, record_ids: list[str], id_arrays: list, stats, runs: np.ndarray, calibration) -> None:
+        """A chunk's records (`record_ids`, their ids) and what `ChunkEncoder` made of it."""
+        keeps = [r.keep for r in chunk] if self.kept_fields else None
+        self.chunks.append((record_ids, keeps, id_arrays, stats, runs, calibration))
 
     def add_to(self, summary: Summary, partials) -> None:
         """Add the chunks held, in order, to `summary` and `partials` (if any) as one batch; hold none."""
         if not self.chunks:
             return
         chunks, self.chunks = self.chunks, []
-        record_ids = [i for c in chunks for i in c[0]]
-        id_arrays = [a for c in chunks for a in c[2]]
-        stats = tuple([v for c in chunks for v in c[3][k]] for k in range(len(chunks[0][3])))
+        joined = chain.from_iterable
+        record_ids = list(joined(c[0] for c in chunks))
+        id_arrays = list(joined(c[2] for c in chunks))
+        stats = tuple(list(joined(c[3][k] for c in chunks)) for k in range(len(chunks[0][3])))
         runs = np.concatenate([c[4] for c in chunks])
         summary.add_batch(*stats, record_ids=record_ids, id_arrays=id_arrays, digit_runs=runs,
                           calibration=BatchCalibration.joined([c[5] for c in chunks]))
         if partials is not None:
-            partials.add_batch([k for c in chunks for k in c[1]], stats, id_arrays, record_ids, digit_runs=runs)
+            if self.kept_fields:
+                partials.add_batch(list(joined(c[1] for c in chunks)), stats, id_arrays, record_ids, digit_runs=runs)
             partials.add_ids(record_ids)
 
 

@@ -107,7 +107,7 @@ def test_chunks_added_a_row_group_at_a_time_build_the_same_summary_as_chunk_by_c
                 summary.add_batch(*stats, record_ids=[r.id for r in chunk], id_arrays=chunk_ids, digit_runs=runs,
                                   calibration=calibration)
             else:
-                unsummed.add(chunk, chunk_ids, stats, runs, calibration)
+                unsummed.add(chunk, [r.id for r in chunk], chunk_ids, stats, runs, calibration)
     assert joined.records == 0                       # nothing added until the row group is
     unsummed.add_to(joined, None)
     assert unsummed.chunks == []
