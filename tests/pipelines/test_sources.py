@@ -541,3 +541,31 @@ def test_jsonl_records_from_bytes_equal_json_loads_generated(obj, ascii_only, sp
     shard = Shard("mem/a.jsonl", "a.jsonl", 0)
     options = SourceOptions()
     assert sources.jsonl_record(raw, 0, 3, shard, options) == sources._jsonl_record_loaded(raw, 0, 3, shard, options)
+
+
+def split_reference(data: bytes, sep: bytes, limit: int | None) -> list:
+    """The pieces of `data` between separators with their offsets, as `_split_stream` gives them from
+    a stream read in any chunks: a BOM starting the data dropped, a piece past `limit` an Oversized."""
+    out, start = [], 0
+    for piece in data.split(sep):
+        length = len(piece)
+        if limit is not None and length > limit:
+            out.append((start, sources.Oversized(start, length)))
+        else:
+            if start == 0 and piece.startswith(b"\xef\xbb\xbf"):
+                piece, start, length = piece[3:], 3, length - 3
+            out.append((start, piece))
+        start += length + len(sep)
+    return out
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from([b"a", b"bc", b"\n", b"\r\n", b"\xef\xbb\xbf", b"--", b"x" * 7]), max_size=40),
+       st.sampled_from([b"\n", b"\r\n", b"--"]), st.integers(1, 24), st.one_of(st.none(), st.integers(0, 12)))
+def test_split_batches_give_the_pieces_of_the_whole_data(parts, sep, chunk_size, limit):
+    """`_split_batches`, reading the data `chunk_size` bytes at a time, gives in order exactly the
+    pieces splitting the whole data gives: offsets, the BOM, oversized pieces (read anywhere: first
+    in a read, wholly inside one, spanning several)."""
+    data = b"".join(parts)
+    got = [piece for batch in sources._split_batches(io.BytesIO(data), sep, chunk_size, limit) for piece in batch]
+    assert got == split_reference(data, sep, limit)
