@@ -1014,6 +1014,22 @@ static PyObject *long_text_str(const uint8_t *s, size_t n)
     return text;
 }
 
+static PyObject *line_fields_tuple(const LineFields *f)
+{
+    /* (text, id) of a line jsonl_scan read, id None when it has none. */
+    PyObject *text, *id, *pair;
+    text = f->text_n >= JSONL_FREE_THREADS_BYTES
+           ? long_text_str(f->text, f->text_n)
+           : PyUnicode_DecodeUTF8((const char *)f->text, (Py_ssize_t)f->text_n, "strict");
+    if (text == NULL)
+        return NULL;
+    id = !f->have_id ? Py_NewRef(Py_None) : PyUnicode_DecodeUTF8((const char *)f->id, (Py_ssize_t)f->id_n, "strict");
+    pair = id == NULL ? NULL : PyTuple_Pack(2, text, id);
+    Py_DECREF(text);
+    Py_XDECREF(id);
+    return pair;
+}
+
 static PyObject *jsonl_text_id(PyObject *Py_UNUSED(module), PyObject *args)
 {
     /* A JSONL line (bytes) -> (text, id): the string values of its members `text_key` and `id_key`
@@ -1027,7 +1043,7 @@ static PyObject *jsonl_text_id(PyObject *Py_UNUSED(module), PyObject *args)
     const char *text_key, *id_key = NULL;
     LineFields f = {0};
     int read;
-    PyObject *text = NULL, *id = NULL, *result = NULL;
+    PyObject *result = NULL;
     if (!PyArg_ParseTuple(args, "y#s#z#:jsonl_text_id", &s, &n, &text_key, &text_len, &id_key, &id_len))
         return NULL;
     if (n >= JSONL_FREE_THREADS_BYTES) {
@@ -1043,20 +1059,10 @@ static PyObject *jsonl_text_id(PyObject *Py_UNUSED(module), PyObject *args)
     }
     if (read == 0)
         goto done;
-    text = f.text_n >= JSONL_FREE_THREADS_BYTES ? long_text_str(f.text, f.text_n)
-                                               : PyUnicode_DecodeUTF8((const char *)f.text, (Py_ssize_t)f.text_n, "strict");
-    if (text == NULL)
-        goto done;
-    if (!f.have_id)
-        id = Py_NewRef(Py_None);
-    else if ((id = PyUnicode_DecodeUTF8((const char *)f.id, (Py_ssize_t)f.id_n, "strict")) == NULL)
-        goto done;
-    result = PyTuple_Pack(2, text, id);
+    result = line_fields_tuple(&f);
 done:
     free(f.text);
     free(f.id);
-    Py_XDECREF(text);
-    Py_XDECREF(id);
     if (result == NULL && !PyErr_Occurred())
         result = Py_NewRef(Py_None);
     return result;
@@ -1156,22 +1162,13 @@ static PyObject *jsonl_lines_fields(PyObject *Py_UNUSED(module), PyObject *args)
     if ((result = PyList_New(n)) == NULL)
         goto done;
     for (i = 0; i < n; i++) {
-        PyObject *out, *text, *id;
+        PyObject *out;
         if (status[i] == LINE_BLANK) {
             out = Py_NewRef(Py_None);
         } else if (status[i] == LINE_PYTHON) {
             out = Py_NewRef(Py_True);
         } else {
-            text = f[i].text_n >= JSONL_FREE_THREADS_BYTES
-                   ? long_text_str(f[i].text, f[i].text_n)
-                   : PyUnicode_DecodeUTF8((const char *)f[i].text, (Py_ssize_t)f[i].text_n, "strict");
-            id = text == NULL ? NULL
-                 : !f[i].have_id ? Py_NewRef(Py_None)
-                 : PyUnicode_DecodeUTF8((const char *)f[i].id, (Py_ssize_t)f[i].id_n, "strict");
-            out = id == NULL ? NULL : PyTuple_Pack(2, text, id);
-            Py_XDECREF(text);
-            Py_XDECREF(id);
-            if (out == NULL) {
+            if ((out = line_fields_tuple(&f[i])) == NULL) {
                 Py_CLEAR(result);
                 goto done;
             }

@@ -415,9 +415,7 @@ def _read_jsonl(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: i
             if fields is None:                  # a blank line: no record, no row
                 continue
             if fields is True:
-                offset, raw = jsonl_line(offset, piece[:-1] if isinstance(piece, bytes) and piece.endswith(b"\r")
-                                         else piece)
-                yield _jsonl_item(offset, raw, row, shard, options)
+                yield _jsonl_item(*jsonl_line(offset, _without_cr(piece)), row, shard, options)
             else:
                 text, rid = fields
                 yield Record(f"{relpath}:{row}" if rid is None else rid, text, row, False, {})
@@ -776,7 +774,12 @@ def _lines(f: BinaryIO, chunk_size: int, limit: int | None = None,
            part: Part | None = None) -> Iterator[tuple[int, bytes | Oversized]]:
     """Lines without their LF or CRLF ending; a last line without a newline counts."""
     for offset, line in _pieces(f, b"\n", chunk_size, limit, part):
-        yield offset, line[:-1] if isinstance(line, bytes) and line.endswith(b"\r") else line
+        yield offset, _without_cr(line)
+
+
+def _without_cr(line: bytes | Oversized) -> bytes | Oversized:
+    """A line without the CR of a CRLF ending (its LF is gone already)."""
+    return line[:-1] if isinstance(line, bytes) and line.endswith(b"\r") else line
 
 
 def _whole_file(f: BinaryIO, limit: int | None = None) -> Iterator[tuple[int, bytes | Oversized]]:

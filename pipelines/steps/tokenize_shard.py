@@ -309,8 +309,7 @@ class TokenizeShard(beam.DoFn):
         `unsummed`), and write the group once it is full at a whole number of ENCODE_BATCH_RECORDS
         records, its chunks added to the summary; returns the group to go on with."""
         chunk, _, measured = in_flight
-        id_arrays, stats, runs, calibration = measured.result()
-        record_ids = [r.id for r in chunk]
+        record_ids, id_arrays, stats, runs, calibration = measured.result()
         group.extend(chunk, id_arrays, stats, record_ids)
         unsummed.add(chunk, record_ids, id_arrays, stats, runs, calibration)
         if group.rows % ENCODE_BATCH_RECORDS == 0 and group.full():

@@ -81,13 +81,14 @@ class ChunkEncoder:
         return self.pool.submit(self.encode_and_measure, chunk, summary)
 
     def encode_and_measure(self, chunk, summary: Summary) -> tuple:
-        """What a background thread makes of a chunk: ids, measures, digit runs, calibration."""
+        """What a background thread makes of a chunk: its record ids (listed here, once, off the
+        reading thread), token ids, measures, digit runs, calibration."""
         texts = [r.text for r in chunk]
+        record_ids = [r.id for r in chunk]
         id_arrays, measured = self.ids(chunk, texts)
         stats, runs = measure_batch(texts, id_arrays, measured)
-        calibration = summary.batch_calibration(stats[0], [r.id for r in chunk], id_arrays,
-                                                tallies=self.thread_tallies(summary))
-        return id_arrays, stats, runs, calibration
+        calibration = summary.batch_calibration(stats[0], record_ids, id_arrays, tallies=self.thread_tallies(summary))
+        return record_ids, id_arrays, stats, runs, calibration
 
     def thread_tallies(self, summary: Summary) -> Tallies:
         """The calling thread's tallies (made on first use, for `summary`'s vocabulary)."""
