@@ -82,6 +82,20 @@ def test_random_texts(gpt2_tokenizers, text):
         assert tok.encode(text) == python_ids(tok, text)
 
 
+@pytest.mark.parametrize("wide", ["\u00e9", "\u2019", "\U0001f600"])    # a str of 1, 2 and 4 bytes a character
+def test_ascii_runs_of_a_wide_str_around_its_other_characters(gpt2_tokenizers, wide):
+    """The encoder writes a non-ASCII str's UTF-8 itself, its ASCII eight characters at a time: every
+    run length around the ninth, the wide character at every place of a run, and runs to the end
+    give the ids of the Python path (a byte off by one, or a run written past its end, changes them)."""
+    tok = gpt2_tokenizers[0]
+    runs = "The quick brown fox jumps, 1234 over"
+    texts = [wide + runs[:n] for n in range(20)] + [runs[:n] + wide for n in range(20)]
+    texts += [runs[:k] + wide + runs[k:k + 17] + wide * 2 + runs[:k] for k in range(18)]
+    texts += [(runs[:7] + wide) * 5, wide + "\n" * 9 + " " * 8 + wide]
+    assert [tok.encode(t) for t in texts] == [python_ids(tok, t) for t in texts]
+    assert [list(a) for a in tok.encode_arrays_in_thread(texts)] == [python_ids(tok, t) for t in texts]
+
+
 @pytest.fixture(scope="module")
 def gpt2_tokenizers(gpt2_merges):
     # A cache of 3 entries is emptied all the time: eviction never changes an id.
