@@ -993,7 +993,7 @@ def _pack_sparse(dense: np.ndarray) -> tuple:
     >>> _unpack_sparse(_pack_sparse(np.array([0, 3, 0, 0, 70000])), 5).tolist()
     [0, 3, 0, 0, 70000]
     """
-    at = np.flatnonzero(dense)
+    at = np.flatnonzero(dense != 0)      # a bool mask's nonzero is ~10x faster than an int64 array's
     gaps = np.diff(at, prepend=0) if len(at) else at
     return _narrow(gaps), _narrow(dense[at])
 

@@ -562,7 +562,7 @@ def stats_json(summary, tokenizer, extra: Mapping | None = None) -> dict:
         raise ValueError("the summary's raw-byte ids are not the tokenizer's raw-byte (single-byte or <0xNN>) tokens")
     tpr = summary.tokens_per_record
     quantiles = {f"p{p}": nearest_rank(tpr, p) for p in QUANTILES}
-    nonzero = np.flatnonzero(counts)
+    nonzero = np.flatnonzero(counts != 0)
     used = len(nonzero)
     raw_bytes = int(sum(counts[i] for i in byte_ids if i < summary.vocab_size))
     # The most used ids, most first, lower ids first on ties.

@@ -166,7 +166,7 @@ def add_record_batch(summary: Summary, batch: pa.RecordBatch, where: str,
             raise StatsError(f"{where}: token id {bad} outside the tokenizer's "
                              f"{summary.vocab_size} ids (wrong --tokenizer?)")
         counts = np.bincount(flat, minlength=summary.vocab_size)
-        used = np.flatnonzero(counts)
+        used = np.flatnonzero(counts != 0)
         summary.add_id_counts(dict(zip(used.tolist(), counts[used].tolist())))
     columns = [batch.column(c).to_pylist() for c in STAT_COLUMNS]
     if summary.raw_byte_ids is None:
