@@ -100,19 +100,19 @@ static int char_start_init(CharStart *cs, const MergeTable *m, const int32_t *le
         first_byte[byte_ids[i]] = last_byte[byte_ids[i]] = (int16_t)i;
     for (r = 0; r < n; r++) {
         int32_t a = left[r], b = right[r];
-        if (rank_of(m, a, b) != r || (size_t)a >= nids || (size_t)b >= nids)
+        if (rank_of(m, a, b) != merge_priority(m, r) || (size_t)a >= nids || (size_t)b >= nids)
             continue;       /* a repeated pair, or a part that is no symbol: it never applies */
         if (cs->min_left[a] == NO_RANK)
-            cs->min_left[a] = (int32_t)r;
+            cs->min_left[a] = merge_priority(m, r);
         if (cs->min_right[b] == NO_RANK)
-            cs->min_right[b] = (int32_t)r;
+            cs->min_right[b] = merge_priority(m, r);
     }
     do {
         grown = 0;
         for (r = 0; r < n; r++) {
             int32_t a = left[r], b = right[r], c = merged[r];
             if ((size_t)a >= nids || (size_t)b >= nids || (size_t)c >= nids || first_byte[c] >= 0 ||
-                first_byte[a] < 0 || first_byte[b] < 0 || rank_of(m, a, b) != r)
+                first_byte[a] < 0 || first_byte[b] < 0 || rank_of(m, a, b) != merge_priority(m, r))
                 continue;
             first_byte[c] = first_byte[a];
             last_byte[c] = last_byte[b];
@@ -123,11 +123,11 @@ static int char_start_init(CharStart *cs, const MergeTable *m, const int32_t *le
         int32_t a = left[r], b = right[r];
         size_t at;
         if ((size_t)a >= nids || (size_t)b >= nids || first_byte[a] < 0 || first_byte[b] < 0 ||
-            rank_of(m, a, b) != r)
+            rank_of(m, a, b) != merge_priority(m, r))
             continue;
         at = (size_t)last_byte[a] << 8 | (size_t)first_byte[b];
         if (cs->edge[at] == NO_RANK)
-            cs->edge[at] = (int32_t)r;
+            cs->edge[at] = merge_priority(m, r);
     }
     if ((cs->chars = calloc(CHAR_LIMIT, sizeof(CharEntry))) == NULL)
         goto nomem;

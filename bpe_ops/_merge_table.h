@@ -24,10 +24,17 @@
  *
  * Ids are 0 <= id < 2**31 and ranks int32, so a pair packs into one 64-bit key and a map slot is
  * 16 bytes: the map's memory traffic is what a lookup costs. Where every id of the merges is below
- * 2**21 - 1 and there are fewer than 2**22 - 1 merges (every published vocabulary), pair and rank
- * pack into one 8-byte slot instead: half the memory, so more of the map stays in a core's cache.
- * A heap key packs rank and position into 64 bits, so a piece has fewer than 2**32 symbols. Nothing
- * here touches Python objects, so callers may run it without the GIL.
+ * 2**b - 1 for some b <= 21 and the ranks fit the 64 - 2b bits left (every published vocabulary),
+ * pair and rank pack into one 8-byte slot instead: half the memory, so more of the map stays in a
+ * core's cache. A heap key packs rank and position into 64 bits, so a piece has fewer than 2**32
+ * symbols. Nothing here touches Python objects, so callers may run it without the GIL.
+ *
+ * The map holds each merge's *priority*, which orders the merges exactly as their ranks do. It is
+ * the rank itself, except where the merged ids never decrease with the rank (a tiktoken rank
+ * file's merges: every split of a token, the tokens in rank order): then it is
+ * merged << tie_bits | (the merge's place among the merges making the same token), so that the
+ * merged id is a shift of the priority and not a read of `merged` (a 100k-entry array read at
+ * random, ~17% of a cold replay's time in perf). `merge_priority` gives a rank's priority.
  */
 #ifndef TOKENBEAM_MERGE_TABLE_H
 #define TOKENBEAM_MERGE_TABLE_H
@@ -53,20 +60,23 @@ typedef struct {
     int32_t rank;
 } Slot;
 
-/* The packed slot: (left << PACK_ID_BITS | right) << PACK_RANK_BITS | rank; EMPTY is no pair of
- * ids below PACK_ID_LIMIT. */
+/* The packed slot: (left << id_bits | right) << (64 - 2 id_bits) | priority; EMPTY is no pair of
+ * ids below 2**id_bits - 1. At most PACK_ID_BITS bits an id. */
 #define PACK_ID_BITS 21
-#define PACK_RANK_BITS 22
-#define PACK_ID_LIMIT (((int32_t)1 << PACK_ID_BITS) - 1)
-#define PACK_RANK_MASK (((uint64_t)1 << PACK_RANK_BITS) - 1)
 
 typedef struct {
     Py_ssize_t nmerges;
     int32_t *merged;                    /* by rank */
     int64_t merged_offset;              /* merged[r] == r + merged_offset for every r, or -1 */
+    int tie_bits;                       /* priority = merged << tie_bits | place, or -1: priority = rank */
+    int32_t *priority;                  /* by rank, with tie_bits >= 0 (NULL otherwise) */
     Slot *slots;                        /* the wide map, or NULL when packed */
     uint64_t *packed;                   /* the packed map, or NULL when wide */
     uint64_t *filter;                   /* with `packed`: a Bloom filter of its pairs (FILTER_WORDS words) */
+    int id_bits;                        /* with `packed`: the bits of an id in a key */
+    int32_t id_limit;                   /* with `packed`: 2**id_bits - 1, above every id of a merge */
+    int rank_bits;                      /* with `packed`: 64 - 2 id_bits, the bits of a priority */
+    uint64_t rank_mask;                 /* with `packed`: 2**rank_bits - 1 */
     uint64_t mask;                      /* slots - 1, a power of two minus one */
     int shift;                          /* 64 - log2(slots): the hash is the product's top bits */
 } MergeTable;
@@ -78,10 +88,10 @@ typedef struct {
  * two bits per pair in one 64-bit word, about 2% false positives with 128k merges. */
 #define FILTER_WORDS ((size_t)1 << 15)
 
-static inline uint64_t packed_key(int32_t a, int32_t b)
+static inline uint64_t packed_key(const MergeTable *m, int32_t a, int32_t b)
 {
-    /* The pair (a, b), both below PACK_ID_LIMIT, as the packed map keys it. */
-    return (uint64_t)a << PACK_ID_BITS | (uint64_t)b;
+    /* The pair (a, b), both below m->id_limit, as the packed map keys it. */
+    return (uint64_t)a << m->id_bits | (uint64_t)b;
 }
 
 static inline uint64_t pair_hash(uint64_t key)
@@ -100,11 +110,20 @@ static inline uint64_t filter_bits(uint64_t h)
     return (uint64_t)1 << ((h >> 12) & 63) | (uint64_t)1 << ((h >> 18) & 63);
 }
 
-static inline int32_t merged_of(const MergeTable *m, int32_t rank)
+static inline int32_t merged_of(const MergeTable *m, int32_t priority)
 {
-    /* The id merge `rank` makes. Most vocabularies number merged tokens in merge order: then no
-     * read of `merged`, whose 4 bytes per merge do not stay in a core's cache. */
-    return m->merged_offset >= 0 ? (int32_t)(rank + m->merged_offset) : m->merged[rank];
+    /* The id the merge of this priority makes. Where the priority holds it, or where merged tokens
+     * are numbered in merge order, no read of `merged`, whose 4 bytes per merge do not stay in a
+     * core's cache. */
+    if (m->tie_bits >= 0)
+        return priority >> m->tie_bits;
+    return m->merged_offset >= 0 ? (int32_t)(priority + m->merged_offset) : m->merged[priority];
+}
+
+static inline int32_t merge_priority(const MergeTable *m, Py_ssize_t rank)
+{
+    /* The priority the map holds for merge `rank` (the first of a repeated pair's ranks). */
+    return m->tie_bits >= 0 ? m->priority[rank] : (int32_t)rank;
 }
 
 static inline int merge_table_ready(const MergeTable *m)
@@ -117,17 +136,17 @@ static inline int32_t rank_of(const MergeTable *m, int32_t a, int32_t b)
     /* The lowest rank of the merge (a, b), or NO_RANK. Fibonacci hashing, linear probing. */
     uint64_t key, i, h;
     if (m->packed != NULL) {
-        if (a >= PACK_ID_LIMIT || b >= PACK_ID_LIMIT)
+        if (a >= m->id_limit || b >= m->id_limit)
             return NO_RANK;             /* in no merge: every merge's ids are below the limit */
-        key = packed_key(a, b);
+        key = packed_key(m, a, b);
         h = pair_hash(key);
         if ((*filter_word(m, h) & filter_bits(h)) != filter_bits(h))
             return NO_RANK;
         i = h >> m->shift;
         for (;;) {
             uint64_t slot = m->packed[i];
-            if (slot >> PACK_RANK_BITS == key)
-                return (int32_t)(slot & PACK_RANK_MASK);
+            if (slot >> m->rank_bits == key)
+                return (int32_t)(slot & m->rank_mask);
             if (slot == EMPTY)
                 return NO_RANK;
             i = (i + 1) & m->mask;
@@ -147,20 +166,20 @@ static inline int32_t rank_of(const MergeTable *m, int32_t a, int32_t b)
 
 static void insert_first(MergeTable *m, int32_t a, int32_t b, int32_t rank)
 {
-    /* Map (a, b) to `rank` unless it is already mapped: a repeated pair keeps its first rank. */
+    /* Map (a, b) to `rank` (a priority) unless it is already mapped: a repeated pair keeps its first. */
     uint64_t key, i, h;
     if (m->packed != NULL) {
-        key = packed_key(a, b);
+        key = packed_key(m, a, b);
         h = pair_hash(key);
         *filter_word(m, h) |= filter_bits(h);
         i = h >> m->shift;
         for (;;) {
             uint64_t *slot = &m->packed[i];
             if (*slot == EMPTY) {
-                *slot = key << PACK_RANK_BITS | (uint64_t)rank;
+                *slot = key << m->rank_bits | (uint64_t)rank;
                 return;
             }
-            if (*slot >> PACK_RANK_BITS == key)
+            if (*slot >> m->rank_bits == key)
                 return;
             i = (i + 1) & m->mask;
         }
@@ -186,10 +205,29 @@ static void merge_table_free(MergeTable *m)
     free(m->packed);
     free(m->filter);
     free(m->merged);
+    free(m->priority);
     m->slots = NULL;
     m->packed = NULL;
     m->filter = NULL;
     m->merged = NULL;
+    m->priority = NULL;
+}
+
+static int tie_bits_of(const int32_t *merged, Py_ssize_t n)
+{
+    /* The bits that number the merges making one token, where merged ids never decrease with the
+     * rank (so the merges making one token are consecutive); -1 where they do decrease. */
+    Py_ssize_t r, run = 1, longest = n > 0;
+    int bits = 0;
+    for (r = 1; r < n; r++) {
+        if (merged[r] < merged[r - 1])
+            return -1;
+        run = merged[r] == merged[r - 1] ? run + 1 : 1;
+        longest = run > longest ? run : longest;
+    }
+    while (((Py_ssize_t)1 << bits) < longest)
+        bits++;
+    return bits;
 }
 
 static int merge_table_init(MergeTable *m, const int32_t *left, const int32_t *right,
@@ -197,10 +235,28 @@ static int merge_table_init(MergeTable *m, const int32_t *left, const int32_t *r
 {
     /* Build the table of n merges (copies `merged`); -1 when out of memory. */
     Py_ssize_t size, r;
-    int packed = n < (Py_ssize_t)PACK_RANK_MASK;
+    int32_t top = 0, top_merged = 0;
+    int64_t priorities;                 /* above every priority */
+    int packed;
     memset(m, 0, sizeof(*m));
-    for (r = 0; r < n && packed; r++)
-        packed = left[r] < PACK_ID_LIMIT && right[r] < PACK_ID_LIMIT;
+    for (r = 0; r < n; r++) {
+        top = left[r] > top ? left[r] : top;
+        top = right[r] > top ? right[r] : top;
+        top_merged = merged[r] > top_merged ? merged[r] : top_merged;
+    }
+    for (m->id_bits = 8; m->id_bits < PACK_ID_BITS && top >= ((int32_t)1 << m->id_bits) - 1; m->id_bits++)
+        ;
+    m->id_limit = ((int32_t)1 << m->id_bits) - 1;
+    m->rank_bits = 64 - 2 * m->id_bits;
+    m->rank_mask = ((uint64_t)1 << m->rank_bits) - 1;
+    m->tie_bits = tie_bits_of(merged, n);
+    priorities = m->tie_bits >= 0 ? ((int64_t)top_merged + 1) << m->tie_bits : (int64_t)n;
+    if (m->tie_bits >= 0 && (priorities >= NO_RANK || (top < m->id_limit && (uint64_t)priorities >= m->rank_mask &&
+                                                       (uint64_t)n < m->rank_mask))) {
+        m->tie_bits = -1;               /* too wide for an int32, or for a packed slot ranks fit: ranks */
+        priorities = n;
+    }
+    packed = top < m->id_limit && (uint64_t)priorities < m->rank_mask;
     /* At most half full, so probes stay short. */
     for (size = 16, m->shift = 60; size < 2 * n; size *= 2, m->shift--)
         ;
@@ -214,11 +270,17 @@ static int merge_table_init(MergeTable *m, const int32_t *left, const int32_t *r
     } else
         m->slots = tb_alloc_table((size_t)size * sizeof(Slot));
     m->merged = malloc(n ? (size_t)n * sizeof(int32_t) : 1);
-    if (!merge_table_ready(m) || m->merged == NULL) {
+    if (m->tie_bits >= 0)
+        m->priority = malloc(n ? (size_t)n * sizeof(int32_t) : 1);
+    if (!merge_table_ready(m) || m->merged == NULL || (m->tie_bits >= 0 && m->priority == NULL)) {
         merge_table_free(m);
         return -1;
     }
     tb_copy(m->merged, merged, (size_t)n * sizeof(int32_t));
+    for (r = 0; r < n && m->tie_bits >= 0; r++) {
+        int32_t place = r > 0 && merged[r] == merged[r - 1] ? (m->priority[r - 1] & ((1 << m->tie_bits) - 1)) + 1 : 0;
+        m->priority[r] = merged[r] << m->tie_bits | place;
+    }
     m->merged_offset = n ? (int64_t)merged[0] : -1;
     for (r = 0; r < n && m->merged_offset >= 0; r++)
         if ((int64_t)merged[r] != r + m->merged_offset)
@@ -231,7 +293,7 @@ static int merge_table_init(MergeTable *m, const int32_t *left, const int32_t *r
     m->mask = (uint64_t)size - 1;
     m->nmerges = n;
     for (r = 0; r < n; r++)
-        insert_first(m, left[r], right[r], (int32_t)r);
+        insert_first(m, left[r], right[r], merge_priority(m, r));
     return 0;
 }
 

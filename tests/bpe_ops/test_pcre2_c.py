@@ -96,6 +96,40 @@ def test_ascii_runs_of_a_wide_str_around_its_other_characters(gpt2_tokenizers, w
     assert [list(a) for a in tok.encode_arrays_in_thread(texts)] == [python_ids(tok, t) for t in texts]
 
 
+@st.composite
+def rank_files(draw):
+    """A tiktoken-style vocabulary over a few letters, its tokens ranked in any order, and texts of
+    those letters: a token made by several splits gives several merges making one id (ties)."""
+    letters = draw(st.sampled_from(["ab", "abc", "abcd"]))
+    tokens = [bytes([b]) for b in range(256)]
+    pool = [c.encode() for c in letters]
+    for _ in range(draw(st.integers(3, 24))):
+        token = draw(st.sampled_from(pool)) + draw(st.sampled_from(pool))
+        if token not in tokens and len(token) <= 8:
+            tokens.append(token)
+            pool.append(token)
+    made = draw(st.permutations(tokens[256:]))
+    texts = draw(st.lists(st.text(alphabet=letters + " ", min_size=1, max_size=40), min_size=1, max_size=8))
+    return {t: i for i, t in enumerate(tokens[:256] + list(made))}, texts
+
+
+@settings(max_examples=150, deadline=None)
+@given(rank_files())
+def test_rank_files_with_tied_merges_encode_as_the_python_path(tmp_path_factory, case):
+    """A rank file's merges are every split of every token, tokens in rank order: the compiled pair
+    map then keys each merge to the id it makes and its place among that id's splits (no read of
+    `merged` per step) and must order the merges exactly as their ranks, whatever the ranks' order."""
+    import base64
+    ranks, texts = case
+    path = tmp_path_factory.mktemp("ranks") / "r.tiktoken"
+    path.write_text("".join(f"{base64.b64encode(t).decode()} {r}\n" for t, r in ranks.items()), encoding="ascii")
+    tok = Tokenizer.from_tiktoken(str(path), r"[a-d]+|\s+")
+    merged = [ranks[a + b] for a, b in tok.merges]
+    assert merged == sorted(merged)                 # the ordering the compiled map's priorities need
+    assert [tok.encode(t) for t in texts] == [python_ids(tok, t) for t in texts]
+    assert [list(a) for a in tok.encode_arrays_in_thread(texts)] == [python_ids(tok, t) for t in texts]
+
+
 @pytest.fixture(scope="module")
 def gpt2_tokenizers(gpt2_merges):
     # A cache of 3 entries is emptied all the time: eviction never changes an id.
