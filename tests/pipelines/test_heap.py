@@ -1,10 +1,13 @@
 """pipelines/core/heap.py: a process tokenbeam owns keeps the memory it frees for its next use."""
+import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from pipelines.core import heap
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,3 +57,34 @@ def test_the_console_scripts_own_process_keeps_freed_memory(monkeypatch):
     monkeypatch.setattr(heap, "_owned", False)
     heap.own_process()
     assert heap.process_owned() and calls == [1]
+
+
+# Arrow's default pool in a fresh process after `keep_freed_memory`, pyarrow imported before it or after.
+POOL = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {root!r})
+    if sys.argv[1] == "before":
+        import pyarrow
+    from pipelines.core import heap
+    heap.keep_freed_memory()
+    import pyarrow as pa
+    print(pa.default_memory_pool().backend_name)
+""")
+
+
+def default_pool(when: str, **env) -> str:
+    environ = {k: v for k, v in os.environ.items() if k != heap.ARROW_POOL_VARIABLE}
+    return subprocess.run([sys.executable, "-c", POOL.format(root=str(ROOT)), when], capture_output=True,
+                          text=True, check=True, env=dict(environ, **env)).stdout.strip()
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_arrow_allocates_from_the_c_library_in_a_settled_process(when):
+    # Arrow's own default (mimalloc here) purges a Parquet writer's freed page buffers while the writer
+    # waits for its next row group, and zeroes fresh huge pages for it.
+    assert default_pool(when) == "system"
+
+
+def test_a_pool_the_user_chose_for_arrow_is_kept():
+    assert default_pool("after", ARROW_DEFAULT_MEMORY_POOL="mimalloc") == "mimalloc"
+    assert default_pool("before", ARROW_DEFAULT_MEMORY_POOL="mimalloc") == "mimalloc"
