@@ -88,3 +88,20 @@ def test_arrow_allocates_from_the_c_library_in_a_settled_process(when):
 def test_a_pool_the_user_chose_for_arrow_is_kept():
     assert default_pool("after", ARROW_DEFAULT_MEMORY_POOL="mimalloc") == "mimalloc"
     assert default_pool("before", ARROW_DEFAULT_MEMORY_POOL="mimalloc") == "mimalloc"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts the threads in /proc/self/task")
+def test_numpy_starts_no_blas_threads_in_the_console_scripts_process():
+    # OpenBLAS starts a thread per core besides the caller when numpy loads (one here on two cores).
+    program = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from pipelines.core import heap
+        heap.own_process()
+        import numpy
+        print(len(os.listdir("/proc/self/task")))
+    """)
+    environ = {k: v for k, v in os.environ.items() if k != heap.BLAS_THREADS_VARIABLE}
+    threads = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True,
+                             env=environ).stdout.strip()
+    assert threads == "1"
