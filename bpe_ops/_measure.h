@@ -28,22 +28,53 @@ typedef struct {
     uint8_t separators[256];            /* [byte]: 1 an ASCII separator, 2 a wide separator's lead */
     uint8_t kinds[256];                 /* [byte]: its KIND_ (from separators, and ASCII digits) */
     uint8_t wide[MAX_WIDE][4];          /* the non-ASCII separators' UTF-8: length, then the bytes */
+    uint32_t wide_code[MAX_WIDE];       /* ... their bytes as one little-endian word, */
+    uint32_t wide_mask[MAX_WIDE];       /* ... and the bits of that word they fill */
     int nwide;
+    int ascii_blocks;                   /* the ASCII separators are Python's (see ascii_block_starts) */
 } Separators;
+
+/* Eight bytes at a time: bytes as the lanes of a 64-bit word, each lane's high bit its answer. */
+#define LANES_ONES 0x0101010101010101ull
+#define LANES_HIGH 0x8080808080808080ull
+#define LANES_AT_LEAST(v, c) (((v) + (0x80 - (c)) * LANES_ONES) & LANES_HIGH)   /* lanes below 0x80 */
+
+static inline int ascii_block_starts(uint64_t v, int *in_word, int64_t *words)
+{
+    /* For eight bytes v (little-endian: the first byte lowest) all ASCII and no digit: add the
+     * words that start in them to *words, set *in_word to whether the last is a word byte, and
+     * return 1; else 0, nothing changed. The separators are Python's ASCII white space (what
+     * `str.isspace` says of 0-127: 9-13, 28-31 and 32; `separators_from` checks the table says so).
+     * A word starts at a word byte whose previous byte (the one before the block: *in_word) is not. */
+    uint64_t space, word, starts;
+    if (v & LANES_HIGH)
+        return 0;
+    if (LANES_AT_LEAST(v, '0') & ~LANES_AT_LEAST(v, '9' + 1))
+        return 0;                       /* a digit: its run is measured byte by byte */
+    space = (LANES_AT_LEAST(v, 9) & ~LANES_AT_LEAST(v, 14)) | (LANES_AT_LEAST(v, 28) & ~LANES_AT_LEAST(v, 33));
+    word = ~space & LANES_HIGH;
+    starts = word & ~(word << 8 | (uint64_t)(*in_word != 0) << 7);
+    *words += (int64_t)(((starts >> 7) * LANES_ONES) >> 56);      /* the lanes' 0/1 summed in the top one */
+    *in_word = (int)(word >> 63);
+    return 1;
+}
 
 static size_t separator_at(const Separators *sep, const uint8_t *s, size_t n, size_t i)
 {
-    /* The length of the separator at s[i], or 0. */
+    /* The length of the separator at s[i], or 0. The (up to) three bytes at s[i] are one word,
+     * zero past the text's end (no separator's byte is zero), compared with each wide separator's
+     * bytes under its mask: a curly quote, whose lead byte is that of the spaces U+2000-U+200A,
+     * costs a few instructions per separator rather than a call to memcmp. */
     int k;
+    uint32_t here;
     if (sep->separators[s[i]] == 1)
         return 1;
     if (sep->separators[s[i]] != 2)
         return 0;
-    for (k = 0; k < sep->nwide; k++) {
-        size_t len = sep->wide[k][0];
-        if (i + len <= n && memcmp(s + i, sep->wide[k] + 1, len) == 0)
-            return len;
-    }
+    here = (uint32_t)s[i] | (i + 1 < n ? (uint32_t)s[i + 1] << 8 : 0) | (i + 2 < n ? (uint32_t)s[i + 2] << 16 : 0);
+    for (k = 0; k < sep->nwide; k++)
+        if ((here & sep->wide_mask[k]) == sep->wide_code[k])
+            return sep->wide[k][0];
     return 0;
 }
 
@@ -56,12 +87,27 @@ static void measure(const Separators *sep, Measured *m)
      * the wide separators; no match is a word byte). */
     const uint8_t *s = m->s;
     const uint8_t *kind = sep->kinds;
-    size_t i = 0, n = m->n, run = 0;
+    size_t i = 0, n = m->n, run = 0, block_end = 0;
     int64_t words = 0;
     int in_word = 0;
     while (i < n) {
-        uint8_t b = s[i], k = kind[b];
+        uint8_t b, k;
         size_t len = 1;
+        if (i >= block_end && sep->ascii_blocks && !run && n - i >= 8) {
+            /* Most of a text in a Latin script is ASCII letters and spaces: eight bytes at a time,
+             * and byte by byte up to the next eight after a block that holds anything else. */
+            uint64_t v;
+            memcpy(&v, s + i, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+            if (ascii_block_starts(v, &in_word, &words)) {
+                i += 8;
+                continue;
+            }
+#endif
+            block_end = i + 8;
+        }
+        b = s[i];
+        k = kind[b];
         if (k <= KIND_SEPARATOR && !run) {
             words += (in_word | k) ^ 1;     /* a word byte after a separator (or at the start) */
             in_word = k ^ 1;
@@ -114,14 +160,23 @@ static int separators_from(Separators *sep, const void *table, Py_ssize_t table_
                         : k >= '0' && k <= '9' ? KIND_DIGIT : KIND_WORD;
     for (k = 0; k < PyTuple_GET_SIZE(wide); k++) {
         PyObject *w = PyTuple_GET_ITEM(wide, k);
-        if (!PyBytes_Check(w) || PyBytes_GET_SIZE(w) < 1 || PyBytes_GET_SIZE(w) > 3) {
-            PyErr_Format(PyExc_ValueError, "%s: wide separators are byte strings of 1-3 bytes", who);
+        if (!PyBytes_Check(w) || PyBytes_GET_SIZE(w) < 1 || PyBytes_GET_SIZE(w) > 3 ||
+            memchr(PyBytes_AS_STRING(w), 0, (size_t)PyBytes_GET_SIZE(w)) != NULL) {
+            PyErr_Format(PyExc_ValueError, "%s: wide separators are byte strings of 1-3 bytes, none zero", who);
             return -1;
         }
         sep->wide[k][0] = (uint8_t)PyBytes_GET_SIZE(w);
         memcpy(sep->wide[k] + 1, PyBytes_AS_STRING(w), (size_t)PyBytes_GET_SIZE(w));
+        for (int b = 0; b < sep->wide[k][0]; b++) {
+            sep->wide_code[k] |= (uint32_t)sep->wide[k][1 + b] << (8 * b);
+            sep->wide_mask[k] |= 0xFFu << (8 * b);
+        }
     }
     sep->nwide = (int)PyTuple_GET_SIZE(wide);
+    sep->ascii_blocks = 1;
+    for (k = 0; k < 128; k++)
+        if (sep->separators[k] != ((k >= 9 && k <= 13) || (k >= 28 && k <= 32)))
+            sep->ascii_blocks = 0;      /* another set of ASCII separators: byte by byte */
     return 0;
 }
 

@@ -467,6 +467,40 @@ def test_the_measures_of_a_batch_equal_the_per_record_specification(texts):
     assert ([list(col) for col in stats], runs.tolist()) == specified_measures(texts, id_lists)
 
 
+# Runs of ASCII letters and of each ASCII separator, long enough to fill the compiled measure's
+# eight-byte blocks at every offset, with a digit run or a non-ASCII character now and then.
+ASCII_RUNS = st.lists(st.sampled_from(["a", "bc", "word", "Letters", " ", "  ", "\t", "\n", "\x0b", "\x0c", "\r",
+                                       "\x1c", "\x1f", "\x1d\x1e", "7", "123456", "\u00e9", "\u3000", "\u00a0x",
+                                       ".,;", "\x7f", "\x00"]), max_size=60).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(ASCII_RUNS, min_size=1, max_size=4))
+def test_the_measures_of_long_mostly_ascii_texts_equal_the_specification(texts):
+    # Eight ASCII bytes at a time where they hold no digit: every word start inside a block, at its
+    # first byte after the block before, and around the digits and wide characters measured byte by byte.
+    id_lists = [[0] * (len(t) % 5) for t in texts]
+    stats, runs = measure_batch(texts, id_lists)
+    assert ([list(col) for col in stats], runs.tolist()) == specified_measures(texts, id_lists)
+
+
+def test_a_separator_table_of_other_ascii_separators_is_read_byte_by_byte():
+    # The eight-byte blocks know Python's ASCII white space only; a table saying otherwise (here: a
+    # tab is part of a word, a comma a separator) is measured by the table, whatever the text's length.
+    from bpe_ops.stats import _SPACE_CLASSES, _WIDE_SPACES, _measure_texts
+    compiled = _measure_texts()
+    if compiled is None:
+        pytest.skip("bpe_ops._native is not built")
+    table = bytearray(_SPACE_CLASSES)
+    table[ord("\t")], table[ord(",")] = 0, 1
+    texts = ["alpha\tbeta gamma,delta  epsilon\tzeta eta,theta iota kappa lambda mu", "x" * 40 + "," + "y" * 9]
+    _, words, _ = compiled(texts, bytes(table), _WIDE_SPACES)
+    assert words == [len(t.replace(",", " ").split(" ")) - t.count("  ") for t in texts] == [10, 2]
+    # A wide separator is matched with the bytes past the text's end read as zero: none may hold one.
+    with pytest.raises(ValueError, match="none zero"):
+        compiled(texts, _SPACE_CLASSES, (b"\xe2\x00",))
+
+
 def test_the_measures_of_real_records(corpora):
     from bpe_ops.stats import _measure_texts
     if os.environ.get("TOKENBEAM_REQUIRE_PCRE2") == "1":
