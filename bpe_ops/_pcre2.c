@@ -1773,7 +1773,10 @@ static int encode_text(TextEncoder *self, const uint8_t *s, size_t len)
         const uint8_t *piece = s + spans[i].start;
         size_t n = spans[i].end - spans[i].start;
         if (n <= PIECE_KEY_INLINE) {
-            piece_short_key(piece, n, probes[i].key);
+            if (len - spans[i].start >= 16)     /* a piece 16 bytes or more before the text's end */
+                piece_short_key_read16(piece, n, probes[i].key);
+            else
+                piece_short_key(piece, n, probes[i].key);
             probes[i].hash = piece_short_hash(probes[i].key);
         } else {
             probes[i].hash = tb_hash_bytes(piece, n);

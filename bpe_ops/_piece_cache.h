@@ -122,6 +122,29 @@ static inline void piece_short_key(const uint8_t *s, size_t n, uint64_t key[2])
     key[1] = hi | (uint64_t)(n + 1) << 56;
 }
 
+/* [n] -> the bits of the first 8 and of the next 8 bytes that a key of n bytes keeps. */
+static const uint64_t PIECE_KEY_LOW[PIECE_KEY_INLINE + 1] = {
+    0, 0xFFull, 0xFFFFull, 0xFFFFFFull, 0xFFFFFFFFull, 0xFFFFFFFFFFull, 0xFFFFFFFFFFFFull, 0xFFFFFFFFFFFFFFull,
+    ~0ull, ~0ull, ~0ull, ~0ull, ~0ull, ~0ull, ~0ull, ~0ull};
+static const uint64_t PIECE_KEY_HIGH[PIECE_KEY_INLINE + 1] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFFull, 0xFFFFull, 0xFFFFFFull, 0xFFFFFFFFull, 0xFFFFFFFFFFull, 0xFFFFFFFFFFFFull,
+    0xFFFFFFFFFFFFFFull};
+
+static inline void piece_short_key_read16(const uint8_t *s, size_t n, uint64_t key[2])
+{
+    /* piece_short_key's words where the 16 bytes s[0..16) may be read (a piece that is not at the
+     * end of its text): two loads and two masks, with no branch on the length. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t lo, hi;
+    memcpy(&lo, s, 8);
+    memcpy(&hi, s + 8, 8);
+    key[0] = lo & PIECE_KEY_LOW[n];
+    key[1] = (hi & PIECE_KEY_HIGH[n]) | (uint64_t)(n + 1) << 56;
+#else
+    piece_short_key(s, n, key);
+#endif
+}
+
 static inline uint64_t piece_short_hash(const uint64_t key[2])
 {
     /* A hash of a short key's two words (cheaper than hashing its bytes again). */
