@@ -1280,43 +1280,62 @@ static void blake2b_16(const uint8_t *data, size_t n, uint8_t out[16])
 static PyObject *id_hashes(PyObject *Py_UNUSED(module), PyObject *ids)
 {
     /* Each id's hashlib.blake2b(str(id).encode("utf-8", "surrogatepass"), digest_size=16).digest(),
-     * one after the other in one bytes object. */
-    PyObject *seq, *out = NULL;
-    Py_ssize_t n, i;
+     * one after the other in one bytes object. Each id's UTF-8 is found with the GIL held (an id's
+     * str, or the bytes of a lone surrogate's, is kept until the end); the hashing, a compression of
+     * 128 bytes or more per id, runs without it for a row group's thousands of ids: the thread
+     * reading the shard takes the GIL meanwhile. */
+    PyObject *seq, *out = NULL, **held = NULL;
+    const char **texts = NULL;
+    Py_ssize_t n, i, kept = 0, *lens = NULL;
     uint8_t *to;
     if ((seq = PySequence_Fast(ids, "id_hashes: expected a sequence of ids")) == NULL)
         return NULL;
     n = PySequence_Fast_GET_SIZE(seq);
     if ((out = PyBytes_FromStringAndSize(NULL, n * 16)) == NULL)
         goto done;
-    to = (uint8_t *)PyBytes_AS_STRING(out);
+    if ((texts = malloc((size_t)(n ? n : 1) * sizeof(*texts))) == NULL ||
+        (lens = malloc((size_t)(n ? n : 1) * sizeof(*lens))) == NULL ||
+        (held = malloc((size_t)(n ? n : 1) * sizeof(*held))) == NULL) {
+        PyErr_NoMemory();
+        Py_CLEAR(out);
+        goto done;
+    }
     for (i = 0; i < n; i++) {
-        PyObject *id = PySequence_Fast_GET_ITEM(seq, i), *text = NULL, *encoded = NULL;
-        const char *s;
-        Py_ssize_t len;
+        PyObject *id = PySequence_Fast_GET_ITEM(seq, i), *text;
         if (PyUnicode_CheckExact(id))
             text = Py_NewRef(id);
         else if ((text = PyObject_Str(id)) == NULL)
             goto fail;
-        if ((s = PyUnicode_AsUTF8AndSize(text, &len)) == NULL) {
+        held[kept++] = text;
+        if ((texts[i] = PyUnicode_AsUTF8AndSize(text, &lens[i])) == NULL) {
+            PyObject *encoded;
             if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
                 goto fail;
             PyErr_Clear();                  /* a lone surrogate: its surrogatepass bytes */
             if ((encoded = PyUnicode_AsEncodedString(text, "utf-8", "surrogatepass")) == NULL)
                 goto fail;
-            s = PyBytes_AS_STRING(encoded);
-            len = PyBytes_GET_SIZE(encoded);
+            held[kept - 1] = encoded;       /* kept instead of its str, which the list holds */
+            Py_DECREF(text);
+            texts[i] = PyBytes_AS_STRING(encoded);
+            lens[i] = PyBytes_GET_SIZE(encoded);
         }
-        blake2b_16((const uint8_t *)s, (size_t)len, to + 16 * i);
-        Py_XDECREF(encoded);
-        Py_DECREF(text);
-        continue;
-    fail:
-        Py_XDECREF(text);
-        Py_CLEAR(out);
-        goto done;
     }
+    to = (uint8_t *)PyBytes_AS_STRING(out);
+    {
+        PyThreadState *saved = release_gil_for((size_t)n * 128);
+        for (i = 0; i < n; i++)
+            blake2b_16((const uint8_t *)texts[i], (size_t)lens[i], to + 16 * i);
+        restore_gil(saved);
+    }
+    goto done;
+fail:
+    Py_CLEAR(out);
 done:
+    for (i = 0; i < kept; i++)
+        Py_DECREF(held[i]);
+    free(held);
+    free(texts);
+    free(lens);
     Py_DECREF(seq);
     return out;
 }

@@ -262,3 +262,12 @@ def test_record_id_hashes_are_blake2b_of_each_id(compiled, monkeypatch):
                         for i in ids)
     assert tokenize_shard.id_hashes(ids).tobytes() == expected
     assert tokenize_shard.id_hashes([]).shape == (0, 2)
+    # A row group's thousands of ids (the compiled hashes then run without the GIL).
+    assert tokenize_shard.id_hashes(ids * 8).tobytes() == expected * 8
+
+    class Unprintable:
+        def __str__(self):
+            raise RuntimeError("no text")
+
+    with pytest.raises(RuntimeError, match="no text"):
+        tokenize_shard.id_hashes(ids + [Unprintable()] + ids)
