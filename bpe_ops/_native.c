@@ -419,6 +419,53 @@ static PyObject *crc32(PyObject *Py_UNUSED(module), PyObject *arg)
     return PyLong_FromUnsignedLong(c);
 }
 
+static PyObject *record_groups(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    /* Each record id's stats.record_group, as native int32 values in one bytes object: zlib.crc32 of
+     * its UTF-8 (a lone surrogate as its surrogatepass bytes) modulo `groups`. What the encoding
+     * threads' calibration computes per record, without a bytes object and a call per id. */
+    PyObject *ids, *seq, *out = NULL;
+    long groups;
+    Py_ssize_t n, i;
+    int32_t *to;
+    if (!PyArg_ParseTuple(args, "Ol:record_groups", &ids, &groups))
+        return NULL;
+    if (groups <= 0 || groups > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "record_groups: groups must be a positive int32");
+        return NULL;
+    }
+    if ((seq = PySequence_Fast(ids, "record_groups: expected a sequence of str")) == NULL)
+        return NULL;
+    n = PySequence_Fast_GET_SIZE(seq);
+    if ((out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int32_t))) == NULL)
+        goto done;
+    to = (int32_t *)PyBytes_AS_STRING(out);
+    for (i = 0; i < n; i++) {
+        PyObject *id = PySequence_Fast_GET_ITEM(seq, i), *encoded = NULL;
+        const char *s;
+        Py_ssize_t len;
+        if (!PyUnicode_Check(id)) {
+            PyErr_Format(PyExc_TypeError, "record_groups: expected str, got %.100s", Py_TYPE(id)->tp_name);
+            Py_CLEAR(out);
+            goto done;
+        }
+        if ((s = PyUnicode_AsUTF8AndSize(id, &len)) == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError) ||
+                (PyErr_Clear(), encoded = PyUnicode_AsEncodedString(id, "utf-8", "surrogatepass")) == NULL) {
+                Py_CLEAR(out);
+                goto done;
+            }
+            s = PyBytes_AS_STRING(encoded);
+            len = PyBytes_GET_SIZE(encoded);
+        }
+        to[i] = (int32_t)(crc32_of((const uint8_t *)s, (size_t)len) % (uint32_t)groups);
+        Py_XDECREF(encoded);
+    }
+done:
+    Py_DECREF(seq);
+    return out;
+}
+
 #define GUARD_BLOCK 32
 
 static uint32_t lowest_code_point_in(const uint8_t *b, size_t nbytes)
@@ -2071,6 +2118,9 @@ static PyMethodDef module_methods[] = {
     {"id_hashes", id_hashes, METH_O,
      "id_hashes(ids)\n--\n\nEach id's hashlib.blake2b(str(id).encode('utf-8', 'surrogatepass'), digest_size=16) "
      "digest, one after the other (tokenize_shard.id_hashes)."},
+    {"record_groups", record_groups, METH_VARARGS,
+     "record_groups(ids, groups)\n--\n\nEach record id's stats.record_group (zlib.crc32 of its UTF-8, surrogatepass, "
+     "modulo groups) as native int32 values in one bytes object."},
     {"crc32", crc32, METH_O,
      "crc32(data)\n--\n\nzlib.crc32(data): the bucket of a pre-token in the packed tables."},
     {NULL, NULL, 0, NULL}

@@ -15,7 +15,7 @@ next row group faults the same amount of fresh zeroed pages in again (the 538 MB
 page faults, 82-88k kept, about its peak's first touches). `keep_freed_memory` keeps it for the next use,
 and has Arrow allocate from the C library too: Arrow's default pool (mimalloc) hands a Parquet
 writer's page buffers back to the system and zeroes fresh huge pages for the next row group (in the
-same job a twentieth of its CPU samples, and 30-45 MB of its peak).
+same job 3% of its CPU samples, and 30-45 MB of its peak).
 """
 from __future__ import annotations
 

@@ -514,6 +514,22 @@ def test_the_measures_of_real_records(corpora):
     assert measure_batch([], [])[1].shape == (0, 5)
 
 
+def test_the_compiled_record_groups_equal_record_group():
+    from bpe_ops.stats import _RECORD_GROUPS, record_group, record_groups
+    rng = random.Random(11)
+    ids = ["", "man/man1/ls.1", "a\ud800b", "\udfff", "\U0001f600" * 30, "x" * 1000]
+    ids += ["".join(chr(rng.randrange(1, 0x2FFF)) for _ in range(rng.randrange(0, 40))) for _ in range(500)]
+    for groups in (1, 7, 32, 1 << 30):
+        assert record_groups(ids, groups).tolist() == [record_group(i, groups) for i in ids]
+    assert record_groups([]).tolist() == []
+    if _RECORD_GROUPS is None:
+        pytest.skip("bpe_ops._native is not built")
+    with pytest.raises(TypeError, match="expected str"):
+        _RECORD_GROUPS(["a", 3], 32)
+    with pytest.raises(ValueError, match="positive"):
+        _RECORD_GROUPS(["a"], 0)
+
+
 def test_the_id_class_table_equals_id_classes():
     for vocab_size in (300, 4096, 4097, 131_072, 200_019):
         ids = np.arange(vocab_size)

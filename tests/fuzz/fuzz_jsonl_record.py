@@ -3,8 +3,8 @@ compiled read of its text and id (`_native.jsonl_text_id`, where it takes the li
 exactly the record or rejection that json.loads gives (`sources._jsonl_record_loaded`, the
 specification), for every text and id field pair and both invalid-UTF-8 policies. And the whole
 input as a JSONL stream: read in batches (`_native.jsonl_lines_fields`) it must give what reading
-it line by line gives, and the records' ids hashed by the compiled BLAKE2b (`_native.id_hashes`)
-what hashlib gives. Run from the worktree:
+it line by line gives, the records' ids hashed by the compiled BLAKE2b (`_native.id_hashes`)
+what hashlib gives, and their calibration groups (`_native.record_groups`) what `record_group` gives. Run from the worktree:
 
     mkdir -p /tmp/fuzz-jsonl_record && python3 tests/fuzz/fuzz_jsonl_record.py -max_total_time=600 \
         /tmp/fuzz-jsonl_record tests/fuzz/corpus/jsonl_record
@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.fuzz import harness  # noqa: E402
 
 with harness.instrumented(__name__ == "__main__"):
+    from bpe_ops import stats
     from pipelines.datasets import sources
     from pipelines.steps import tokenize_shard
     from pipelines.datasets.sources import Shard, SourceOptions
@@ -68,6 +69,9 @@ def check_stream(data: bytes) -> None:
                            for i in ids)
         if tokenize_shard.id_hashes(ids).tobytes() != digests:
             raise AssertionError(f"compiled and hashlib id hashes differ on {ids!r}")
+        # ... and grouped as the calibration groups them: compiled crc32 == record_group's.
+        if stats.record_groups(ids).tolist() != [stats.record_group(i) for i in ids]:
+            raise AssertionError(f"compiled and Python record groups differ on {ids!r}")
 
 
 if __name__ == "__main__":
