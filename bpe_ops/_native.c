@@ -419,6 +419,22 @@ static PyObject *crc32(PyObject *Py_UNUSED(module), PyObject *arg)
     return PyLong_FromUnsignedLong(c);
 }
 
+static const char *utf8_surrogatepass(PyObject *text, Py_ssize_t *len, PyObject **encoded)
+{
+    /* str(...).encode("utf-8", "surrogatepass") of a str, as bytes and a length: its own UTF-8 (kept
+     * by CPython with the str), or for a lone surrogate a new bytes object in *encoded, which the
+     * caller releases (else *encoded is NULL). NULL with an exception set on failure. */
+    const char *s;
+    *encoded = NULL;
+    if ((s = PyUnicode_AsUTF8AndSize(text, len)) != NULL || !PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+        return s;
+    PyErr_Clear();
+    if ((*encoded = PyUnicode_AsEncodedString(text, "utf-8", "surrogatepass")) == NULL)
+        return NULL;
+    *len = PyBytes_GET_SIZE(*encoded);
+    return PyBytes_AS_STRING(*encoded);
+}
+
 static PyObject *record_groups(PyObject *Py_UNUSED(module), PyObject *args)
 {
     /* Each record id's stats.record_group, as native int32 values in one bytes object: zlib.crc32 of
@@ -449,14 +465,9 @@ static PyObject *record_groups(PyObject *Py_UNUSED(module), PyObject *args)
             Py_CLEAR(out);
             goto done;
         }
-        if ((s = PyUnicode_AsUTF8AndSize(id, &len)) == NULL) {
-            if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError) ||
-                (PyErr_Clear(), encoded = PyUnicode_AsEncodedString(id, "utf-8", "surrogatepass")) == NULL) {
-                Py_CLEAR(out);
-                goto done;
-            }
-            s = PyBytes_AS_STRING(encoded);
-            len = PyBytes_GET_SIZE(encoded);
+        if ((s = utf8_surrogatepass(id, &len, &encoded)) == NULL) {
+            Py_CLEAR(out);
+            goto done;
         }
         to[i] = (int32_t)(crc32_of((const uint8_t *)s, (size_t)len) % (uint32_t)groups);
         Py_XDECREF(encoded);
@@ -580,20 +591,14 @@ static PyObject *measure_texts(PyObject *Py_UNUSED(module), PyObject *args)
             PyErr_Format(PyExc_TypeError, "measure_texts: expected str, got %.100s", Py_TYPE(text)->tp_name);
             goto done;
         }
-        if ((s = PyUnicode_AsUTF8AndSize(text, &len)) == NULL) {
-            PyObject *encoded;
-            if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
-                goto done;
-            PyErr_Clear();
-            if ((encoded = PyUnicode_AsEncodedString(text, "utf-8", "surrogatepass")) == NULL)
-                goto done;
-            if (PyList_Append(keep, encoded) < 0) {
-                Py_DECREF(encoded);
-                goto done;
-            }
+        PyObject *encoded;
+        if ((s = utf8_surrogatepass(text, &len, &encoded)) == NULL)
+            goto done;
+        if (encoded != NULL) {          /* kept (by `keep`) until the measures are taken */
+            int appended = PyList_Append(keep, encoded);
             Py_DECREF(encoded);
-            s = PyBytes_AS_STRING(encoded);
-            len = PyBytes_GET_SIZE(encoded);
+            if (appended < 0)
+                goto done;
         }
         m[i].s = (const uint8_t *)s;
         m[i].n = (size_t)len;
@@ -1342,7 +1347,7 @@ static PyObject *id_hashes(PyObject *Py_UNUSED(module), PyObject *ids)
         goto done;
     if ((texts = malloc((size_t)(n ? n : 1) * sizeof(*texts))) == NULL ||
         (lens = malloc((size_t)(n ? n : 1) * sizeof(*lens))) == NULL ||
-        (held = malloc((size_t)(n ? n : 1) * sizeof(*held))) == NULL) {
+        (held = malloc((size_t)(n ? 2 * n : 1) * sizeof(*held))) == NULL) {
         PyErr_NoMemory();
         Py_CLEAR(out);
         goto done;
@@ -1353,19 +1358,12 @@ static PyObject *id_hashes(PyObject *Py_UNUSED(module), PyObject *ids)
             text = Py_NewRef(id);
         else if ((text = PyObject_Str(id)) == NULL)
             goto fail;
+        PyObject *encoded;
         held[kept++] = text;
-        if ((texts[i] = PyUnicode_AsUTF8AndSize(text, &lens[i])) == NULL) {
-            PyObject *encoded;
-            if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
-                goto fail;
-            PyErr_Clear();                  /* a lone surrogate: its surrogatepass bytes */
-            if ((encoded = PyUnicode_AsEncodedString(text, "utf-8", "surrogatepass")) == NULL)
-                goto fail;
-            held[kept - 1] = encoded;       /* kept instead of its str, which the list holds */
-            Py_DECREF(text);
-            texts[i] = PyBytes_AS_STRING(encoded);
-            lens[i] = PyBytes_GET_SIZE(encoded);
-        }
+        if ((texts[i] = utf8_surrogatepass(text, &lens[i], &encoded)) == NULL)
+            goto fail;
+        if (encoded != NULL)                /* a lone surrogate's bytes: kept too */
+            held[kept++] = encoded;
     }
     to = (uint8_t *)PyBytes_AS_STRING(out);
     {

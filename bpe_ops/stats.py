@@ -402,42 +402,32 @@ def measure_batch(texts: Sequence[str], id_arrays: Sequence[Sequence[int]],
     return stats, np.frombuffer(runs, dtype=np.int64).reshape(len(texts), DIGIT_RUN_LENGTHS)
 
 
+def _native_function(name: str):
+    """`bpe_ops._native`'s function `name` (it needs no PCRE2), or None where it is not built (then
+    the Python specification beside each use computes the same)."""
+    try:
+        from . import _native
+    except ImportError:
+        return None
+    return getattr(_native, name, None)
+
+
 def _measure_texts():
     """The compiled `_native.measure_texts`, or None where bpe_ops._native is not built."""
-    try:
-        from ._native import measure_texts     # needs no PCRE2
-    except ImportError:
-        return None
-    return measure_texts
-
-
-_MEASURE_TEXTS = _measure_texts()     # looked up once, not per batch
-
-
-def _record_groups():
-    """The compiled `_native.record_groups`, or None where bpe_ops._native is not built."""
-    try:
-        from ._native import record_groups as compiled     # needs no PCRE2
-    except ImportError:
-        return None
-    return compiled
-
-
-_RECORD_GROUPS = _record_groups()
-MEASURE_SEPARATORS = (_SPACE_CLASSES, _WIDE_SPACES)     # the word separators the compiled measures read
+    return _native_function("measure_texts")
 
 
 def _calibrate_ids():
     """The compiled `_native.calibrate_ids`, or None where bpe_ops._native is not built (then
     `Summary.batch_calibration`'s numpy passes, its specification, count the same cells)."""
-    try:
-        from ._native import calibrate_ids     # needs no PCRE2
-    except ImportError:
-        return None
-    return calibrate_ids
+    return _native_function("calibrate_ids")
 
 
+# Looked up once, not per batch.
+_MEASURE_TEXTS = _measure_texts()
+_RECORD_GROUPS = _native_function("record_groups")
 _CALIBRATE_IDS = _calibrate_ids()
+MEASURE_SEPARATORS = (_SPACE_CLASSES, _WIDE_SPACES)     # the word separators the compiled measures read
 _SCRATCH = threading.local()
 
 
