@@ -218,6 +218,7 @@ class TokenizeShard(beam.DoFn):
         pending: deque = deque()                    # (chunk, its text size, its future), in order
         unsummed = UnsummedChunks(kept_fields=bool(partials.windowed or partials.grouped))
         self.encoder.clear_tallies()
+        writes_before = self.writes.count
         # The writer is a context too: a failure mid-shard closes it before its file goes, rather than
         # leaving its finalizer to write into a closed file (a traceback on the terminal).
         # No dictionary encoding: plain token ids compress better under zstd and write faster; ids and
@@ -263,7 +264,7 @@ class TokenizeShard(beam.DoFn):
                                        f"{summary.records} written")
                 add_account(summary, account)
                 entry = manifest_entry(shard, account, fingerprint, self.sha256)
-                self.writes.wait()
+                self.writes.wait_since(writes_before)      # this shard's row groups written, or raised
             except BaseException:
                 self.writes.wait(quiet=True)    # no write of this file runs while it is closed
                 wait([future for _, _, future in pending])  # nor a chunk counting into the next shard's tallies

@@ -14,6 +14,7 @@ from __future__ import annotations
 import array
 import json
 import threading
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from itertools import chain
 from contextlib import ExitStack
@@ -51,6 +52,9 @@ ROW_GROUP_TOKENS = 4_000_000      # ... or by this many token ids, whichever com
 # group freed for the next: Arrow's default pool (mimalloc) hands it back to the system and faults
 # fresh zeroed pages in again for every row group (the 128k job: a third less system time, less peak).
 WRITE_POOL = pa.system_memory_pool()
+# Writes queued for the writing thread at most: a shard's end (last row group, footer, rename) may
+# wait behind the shard's before it while the next shard is read and encoded.
+WRITES_QUEUED = 2
 
 
 class ChunkEncoder:
@@ -243,32 +247,63 @@ class UnsummedChunks:
 class RowGroupWriter:
     """The writing step: row groups, and at a shard's end its last row group, footer and rename, written
     by one background thread in order (Arrow drops the GIL): a row group while the next is filled, a
-    shard's end while the next shard is read and encoded. `wait` raises what a write raised."""
+    shard's end while the next shard is read and encoded. Up to WRITES_QUEUED writes wait or run at
+    once, so a shard whose records encode faster than the shard before it is written does not keep
+    the encoding threads idle at its end. `wait` raises what a write raised.
 
-    def __init__(self):
+    Args:
+        queued: the writes started and not yet waited for, at most (WRITES_QUEUED).
+    """
+
+    def __init__(self, queued: int | None = None):
+        self.queued = max(1, WRITES_QUEUED if queued is None else queued)
         self.thread: ThreadPoolExecutor | None = None     # made on first use
-        self.started: Future | None = None                # the write started last, until waited for
+        self.started: deque[Future] = deque()             # the writes started, oldest first, until waited for
+        self.count = 0                                    # writes started since the step was made
 
     def start(self, write: Callable, *args) -> None:
-        """Start a write once the one before it is done (and raise what that one raised)."""
-        self.wait()
+        """Start a write after those before it, once fewer than `queued` are started (and raise what
+        the oldest of them raised, once it is waited for)."""
+        self._make_room()
+        self._submit(write, *args)
+
+    def _make_room(self) -> None:
+        """Wait for the oldest writes while `queued` are started; raise what one of them raised."""
+        while len(self.started) >= self.queued:
+            self.started.popleft().result()
+
+    def _submit(self, write: Callable, *args) -> None:
         if self.thread is None:
             self.thread = ThreadPoolExecutor(1, thread_name_prefix="tokenbeam-write")
-        self.started = self.thread.submit(write, *args)
+        self.started.append(self.thread.submit(write, *args))
+        self.count += 1
+
+    def wait_since(self, count: int) -> None:
+        """Wait as `wait` does when a write was started after `count` writes (a shard's own row
+        groups, `count` taken at its start): one thread writes in order, so those before it are
+        done once it is; else return at once (the shards before it go on writing)."""
+        if self.count > count:
+            self.wait()
 
     def finish(self, url: str, stack: ExitStack, writer, last: pa.Table | None, entry: dict) -> None:
-        """Start writing a shard's end: its last row group, the footer holding its accounting, the rename."""
-        self.start(finish_file, url, stack, writer, last, entry)
+        """Start writing a shard's end: its last row group, the footer holding its accounting, the rename.
+        When a write before it failed (raised here), the shard's file is dropped unfinished, its
+        temporary file removed, as when a shard fails midway."""
+        try:
+            self._make_room()
+        except BaseException:
+            with stack:
+                raise
+        self._submit(finish_file, url, stack, writer, last, entry)
 
     def wait(self, quiet: bool = False) -> None:
-        """Wait for the write started last; raise what it raised, unless `quiet` (another error is on
-        its way)."""
-        started, self.started = self.started, None
-        if started is not None:
-            if quiet:
-                wait([started])
-            else:
-                started.result()
+        """Wait for every write started; raise what the first that failed raised, unless `quiet`
+        (another error is on its way)."""
+        started, self.started = list(self.started), deque()
+        wait(started)
+        if not quiet:
+            for future in started:
+                future.result()
 
     def close(self) -> None:
         if self.thread is not None:

@@ -271,3 +271,94 @@ def test_record_id_hashes_are_blake2b_of_each_id(compiled, monkeypatch):
 
     with pytest.raises(RuntimeError, match="no text"):
         tokenize_shard.id_hashes(ids + [Unprintable()] + ids)
+
+
+def test_writes_run_in_order_with_at_most_the_queued_ones_started():
+    # The writing step runs its writes one after the other, in the order started; `start` returns
+    # at once while fewer than `queued` writes are started and not waited for, else it waits for the
+    # oldest (and raises what it raised).
+    import threading
+    import time
+
+    writes = tokenize_steps.RowGroupWriter(queued=2)
+    gate, done = threading.Event(), []
+
+    def write(name):
+        gate.wait(5)
+        done.append(name)
+
+    writes.start(write, "a")
+    writes.start(write, "b")
+    third = threading.Thread(target=writes.start, args=(write, "c"))
+    third.start()
+    time.sleep(0.2)
+    assert third.is_alive() and done == []          # two queued: the third waits for the first
+    gate.set()
+    third.join(5)
+    writes.wait()
+    assert done == ["a", "b", "c"] and not writes.started
+    writes.close()
+
+
+def test_a_failed_write_raises_at_a_later_start_or_wait_unless_quiet():
+    def fail():
+        raise OSError("disk full")
+
+    writes = tokenize_steps.RowGroupWriter(queued=2)
+    writes.start(fail)
+    writes.start(lambda: None)
+    with pytest.raises(OSError, match="disk full"):
+        writes.start(lambda: None)                  # the failed one is the oldest of two
+    writes.start(fail)
+    with pytest.raises(OSError, match="disk full"):
+        writes.wait()
+    writes.start(fail)
+    writes.wait(quiet=True)                         # another error is on its way: not this one
+    assert not writes.started
+    writes.close()
+
+
+def test_a_shards_end_waits_for_its_own_row_groups_not_for_the_shards_before_it():
+    import threading
+    import time
+
+    writes = tokenize_steps.RowGroupWriter(queued=2)
+    gate = threading.Event()
+    writes.start(gate.wait, 5)                      # the shard before: its end still writing
+    mark = writes.count
+    started = time.perf_counter()
+    writes.wait_since(mark)                         # this shard wrote no row group: nothing to wait for
+    assert time.perf_counter() - started < 1 and not gate.is_set()
+    writes.start(lambda: None)                      # one of this shard's row groups
+    threading.Timer(0.2, gate.set).start()
+    writes.wait_since(mark)
+    assert gate.is_set() and not writes.started
+    writes.close()
+
+
+def test_a_shard_whose_file_fails_to_be_written_fails_the_run_whatever_writes_are_queued(tmp_path, tok, capfd,
+                                                                                       monkeypatch):
+    # A shard's end (last row group, footer, rename) is written while the next shards are read: when
+    # it fails, the run fails with it (its file never appears under its name), however many shards
+    # were tokenized meanwhile.
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for k in range(4):
+        (folder / f"s{k}.txt").write_text("".join(f"the theme {k} {i}\n" for i in range(50)))
+    real = tokenize_steps.finish_file
+
+    def failing(url, stack, *args):
+        if url.endswith("s0.parquet"):
+            with tokenize_steps.writing(url), stack:     # as finish_file fails: its file closed and gone
+                raise OSError("no space left on device")
+        return real(url, stack, *args)
+
+    monkeypatch.setattr(tokenize_steps, "finish_file", failing)
+    out = tmp_path / "out"
+    code = tokenize.main(["--tokenizer", tok[1], "--input", str(folder / "*.txt"), "--output", str(out), "--quiet"])
+    message = capfd.readouterr().err
+    assert code == errors.EXIT_INCOMPLETE
+    assert f"cannot write {out / 's0.parquet'}: no space left on device" in message, message
+    assert "Traceback" not in message
+    assert not (out / "s0.parquet").exists() and not (out / "_SUCCESS").exists()
+    assert not list(out.glob(".s0.parquet.tmp-*"))
