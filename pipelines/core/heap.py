@@ -6,7 +6,11 @@ of objects that every full collection walks again. A tokenize job on short recor
 objects per record, enough for a full collection every few seconds: measured on 448k one-sentence
 records, 19 of them took 1.8 s, the GIL held all the while. Frozen (`gc.freeze`), those objects are
 no longer walked. Not for a library caller's process: a frozen object dropped later in a reference
-cycle is never freed.
+cycle is never freed. The job's own objects (records, chunks, their lists and tuples) die by reference
+count, not in cycles, but each young collection walks those still alive (the chunks in flight) and
+moves them on to be walked again: with the young generation collected every YOUNG_COLLECTION_ALLOCATIONS
+allocations instead of Python's 700, the same 448k records spent 0.14 s in the collector instead of
+0.43 s or more, the GIL held all the while.
 
 Such a process also allocates and frees the same large buffers over and over (a chunk's texts and
 ids, a row group's columns, Parquet's pages and their compression). The C library's defaults hand a
@@ -33,6 +37,8 @@ _owned = False
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 MMAP_THRESHOLD = 32 << 20
 TRIM_THRESHOLD = 256 << 20
+# Container allocations between two collections of the young generation in a settled process.
+YOUNG_COLLECTION_ALLOCATIONS = 100_000
 
 
 def own_process() -> None:
@@ -50,9 +56,11 @@ def process_owned() -> bool:
 
 def settle_heap() -> None:
     """Collect garbage once, then freeze every object left (`gc.freeze`), for a process whose objects
-    live to its end; and keep the memory it frees for its next allocations (`keep_freed_memory`)."""
+    live to its end; collect the young generation every YOUNG_COLLECTION_ALLOCATIONS allocations; and
+    keep the memory it frees for its next allocations (`keep_freed_memory`)."""
     gc.collect()
     gc.freeze()
+    gc.set_threshold(YOUNG_COLLECTION_ALLOCATIONS, *gc.get_threshold()[1:])
     keep_freed_memory()
 
 
