@@ -284,30 +284,59 @@ class ShardReader:
         self.rejected_lines: list[str] = []
 
     def __iter__(self):
-        from pipelines.datasets.sources import Record, read_shard
+        from pipelines.datasets.sources import read_shard
+
+        for item in read_shard(self.shard, self.source_options, progress=bytes_read().add):
+            record = self._take(item)
+            if record is not None:
+                yield record
+
+    def batches(self):
+        """The good records in lists, in file order: those one read of a JSONL shard completes
+        (`read_shard(batched=True)`), one at a time for other formats; everything else set aside and
+        accounted for as `__iter__` does. A reader of short records pays its per-record steps a list
+        at a time."""
+        from pipelines.datasets.sources import read_shard
 
         account = self.account
-        for item in read_shard(self.shard, self.source_options, progress=bytes_read().add):
-            refused = self.check(item) if self.check is not None and isinstance(item, Record) else None
-            if refused is not None:
-                item = Rejected(self.shard.url, item.row, *refused, item.id)
-            if isinstance(item, Record):
-                account.records_read += 1
-                account.records += 1
-                account.repaired += item.repaired
+        for item in read_shard(self.shard, self.source_options, progress=bytes_read().add, batched=True):
+            if type(item) is list and self.check is None:
+                account.records_read += len(item)
+                account.records += len(item)
+                account.repaired += sum(record.repaired for record in item)
                 yield item
                 continue
-            if self.fail_fast:
-                raise fail_fast_failure(item)
-            self.rejected_lines.append(json.dumps(rejected_to_json(item), ensure_ascii=False))
-            if isinstance(item, Rejected):
-                account.records_read += 1
-                reasons = account.rejected_by_reason
-                reasons[item.reason] = reasons.get(item.reason, 0) + 1
-            else:   # ShardError: the rest of the file is unreadable; the rows before it stay
-                error = {"source": item.source, "rows_read": item.rows_read, "reason": item.reason,
-                         "detail": item.detail}
-                account.shard_errors.append(error)
+            kept = [record for record in map(self._take, item if type(item) is list else (item,))
+                    if record is not None]
+            if kept:
+                yield kept
+
+    def _take(self, item):
+        """A record read (a Record, Rejected or ShardError): the Record to use, else None, what was
+        set aside counted (and listed) or, with fail_fast, raised."""
+        from pipelines.datasets.sources import Record
+
+        account = self.account
+        refused = self.check(item) if self.check is not None and isinstance(item, Record) else None
+        if refused is not None:
+            item = Rejected(self.shard.url, item.row, *refused, item.id)
+        if isinstance(item, Record):
+            account.records_read += 1
+            account.records += 1
+            account.repaired += item.repaired
+            return item
+        if self.fail_fast:
+            raise fail_fast_failure(item)
+        self.rejected_lines.append(json.dumps(rejected_to_json(item), ensure_ascii=False))
+        if isinstance(item, Rejected):
+            account.records_read += 1
+            reasons = account.rejected_by_reason
+            reasons[item.reason] = reasons.get(item.reason, 0) + 1
+        else:   # ShardError: the rest of the file is unreadable; the rows before it stay
+            error = {"source": item.source, "rows_read": item.rows_read, "reason": item.reason,
+                     "detail": item.detail}
+            account.shard_errors.append(error)
+        return None
 
     def finish(self) -> ShardAccount:
         url = rejected_url(self.output, self.shard)

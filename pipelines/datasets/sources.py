@@ -221,13 +221,16 @@ def shard_format(shard: Shard, options: SourceOptions) -> str:
 # ---------------------------------------------------------------------------- reading a shard
 
 def read_shard(shard: Shard, options: SourceOptions, chunk_size: int = CHUNK_SIZE,
-               progress=None) -> Iterator[Record | Rejected | ShardError]:
+               progress=None, batched: bool = False) -> Iterator[Record | list[Record] | Rejected | ShardError]:
     """Stream a shard's records (and rejected rows); a file-level failure ends the stream with one
     `ShardError` after everything read before it. A shard whose format cannot be told or does not fit
     the options is one `ShardError` too: launch checks every shard given, so only a shard that
     appeared later (a watched folder) gets here, and it must not stop the others. A part of a file
     (`shard.part`) gives the records it owns, numbered as in the whole file. `progress(n)` is told
-    of every `n` bytes read from storage (compressed bytes for a compressed file)."""
+    of every `n` bytes read from storage (compressed bytes for a compressed file). With `batched`,
+    the records of a JSONL shard that one read of the file completes may come as one list (in
+    order, the rejected rows between them one by one): a reader of short records pays its
+    per-record steps (this generator's and its caller's) a list at a time."""
     try:
         fmt = shard_format(shard, options)
     except InputError as exc:
@@ -253,8 +256,10 @@ def read_shard(shard: Shard, options: SourceOptions, chunk_size: int = CHUNK_SIZ
                     yield ShardError(shard.url, 0, WRONG_FORMAT, f"the content is {kind} data, not {fmt} "
                                      f"text: is the file's extension missing or wrong?")
                     return
-            for item in reader(f, shard, options, chunk_size):
-                rows += not isinstance(item, ShardError)
+            items = (_read_jsonl(f, shard, options, chunk_size, batched=True) if batched and fmt == "jsonl"
+                     else reader(f, shard, options, chunk_size))
+            for item in items:
+                rows += len(item) if type(item) is list else not isinstance(item, ShardError)
                 yield item
     except DATA_ERRORS as exc:
         yield ShardError(shard.url, rows, reason, _one_line(f"{type(exc).__name__}: {exc}"))
@@ -398,11 +403,12 @@ def jsonl_line(offset: int, raw: bytes | Oversized) -> tuple[int, bytes | Oversi
     return (offset + len(BOM), raw[len(BOM):]) if raw.startswith(BOM) else (offset, raw)
 
 
-def _read_jsonl(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int):
+def _read_jsonl(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int, batched: bool = False):
     """The records and rejected rows of a JSONL stream. Where `_native.jsonl_lines_fields` is built
     and no other field is kept, each batch of lines a read completes is read in one compiled pass
     (as `jsonl_record` reads a line: the specification), and only the lines it leaves (anything
-    json.loads must judge, an oversized line) are read one by one here."""
+    json.loads must judge, an oversized line) are read one by one here; with `batched`, the records
+    of such a batch come as lists (the rejected rows between them one by one)."""
     row = _first_row(shard)
     keys = _compiled_keys(options)
     if keys is None:
@@ -411,15 +417,25 @@ def _read_jsonl(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: i
         return
     relpath = shard.relpath
     for batch in _piece_batches(f, b"\n", chunk_size, options.max_record_bytes, shard.part):
+        records: list[Record] = []
         for (offset, piece), fields in zip(batch, _JSONL_LINES_FIELDS(batch, *keys)):
             if fields is None:                  # a blank line: no record, no row
                 continue
             if fields is True:
-                yield _jsonl_item(*jsonl_line(offset, _without_cr(piece)), row, shard, options)
+                item = _jsonl_item(*jsonl_line(offset, _without_cr(piece)), row, shard, options)
             else:
                 text, rid = fields
-                yield Record(f"{relpath}:{row}" if rid is None else rid, text, row, False, {})
+                item = Record(f"{relpath}:{row}" if rid is None else rid, text, row, False, {})
             row += 1
+            if type(item) is Record:
+                records.append(item)
+                continue
+            if records:                         # the records before a rejected row come first
+                yield from (records,) if batched else records
+                records = []
+            yield item
+        if records:
+            yield from (records,) if batched else records
 
 
 def _jsonl_item(offset: int, raw: bytes | Oversized, row: int, shard: Shard, options: SourceOptions):

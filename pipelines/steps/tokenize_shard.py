@@ -236,18 +236,20 @@ class TokenizeShard(beam.DoFn):
                 first = iter(FIRST_CHUNK_RECORDS)
                 size = next(first)
                 submitted = chars = 0                       # records sent to encode; the batch's characters
-                for record in reader:
-                    batch.append(record)
-                    chars += len(record.text)
-                    if chunk_ends(len(batch), size, chars, submitted):
-                        group = self.submit(batch, chars, pending, ahead, group, summary, partials, writer, unsummed)
-                        submitted += len(batch)
-                        batch, chars = [], 0
-                        size = next(first, None)
-                        if writer is None:
-                            # Opened once the first chunk encodes: the threads are not kept waiting
-                            # for it at the start of every shard (no row group is written before).
-                            writer = self.open_writer(stack, out_url)
+                for records in reader.batches():
+                    for record in records:
+                        batch.append(record)
+                        chars += len(record.text)
+                        if chunk_ends(len(batch), size, chars, submitted):
+                            group = self.submit(batch, chars, pending, ahead, group, summary, partials, writer,
+                                                unsummed)
+                            submitted += len(batch)
+                            batch, chars = [], 0
+                            size = next(first, None)
+                            if writer is None:
+                                # Opened once the first chunk encodes: the threads are not kept waiting
+                                # for it at the start of every shard (no row group is written before).
+                                writer = self.open_writer(stack, out_url)
                 if writer is None:
                     writer = self.open_writer(stack, out_url)
                 if batch:

@@ -526,6 +526,11 @@ def test_jsonl_streams_read_in_batches_equal_line_by_line(monkeypatch, chunk_siz
         assert got == expected
         assert sum(isinstance(item, Record) for item in got) >= 20
         assert any(isinstance(item, Rejected) and item.reason == "record_too_large" for item in got)
+        # Batched: the same items in the same order, the records a read completes as non-empty lists.
+        batched = list(sources._read_jsonl(io.BytesIO(data), shard, options, chunk_size, batched=True))
+        assert [x for item in batched for x in (item if type(item) is list else [item])] == got
+        assert all(item and all(type(r) is Record for r in item) for item in batched if type(item) is list)
+        assert not any(type(item) is Record for item in batched)
     batch = [(0, b" \t"), (3, b'{"text":"a","id":"i"}\r'), (9, b"{bad"), (20, sources.Oversized(20, 999))]
     assert sources._JSONL_LINES_FIELDS(batch, "text", "id") == [None, ("a", "i"), True, True]
 
@@ -569,3 +574,44 @@ def test_split_batches_give_the_pieces_of_the_whole_data(parts, sep, chunk_size,
     data = b"".join(parts)
     got = [piece for batch in sources._split_batches(io.BytesIO(data), sep, chunk_size, limit) for piece in batch]
     assert got == split_reference(data, sep, limit)
+
+
+@pytest.mark.parametrize("fail_fast", [False, True])
+@pytest.mark.parametrize("checked", [False, True])
+@pytest.mark.parametrize("ext", [".jsonl", ".txt"])
+def test_a_shard_read_in_batches_gives_the_records_and_account_of_reading_it_record_by_record(
+        tmp_path, ext, checked, fail_fast):
+    # ShardReader.batches (tokenize's) and iterating it (the other commands') set aside, list and
+    # count the same rows: records in order, rejected rows, a kept field's check, fail-fast.
+    from pipelines.core.errors import ShardFailure
+    from pipelines.datasets.shards import ShardReader
+
+    lines = [b'{"id": "a", "text": "one", "n": 1}', b'{"id": "b", "text": "two", "n": "x"}', b"{bad",
+             b"", b'{"text": "' + b"z" * 300 + b'"}', b'{"id": "c", "text": "three \u00e9", "n": 3}'] * 40
+    path = write(tmp_path / f"s{ext}", b"\n".join(lines) + b"\n")
+    options = SourceOptions(max_record_bytes=200)
+    check = (lambda r: ("kept_field_type", "not two") if "two" in r.text else None) if checked else None
+
+    def read(batched: bool):
+        reader = ShardReader(shard_of(path), options, str(tmp_path / f"out-{batched}"), fail_fast, check=check)
+        try:
+            records = ([r for batch in reader.batches() for r in batch] if batched else list(reader))
+        except ShardFailure as exc:
+            return str(exc)
+        account = reader.finish()
+        rejected = (tmp_path / f"out-{batched}" / "rejected" / f"s.jsonl")
+        return records, vars(account), rejected.read_text() if rejected.exists() else None
+
+    expected = read(False)
+    assert read(True) == expected
+    if not fail_fast:
+        records, account, rejected = expected
+        assert account["records"] == len(records) > 0
+        if ext == ".jsonl":
+            assert [r.id for r in records][:2] == ["a", "b" if not check else "c"]
+            assert account["records_read"] > len(records)
+        assert rejected.count("\n") == sum(account["rejected_by_reason"].values()) > 0
+    else:
+        # the first row set aside raised
+        first = "kept_field_type" if checked else "record_too_large" if ext == ".txt" else "bad_json"
+        assert "--fail-fast" in expected and first in expected, expected
