@@ -24,7 +24,7 @@ import os
 import re
 import zlib
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from typing import BinaryIO, Iterable, Iterator, Sequence
 
 import pyarrow as pa
@@ -236,7 +236,8 @@ def read_shard(shard: Shard, options: SourceOptions, chunk_size: int = CHUNK_SIZ
     except InputError as exc:
         yield ShardError(shard.url, 0, WRONG_FORMAT, str(exc))
         return
-    reader = {"jsonl": _read_jsonl, "txt": _read_txt, "parquet": _read_parquet}[fmt]
+    reader = (partial(_read_jsonl, batched=True) if batched and fmt == "jsonl" else
+              {"jsonl": _read_jsonl, "txt": _read_txt, "parquet": _read_parquet}[fmt])
     first_row = _first_row(shard)
     rows = first_row
     # Failing to open is an unreadable file; Parquet damage always is (its footer says where data is).
@@ -256,9 +257,7 @@ def read_shard(shard: Shard, options: SourceOptions, chunk_size: int = CHUNK_SIZ
                     yield ShardError(shard.url, 0, WRONG_FORMAT, f"the content is {kind} data, not {fmt} "
                                      f"text: is the file's extension missing or wrong?")
                     return
-            items = (_read_jsonl(f, shard, options, chunk_size, batched=True) if batched and fmt == "jsonl"
-                     else reader(f, shard, options, chunk_size))
-            for item in items:
+            for item in reader(f, shard, options, chunk_size):
                 rows += len(item) if type(item) is list else not isinstance(item, ShardError)
                 yield item
     except DATA_ERRORS as exc:
