@@ -22,6 +22,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from schemas.accounts import Account
 from schemas.records import DEFAULT_MAX_RECORD_BYTES, Rejected, ShardError, rejected_to_json
@@ -29,6 +30,7 @@ from pipelines.core.errors import PROGRESS_SECONDS, ShardFailure, UserError, say
 from pipelines.core.files import join, remove, write_text_atomic, writing
 
 REJECTED_DIR = "rejected"
+REPAIRED = attrgetter("repaired")        # whether a Record's invalid UTF-8 was replaced
 SIZE_SUFFIXES = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 COUNT_SUFFIXES = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
 
@@ -303,7 +305,7 @@ class ShardReader:
             if type(item) is list and self.check is None:
                 account.records_read += len(item)
                 account.records += len(item)
-                account.repaired += sum(record.repaired for record in item)
+                account.repaired += sum(map(REPAIRED, item))
                 yield item
                 continue
             kept = [record for record in map(self._take, item if type(item) is list else (item,))

@@ -25,6 +25,8 @@ import re
 import zlib
 from dataclasses import dataclass
 from functools import cached_property, partial
+from itertools import accumulate
+from types import NoneType
 from typing import BinaryIO, Iterable, Iterator, Sequence
 
 import pyarrow as pa
@@ -416,8 +418,17 @@ def _read_jsonl(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: i
         return
     relpath = shard.relpath
     for batch in _piece_batches(f, b"\n", chunk_size, options.max_record_bytes, shard.part):
-        records: list[Record] = []
-        for (offset, piece), fields in zip(batch, _JSONL_LINES_FIELDS(batch, *keys)):
+        read = _JSONL_LINES_FIELDS(batch, *keys)
+        kinds = set(map(type, read))            # tuple: read; None: blank; bool (True): for Python
+        if bool not in kinds:                   # the compiled pass read every line: records only
+            records = _read_records([fields for fields in read if fields is not None] if NoneType in kinds else read,
+                                    row, relpath)
+            row += len(records)
+            if records:
+                yield from (records,) if batched else records
+            continue
+        records = []
+        for (offset, piece), fields in zip(batch, read):
             if fields is None:                  # a blank line: no record, no row
                 continue
             if fields is True:
@@ -435,6 +446,23 @@ def _read_jsonl(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: i
             yield item
         if records:
             yield from (records,) if batched else records
+
+
+def _read_records(read: list[tuple[str, str | None]], row: int, relpath: str) -> list[Record]:
+    """The records of lines the compiled pass read, (text, id) each, numbered from `row`: what the
+    line-by-line loop of `_read_jsonl` makes of them, in one call per batch (an id defaults to
+    `relpath:row`).
+
+    >>> [(r.id, r.text, r.row) for r in _read_records([("a", "x1"), ("b", None)], 7, "s.jsonl")]
+    [('x1', 'a', 7), ('s.jsonl:8', 'b', 8)]
+    """
+    if not read:
+        return []
+    texts, ids = zip(*read)
+    rows = range(row, row + len(read))
+    if None in ids:
+        ids = [f"{relpath}:{r}" if rid is None else rid for r, rid in zip(rows, ids)]
+    return list(map(Record, ids, texts, rows))
 
 
 def _jsonl_item(offset: int, raw: bytes | Oversized, row: int, shard: Shard, options: SourceOptions):
@@ -758,6 +786,17 @@ def _split_batches(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None =
             continue
         kept = sum(map(len, parts))              # bytes of the unfinished piece still held
         *pieces, rest = b"".join(parts + [chunk]).split(sep)
+        lengths = list(map(len, pieces))
+        if not oversized and start != 0 and (limit is None or max(lengths) <= limit):
+            # Every piece whole and within the limit, none at the file's start (its BOM): the
+            # offsets by running sums, without a step of Python per piece (short records).
+            starts = list(accumulate(map(len(sep).__add__, lengths[:-1]), initial=start))
+            start = starts[-1] + lengths[-1] + len(sep)
+            yield list(zip(starts, pieces))
+            held, tail, parts = len(rest), rest[-k:] if k else b"", [rest]
+            if limit is not None and held - k > limit:
+                oversized, parts = True, [tail]
+            continue
         batch = []
         for i, piece in enumerate(pieces):
             length = held - kept + len(piece) if i == 0 else len(piece)

@@ -17,6 +17,7 @@ from concurrent.futures import wait
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 from functools import partial
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from pipelines.core.beam_options import beam  # first: it hides Beam's import-time apitools warning
@@ -49,6 +50,7 @@ WRITE_BUFFER_BYTES = 1 << 20    # a Parquet file's bytes handed to its (Python) 
 # counted) fill a table of 2**19 slots of 32 bytes (16 MB) per thread to its 3/4 limit: the most room
 # that table gives.
 JOB_CACHE_PIECES = 3 << 17
+TEXT = attrgetter("text")       # a Record's text
 
 
 def chunk_ends(records: int, first_size: int | None, chars: int, submitted: int) -> bool:
@@ -237,10 +239,17 @@ class TokenizeShard(beam.DoFn):
                 size = next(first)
                 submitted = chars = 0                       # records sent to encode; the batch's characters
                 for records in reader.batches():
-                    for record in records:
-                        batch.append(record)
-                        chars += len(record.text)
-                        if chunk_ends(len(batch), size, chars, submitted):
+                    at = 0
+                    while at < len(records):
+                        # Records are taken up to the next place a chunk may end (`chunk_ends` is
+                        # false before it), so short records cost no step of Python each.
+                        step = (size - len(batch) if size is not None
+                                else ENCODE_CHUNK_RECORDS - len(batch) % ENCODE_CHUNK_RECORDS)
+                        taken = records[at:at + step]
+                        at += len(taken)
+                        batch += taken
+                        chars += sum(map(len, map(TEXT, taken)))
+                        if len(taken) == step and chunk_ends(len(batch), size, chars, submitted):
                             group = self.submit(batch, chars, pending, ahead, group, summary, partials, writer,
                                                 unsummed)
                             submitted += len(batch)
