@@ -535,6 +535,32 @@ def test_jsonl_streams_read_in_batches_equal_line_by_line(monkeypatch, chunk_siz
     assert sources._JSONL_LINES_FIELDS(batch, "text", "id") == [None, ("a", "i"), True, True]
 
 
+@pytest.mark.parametrize("chunk_size", [7, 200, 1 << 20])
+def test_batches_of_good_lines_become_the_records_read_line_by_line(monkeypatch, chunk_size):
+    """A batch whose every line the compiled pass reads becomes its records in one call
+    (`_read_records`): the same records, rows and ids (given, or `relpath:row`) as reading line by
+    line, blank lines taking no row, a read's pieces offset by running sums (`_split_batches`)."""
+    if sources._JSONL_LINES_FIELDS is None:
+        pytest.skip("bpe_ops._native not built")
+    lines = [b'{"id": "a%d", "text": "t\u00e9xt %d"}' % (k, k) if k % 3 else b'{"text": "no id %d"}\r' % k
+             for k in range(300)]
+    lines[40:40] = [b"", b"  ", b"\r"]
+    data = b"\xef\xbb\xbf" + b"\n".join(lines) + b"\n"
+    shard = Shard("mem/g.jsonl", "g.jsonl", 0)
+    options = SourceOptions()
+    batched = list(sources._read_jsonl(io.BytesIO(data), shard, options, chunk_size, batched=True))
+    with monkeypatch.context() as m:
+        m.setattr(sources, "_JSONL_LINES_FIELDS", None)
+        expected = list(sources._read_jsonl(io.BytesIO(data), shard, options, chunk_size))
+    got = [r for batch in batched for r in batch]
+    assert got == expected
+    assert [r.row for r in got] == list(range(300))
+    assert got[0].id == "g.jsonl:0" and got[1].id == "a1" and got[297].id == "g.jsonl:297"
+    assert got[0].text == "no id 0" and got[1].text == "t\u00e9xt 1"
+    split = [piece for batch in sources._split_batches(io.BytesIO(data), b"\n", chunk_size) for piece in batch]
+    assert split == split_reference(data, b"\n", None)
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.sampled_from(["text", "id", "x", "t\u00e9"]),
                        st.one_of(st.text(), st.integers(), st.none(), st.floats(allow_nan=True),

@@ -246,6 +246,42 @@ def test_row_groups_are_cut_after_whole_batches_whatever_the_first_chunks(tmp_pa
     assert table.column("token_ids").to_pylist() == [loaded.encode(line) for line in lines]
 
 
+def test_chunks_end_where_chunk_ends_says_record_by_record(tmp_path, tok, monkeypatch):
+    # tokenize takes a batch's records a slice at a time, up to the next place a chunk may end: the
+    # chunks it starts are those that asking `chunk_ends` after every record gives, with short
+    # records (chunks of up to ENCODE_BATCH_RECORDS), long ones (cut at CHUNK_TEXT_CHARS) and a
+    # shard read in more than one batch (over 1 MB).
+    loaded, ref = tokenizer_files.identify_tokenizer(tok[1])
+    texts = ([f"the theme {k}" for k in range(600)] + [f"{k} " + "then " * 600 for k in range(400)]
+             + [f"them {k}" for k in range(333)])
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"id": str(k), "text": t}) + "\n" for k, t in enumerate(texts)))
+    assert src.stat().st_size > 1 << 20
+    started = []
+    start = tokenize_steps.ChunkEncoder.start
+    monkeypatch.setattr(tokenize_steps.ChunkEncoder, "start",
+                        lambda self, chunk, summary: started.append(len(chunk)) or start(self, chunk, summary))
+    fn = tokenize_shard.TokenizeShard(tokenize_shard.ShardJob(ref, SourceOptions(), str(tmp_path / "out"),
+                                                              encode_threads=2))
+    fn.setup()
+    list(fn.process(Shard(str(src), "in.jsonl", src.stat().st_size)))
+    fn.finish_bundle()
+    fn.teardown()
+    expected, records, chars, submitted = [], 0, 0, 0
+    first = iter(tokenize_steps.FIRST_CHUNK_RECORDS)
+    size = next(first)
+    for text in texts:
+        records, chars = records + 1, chars + len(text)
+        if tokenize_shard.chunk_ends(records, size, chars, submitted):
+            expected.append(records)
+            submitted, records, chars, size = submitted + records, 0, 0, next(first, None)
+    expected += [records] if records else []
+    assert started == expected
+    assert len(set(expected)) > 3          # first chunks, long-record chunks, short-record chunks, the last
+    table = pq.read_table(tmp_path / "out" / "in.parquet")
+    assert table.column("token_ids").to_pylist() == [loaded.encode(text) for text in texts]
+
+
 @pytest.mark.parametrize("compiled", [True, False])
 def test_record_id_hashes_are_blake2b_of_each_id(compiled, monkeypatch):
     """`id_hashes` (compiled where built, hashlib id by id otherwise) gives each id hashlib's
