@@ -377,12 +377,14 @@ _ID_HASHES = _compiled_id_hashes()
 
 class CountRepeatedIds(beam.CombineFn):
     """One bucket of id hashes -> (records whose id another record has too, distinct such ids): an
-    exact count of repeated ids, each bucket counted on its own."""
+    exact count of repeated ids, each bucket counted on its own. A shard's hashes in a bucket come as
+    the bytes of `id_hashes`' rows (`ShardPartials.id_buckets`): Beam's coder writes bytes as they
+    are, where a numpy array each (64 per shard, more in the accumulators) went through pickle."""
 
     def create_accumulator(self):
         return []
 
-    def add_input(self, acc, hashes):
+    def add_input(self, acc, hashes: bytes):
         acc.append(hashes)
         return acc
 
@@ -392,7 +394,7 @@ class CountRepeatedIds(beam.CombineFn):
     def extract_output(self, acc):
         if not acc:
             return 0, 0
-        hashes = np.concatenate(acc)
+        hashes = np.frombuffer(b"".join(acc), dtype="<u8").reshape(-1, 2)
         hashes = hashes[np.lexsort((hashes[:, 1], hashes[:, 0]))]
         # Runs of equal rows in sorted order: each run's length is how many records have that id.
         starts = np.flatnonzero(np.r_[True, np.any(hashes[1:] != hashes[:-1], axis=1)])
@@ -419,13 +421,14 @@ class ShardPartials(BreakdownSummaries):
         self.ids.append(id_hashes(record_ids))
 
     def id_buckets(self):
-        """The shard's record-id hashes as (bucket, hashes) pairs, for `CountRepeatedIds`."""
+        """The shard's record-id hashes as (bucket, the bytes of its rows of `id_hashes`) pairs, for
+        `CountRepeatedIds`."""
         if not self.ids:
             return
         hashes = np.concatenate(self.ids)
         buckets = hashes[:, 0] % ID_BUCKETS
         for bucket in np.unique(buckets):
-            yield int(bucket), hashes[buckets == bucket]
+            yield int(bucket), hashes[buckets == bucket].tobytes()
 
 
 def shard_fingerprint(shard, source_options, tokenizer_sha256: str, eos_token: str | None,

@@ -282,6 +282,23 @@ def test_chunks_end_where_chunk_ends_says_record_by_record(tmp_path, tok, monkey
     assert table.column("token_ids").to_pylist() == [loaded.encode(text) for text in texts]
 
 
+def test_repeated_ids_are_counted_exactly_from_each_shards_bucket_bytes():
+    # Each shard hands its id hashes per bucket as bytes (Beam's coder writes them as they are);
+    # a bucket's count over several shards, accumulators merged, is exact.
+    shards = [[f"id{k}" for k in range(300)], [f"id{k}" for k in range(250, 400)] + ["id7", "id7"]]
+    combine = tokenize_shard.CountRepeatedIds()
+    accs = {}
+    for ids in shards:
+        partials = tokenize_shard.ShardPartials(tokenize.Breakdowns(), 10, None)
+        partials.add_ids(ids)
+        for bucket, hashes in partials.id_buckets():
+            assert type(hashes) is bytes and len(hashes) % 16 == 0
+            accs[bucket] = combine.add_input(accs.get(bucket, combine.create_accumulator()), hashes)
+    pairs = [combine.extract_output(combine.merge_accumulators([acc[:1], acc[1:]])) for acc in accs.values()]
+    # id250 to id299 in both shards (100 records, 50 ids), id7 three times (3 records, 1 id).
+    assert tokenize_shard.add_pairs(pairs) == (50 * 2 + 3, 51)
+
+
 @pytest.mark.parametrize("compiled", [True, False])
 def test_record_id_hashes_are_blake2b_of_each_id(compiled, monkeypatch):
     """`id_hashes` (compiled where built, hashlib id by id otherwise) gives each id hashlib's
