@@ -86,6 +86,38 @@ def _sample_states_every(ms: int) -> None:
 
 _sample_states_every(STATE_SAMPLING_MS)
 
+
+def _view_each_options_class_once() -> None:
+    """Beam builds a pipeline's options view of a class (`PipelineOptions.view_as`) anew each time
+    it asks: an argparse parser of that class's flags, built and run over the command line (~0.4 ms),
+    and asked for hundreds of times while a pipeline is built (each of its type checks reads one
+    flag of `TypeOptions`): ~0.1 s of every command. A view holds no value of its own (they are
+    all in the options' shared `_all_options`, read and written through any view), so the view
+    made the first time is handed out again while the options still hold the same flags and values
+    (a view made from other flags or values is made anew, as Beam makes it)."""
+    import weakref
+
+    view_as = PipelineOptions.view_as
+    if getattr(view_as, "made_once", False):
+        return
+    views: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def view_once(self, cls):
+        made = views.get(self)
+        view = made.get(cls) if made is not None else None
+        if (view is None or view._all_options is not self._all_options  # noqa: SLF001  (Beam's own state)
+                or view._flags is not self._flags):  # noqa: SLF001
+            view = view_as(self, cls)
+            views.setdefault(self, {})[cls] = view
+        return view
+
+    view_once.made_once = True
+    view_once.__doc__ = view_as.__doc__
+    PipelineOptions.view_as = view_once
+
+
+_view_each_options_class_once()
+
 __all__ = ["beam", "beam_option_names", "split_beam_args", "pipeline_options", "one_local_worker", "local_cores_per_worker",
            "check_worker_paths"]
 

@@ -14,3 +14,21 @@ def test_the_state_sampler_of_each_bundle_wakes_every_state_sampling_ms():
     sampler.start()
     sampler.stop()          # the thread ends at its next wake-up
     assert statesampler.StateSampler("stage", CounterFactory(), 200).sampling_period_ms == 200
+
+
+def test_an_options_view_is_made_once_and_reads_and_writes_the_shared_values():
+    # Beam's view_as made a view (an argparse parse of the flags) at every call, hundreds of times
+    # per pipeline built; the view made first is handed out again, and reads what any view wrote.
+    from apache_beam.options.pipeline_options import StandardOptions, TypeOptions
+
+    options = beam_options.PipelineOptions(["--runner", "DirectRunner"])
+    view = options.view_as(StandardOptions)
+    assert options.view_as(StandardOptions) is view and view.runner == "DirectRunner"
+    options.view_as(TypeOptions).pipeline_type_check = False
+    view.streaming = True
+    assert options.view_as(StandardOptions).streaming is True
+    assert options.view_as(TypeOptions).pipeline_type_check is False
+    assert options.get_all_options()["streaming"] is True
+    other = beam_options.PipelineOptions(["--runner", "SparkRunner"])
+    assert other.view_as(StandardOptions).runner == "SparkRunner" and other.view_as(StandardOptions) is not view
+    assert other.view_as(StandardOptions).streaming is False
