@@ -32,3 +32,29 @@ def test_an_options_view_is_made_once_and_reads_and_writes_the_shared_values():
     other = beam_options.PipelineOptions(["--runner", "SparkRunner"])
     assert other.view_as(StandardOptions).runner == "SparkRunner" and other.view_as(StandardOptions) is not view
     assert other.view_as(StandardOptions).streaming is False
+
+
+def test_a_dofns_state_specs_are_found_once_and_equal_beams():
+    import apache_beam as beam
+    from apache_beam.coders import VarIntCoder
+    from apache_beam.testing.util import assert_that, equal_to
+    from apache_beam.transforms import userstate
+
+    class Counted(beam.DoFn):
+        SEEN = userstate.ReadModifyWriteStateSpec("seen", VarIntCoder())
+
+        def process(self, element, seen=beam.DoFn.StateParam(SEEN)):
+            seen.write((seen.read() or 0) + 1)
+            yield element[0], seen.read()
+
+    find = userstate.get_dofn_specs
+    assert find.__wrapped__ is not find
+    dofn = Counted()
+    specs = find(dofn)
+    assert specs == find.__wrapped__(dofn) == ({Counted.SEEN}, set())
+    specs[0].clear()                # a caller's sets are its own
+    assert find(dofn) == ({Counted.SEEN}, set())
+    assert userstate.is_stateful_dofn(dofn) and not userstate.is_stateful_dofn(beam.Map(str).fn)
+    with beam.Pipeline() as p:      # a stateful DoFn still runs with its state
+        out = p | beam.Create([("k", 1), ("k", 2), ("j", 3)]) | beam.ParDo(dofn)
+        assert_that(out, equal_to([("k", 1), ("k", 2), ("j", 1)]))
