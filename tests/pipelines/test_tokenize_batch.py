@@ -223,6 +223,15 @@ def test_worker_refuses_a_tokenizer_file_changed_since_launch(tmp_path, tok):
         fn.setup()
 
 
+def tokenize_one_shard(ref, src, out) -> None:
+    """Run the TokenizeShard step over the file `src` into the folder `out`, two encoding threads."""
+    fn = tokenize_shard.TokenizeShard(tokenize_shard.ShardJob(ref, SourceOptions(), str(out), encode_threads=2))
+    fn.setup()
+    list(fn.process(Shard(str(src), src.name, src.stat().st_size)))
+    fn.finish_bundle()
+    fn.teardown()
+
+
 def test_row_groups_are_cut_after_whole_batches_whatever_the_first_chunks(tmp_path, tok, monkeypatch):
     # A shard's first chunks are smaller (FIRST_CHUNK_RECORDS) but add up to one chunk: row groups
     # are still cut only after a whole number of ENCODE_BATCH_RECORDS records, and the rows are the
@@ -234,12 +243,7 @@ def test_row_groups_are_cut_after_whole_batches_whatever_the_first_chunks(tmp_pa
     lines = [f"the {'th' * (k % 7)} theme {k}" for k in range(700)]
     src = tmp_path / "in.txt"
     src.write_text("\n".join(lines) + "\n")
-    fn = tokenize_shard.TokenizeShard(tokenize_shard.ShardJob(ref, SourceOptions(), str(tmp_path / "out"),
-                                                              encode_threads=2))
-    fn.setup()
-    list(fn.process(Shard(str(src), "in.txt", src.stat().st_size)))
-    fn.finish_bundle()
-    fn.teardown()
+    tokenize_one_shard(ref, src, tmp_path / "out")
     f = pq.ParquetFile(tmp_path / "out" / "in.parquet")
     assert [f.metadata.row_group(i).num_rows for i in range(f.num_row_groups)] == [512, 188]
     table = f.read()
@@ -261,12 +265,7 @@ def test_chunks_end_where_chunk_ends_says_record_by_record(tmp_path, tok, monkey
     start = tokenize_steps.ChunkEncoder.start
     monkeypatch.setattr(tokenize_steps.ChunkEncoder, "start",
                         lambda self, chunk, summary: started.append(len(chunk)) or start(self, chunk, summary))
-    fn = tokenize_shard.TokenizeShard(tokenize_shard.ShardJob(ref, SourceOptions(), str(tmp_path / "out"),
-                                                              encode_threads=2))
-    fn.setup()
-    list(fn.process(Shard(str(src), "in.jsonl", src.stat().st_size)))
-    fn.finish_bundle()
-    fn.teardown()
+    tokenize_one_shard(ref, src, tmp_path / "out")
     expected, records, chars, submitted = [], 0, 0, 0
     first = iter(tokenize_steps.FIRST_CHUNK_RECORDS)
     size = next(first)
