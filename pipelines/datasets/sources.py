@@ -434,8 +434,7 @@ def _read_jsonl(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: i
             if fields is True:
                 item = _jsonl_item(*jsonl_line(offset, _without_cr(piece)), row, shard, options)
             else:
-                text, rid = fields
-                item = Record(f"{relpath}:{row}" if rid is None else rid, text, row, False, {})
+                (item,) = _read_records([fields], row, relpath)
             row += 1
             if type(item) is Record:
                 records.append(item)
@@ -792,21 +791,18 @@ def _split_batches(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None =
             # offsets by running sums, without a step of Python per piece (short records).
             starts = list(accumulate(map(len(sep).__add__, lengths[:-1]), initial=start))
             start = starts[-1] + lengths[-1] + len(sep)
-            yield list(zip(starts, pieces))
-            held, tail, parts = len(rest), rest[-k:] if k else b"", [rest]
-            if limit is not None and held - k > limit:
-                oversized, parts = True, [tail]
-            continue
-        batch = []
-        for i, piece in enumerate(pieces):
-            length = held - kept + len(piece) if i == 0 else len(piece)
-            if i == 0 and oversized or limit is not None and length > limit:
-                batch.append((start, Oversized(start, length)))
-            else:
-                if start == 0 and piece.startswith(BOM):
-                    piece, start, length = piece[len(BOM):], len(BOM), length - len(BOM)
-                batch.append((start, piece))
-            start += length + len(sep)
+            batch = list(zip(starts, pieces))
+        else:
+            batch = []
+            for i, piece in enumerate(pieces):
+                length = held - kept + len(piece) if i == 0 else len(piece)
+                if i == 0 and oversized or limit is not None and length > limit:
+                    batch.append((start, Oversized(start, length)))
+                else:
+                    if start == 0 and piece.startswith(BOM):
+                        piece, start, length = piece[len(BOM):], len(BOM), length - len(BOM)
+                    batch.append((start, piece))
+                start += length + len(sep)
         yield batch
         held, oversized, tail = len(rest), False, rest[-k:] if k else b""
         parts = [rest]
