@@ -13,6 +13,11 @@
  *   measure_texts(texts, separators, wide)
  *                               each text's UTF-8 bytes, whitespace words and ASCII digit runs in
  *                               one pass, without the GIL (bpe_ops/stats.py's `measure_batch`).
+ *   calibrate_ids(id_arrays, rows, mask, classes, raw, cells, counts=None)
+ *                               a batch's calibration counts in one pass without the GIL
+ *                               (bpe_ops/stats.py's `calibrate_ids` over `_id_runs` is the specification);
+ *   calibrate_flat(ids, ends, rows, mask, classes, raw, cells, counts=None)
+ *                               the same of records whose ids are one flat buffer (`FlatIds`).
  *   merge_ids(merges, vocab)    a tokenizer.json's merges as three int64 id columns (left, right,
  *                               merged) looked up in vocab, or None (bpe_ops/merge_ids.py's
  *                               `merge_ids_python` is the specification).
@@ -643,83 +648,78 @@ done:
 
 #define CALIBRATE_AHEAD 32      /* ids between the one counted and the one whose cells are fetched */
 
-static PyObject *calibrate_ids(PyObject *Py_UNUSED(module), PyObject *args)
+typedef struct {
+    const uint32_t *ids;                /* one record's ids */
+    Py_ssize_t len;
+} IdRun;
+
+typedef struct {
+    Py_buffer rows, mask, classes, raw, cells, counts;
+    uint64_t fold;                      /* the folded classes' F, or 0 for a class table */
+} CalibrationTables;
+
+static int calibration_tables(PyObject *classes_arg, CalibrationTables *t, Py_ssize_t n, const char *who)
 {
-    /* For each record i of a batch (its ids a uint32 buffer): raw[i] += the ids with mask[id] set,
-     * cells[rows[i] + classes[id]] += 1 for each id; in one pass over the ids without the GIL (the
-     * numpy specification, stats.calibrate_ids, makes five passes and temporaries). Returns the
-     * indexes of the cells that were zero and are no longer (int64, in the order first counted), so
-     * a caller reusing one zeroed table reads out and clears only those. With `counts` (int64 per id
-     * of the vocabulary), counts[id] += 1 for each id too, in the same pass: the token-id frequencies
-     * of a caller that keeps cells and counts across batches. `classes` is an int32 class per id, or
-     * an int F (a power of two), the folded classes: id below F or in a vocabulary of at most 2F ids,
-     * the id itself; above, F + id mod F. Computed, that class costs no table that the encoder
-     * running between two batches pushes out of the cache. Raises ValueError at an id outside the
-     * vocabulary (len(mask)), before anything is added, or at a cell outside cells (rows that do not
-     * fit the table: a caller's error). */
-    PyObject *arrays, *classes_arg, *seq = NULL, *result = NULL;
-    Py_buffer rows, mask, classes = {0}, raw, cells, counts = {0}, *ids = NULL;
-    Py_ssize_t n, i, got = 0, vocab, ncells, total = 0, touched = 0;
-    int64_t *first = NULL;              /* the cells counted from zero, in order */
-    uint64_t fold = 0;                  /* the folded classes' F, or 0 for a class table */
-    int bad = 0;
-    if (!PyArg_ParseTuple(args, "Oy*y*Ow*w*|w*:calibrate_ids", &arrays, &rows, &mask, &classes_arg, &raw, &cells,
-                          &counts))
-        return NULL;
-    vocab = mask.len;
-    ncells = cells.len / (Py_ssize_t)sizeof(int64_t);
+    /* Checks the tables a calibration of n records reads and writes (rows, mask, raw, cells and counts
+     * already taken as buffers), takes `classes` (a table, or the folded classes' power of two): 0,
+     * or -1 with an exception set. */
+    Py_ssize_t vocab = t->mask.len;
     if (PyLong_Check(classes_arg)) {
         long long f = PyLong_AsLongLong(classes_arg);
         if (f == -1 && PyErr_Occurred())
-            goto done;
+            return -1;
         if (f <= 0 || f > (1LL << 40) || (f & (f - 1)) != 0) {
-            PyErr_SetString(PyExc_ValueError, "calibrate_ids: folded classes need a power of two");
-            goto done;
+            PyErr_Format(PyExc_ValueError, "%s: folded classes need a power of two", who);
+            return -1;
         }
-        fold = (uint64_t)f;
-        if ((uint64_t)vocab <= 2 * fold)
-            fold = (uint64_t)1 << 62;    /* every id its own class */
-    } else if (PyObject_GetBuffer(classes_arg, &classes, PyBUF_SIMPLE) < 0) {
-        goto done;
+        t->fold = (uint64_t)f;
+        if ((uint64_t)vocab <= 2 * t->fold)
+            t->fold = (uint64_t)1 << 62;    /* every id its own class */
+    } else if (PyObject_GetBuffer(classes_arg, &t->classes, PyBUF_SIMPLE) < 0) {
+        return -1;
     }
-    if ((seq = PySequence_Fast(arrays, "calibrate_ids: id_arrays must be a sequence")) == NULL)
-        goto done;
-    n = PySequence_Fast_GET_SIZE(seq);
-    if ((!fold && classes.len != vocab * (Py_ssize_t)sizeof(int32_t)) || rows.len != n * (Py_ssize_t)sizeof(int32_t) ||
-        raw.len != n * (Py_ssize_t)sizeof(int64_t) ||
-        (counts.buf != NULL && counts.len != vocab * (Py_ssize_t)sizeof(int64_t))) {
-        PyErr_SetString(PyExc_ValueError, "calibrate_ids: classes must be int32 per id of mask, rows int32 and "
-                                          "raw int64 per record, counts int64 per id of mask");
-        goto done;
+    if ((!t->fold && t->classes.len != vocab * (Py_ssize_t)sizeof(int32_t)) ||
+        t->rows.len != n * (Py_ssize_t)sizeof(int32_t) || t->raw.len != n * (Py_ssize_t)sizeof(int64_t) ||
+        (t->counts.buf != NULL && t->counts.len != vocab * (Py_ssize_t)sizeof(int64_t))) {
+        PyErr_Format(PyExc_ValueError, "%s: classes must be int32 per id of mask, rows int32 and raw int64 per "
+                                       "record, counts int64 per id of mask", who);
+        return -1;
     }
-    if ((ids = calloc(n ? (size_t)n : 1, sizeof(Py_buffer))) == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (got = 0; got < n; got++) {
-        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, got), &ids[got], PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
-            goto done;
-        if (ids[got].itemsize != 4 || ids[got].format == NULL || strchr("IL", ids[got].format[0]) == NULL ||
-            ids[got].format[1] != '\0') {
-            PyBuffer_Release(&ids[got]);
-            PyErr_SetString(PyExc_TypeError, "calibrate_ids: each record's ids must be a uint32 buffer");
-            goto done;
-        }
-        total += ids[got].len / 4;
-    }
-    if ((first = malloc((size_t)(total < ncells ? total : ncells) * sizeof(int64_t) + 1)) == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
+    return 0;
+}
+
+static void calibration_release(CalibrationTables *t)
+{
+    PyBuffer_Release(&t->rows);
+    PyBuffer_Release(&t->mask);
+    if (t->classes.buf != NULL)
+        PyBuffer_Release(&t->classes);
+    PyBuffer_Release(&t->raw);
+    PyBuffer_Release(&t->cells);
+    if (t->counts.buf != NULL)
+        PyBuffer_Release(&t->counts);
+}
+
+static PyObject *calibrate_runs(const IdRun *runs, Py_ssize_t n, Py_ssize_t total, CalibrationTables *t)
+{
+    /* The counting shared by calibrate_ids and calibrate_flat: record i's ids are runs[i] (total ids
+     * in all). Returns the bytes of the cells counted from zero, or NULL with an exception set. */
+    Py_ssize_t i, vocab = t->mask.len, ncells = t->cells.len / (Py_ssize_t)sizeof(int64_t), touched = 0;
+    const uint64_t fold = t->fold;
+    int64_t *first;                     /* the cells counted from zero, in order */
+    int bad = 0;
+    PyObject *result;
+    if ((first = malloc((size_t)(total < ncells ? total : ncells) * sizeof(int64_t) + 1)) == NULL)
+        return PyErr_NoMemory();
     {
         PyThreadState *saved = release_gil_for((size_t)total * 4);    /* about a byte's work per id byte */
-        const uint8_t *is_raw = mask.buf;
-        const int32_t *class_of = classes.buf, *row_of = rows.buf;
-        int64_t *raw_out = raw.buf, *cell = cells.buf, *count = counts.buf;
+        const uint8_t *is_raw = t->mask.buf;
+        const int32_t *class_of = t->classes.buf, *row_of = t->rows.buf;
+        int64_t *raw_out = t->raw.buf, *cell = t->cells.buf, *count = t->counts.buf;
         /* Checked first: an id outside the vocabulary raises before anything is counted. */
         for (i = 0; i < n && !bad; i++) {
-            const uint32_t *v = ids[i].buf;
-            Py_ssize_t k, len = ids[i].len / 4;
+            const uint32_t *v = runs[i].ids;
+            Py_ssize_t k, len = runs[i].len;
             for (k = 0; k < len; k++)
                 bad |= v[k] >= (uint64_t)vocab;
         }
@@ -727,8 +727,8 @@ static PyObject *calibrate_ids(PyObject *Py_UNUSED(module), PyObject *args)
          * pass: a second pass would read the ids and the class table again). A cell outside cells
          * stops the pass there (a caller's error: what was counted before it stays counted). */
         for (i = 0; i < n && !bad; i++) {
-            const uint32_t *v = ids[i].buf;
-            Py_ssize_t k, len = ids[i].len / 4;
+            const uint32_t *v = runs[i].ids;
+            Py_ssize_t k, len = runs[i].len;
             const int64_t row = row_of[i];
             int64_t r = 0;
             for (k = 0; k < len; k++) {
@@ -765,23 +765,110 @@ static PyObject *calibrate_ids(PyObject *Py_UNUSED(module), PyObject *args)
     if (bad) {
         PyErr_Format(PyExc_ValueError, bad == 1 ? "token id outside the vocabulary (size %zd)"
                                                 : "calibrate_ids: a cell outside cells (vocabulary of %zd ids)", vocab);
+        result = NULL;
+    } else {
+        result = PyBytes_FromStringAndSize((const char *)first, touched * (Py_ssize_t)sizeof(int64_t));
+    }
+    free(first);
+    return result;
+}
+
+static PyObject *calibrate_ids(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    /* For each record i of a batch (its ids a uint32 buffer): raw[i] += the ids with mask[id] set,
+     * cells[rows[i] + classes[id]] += 1 for each id; in one pass over the ids without the GIL (the
+     * numpy specification, stats.calibrate_ids, makes five passes and temporaries). Returns the
+     * indexes of the cells that were zero and are no longer (int64, in the order first counted), so
+     * a caller reusing one zeroed table reads out and clears only those. With `counts` (int64 per id
+     * of the vocabulary), counts[id] += 1 for each id too, in the same pass: the token-id frequencies
+     * of a caller that keeps cells and counts across batches. `classes` is an int32 class per id, or
+     * an int F (a power of two), the folded classes: id below F or in a vocabulary of at most 2F ids,
+     * the id itself; above, F + id mod F. Computed, that class costs no table that the encoder
+     * running between two batches pushes out of the cache. Raises ValueError at an id outside the
+     * vocabulary (len(mask)), before anything is added, or at a cell outside cells (rows that do not
+     * fit the table: a caller's error). */
+    PyObject *arrays, *classes_arg, *seq = NULL, *result = NULL;
+    CalibrationTables t = {0};
+    Py_buffer *ids = NULL;
+    IdRun *runs = NULL;
+    Py_ssize_t n, i, got = 0, total = 0;
+    if (!PyArg_ParseTuple(args, "Oy*y*Ow*w*|w*:calibrate_ids", &arrays, &t.rows, &t.mask, &classes_arg, &t.raw,
+                          &t.cells, &t.counts))
+        return NULL;
+    if ((seq = PySequence_Fast(arrays, "calibrate_ids: id_arrays must be a sequence")) == NULL)
+        goto done;
+    n = PySequence_Fast_GET_SIZE(seq);
+    if (calibration_tables(classes_arg, &t, n, "calibrate_ids") < 0)
+        goto done;
+    if ((ids = calloc(n ? (size_t)n : 1, sizeof(Py_buffer))) == NULL ||
+        (runs = calloc(n ? (size_t)n : 1, sizeof(IdRun))) == NULL) {
+        PyErr_NoMemory();
         goto done;
     }
-    result = PyBytes_FromStringAndSize((const char *)first, touched * (Py_ssize_t)sizeof(int64_t));
+    for (got = 0; got < n; got++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, got), &ids[got], PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+            goto done;
+        if (ids[got].itemsize != 4 || ids[got].format == NULL || strchr("IL", ids[got].format[0]) == NULL ||
+            ids[got].format[1] != '\0') {
+            PyBuffer_Release(&ids[got]);
+            PyErr_SetString(PyExc_TypeError, "calibrate_ids: each record's ids must be a uint32 buffer");
+            goto done;
+        }
+        runs[got].ids = ids[got].buf;
+        runs[got].len = ids[got].len / 4;
+        total += runs[got].len;
+    }
+    result = calibrate_runs(runs, n, total, &t);
 done:
     for (i = 0; i < got; i++)
         PyBuffer_Release(&ids[i]);
     free(ids);
-    free(first);
+    free(runs);
     Py_XDECREF(seq);
-    PyBuffer_Release(&rows);
-    PyBuffer_Release(&mask);
-    if (classes.buf != NULL)
-        PyBuffer_Release(&classes);
-    PyBuffer_Release(&raw);
-    PyBuffer_Release(&cells);
-    if (counts.buf != NULL)
-        PyBuffer_Release(&counts);
+    calibration_release(&t);
+    return result;
+}
+
+static PyObject *calibrate_flat(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    /* calibrate_ids of a batch whose ids are one flat uint32 buffer, record i's the ids from ends[i - 1]
+     * (0 for the first) to ends[i] (int64, non-decreasing, the last at most the buffer's ids): the
+     * same counts, with no buffer per record. */
+    PyObject *classes_arg, *result = NULL;
+    CalibrationTables t = {0};
+    Py_buffer flat = {0}, ends = {0};
+    IdRun *runs = NULL;
+    Py_ssize_t n, i, at = 0;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*Ow*w*|w*:calibrate_flat", &flat, &ends, &t.rows, &t.mask, &classes_arg,
+                          &t.raw, &t.cells, &t.counts))
+        return NULL;
+    n = ends.len / (Py_ssize_t)sizeof(int64_t);
+    if (flat.len % 4 != 0 || ends.len % (Py_ssize_t)sizeof(int64_t) != 0) {
+        PyErr_SetString(PyExc_ValueError, "calibrate_flat: ids must be uint32 and ends int64");
+        goto done;
+    }
+    if (calibration_tables(classes_arg, &t, n, "calibrate_flat") < 0)
+        goto done;
+    if ((runs = calloc(n ? (size_t)n : 1, sizeof(IdRun))) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i = 0; i < n; i++) {
+        int64_t end = ((const int64_t *)ends.buf)[i];
+        if (end < at || end > flat.len / 4) {
+            PyErr_SetString(PyExc_ValueError, "calibrate_flat: ends must rise from 0 to at most the ids held");
+            goto done;
+        }
+        runs[i].ids = (const uint32_t *)flat.buf + at;
+        runs[i].len = (Py_ssize_t)(end - at);
+        at = (Py_ssize_t)end;
+    }
+    result = calibrate_runs(runs, n, at, &t);
+done:
+    free(runs);
+    PyBuffer_Release(&flat);
+    PyBuffer_Release(&ends);
+    calibration_release(&t);
     return result;
 }
 
@@ -2087,6 +2174,9 @@ static PyMethodDef module_methods[] = {
      "calibrate_ids(id_arrays, rows, mask, classes, raw, cells, counts=None)\n--\n\nEach record's raw-byte tokens into raw and its "
      "ids' (group row + class) cells into cells (classes: a table, or the folded classes' power of two), in one pass without the GIL; the int64 indexes of the cells counted "
      "from zero (bytes): see stats.calibrate_ids."},
+    {"calibrate_flat", calibrate_flat, METH_VARARGS,
+     "calibrate_flat(ids, ends, rows, mask, classes, raw, cells, counts=None)\n--\n\ncalibrate_ids of records whose ids "
+     "are one uint32 buffer, record i's ending at ends[i] (int64)."},
     {"merge_ids", merge_ids, METH_VARARGS,
      "merge_ids(merges, vocab)\n--\n\nA tokenizer.json's merges as (left, right, merged) int64 id columns "
      "(bytes), or None: see bpe_ops/merge_ids.py."},

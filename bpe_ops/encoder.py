@@ -29,9 +29,12 @@ from itertools import chain, compress, repeat
 from operator import is_
 from typing import Iterable, Mapping, Sequence
 
+import numpy as np
+
 from . import (dropout_encode, hf_components, hf_decoders, lazy, load, modes, saving, specials, table_cache,
                text_encoder)
 from .dropout import DropoutStream
+from .flat_ids import FlatIds
 from .implementation import DEFAULT, Implementation
 from .merging import (build_merge_table, byte_ids_of, byte_pairs, byte_symbols, classic_symbols, first_ranks,
                       invert, merge_dropout_python, merge_python, piece_merger, ranks_ascend)
@@ -300,6 +303,19 @@ class Tokenizer:
             return self.encode_arrays_in_thread(texts), None
         ids, counts, measured = encoder.encode_measure_texts(list(texts), separators, wide)
         return self._arrays_of(encoder, texts, ids, counts), measured
+
+    def encode_flat_measured_in_thread(self, texts: Sequence[str], separators: bytes,
+                                       wide: tuple[bytes, ...]) -> tuple[FlatIds, bytes | None]:
+        """`encode_measured_in_thread`, the ids as one `FlatIds` batch: where the texts are encoded in
+        one compiled call, its ids and counts as they come (no array per text)."""
+        encoder = self._threads.thread_encoder(lambda: self._text_encoder)
+        if encoder is None or not self._texts_in_one_call():
+            return FlatIds.of(self.encode_arrays_in_thread(texts)), None
+        ids, counts, measured = encoder.encode_measure_texts(list(texts), separators, wide)
+        lengths = np.frombuffer(counts, dtype=np.int64)
+        if len(lengths) and lengths.min() < 0:          # a text it handed back (-1): encoded alone
+            return FlatIds.of(self._arrays_of(encoder, texts, ids, counts)), measured
+        return FlatIds(np.frombuffer(ids, dtype=np.uint32), lengths), measured
 
     def _encode_arrays_together(self, encoder, texts: Sequence[str]) -> list[array]:
         """`_encode_array_with(encoder, text)` of each text, the texts encoded in one call that drops

@@ -31,11 +31,13 @@ import zlib
 from array import array
 from bisect import bisect_right
 from collections import Counter
+from functools import partial
 from operator import add, mul
 from typing import Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
+from .flat_ids import FlatIds
 from .pretokenize import to_utf8
 
 MOMENT_VARIABLES = ("tokens", "bytes", "chars", "words", "raw_byte_tokens")
@@ -393,13 +395,22 @@ def measure_batch(texts: Sequence[str], id_arrays: Sequence[Sequence[int]],
     if measured is not None:
         table = np.frombuffer(measured, dtype=np.int64).reshape(len(texts), 2 + DIGIT_RUN_LENGTHS)
         if len(texts) == 0 or table[:, 0].min() >= 0:
-            stats = (list(map(len, id_arrays)), table[:, 0].tolist(), list(map(len, texts)), table[:, 1].tolist())
+            stats = (id_counts(id_arrays), table[:, 0].tolist(), list(map(len, texts)), table[:, 1].tolist())
             return stats, np.ascontiguousarray(table[:, 2:])
     if _MEASURE_TEXTS is None:
         return batch_stats(texts, id_arrays), digit_runs_batch(texts)
     n_bytes, n_words, runs = _MEASURE_TEXTS(texts, _SPACE_CLASSES, _WIDE_SPACES)
-    stats = (list(map(len, id_arrays)), n_bytes, list(map(len, texts)), n_words)
+    stats = (id_counts(id_arrays), n_bytes, list(map(len, texts)), n_words)
     return stats, np.frombuffer(runs, dtype=np.int64).reshape(len(texts), DIGIT_RUN_LENGTHS)
+
+
+def id_counts(id_arrays: Sequence[Sequence[int]] | FlatIds) -> list[int]:
+    """How many ids each record has: a `FlatIds` batch's counts as they are, else each record's length.
+
+    >>> id_counts([[1, 2], []]), id_counts(FlatIds.of([[1, 2], []]))
+    ([2, 0], [2, 0])
+    """
+    return id_arrays.counts.tolist() if isinstance(id_arrays, FlatIds) else list(map(len, id_arrays))
 
 
 def _native_function(name: str):
@@ -427,6 +438,7 @@ def _calibrate_ids():
 _MEASURE_TEXTS = _measure_texts()
 _RECORD_GROUPS = _native_function("record_groups")
 _CALIBRATE_IDS = _calibrate_ids()
+_CALIBRATE_FLAT = _native_function("calibrate_flat")    # the same, over a FlatIds batch's one buffer
 MEASURE_SEPARATORS = (_SPACE_CLASSES, _WIDE_SPACES)     # the word separators the compiled measures read
 _SCRATCH = threading.local()
 
@@ -764,13 +776,21 @@ class Summary:
         raw = np.zeros(n, dtype=np.int64)
         # Each record's first cell: its group's row of the group x class table.
         row_of = group_of * np.int32(classes)
-        compiled = _CALIBRATE_IDS is not None and all(isinstance(a, array) and a.typecode == "I" for a in id_arrays)
-        if compiled:
+        flat = isinstance(id_arrays, FlatIds) and _CALIBRATE_FLAT is not None
+        compiled = flat or _CALIBRATE_IDS is not None and all(isinstance(a, array) and a.typecode == "I"
+                                                                for a in id_arrays)
+        if flat:
+            if not np.array_equal(id_arrays.counts, np.asarray(n_tokens, dtype=np.int64)):
+                raise ValueError("the records' id counts and their n_tokens disagree")
+            # One flat buffer: its records' ends say where each one's ids stop (no buffer per record).
+            calibrate, runs = partial(_CALIBRATE_FLAT, id_arrays.ids), id_arrays.ends
+        elif compiled:
             for ids, length in zip(id_arrays, n_tokens):
                 if len(ids) != length:
                     raise ValueError(f"a record's id array holds {len(ids)} ids, its n_tokens says {length}")
-        calibrate = _CALIBRATE_IDS if compiled else calibrate_ids
-        runs = id_arrays if compiled else _id_runs(id_arrays, n_tokens)
+            calibrate, runs = _CALIBRATE_IDS, id_arrays
+        else:
+            calibrate, runs = calibrate_ids, _id_runs(id_arrays, n_tokens)
         # The compiled pass computes the classes rather than read a table the encoder, running between
         # two batches, has pushed out of the cache.
         if compiled and ID_CLASS_FOLD is not None:

@@ -11,7 +11,6 @@
 """
 from __future__ import annotations
 
-import array
 import json
 import threading
 from collections import deque
@@ -24,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from bpe_ops.dropout import Dropout
+from bpe_ops.flat_ids import FlatIds
 from bpe_ops.stats import MEASURE_SEPARATORS, BatchCalibration, Summary, Tallies, measure_batch
 from schemas import tables
 from pipelines.core.files import writing
@@ -58,8 +58,8 @@ WRITES_QUEUED = 2
 
 
 class ChunkEncoder:
-    """The encoding step: each chunk's token ids (uint32 arrays, EOS appended), `batch_stats` columns,
-    digit runs and `Summary.batch_calibration`, computed on background threads.
+    """The encoding step: each chunk's token ids (one `FlatIds` batch, EOS appended), `batch_stats`
+    columns, digit runs and `Summary.batch_calibration`, computed on background threads.
 
     Args:
         tok: the loaded tokenizer.
@@ -114,24 +114,23 @@ class ChunkEncoder:
         for tallies in self.tallies:
             tallies.clear()
 
-    def ids(self, chunk, texts: list[str]) -> tuple[list, bytes | None]:
-        """The token ids of each record of the chunk (`texts`, its records' texts), as uint32
-        arrays, EOS appended; and the texts' measures where the encoder took them in its pass
+    def ids(self, chunk, texts: list[str]) -> tuple[FlatIds, bytes | None]:
+        """The token ids of the chunk's records (`texts`, its records' texts) as one `FlatIds` batch,
+        EOS appended; and the texts' measures where the encoder took them in its pass
         (`measure_batch`'s `measured`), else None."""
         measured = None
         if self.dropout is None:
-            # uint32 arrays straight from the compiled encoder's buffer (no Python int per id), by
-            # this thread's own compiled encoder (it drops the GIL: threads encode side by side).
-            id_arrays, measured = self.tok.encode_measured_in_thread(texts, *MEASURE_SEPARATORS)
+            # The compiled encoder's flat buffer and counts as they come (no Python object per id or
+            # per record), by this thread's own compiled encoder (it drops the GIL: threads encode
+            # side by side).
+            flat, measured = self.tok.encode_flat_measured_in_thread(texts, *MEASURE_SEPARATORS)
         else:
             # Each record's randomness is its own (seed, record id): the same ids whatever the order.
             p, seed = self.dropout.p, self.dropout.seed
-            id_arrays = [array.array("I", self.tok.encode(r.text, dropout=p, seed=seed, record_id=r.id))
-                         for r in chunk]
+            flat = FlatIds.of([self.tok.encode(r.text, dropout=p, seed=seed, record_id=r.id) for r in chunk])
         if self.eos_id is not None:
-            for ids in id_arrays:
-                ids.append(self.eos_id)
-        return id_arrays, measured
+            flat = flat.with_appended(self.eos_id)
+        return flat, measured
 
     def close(self) -> None:
         if self.pool is not None:
@@ -139,9 +138,9 @@ class ChunkEncoder:
 
 
 class RowGroup:
-    """Columns of the rows not yet written, filled a batch at a time. Each record's token ids are one
-    uint32 `array` (`Tokenizer.encode_array`), and the row group's ids reach Arrow as one flat
-    buffer, with no Python object per id."""
+    """Columns of the rows not yet written, filled a batch at a time. A batch's token ids are one
+    `FlatIds` (its records' ids in one uint32 buffer), and the row group's ids reach Arrow as one
+    flat buffer, with no Python object per id or per record."""
 
     def __init__(self, keep_types: dict[str, str], timestamp_field: str | None = None,
                  group_field: str | None = None):
@@ -152,7 +151,7 @@ class RowGroup:
         self.groups: list[str] = []
         self.event_times: list[int | None] = []     # epoch microseconds
         self.ids: list[str] = []
-        self.token_ids: list[array.array] = []
+        self.token_ids: list[FlatIds] = []
         self.stats: list[list[int]] = [[] for _ in tables.STAT_COLUMNS]
         self.keep: dict[str, list] = {k: [] for k in self.keep_fields}
         self.tokens = 0
@@ -162,11 +161,11 @@ class RowGroup:
         return len(self.ids)
 
     def extend(self, records, id_arrays, stats, record_ids: list[str] | None = None) -> None:
-        """Add a batch: its records (and their ids, when the caller has them), their token ids
-        (uint32 arrays; lists are converted) and their `batch_stats` columns."""
+        """Add a batch: its records (and their ids, when the caller has them), their token ids (a
+        `FlatIds` batch; each record's apart, as arrays or lists, is made one) and their
+        `batch_stats` columns."""
         self.ids += [r.id for r in records] if record_ids is None else record_ids
-        self.token_ids += (ids if isinstance(ids, array.array) and ids.typecode == "I" else array.array("I", ids)
-                           for ids in id_arrays)
+        self.token_ids.append(id_arrays if isinstance(id_arrays, FlatIds) else FlatIds.of(id_arrays))
         for column, values in zip(self.stats, stats):
             column += values
         for k in self.keep_fields:
@@ -185,7 +184,7 @@ class RowGroup:
         """The row group as an Arrow table; unless `count_ids` is false (they were counted as they were
         calibrated: `ChunkEncoder`'s tallies), its token ids are counted into `summary` in bulk here
         (numpy.bincount over the flat id array, no Python object per id)."""
-        values = np.frombuffer(b"".join(self.token_ids), dtype=np.uint32)
+        values = FlatIds.joined(self.token_ids).ids
         if count_ids and len(values):
             summary.add_dense_id_counts(np.bincount(values, minlength=summary.vocab_size))
         id_type = schema.field("token_ids").type.value_type
@@ -221,10 +220,12 @@ class UnsummedChunks:
         self.chunks: list[tuple] = []
         self.kept_fields = kept_fields      # whether the partials read the records' kept fields
 
-    def add(self, chunk, record_ids: list[str], id_arrays: list, stats, runs: np.ndarray, calibration) -> None:
-        """A chunk's records (`record_ids`, their ids) and what `ChunkEncoder` made of it."""
+    def add(self, chunk, record_ids: list[str], id_arrays: FlatIds, stats, runs: np.ndarray, calibration) -> None:
+        """A chunk's records (`record_ids`, their ids) and what `ChunkEncoder` made of it (its token ids
+        a `FlatIds` batch; each record's apart is made one)."""
         keeps = [r.keep for r in chunk] if self.kept_fields else None
-        self.chunks.append((record_ids, keeps, id_arrays, stats, runs, calibration))
+        flat = id_arrays if isinstance(id_arrays, FlatIds) else FlatIds.of(id_arrays)
+        self.chunks.append((record_ids, keeps, flat, stats, runs, calibration))
 
     def add_to(self, summary: Summary, partials) -> None:
         """Add the chunks held, in order, to `summary` and `partials` (if any) as one batch; hold none."""
@@ -233,14 +234,15 @@ class UnsummedChunks:
         chunks, self.chunks = self.chunks, []
         joined = chain.from_iterable
         record_ids = list(joined(c[0] for c in chunks))
-        id_arrays = list(joined(c[2] for c in chunks))
+        id_arrays = FlatIds.joined([c[2] for c in chunks])
         stats = tuple(list(joined(c[3][k] for c in chunks)) for k in range(len(chunks[0][3])))
         runs = np.concatenate([c[4] for c in chunks])
         summary.add_batch(*stats, record_ids=record_ids, id_arrays=id_arrays, digit_runs=runs,
                           calibration=BatchCalibration.joined([c[5] for c in chunks]))
         if partials is not None:
-            if self.kept_fields:
-                partials.add_batch(list(joined(c[1] for c in chunks)), stats, id_arrays, record_ids, digit_runs=runs)
+            if self.kept_fields:      # each record's ids apart: the partials split the batch record by record
+                partials.add_batch(list(joined(c[1] for c in chunks)), stats, id_arrays.arrays(), record_ids,
+                                   digit_runs=runs)
             partials.add_ids(record_ids)
 
 

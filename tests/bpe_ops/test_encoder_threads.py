@@ -136,6 +136,13 @@ def in_thread_beside_others(tok: Tokenizer, i: int, text: str) -> list[int]:
     return list(got[2])
 
 
+def in_thread_flat(tok: Tokenizer, i: int, text: str) -> list[int]:
+    """Each thread's fork handing a list's ids back as one FlatIds batch, beside a text it hands back."""
+    flat, _ = tok.encode_flat_measured_in_thread([text, "a\ud800b", text], *MEASURE_SEPARATORS)
+    assert len(flat) == 3 and flat[0].tolist() == flat[2].tolist()
+    return flat[2].tolist()
+
+
 CASES = {
     # name: (file, implementation, how each text is encoded); dropout in Python (no cache: every
     # piece merged) takes every third text
@@ -143,6 +150,8 @@ CASES = {
     "compiled-encode-array": ("regex", COMPILED, as_array),
     "compiled-thread-forks": ("regex", COMPILED, in_thread),
     "compiled-thread-lists": ("regex", COMPILED, in_thread_beside_others),
+    "compiled-thread-flat": ("regex", COMPILED, in_thread_flat),
+    "pure-python-thread-flat": ("regex", PURE, in_thread_flat),
     "pure-python": ("regex", PURE, plain),
     "pure-python-thread-path": ("regex", PURE, in_thread),
     "chain-compiled-merge": ("chain", COMPILED, plain),
@@ -267,6 +276,24 @@ def test_the_measures_taken_while_encoding_equal_the_measures_of_the_texts(files
     assert handed.cast("q").tolist()[0] == -1 and handed.cast("q").tolist()[7:9] == [2, 1]
     with pytest.raises(ValueError, match="256 bytes"):
         tok._text_encoder.fork().encode_measure_texts(["a"], b"x", ())
+
+
+@pytest.mark.parametrize("name", ["regex", "chain", "piece"])
+def test_a_batch_encoded_flat_is_the_batch_encoded_text_by_text(files, texts, name):
+    """`encode_flat_measured_in_thread` gives each text the ids `encode` gives it, as one FlatIds batch
+    (ids and counts), and the measures `encode_measured_in_thread` takes; with texts handed back (a
+    lone surrogate, a guarded character), empty texts, and an empty batch; on each file's path (one
+    compiled call, the Python chain, SentencePiece-style pieces)."""
+    tok = Tokenizer.from_file(files[name])
+    guard = getattr(getattr(tok, "_regex", None), "guard", None)
+    odd = ["", "a\ud800b 12", "x"] + ([f"w{guard[0][0]}w 3"] if guard else [])
+    for batch in (texts[:40], texts[:40] + odd, odd, []):
+        flat, measured = tok.encode_flat_measured_in_thread(batch, *MEASURE_SEPARATORS)
+        arrays, measured_apart = tok.encode_measured_in_thread(batch, *MEASURE_SEPARATORS)
+        assert len(flat) == len(batch) and flat.counts.tolist() == [len(tok.encode(t)) for t in batch]
+        assert [ids.tolist() for ids in flat] == [tok.encode(t) for t in batch] == [list(a) for a in arrays]
+        assert measured == measured_apart
+        assert measure_batch(batch, flat, measured)[0] == measure_batch(batch, arrays)[0]
 
 
 @needs_text_encoder

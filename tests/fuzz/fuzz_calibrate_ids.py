@@ -1,5 +1,5 @@
 """Fuzz target: the calibration counts of a batch's token ids (`_native.calibrate_ids`, one pass
-without the GIL) must equal those of its numpy specification (`stats.calibrate_ids` over `_id_runs`),
+without the GIL, and `_native.calibrate_flat`, the same over one flat buffer) must equal those of its numpy specification (`stats.calibrate_ids` over `_id_runs`),
 with and without the id counts, for ids inside and outside the vocabulary, empty records, folded id
 classes (from a table or computed from their fold) and cells already counted; an id outside the vocabulary is a ValueError from both (the compiled pass
 raising before it counts anything). Run from the worktree:
@@ -10,6 +10,7 @@ raising before it counts anything). Run from the worktree:
 (new corpus entries go to the first folder, crashing inputs to ./crash-*)."""
 import sys
 from array import array
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -18,6 +19,7 @@ from tests.fuzz import harness  # noqa: E402
 with harness.instrumented(__name__ == "__main__"):
     import numpy as np
     from bpe_ops import stats
+    from bpe_ops.flat_ids import FlatIds
 
 VOCAB_SIZES = (1, 2, 256, 300, 4096, 4097, 5000)
 
@@ -52,33 +54,37 @@ def check(data: bytes) -> None:
 
 def check_classes(id_lists, vocab_size, chunk, mask, table, classes) -> None:
     rows = np.array([stats.record_group(f"r{k}") * classes for k in range(len(id_lists))], dtype=np.int32)
-    results = []
     for with_counts in (False, True):
-        for compiled in (True, False):
+        results = []
+        for variant in ("arrays", "flat", "numpy"):
             raw, cells = np.zeros(len(id_lists), np.int64), np.zeros(stats.REPLICATE_GROUPS * classes, np.int64)
             cells[::5] = 1
             counts = np.arange(vocab_size, dtype=np.int64)
-            if compiled:
+            if variant == "arrays":
                 count, ids = stats._CALIBRATE_IDS, [array("I", x) for x in id_lists]
+            elif variant == "flat":         # the same records as one buffer and their ends
+                flat = FlatIds.of(id_lists)
+                count, ids = partial(stats._CALIBRATE_FLAT, flat.ids), flat.ends
             else:
                 count, ids = stats.calibrate_ids, stats._id_runs(id_lists, [len(x) for x in id_lists], chunk=chunk)
             try:
                 new = count(ids, rows, mask, table, raw, cells, *([counts] if with_counts else []))
             except ValueError as exc:
-                # The compiled pass checks every id first and counts nothing (the specification may
+                # The compiled passes check every id first and count nothing (the specification may
                 # have counted the runs before the bad one).
-                if compiled and (raw.any() or cells.sum() != len(cells[::5])
-                                 or counts.tolist() != list(range(vocab_size))):
-                    raise AssertionError(f"the compiled pass counted before raising on {id_lists!r}")
+                if variant != "numpy" and (raw.any() or cells.sum() != len(cells[::5])
+                                           or counts.tolist() != list(range(vocab_size))):
+                    raise AssertionError(f"the compiled pass ({variant}) counted before raising on {id_lists!r}")
                 results.append(str(exc))
             else:
                 results.append((raw.tolist(), cells.tolist(), sorted(np.frombuffer(new, np.int64).tolist()),
                                 counts.tolist() if with_counts else None))
-        if results[-2] != results[-1]:
-            raise AssertionError(f"compiled and numpy calibrations differ (counts: {with_counts}, classes: "
-                                 f"{table if isinstance(table, int) else 'table'}) on {id_lists!r}")
+        if not results[0] == results[1] == results[2]:
+            raise AssertionError(f"compiled (arrays, flat) and numpy calibrations differ (counts: {with_counts}, "
+                                 f"classes: {table if isinstance(table, int) else 'table'}) on {id_lists!r}")
+
 
 if __name__ == "__main__":
-    if stats._CALIBRATE_IDS is None:
+    if stats._CALIBRATE_IDS is None or stats._CALIBRATE_FLAT is None:
         sys.exit("fuzz_calibrate_ids: bpe_ops._native is not built")
     harness.fuzz(check)
