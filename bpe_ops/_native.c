@@ -37,6 +37,10 @@
  *                               jsonl_text_id over a batch of (offset, piece) pairs of a JSONL stream in
  *                               one pass without the GIL: None for a blank piece, True for one Python
  *                               reads (sources._read_jsonl is the specification).
+ *   jsonl_block(data, end, text_key, id_key, limit)
+ *                               jsonl_lines_fields of the lines of data[:end] (a block of whole lines,
+ *                               no object per line made for them): (texts, ids, odd) columns, the
+ *                               str objects filled without the GIL.
  *   id_hashes(ids)              each record id's 16-byte BLAKE2b, concatenated (tokenize_shard.id_hashes
  *                               is the specification: hashlib's).
  *   ranks_ascend(left, right, merged)
@@ -1004,6 +1008,7 @@ typedef struct {
     uint8_t *text, *id;                  /* the unescaped UTF-8 of the text and id members (malloc'd) */
     size_t text_n, id_n;
     int have_text, have_id;
+    int lent;                            /* text and id are the caller's, each room for the whole line */
 } LineFields;
 
 static int jsonl_scan(const uint8_t *s, size_t n, const char *text_key, size_t text_len, const char *id_key,
@@ -1048,9 +1053,11 @@ static int jsonl_scan(const uint8_t *s, size_t n, const char *text_key, size_t t
                 f->text_n = got, f->have_text = 1;
             if (is_id) {
                 if (is_text) {                               /* one member is both: its bytes once more */
-                    free(f->id);
-                    if ((f->id = malloc(got + 1)) == NULL)
-                        return -1;
+                    if (!f->lent) {
+                        free(f->id);
+                        if ((f->id = malloc(got + 1)) == NULL)
+                            return -1;
+                    }
                     memcpy(f->id, f->text, got);
                 }
                 f->id_n = got, f->have_id = 1;
@@ -1329,6 +1336,198 @@ done:
     free(status);
     free(held);
     Py_DECREF(seq);
+    return result;
+}
+
+/* ---- a block of JSONL lines ------------------------------------------------------------------- */
+
+typedef struct {
+    size_t at, n;                       /* the line's bytes in the block (without its LF) */
+    int status;                         /* LINE_BLANK, LINE_READ, LINE_PYTHON, or LINE_OVERSIZED */
+    size_t text_at, id_at;              /* where its text's and id's unescaped bytes are in the arenas */
+    LineFields f;
+    size_t text_chars, id_chars;        /* their characters and largest code point's str kind */
+    Py_UCS4 text_top, id_top;
+} BlockLine;
+
+enum { LINE_OVERSIZED = LINE_PYTHON + 1 };
+
+static PyObject *new_str_of(size_t chars, Py_UCS4 top)
+{
+    return PyUnicode_New((Py_ssize_t)chars, top);
+}
+
+static void fill_str(PyObject *str, const uint8_t *s, size_t n)
+{
+    /* A str made by new_str_of for valid UTF-8 s[0..n): its characters, without the GIL (the str is
+     * not yet shared). */
+    if (PyUnicode_KIND(str) == PyUnicode_1BYTE_KIND && PyUnicode_IS_ASCII(str))
+        memcpy(PyUnicode_DATA(str), s, n);
+    else
+        utf8_fill(s, n, PyUnicode_KIND(str), PyUnicode_DATA(str));
+}
+
+static PyObject *jsonl_block(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    /* The lines of data[0:end] (separated by LF; data[end] is the LF after the last, or end is
+     * len(data)), as `sources._read_jsonl` reads a batch of them, in three columns: texts, the str
+     * text of each line that is a row (a blank line is none: after its CR and BOM are dropped it holds
+     * only white space), None where Python must read the row; ids, the str id of each row (None where
+     * it has none), or None when id_key is None; odd, (row, offset of the line in data, its bytes)
+     * for each row Python reads (`jsonl_record` judges anything jsonl_text_id leaves), or (row,
+     * offset, its length) for a line longer than `limit` bytes (-1: no limit), which is never held.
+     * The lines are read without the GIL, into one buffer for all texts and one for all ids, and their
+     * str objects filled without it: the GIL is held only to make the objects. */
+    const uint8_t *data;
+    Py_ssize_t size, end, text_len, id_len = -1, limit;
+    const char *text_key, *id_key = NULL;
+    BlockLine *lines = NULL;
+    uint8_t *texts_arena = NULL, *ids_arena = NULL;
+    PyObject **text_objs = NULL, **id_objs = NULL;
+    PyObject *texts = NULL, *ids = NULL, *odd = NULL, *result = NULL;
+    size_t count = 0, k, rows = 0, at, text_used = 0, id_used = 0;
+    int failed = 0;
+    PyThreadState *saved;
+    if (!PyArg_ParseTuple(args, "y#ns#z#n:jsonl_block", &data, &size, &end, &text_key, &text_len, &id_key, &id_len,
+                          &limit))
+        return NULL;
+    if (end < 0 || end > size) {
+        PyErr_SetString(PyExc_ValueError, "jsonl_block: end must be within data");
+        return NULL;
+    }
+    /* The lines: one more than the LFs before end. */
+    for (at = 0; at < (size_t)end; at++) {
+        const uint8_t *lf = memchr(data + at, '\n', (size_t)end - at);
+        if (lf == NULL)
+            break;
+        count++;
+        at = (size_t)(lf - data);
+    }
+    count++;
+    if ((lines = calloc(count, sizeof(BlockLine))) == NULL || (texts_arena = malloc((size_t)end + 1)) == NULL ||
+        (id_key != NULL && (ids_arena = malloc((size_t)end + 1)) == NULL)) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    saved = release_gil_for((size_t)end);
+    for (k = 0, at = 0; k < count; k++) {
+        const uint8_t *lf = memchr(data + at, '\n', (size_t)end - at);
+        size_t stop = lf == NULL ? (size_t)end : (size_t)(lf - data);
+        BlockLine *line = &lines[k];
+        const uint8_t *s = data + at;
+        size_t n = stop - at;
+        int read;
+        line->at = at;
+        line->n = n;
+        at = stop + 1;
+        if (limit >= 0 && n > (size_t)limit) {
+            line->status = LINE_OVERSIZED;
+            rows++;
+            continue;
+        }
+        if (!line_prepared(&s, &n)) {
+            line->status = LINE_BLANK;
+            continue;
+        }
+        rows++;
+        line->text_at = text_used;
+        line->id_at = id_used;
+        line->f.lent = 1;
+        line->f.text = texts_arena + text_used;
+        line->f.id = ids_arena != NULL ? ids_arena + id_used : NULL;
+        read = jsonl_scan(s, n, text_key, (size_t)text_len, id_key, (size_t)id_len, &line->f);
+        if (read < 0) {
+            failed = 1;
+            break;
+        }
+        if (read == 0) {
+            line->status = LINE_PYTHON;
+            continue;
+        }
+        line->status = LINE_READ;
+        text_used += line->f.text_n;
+        line->text_top = utf8_extent(line->f.text, line->f.text_n, &line->text_chars);
+        if (line->f.have_id) {
+            id_used += line->f.id_n;
+            line->id_top = utf8_extent(line->f.id, line->f.id_n, &line->id_chars);
+        }
+    }
+    restore_gil(saved);
+    if (failed) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    /* The str objects, made with the GIL, filled without it, then listed with it. */
+    if ((text_objs = calloc(count, sizeof(PyObject *))) == NULL || (id_objs = calloc(count, sizeof(PyObject *))) == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (k = 0; k < count; k++) {
+        BlockLine *line = &lines[k];
+        if (line->status != LINE_READ)
+            continue;
+        if ((text_objs[k] = new_str_of(line->text_chars, line->text_top)) == NULL ||
+            (line->f.have_id && (id_objs[k] = new_str_of(line->id_chars, line->id_top)) == NULL))
+            goto done;
+    }
+    saved = release_gil_for(text_used + id_used);
+    for (k = 0; k < count; k++) {
+        BlockLine *line = &lines[k];
+        if (line->status != LINE_READ)
+            continue;
+        fill_str(text_objs[k], texts_arena + line->text_at, line->f.text_n);
+        if (id_objs[k] != NULL)
+            fill_str(id_objs[k], ids_arena + line->id_at, line->f.id_n);
+    }
+    restore_gil(saved);
+    if ((texts = PyList_New((Py_ssize_t)rows)) == NULL || (odd = PyList_New(0)) == NULL ||
+        (id_key != NULL && (ids = PyList_New((Py_ssize_t)rows)) == NULL))
+        goto done;
+    for (k = 0, rows = 0; k < count; k++) {
+        BlockLine *line = &lines[k];
+        PyObject *entry;
+        if (line->status == LINE_BLANK)
+            continue;
+        if (line->status == LINE_READ) {
+            PyList_SET_ITEM(texts, (Py_ssize_t)rows, text_objs[k]);
+            text_objs[k] = NULL;
+            if (ids != NULL) {
+                PyList_SET_ITEM(ids, (Py_ssize_t)rows, id_objs[k] != NULL ? id_objs[k] : Py_NewRef(Py_None));
+                id_objs[k] = NULL;
+            }
+            rows++;
+            continue;
+        }
+        PyList_SET_ITEM(texts, (Py_ssize_t)rows, Py_NewRef(Py_None));
+        if (ids != NULL)
+            PyList_SET_ITEM(ids, (Py_ssize_t)rows, Py_NewRef(Py_None));
+        entry = line->status == LINE_OVERSIZED
+                ? Py_BuildValue("(nnn)", (Py_ssize_t)rows, (Py_ssize_t)line->at, (Py_ssize_t)line->n)
+                : Py_BuildValue("(nny#)", (Py_ssize_t)rows, (Py_ssize_t)line->at, (const char *)data + line->at,
+                                (Py_ssize_t)line->n);
+        rows++;
+        if (entry == NULL || PyList_Append(odd, entry) < 0) {
+            Py_XDECREF(entry);
+            goto done;
+        }
+        Py_DECREF(entry);
+    }
+    result = PyTuple_Pack(3, texts, ids != NULL ? ids : Py_None, odd);
+done:
+    if (text_objs != NULL)
+        for (k = 0; k < count; k++) {
+            Py_XDECREF(text_objs[k]);
+            if (id_objs != NULL)
+                Py_XDECREF(id_objs[k]);
+        }
+    free(text_objs);
+    free(id_objs);
+    free(lines);
+    free(texts_arena);
+    free(ids_arena);
+    Py_XDECREF(texts);
+    Py_XDECREF(ids);
+    Py_XDECREF(odd);
     return result;
 }
 
@@ -2170,6 +2369,9 @@ static PyMethodDef module_methods[] = {
     {"measure_texts", measure_texts, METH_VARARGS,
      "measure_texts(texts, separators, wide)\n--\n\nEach text's UTF-8 bytes, whitespace words and ASCII digit "
      "runs (n x 5 int64 in a bytearray), in one pass without the GIL."},
+    {"jsonl_block", jsonl_block, METH_VARARGS,
+     "jsonl_block(data, end, text_key, id_key, limit)\n--\n\nThe lines of data[:end] as (texts, ids, odd) columns: "
+     "see sources._read_jsonl."},
     {"calibrate_ids", calibrate_ids, METH_VARARGS,
      "calibrate_ids(id_arrays, rows, mask, classes, raw, cells, counts=None)\n--\n\nEach record's raw-byte tokens into raw and its "
      "ids' (group row + class) cells into cells (classes: a table, or the folded classes' power of two), in one pass without the GIL; the int64 indexes of the cells counted "

@@ -25,7 +25,7 @@ import re
 import zlib
 from dataclasses import dataclass
 from functools import cached_property, partial
-from itertools import accumulate
+from itertools import accumulate, chain
 from types import NoneType
 from typing import BinaryIO, Iterable, Iterator, Sequence
 
@@ -417,7 +417,14 @@ def _read_jsonl(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: i
             yield _jsonl_item(offset, raw, row, shard, options)
         return
     relpath = shard.relpath
-    for batch in _piece_batches(f, b"\n", chunk_size, options.max_record_bytes, shard.part):
+    for batch in _piece_batches(f, b"\n", chunk_size, options.max_record_bytes, shard.part,
+                                blocks=_JSONL_BLOCK is not None):
+        if type(batch) is LineBlock:
+            items = _read_block(batch, row, shard, options, keys)
+            row += sum(len(item) if type(item) is list else 1 for item in items)
+            yield from items if batched else chain.from_iterable(
+                item if type(item) is list else (item,) for item in items)
+            continue
         read = _JSONL_LINES_FIELDS(batch, *keys)
         kinds = set(map(type, read))            # tuple: read; None: blank; bool (True): for Python
         if bool not in kinds:                   # the compiled pass read every line: records only
@@ -458,10 +465,54 @@ def _read_records(read: list[tuple[str, str | None]], row: int, relpath: str) ->
     if not read:
         return []
     texts, ids = zip(*read)
-    rows = range(row, row + len(read))
-    if None in ids:
+    return _records_of(texts, ids, row, relpath)
+
+
+def _records_of(texts: Sequence[str], ids: Sequence[str | None] | None, row: int, relpath: str) -> list[Record]:
+    """Records of the texts and ids (None: the default id, `relpath:row`, for each) of rows numbered
+    from `row`.
+
+    >>> [(r.id, r.text, r.row) for r in _records_of(["a", "b"], None, 3, "s.jsonl")]
+    [('s.jsonl:3', 'a', 3), ('s.jsonl:4', 'b', 4)]
+    """
+    rows = range(row, row + len(texts))
+    if ids is None:
+        ids = [f"{relpath}:{r}" for r in rows]
+    elif None in ids:
         ids = [f"{relpath}:{r}" if rid is None else rid for r, rid in zip(rows, ids)]
     return list(map(Record, ids, texts, rows))
+
+
+def _read_block(block: "LineBlock", row: int, shard: Shard, options: SourceOptions,
+                keys: tuple[str, str | None]) -> list:
+    """The items of a block of whole JSONL lines (`_split_batches`' `LineBlock`), rows numbered from
+    `row`, as `_read_jsonl` makes them of the same lines given one by one: lists of records, each
+    rejected row alone between them. `_native.jsonl_block` reads the lines in one call (their texts
+    and ids as two columns); the lines it leaves (anything json.loads must judge, an oversized line)
+    are read here."""
+    limit = options.max_record_bytes
+    texts, ids, odd = _JSONL_BLOCK(block.data, block.end, *keys, -1 if limit is None else limit)
+    relpath = shard.relpath
+    if not odd:
+        return [_records_of(texts, ids, row, relpath)] if texts else []
+    items, records, at = [], [], 0
+    for index, position, line in odd:
+        records += _records_of(texts[at:index], ids and ids[at:index], row + at, relpath)
+        offset = block.start + position
+        item = (too_large(Oversized(offset, line), shard, row + index, options) if type(line) is int else
+                _jsonl_item(*jsonl_line(offset, _without_cr(line)), row + index, shard, options))
+        at = index + 1
+        if type(item) is Record:
+            records.append(item)
+            continue
+        if records:                         # the records before a rejected row come first
+            items.append(records)
+            records = []
+        items.append(item)
+    records += _records_of(texts[at:], ids and ids[at:], row + at, relpath)
+    if records:
+        items.append(records)
+    return items
 
 
 def _jsonl_item(offset: int, raw: bytes | Oversized, row: int, shard: Shard, options: SourceOptions):
@@ -490,16 +541,16 @@ def too_large(piece: "Oversized", shard: Shard, row: int, options: SourceOptions
 
 
 def _compiled_jsonl():
-    """The compiled `_native.jsonl_text_id` and `_native.jsonl_lines_fields`, or None for both
-    where bpe_ops._native is not built."""
+    """The compiled `_native.jsonl_text_id`, `_native.jsonl_lines_fields` and `_native.jsonl_block`,
+    or None for each where bpe_ops._native is not built."""
     try:
-        from bpe_ops._native import jsonl_lines_fields, jsonl_text_id
+        from bpe_ops._native import jsonl_block, jsonl_lines_fields, jsonl_text_id
     except ImportError:
-        return None, None
-    return jsonl_text_id, jsonl_lines_fields
+        return None, None, None
+    return jsonl_text_id, jsonl_lines_fields, jsonl_block
 
 
-_JSONL_TEXT_ID, _JSONL_LINES_FIELDS = _compiled_jsonl()
+_JSONL_TEXT_ID, _JSONL_LINES_FIELDS, _JSONL_BLOCK = _compiled_jsonl()
 
 
 def jsonl_record(raw: bytes, offset: int, row: int, shard: Shard,
@@ -639,6 +690,15 @@ def _read_parquet(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size:
 # ---------------------------------------------------------------------------- bytes -> records
 
 @dataclass(frozen=True)
+class LineBlock:
+    """Whole pieces of a stream as read: `data[:end]`, the pieces separated by the one-byte separator
+    (the byte at `end` the one after the last); the first starts at file offset `start`."""
+    data: bytes
+    end: int
+    start: int
+
+
+@dataclass(frozen=True)
 class Oversized:
     """A piece longer than the bound, in place of its bytes (which were skipped, never held)."""
     offset: int
@@ -659,14 +719,15 @@ def _pieces(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None,
 
 
 def _piece_batches(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None,
-                   part: Part | None) -> Iterator[list[tuple[int, bytes | Oversized]]]:
+                   part: Part | None, blocks: bool = False) -> Iterator[list[tuple[int, bytes | Oversized]]]:
     """The pieces between separators of the whole stream, or those of a byte-range part, in lists
     (`_split_batches`): the pieces STARTING in [part.start, part.end) (a piece starts at 0 or right
     after a separator), the last of them read past the end to its own end. Another part starts at
     the first separator ending at or after its start, so every piece belongs to exactly one part
-    (`splittable_separator` keeps out separators whose occurrences could overlap)."""
+    (`splittable_separator` keeps out separators whose occurrences could overlap). With `blocks`, a
+    whole stream's reads may come as `LineBlock`s (see `_split_batches`); a part's never do."""
     if part is None:
-        yield from _split_batches(f, sep, chunk_size, limit)
+        yield from _split_batches(f, sep, chunk_size, limit, blocks=blocks)
         return
     if part.kind == "frames":
         yield from _frame_piece_batches(f, sep, chunk_size, limit, part)
@@ -756,14 +817,19 @@ def _split_stream(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None = 
 
 
 def _split_batches(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None = None,
-                   base: int = 0) -> Iterator[list[tuple[int, bytes | Oversized]]]:
+                   base: int = 0, blocks: bool = False) -> Iterator[list[tuple[int, bytes | Oversized]] | LineBlock]:
     """The pieces of a byte stream between separators, each with the stream offset where it
     starts, in lists: those a read completes (so a reader pays its per-piece work a list at a time);
     a UTF-8 BOM at the very start is dropped. The stream is read `chunk_size` bytes at a
     time: a separator may straddle two chunks, and a piece spanning many chunks is kept as a list
     of parts joined once, so a long piece costs linear time. A piece that grows past `limit` bytes
     is not kept: its parts are dropped as they come and it is yielded as `Oversized`, so memory
-    stays bounded by `limit` plus a chunk. `base`: the file offset where the stream starts."""
+    stays bounded by `limit` plus a chunk. `base`: the file offset where the stream starts.
+
+    With `blocks` (a one-byte separator), the pieces a read completes come as one `LineBlock` (their
+    bytes as read, no bytes object per piece) where each is whole and none starts the stream: the
+    reader then splits them itself, and judges the `limit` of each."""
+    blocks = blocks and len(sep) == 1
     k = len(sep) - 1              # bytes of a separator that can end one chunk and go on in the next
     parts: list[bytes] = []       # the unfinished piece (only its last k bytes once it is oversized)
     held = 0                      # its length so far
@@ -782,6 +848,17 @@ def _split_batches(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None =
                 oversized, parts = True, [tail]
             else:
                 parts.append(chunk)
+            continue
+        if blocks and not oversized and start != 0:
+            # The unfinished piece is held whole (not oversized): the block starts with it.
+            joined = b"".join(parts + [chunk])
+            end = joined.rfind(sep)
+            yield LineBlock(joined, end, start)
+            rest = joined[end + 1:]
+            start += end + 1
+            held, tail, parts = len(rest), b"", [rest]
+            if limit is not None and held > limit:
+                oversized, parts = True, [tail]
             continue
         kept = sum(map(len, parts))              # bytes of the unfinished piece still held
         *pieces, rest = b"".join(parts + [chunk]).split(sep)

@@ -2,8 +2,8 @@
 compiled read of its text and id (`_native.jsonl_text_id`, where it takes the line) must give
 exactly the record or rejection that json.loads gives (`sources._jsonl_record_loaded`, the
 specification), for every text and id field pair and both invalid-UTF-8 policies. And the whole
-input as a JSONL stream: read in batches (`_native.jsonl_lines_fields`) it must give what reading
-it line by line gives, the records' ids hashed by the compiled BLAKE2b (`_native.id_hashes`)
+input as a JSONL stream: read in blocks of whole lines (`_native.jsonl_block`) and in batches of
+lines (`_native.jsonl_lines_fields`) it must give what reading it line by line gives, the records' ids hashed by the compiled BLAKE2b (`_native.id_hashes`)
 what hashlib gives, and their calibration groups (`_native.record_groups`) what `record_group` gives. Run from the worktree:
 
     mkdir -p /tmp/fuzz-jsonl_record && python3 tests/fuzz/fuzz_jsonl_record.py -max_total_time=600 \
@@ -56,13 +56,19 @@ def check_stream(data: bytes) -> None:
         options = SourceOptions(text_field=options.text_field, id_field=options.id_field,
                                 invalid_utf8=options.invalid_utf8, max_record_bytes=64)
         got = list(sources._read_jsonl(io.BytesIO(data), SHARD, options, chunk))
-        compiled, sources._JSONL_LINES_FIELDS = sources._JSONL_LINES_FIELDS, None
+        block, sources._JSONL_BLOCK = sources._JSONL_BLOCK, None
         try:
-            expected = list(sources._read_jsonl(io.BytesIO(data), SHARD, options, chunk))
+            per_line = list(sources._read_jsonl(io.BytesIO(data), SHARD, options, chunk))
+            compiled, sources._JSONL_LINES_FIELDS = sources._JSONL_LINES_FIELDS, None
+            try:
+                expected = list(sources._read_jsonl(io.BytesIO(data), SHARD, options, chunk))
+            finally:
+                sources._JSONL_LINES_FIELDS = compiled
         finally:
-            sources._JSONL_LINES_FIELDS = compiled
-        if got != expected:
-            raise AssertionError(f"batch and line-by-line reads differ on {data!r}: {got!r} / {expected!r}")
+            sources._JSONL_BLOCK = block
+        if got != expected or per_line != expected:
+            raise AssertionError(f"block, batch and line-by-line reads differ on {data!r}: {got!r} / {per_line!r} / "
+                                 f"{expected!r}")
         # The records' ids hashed as the repeated-id count hashes them: compiled BLAKE2b == hashlib's.
         ids = [item.id for item in got if item.id is not None] + [data.decode("utf-8", "surrogateescape")]
         digests = b"".join(hashlib.blake2b(str(i).encode("utf-8", "surrogatepass"), digest_size=16).digest()

@@ -535,6 +535,58 @@ def test_jsonl_streams_read_in_batches_equal_line_by_line(monkeypatch, chunk_siz
     assert sources._JSONL_LINES_FIELDS(batch, "text", "id") == [None, ("a", "i"), True, True]
 
 
+@pytest.mark.parametrize("chunk_size", [5, 64, 4096, 1 << 16])
+@pytest.mark.parametrize("text_field, id_field", [("text", "id"), ("text", None), ("id", "id")])
+def test_blocks_of_lines_read_as_their_lines_one_by_one(monkeypatch, chunk_size, text_field, id_field):
+    """The lines a read completes, handed to `_native.jsonl_block` as one block of bytes (texts and ids
+    back as two columns, their str objects filled without the GIL), give the records and rejections
+    of reading the same lines one by one and of the per-line batch (`jsonl_lines_fields`): rows,
+    ids, offsets in the details, every str kind, escapes, CRLF, BOMs, blank and oversized lines."""
+    if sources._JSONL_BLOCK is None:
+        pytest.skip("bpe_ops._native not built")
+    corners = [line.replace(b'"text"', f'"{text_field}"'.encode()) for line in JSONL_CORNERS + STREAM_EXTRAS]
+    oversized = b'{"%s":"%s"}' % (text_field.encode(), b"o" * 30_000)
+    data = (b"\n".join(corners * 3 + [oversized] + corners[::-1]) + b"\n" +
+            b'{"%s":"last, no LF"}' % text_field.encode())
+    shard = Shard("mem/b.jsonl", "b.jsonl", 0)
+    split = list(sources._split_batches(io.BytesIO(data), b"\n", chunk_size, 20_000, blocks=True))
+    assert sum(type(b) is sources.LineBlock for b in split) >= (3 if chunk_size < len(data) // 4 else 1)
+    for policy in ("replace", "reject"):
+        options = SourceOptions(text_field=text_field, id_field=id_field, invalid_utf8=policy,
+                                max_record_bytes=20_000)
+        got = list(sources._read_jsonl(io.BytesIO(data), shard, options, chunk_size, batched=True))
+        with monkeypatch.context() as m:
+            m.setattr(sources, "_JSONL_BLOCK", None)           # the per-line batches
+            per_line = list(sources._read_jsonl(io.BytesIO(data), shard, options, chunk_size, batched=True))
+            m.setattr(sources, "_JSONL_LINES_FIELDS", None)    # line by line, json.loads the specification
+            one_by_one = list(sources._read_jsonl(io.BytesIO(data), shard, options, chunk_size))
+        flat = [x for item in got for x in (item if type(item) is list else [item])]
+        assert flat == [x for item in per_line for x in (item if type(item) is list else [item])] == one_by_one
+        assert [x.row for x in flat] == list(range(len(flat)))
+        assert all(item and all(type(r) is Record for r in item) for item in got if type(item) is list)
+        assert sum(isinstance(x, Rejected) and x.reason == "record_too_large" for x in flat) == 1
+        assert sum(type(x) is Record and len(x.text) > 2000 and max(x.text) > "\uffff" for x in flat) >= 4
+        unbatched = list(sources._read_jsonl(io.BytesIO(data), shard, options, chunk_size))
+        assert unbatched == one_by_one
+
+
+def test_a_block_s_columns_name_the_lines_python_reads():
+    """`jsonl_block`'s own answer: a text (and id) per row, None for a row Python reads, and for those
+    the row, the line's offset and its bytes (or its length, past the limit); blank lines no row."""
+    if sources._JSONL_BLOCK is None:
+        pytest.skip("bpe_ops._native not built")
+    data = (b'{"text":"a\\u00e9","id":"x"}\r\n \n{"text":"p"}\n{bad}\n\xef\xbb\xbf{"text":"bom"}\n'
+            b'{"text":"' + b"z" * 40 + b'"}\n{"text":"unfinished')
+    end, bad, long = data.rfind(b"\n"), data.index(b"{bad}"), data.index(b'{"text":"z')
+    assert sources._JSONL_BLOCK(data, end, "text", "id", 30) == (
+        ["a\u00e9", "p", None, "bom", None], ["x", None, None, None, None],
+        [(2, bad, b"{bad}"), (4, long, 51)])
+    assert sources._JSONL_BLOCK(data, end, "text", None, -1)[1:] == (None, [(2, bad, b"{bad}")])
+    assert sources._JSONL_BLOCK(b"", 0, "text", "id", -1) == ([], [], [])
+    with pytest.raises(ValueError, match="within data"):
+        sources._JSONL_BLOCK(b"ab", 3, "text", "id", -1)
+
+
 @pytest.mark.parametrize("chunk_size", [7, 200, 1 << 20])
 def test_batches_of_good_lines_become_the_records_read_line_by_line(monkeypatch, chunk_size):
     """A batch whose every line the compiled pass reads becomes its records in one call
