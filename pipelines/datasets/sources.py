@@ -724,24 +724,35 @@ def _piece_batches(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None,
     (`_split_batches`): the pieces STARTING in [part.start, part.end) (a piece starts at 0 or right
     after a separator), the last of them read past the end to its own end. Another part starts at
     the first separator ending at or after its start, so every piece belongs to exactly one part
-    (`splittable_separator` keeps out separators whose occurrences could overlap). With `blocks`, a
-    whole stream's reads may come as `LineBlock`s (see `_split_batches`); a part's never do."""
+    (`splittable_separator` keeps out separators whose occurrences could overlap). With `blocks`,
+    reads may come as `LineBlock`s (see `_split_batches`)."""
     if part is None:
         yield from _split_batches(f, sep, chunk_size, limit, blocks=blocks)
         return
     if part.kind == "frames":
-        yield from _frame_piece_batches(f, sep, chunk_size, limit, part)
+        yield from _frame_piece_batches(f, sep, chunk_size, limit, part, blocks)
         return
     begin = 0 if part.start == 0 else _boundary_after(f, sep, part.start, chunk_size)
     if begin is None or begin >= part.end:
         return
     f.seek(begin)
-    yield from _batches_before(_split_batches(f, sep, chunk_size, limit, base=begin), part.end)
+    yield from _batches_before(_split_batches(f, sep, chunk_size, limit, base=begin, blocks=blocks), part.end, sep)
 
 
-def _batches_before(batches: Iterator[list], end: int) -> Iterator[list]:
-    """The batches of pieces up to the first piece starting at `end` or after it, which ends them."""
+def _batches_before(batches: Iterator[list | LineBlock], end: int, sep: bytes = b"\n") -> Iterator[list | LineBlock]:
+    """The batches of pieces up to the first piece starting at `end` or after it, which ends them (a
+    `LineBlock` is cut after its last piece starting before `end`; `sep` is its separator)."""
     for batch in batches:
+        if type(batch) is LineBlock:
+            before = end - batch.start          # the block's pieces start at 0 and after each separator
+            if before <= 0:
+                return
+            cut = batch.data.find(sep, before - 1, batch.end + 1)
+            if 0 <= cut <= batch.end:           # the pieces after the separator at `cut` start at `end` or after
+                yield LineBlock(batch.data, cut, batch.start)
+                return
+            yield batch
+            continue
         if batch and batch[-1][0] >= end:
             yield [piece for piece in batch if piece[0] < end]
             return
@@ -749,7 +760,7 @@ def _batches_before(batches: Iterator[list], end: int) -> Iterator[list]:
 
 
 def _frame_piece_batches(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None,
-                         part: Part) -> Iterator[list[tuple[int, bytes | Oversized]]]:
+                         part: Part, blocks: bool = False) -> Iterator[list[tuple[int, bytes | Oversized]] | LineBlock]:
     """The lines of a run of zstd frames (`f` decompresses from its first frame, at decompressed
     offset part.start), in lists. The byte before the run is in another frame, so ownership is
     shifted by one: the first part holds the lines starting in [0, end], a later one those starting
@@ -769,7 +780,7 @@ def _frame_piece_batches(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | 
             skipped += len(chunk)
     if begin > part.end:
         return
-    yield from _batches_before(_split_batches(f, sep, chunk_size, limit, base=begin), part.end + 1)
+    yield from _batches_before(_split_batches(f, sep, chunk_size, limit, base=begin, blocks=blocks), part.end + 1, sep)
 
 
 class _Resumed:

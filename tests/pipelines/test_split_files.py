@@ -16,6 +16,7 @@ from pipelines import tokenize, train
 from pipelines.datasets.shards import progress_line, split_size
 from pipelines.datasets.parts import count_rows, plan_parts, with_first_row
 from pipelines.datasets.sources import SourceOptions, expand_inputs, read_shard
+from pipelines.datasets import sources
 
 pytestmark = pytest.mark.slow
 
@@ -61,15 +62,25 @@ def read_in_parts(shard, options, size, chunk_size=1 << 20):
     (SourceOptions(), {"bad_json"}),
     (SourceOptions(max_record_bytes=1200, invalid_utf8="reject"), {"bad_json", "invalid_utf8", "record_too_large"})],
     ids=["default", "strict"])
-def test_jsonl_parts_give_the_records_rows_and_rejections_of_the_whole_file(tmp_path, options, reasons):
+def test_jsonl_parts_give_the_records_rows_and_rejections_of_the_whole_file(tmp_path, options, reasons, monkeypatch):
+    """Parts read in blocks of lines (`_native.jsonl_block`, each block cut where the part ends) give
+    what the whole file gives, and that is what reading it line by line gives."""
     path = tmp_path / "mixed.jsonl"
     path.write_bytes(hostile_jsonl())
     shard, whole = read_whole(path, options)
+    with monkeypatch.context() as m:
+        m.setattr(sources, "_JSONL_BLOCK", None)
+        m.setattr(sources, "_JSONL_LINES_FIELDS", None)
+        assert read_whole(path, options)[1] == whole
     assert {item.get("reason") for item in whole} == reasons | {None}
-    for size, chunk_size in ((4096, 13), (4099, 4096), (50_000, 1 << 20)):
+    blocks = []
+    monkeypatch.setattr(sources, "_read_block", lambda block, *a, read=sources._read_block: (
+        blocks.append(block), read(block, *a))[1])
+    for size, chunk_size in ((4096, 13), (4099, 4096), (50_000, 1 << 20), (50_001, 7_000)):
         units, why, items = read_in_parts(shard, options, size, chunk_size)
         assert len(units) == -(-shard.size // size) and why == {}
         assert items == whole, (size, chunk_size)
+    assert sources._JSONL_BLOCK is None or len(blocks) > 100
 
 
 @pytest.mark.parametrize("separator", [None, "<|endoftext|>", "\n\n"], ids=["lines", "eot", "blank-line"])
