@@ -74,6 +74,15 @@ class FlatIds:
         out[last] = token_id
         return FlatIds(out, self.counts + 1)
 
+    def split(self, k: int) -> tuple["FlatIds", "FlatIds"]:
+        """The first `k` records and the rest, as two batches (views of this one's ids).
+
+        >>> [[ids.tolist() for ids in part] for part in FlatIds.of([[1], [2, 3], [4]]).split(2)]
+        [[[1], [2, 3]], [[4]]]
+        """
+        at = int(self.ends[k - 1]) if k else 0
+        return FlatIds(self.ids[:at], self.counts[:k]), FlatIds(self.ids[at:], self.counts[k:])
+
     def arrays(self) -> list[array]:
         """Each record's ids as a uint32 `array` of its own (for callers that hold records apart)."""
         out = []

@@ -35,7 +35,7 @@ from pipelines.datasets.shards import ShardReader, numbered
 from pipelines.datasets.tokenizer_files import TokenizerRef, load_identified_tokenizer
 from pipelines.statistics.breakdowns import BreakdownSummaries, Breakdowns, add_file
 from pipelines.statistics.windows import format_utc
-from pipelines.steps.tokenize_steps import (CHUNK_TEXT_CHARS, ENCODE_BATCH_RECORDS, ENCODE_CHUNK_RECORDS,
+from pipelines.steps.tokenize_steps import (CHUNK_MAX_RECORDS, CHUNK_TEXT_CHARS, ENCODE_CHUNK_RECORDS,
                                             FIRST_CHUNK_RECORDS, OVERLAP_TEXT_BYTES, WRITE_POOL,
                                             ChunkEncoder, RowGroup, RowGroupWriter, UnsummedChunks)
 
@@ -57,19 +57,19 @@ def chunk_ends(records: int, first_size: int | None, chars: int, submitted: int)
     """Whether a chunk of `records` records (`chars` characters), after `submitted` records of the
     shard, is sent to encode now. A shard's first chunks have FIRST_CHUNK_RECORDS records; then a
     chunk grows by ENCODE_CHUNK_RECORDS records at a time until its text reaches CHUNK_TEXT_CHARS or it
-    ends at a multiple of ENCODE_BATCH_RECORDS: chunks of short records are long (each chunk costs the
-    threads the same hand-overs of the GIL, whatever its size), and none spans the place where a row
-    group may be cut (a multiple of ENCODE_BATCH_RECORDS), so the files are cut where they were.
+    ends at a multiple of CHUNK_MAX_RECORDS: chunks of short records are long (each chunk costs the
+    threads the same hand-overs of the GIL, whatever its size). Where a row group is cut does not
+    depend on the chunks (`RowGroup.rows_before_cut`).
 
-    >>> chunk_ends(4, 4, 40, 0), chunk_ends(16, None, 500, 16), chunk_ends(16, None, 40_000, 16)
+    >>> chunk_ends(4, 4, 40, 0), chunk_ends(16, None, 500, 16), chunk_ends(16, None, 140_000, 16)
     (True, False, True)
-    >>> chunk_ends(240, None, 500, 16), chunk_ends(31, None, 40_000, 16)
-    (True, False)
+    >>> chunk_ends(1008, None, 500, 16), chunk_ends(240, None, 500, 16), chunk_ends(31, None, 140_000, 16)
+    (True, False, False)
     """
     if first_size is not None:
         return records >= first_size
     return records % ENCODE_CHUNK_RECORDS == 0 and (
-        chars >= CHUNK_TEXT_CHARS or (submitted + records) % ENCODE_BATCH_RECORDS == 0)
+        chars >= CHUNK_TEXT_CHARS or (submitted + records) % CHUNK_MAX_RECORDS == 0)
 
 
 def read_shard_metadata(url: str) -> dict | None:
@@ -318,17 +318,21 @@ class TokenizeShard(beam.DoFn):
 
     def settle(self, in_flight, group: "RowGroup", summary, partials, writer, unsummed: UnsummedChunks) -> "RowGroup":
         """Add a chunk whose encoding was started (`(chunk, size, future)`) to `group` (and to
-        `unsummed`), and write the group once it is full at a whole number of ENCODE_BATCH_RECORDS
-        records, its chunks added to the summary; returns the group to go on with."""
+        `unsummed`), writing the group wherever it is full at a whole number of ENCODE_BATCH_RECORDS
+        records (`RowGroup.rows_before_cut`: a long chunk may hold more than one such place), the
+        chunks held added to the summary first; returns the group to go on with."""
         chunk, _, measured = in_flight
         record_ids, id_arrays, stats, runs, calibration = measured.result()
-        group.extend(chunk, id_arrays, stats, record_ids)
         unsummed.add(chunk, record_ids, id_arrays, stats, runs, calibration)
-        if group.rows % ENCODE_BATCH_RECORDS == 0 and group.full():
+        while (taken := group.rows_before_cut(stats[0])) is not None:
+            ids_taken, id_arrays = id_arrays.split(taken)
+            group.extend(chunk[:taken], ids_taken, [column[:taken] for column in stats], record_ids[:taken])
+            chunk, record_ids, stats = chunk[taken:], record_ids[taken:], [column[taken:] for column in stats]
             unsummed.add_to(summary, partials)
-            table = group.to_table(self.schema, summary, count_ids=False)
-            self.writes.start(writer.write_table, table)
-            return self.new_row_group()
+            self.writes.start(writer.write_table, group.to_table(self.schema, summary, count_ids=False))
+            group = self.new_row_group()
+        if chunk:
+            group.extend(chunk, id_arrays, stats, record_ids)
         return group
 
     def finish_bundle(self):

@@ -17,7 +17,7 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from itertools import chain
 from contextlib import ExitStack
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -38,8 +38,12 @@ ENCODE_BATCH_RECORDS = 256
 # records to its last.
 ENCODE_CHUNK_RECORDS = 16
 # ... unless its records are short: a chunk grows, 16 records at a time, until its text holds this
-# many characters (or up to ENCODE_BATCH_RECORDS records): see `tokenize_shard.chunk_ends`.
-CHUNK_TEXT_CHARS = 32_768
+# many characters or it ends at a multiple of CHUNK_MAX_RECORDS records: see
+# `tokenize_shard.chunk_ends`. Each chunk costs the threads and the reading thread the same steps of
+# Python whatever its size (~90 us), so chunks of short records are long. A chunk may span the place
+# where a row group is cut: `RowGroup.rows_before_cut` finds it, so the files do not depend on it.
+CHUNK_TEXT_CHARS = 131_072
+CHUNK_MAX_RECORDS = 1_024
 # A shard's first chunks are smaller, so the threads start on it after a few records rather than a
 # whole chunk of them; they add up to one chunk, so row groups are cut where they were.
 FIRST_CHUNK_RECORDS = (4, 4, 8)
@@ -179,6 +183,26 @@ class RowGroup:
 
     def full(self) -> bool:
         return self.rows >= ROW_GROUP_ROWS or self.tokens >= ROW_GROUP_TOKENS
+
+    def rows_before_cut(self, n_tokens: Sequence[int]) -> int | None:
+        """How many of the records that come next (their ids' counts `n_tokens`) this group takes
+        before it is cut: up to the first whole number of ENCODE_BATCH_RECORDS rows at which it is
+        `full`; None when it is not full at any such place within them.
+
+        >>> group = RowGroup({})
+        >>> group.rows_before_cut([10] * 300), group.rows_before_cut([20_000] * 300)
+        (None, 256)
+        """
+        first = self.rows - self.rows % ENCODE_BATCH_RECORDS + ENCODE_BATCH_RECORDS
+        last = self.rows + len(n_tokens)
+        if first > last:
+            return None
+        tokens = np.cumsum(n_tokens)
+        for place in range(first, last + 1, ENCODE_BATCH_RECORDS):
+            taken = place - self.rows
+            if place >= ROW_GROUP_ROWS or self.tokens + int(tokens[taken - 1]) >= ROW_GROUP_TOKENS:
+                return taken
+        return None
 
     def to_table(self, schema: pa.Schema, summary: Summary, count_ids: bool = True) -> pa.Table:
         """The row group as an Arrow table; unless `count_ids` is false (they were counted as they were

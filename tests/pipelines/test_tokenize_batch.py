@@ -250,10 +250,40 @@ def test_row_groups_are_cut_after_whole_batches_whatever_the_first_chunks(tmp_pa
     assert table.column("token_ids").to_pylist() == [loaded.encode(line) for line in lines]
 
 
+def test_row_groups_are_cut_where_full_at_whole_batches_though_chunks_span_those_places(tmp_path, tok, monkeypatch):
+    # Chunks of short records are long (up to CHUNK_MAX_RECORDS records) and may hold a place where a
+    # row group is cut: the groups are still cut at the first whole number of ENCODE_BATCH_RECORDS rows
+    # at which they are full (rows or tokens), as record-by-record counting says, and the rows are
+    # the records in order.
+    loaded, ref = tokenizer_files.identify_tokenizer(tok[1])
+    monkeypatch.setattr(tokenize_steps, "ROW_GROUP_TOKENS", 3_000)
+    texts = ([f"the theme {k}" for k in range(2500)] + [f"{k} " + "then " * 300 for k in range(40)]
+             + [f"them {k}" for k in range(1300)])
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"id": str(k), "text": t}) + "\n" for k, t in enumerate(texts)))
+    started = []
+    start = tokenize_steps.ChunkEncoder.start
+    monkeypatch.setattr(tokenize_steps.ChunkEncoder, "start",
+                        lambda self, chunk, summary: started.append(len(chunk)) or start(self, chunk, summary))
+    tokenize_one_shard(ref, src, tmp_path / "out")
+    expected, rows, tokens = [], 0, 0
+    for text in texts:
+        rows, tokens = rows + 1, tokens + len(loaded.encode(text))
+        if rows % tokenize_steps.ENCODE_BATCH_RECORDS == 0 and (
+                rows >= tokenize_steps.ROW_GROUP_ROWS or tokens >= tokenize_steps.ROW_GROUP_TOKENS):
+            expected.append(rows)
+            rows, tokens = 0, 0
+    expected += [rows] if rows else []
+    f = pq.ParquetFile(tmp_path / "out" / "in.parquet")
+    assert [f.metadata.row_group(i).num_rows for i in range(f.num_row_groups)] == expected
+    assert max(started) > 2 * tokenize_steps.ENCODE_BATCH_RECORDS and len(expected) > len(started) / 2
+    assert f.read().column("token_ids").to_pylist() == [loaded.encode(text) for text in texts]
+
+
 def test_chunks_end_where_chunk_ends_says_record_by_record(tmp_path, tok, monkeypatch):
     # tokenize takes a batch's records a slice at a time, up to the next place a chunk may end: the
     # chunks it starts are those that asking `chunk_ends` after every record gives, with short
-    # records (chunks of up to ENCODE_BATCH_RECORDS), long ones (cut at CHUNK_TEXT_CHARS) and a
+    # records (chunks of up to CHUNK_MAX_RECORDS), long ones (cut at CHUNK_TEXT_CHARS) and a
     # shard read in more than one batch (over 1 MB).
     loaded, ref = tokenizer_files.identify_tokenizer(tok[1])
     texts = ([f"the theme {k}" for k in range(600)] + [f"{k} " + "then " * 600 for k in range(400)]
