@@ -195,8 +195,8 @@ class RowGroup:
         """
         first = self.rows - self.rows % ENCODE_BATCH_RECORDS + ENCODE_BATCH_RECORDS
         last = self.rows + len(n_tokens)
-        if first > last:
-            return None
+        if first > last or last < ROW_GROUP_ROWS and self.tokens + sum(n_tokens) < ROW_GROUP_TOKENS:
+            return None             # no such place, or not full even with every record
         tokens = np.cumsum(n_tokens)
         for place in range(first, last + 1, ENCODE_BATCH_RECORDS):
             taken = place - self.rows
