@@ -407,8 +407,9 @@ def jsonl_line(offset: int, raw: bytes | Oversized) -> tuple[int, bytes | Oversi
 def _read_jsonl(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int, batched: bool = False):
     """The records and rejected rows of a JSONL stream. Where `_native` is built and no other field is
     kept, the lines a read completes are read in one compiled pass (as `jsonl_record` reads a line:
-    the specification): as one block of bytes (`_native.jsonl_block`, `_read_block`), or, for the
-    first read of the file (its BOM), as a batch of lines (`_native.jsonl_lines_fields`); only the
+    the specification): as one block of bytes (`_native.jsonl_block`, `_read_block`), or as a batch
+    of lines (`_native.jsonl_lines_fields`) where a read cannot be a block (the file's first, which
+    may start with a BOM; one ending a line past the limit; see `_split_batches`); only the
     lines it leaves (anything json.loads must judge, an oversized line) are read one by one here.
     With `batched`, the records of such a read come as lists (the rejected rows between them one by
     one)."""
