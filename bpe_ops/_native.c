@@ -15,7 +15,7 @@
  *                               one pass, without the GIL (bpe_ops/stats.py's `measure_batch`).
  *   calibrate_ids(id_arrays, rows, mask, classes, raw, cells, counts=None)
  *                               a batch's calibration counts in one pass without the GIL
- *                               (bpe_ops/stats.py's `calibrate_ids` over `_id_runs` is the specification);
+ *                               (bpe_ops/stats.py's `calibrate_ids` over `_id_runs` is the specification).
  *   calibrate_flat(ids, ends, rows, mask, classes, raw, cells, counts=None)
  *                               the same of records whose ids are one flat buffer (`FlatIds`).
  *   merge_ids(merges, vocab)    a tokenizer.json's merges as three int64 id columns (left, right,

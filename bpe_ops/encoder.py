@@ -298,16 +298,13 @@ class Tokenizer:
         """`encode_arrays_in_thread(texts)` and, where the texts are encoded in one compiled call,
         each text's measures taken in the same pass (`stats.measure_batch`'s `measured`: its UTF-8
         bytes, words and digit runs, by the word separators `separators` and `wide`), else None."""
-        encoder = self._threads.thread_encoder(lambda: self._text_encoder)
-        if encoder is None or not self._texts_in_one_call():
-            return self.encode_arrays_in_thread(texts), None
-        ids, counts, measured = encoder.encode_measure_texts(list(texts), separators, wide)
-        return self._arrays_of(encoder, texts, ids, counts), measured
+        flat, measured = self.encode_flat_measured_in_thread(texts, separators, wide)
+        return flat.arrays(), measured
 
     def encode_flat_measured_in_thread(self, texts: Sequence[str], separators: bytes,
                                        wide: tuple[bytes, ...]) -> tuple[FlatIds, bytes | None]:
-        """`encode_measured_in_thread`, the ids as one `FlatIds` batch: where the texts are encoded in
-        one compiled call, its ids and counts as they come (no array per text)."""
+        """`encode_measured_in_thread` with the ids as one `FlatIds` batch: where the texts are encoded
+        in one compiled call, its ids and counts as they come (no array per text)."""
         encoder = self._threads.thread_encoder(lambda: self._text_encoder)
         if encoder is None or not self._texts_in_one_call():
             return FlatIds.of(self.encode_arrays_in_thread(texts)), None

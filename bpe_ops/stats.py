@@ -701,7 +701,8 @@ class Summary:
         included, as `array('I')`, lists or numpy arrays) calibrate the batch; the ids are not
         counted into the id frequencies here. `digit_runs` (each record's `digit_runs(text)`) adds the
         number formats of a calibrated batch. `calibration`, this batch's `batch_calibration` made
-        beforehand (in another thread, say), spares reading the ids again here."""
+        beforehand (in another thread, say), spares reading the ids again here: with it, `id_arrays`
+        may be left out."""
         self.records += len(n_tokens)
         self.tokens += sum(n_tokens)
         self.bytes += sum(n_bytes)
@@ -713,11 +714,11 @@ class Summary:
             if digit_runs is not None:
                 raise ValueError("digit runs are kept for calibrated records: pass record_ids and id_arrays too")
             return
-        if record_ids is None or id_arrays is None:
+        if record_ids is None or id_arrays is None and calibration is None:
             raise ValueError("record_ids and id_arrays calibrate a batch together: pass both or neither")
-        if not len(record_ids) == len(id_arrays) == len(n_tokens):
+        if len(record_ids) != len(n_tokens) or id_arrays is not None and len(id_arrays) != len(n_tokens):
             raise ValueError(f"{len(n_tokens)} records but {len(record_ids)} record ids and "
-                             f"{len(id_arrays)} id arrays")
+                             f"{len(n_tokens) if id_arrays is None else len(id_arrays)} id arrays")
         if digit_runs is not None and len(digit_runs) != len(n_tokens):
             raise ValueError(f"{len(n_tokens)} records but {len(digit_runs)} digit-run counts")
         self._calibrate(n_tokens, n_bytes, n_chars, n_words, record_ids, id_arrays, digit_runs, calibration)

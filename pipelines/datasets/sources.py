@@ -425,8 +425,7 @@ def _read_jsonl(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: i
         if type(batch) is LineBlock:
             items = _read_block(batch, row, shard, options, keys)
             row += sum(len(item) if type(item) is list else 1 for item in items)
-            yield from items if batched else chain.from_iterable(
-                item if type(item) is list else (item,) for item in items)
+            yield from _as_read(items, batched)
             continue
         read = _JSONL_LINES_FIELDS(batch, *keys)
         kinds = set(map(type, read))            # tuple: read; None: blank; bool (True): for Python
@@ -437,24 +436,45 @@ def _read_jsonl(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: i
             if records:
                 yield from (records,) if batched else records
             continue
-        records = []
+        items = []
         for (offset, piece), fields in zip(batch, read):
             if fields is None:                  # a blank line: no record, no row
                 continue
             if fields is True:
-                item = _jsonl_item(*jsonl_line(offset, _without_cr(piece)), row, shard, options)
+                items.append(_jsonl_item(*jsonl_line(offset, _without_cr(piece)), row, shard, options))
             else:
-                (item,) = _read_records([fields], row, relpath)
+                items += _read_records([fields], row, relpath)
             row += 1
-            if type(item) is Record:
-                records.append(item)
-                continue
+        yield from _as_read(_runs_of_records(items), batched)
+
+
+def _runs_of_records(items: Iterable) -> list:
+    """Items read in file order (records, lists of records, rejected rows) as a batched read yields
+    them: each run of records one non-empty list, each rejected row alone between them.
+
+    >>> r = [Record(str(k), "t", k) for k in range(3)]
+    >>> [len(x) if type(x) is list else x for x in _runs_of_records([r[0], [r[1]], "rejected", [], r[2]])]
+    [2, 'rejected', 1]
+    """
+    runs, records = [], []
+    for item in items:
+        if type(item) is list:
+            records += item
+        elif type(item) is Record:
+            records.append(item)
+        else:
             if records:                         # the records before a rejected row come first
-                yield from (records,) if batched else records
+                runs.append(records)
                 records = []
-            yield item
-        if records:
-            yield from (records,) if batched else records
+            runs.append(item)
+    if records:
+        runs.append(records)
+    return runs
+
+
+def _as_read(runs: list, batched: bool) -> Iterable:
+    """`_runs_of_records`' runs as `_read_jsonl` yields them: as they are, batched; else one by one."""
+    return runs if batched else chain.from_iterable(run if type(run) is list else (run,) for run in runs)
 
 
 def _read_records(read: list[tuple[str, str | None]], row: int, relpath: str) -> list[Record]:
@@ -498,24 +518,15 @@ def _read_block(block: "LineBlock", row: int, shard: Shard, options: SourceOptio
     relpath = shard.relpath
     if not odd:
         return [_records_of(texts, ids, row, relpath)] if texts else []
-    items, records, at = [], [], 0
+    items, at = [], 0
     for index, position, line in odd:
-        records += _records_of(texts[at:index], ids and ids[at:index], row + at, relpath)
+        items.append(_records_of(texts[at:index], ids and ids[at:index], row + at, relpath))
         offset = block.start + position
-        item = (too_large(Oversized(offset, line), shard, row + index, options) if type(line) is int else
-                _jsonl_item(*jsonl_line(offset, _without_cr(line)), row + index, shard, options))
+        items.append(too_large(Oversized(offset, line), shard, row + index, options) if type(line) is int else
+                     _jsonl_item(*jsonl_line(offset, _without_cr(line)), row + index, shard, options))
         at = index + 1
-        if type(item) is Record:
-            records.append(item)
-            continue
-        if records:                         # the records before a rejected row come first
-            items.append(records)
-            records = []
-        items.append(item)
-    records += _records_of(texts[at:], ids and ids[at:], row + at, relpath)
-    if records:
-        items.append(records)
-    return items
+    items.append(_records_of(texts[at:], ids and ids[at:], row + at, relpath))
+    return _runs_of_records(items)
 
 
 def _jsonl_item(offset: int, raw: bytes | Oversized, row: int, shard: Shard, options: SourceOptions):
@@ -867,33 +878,29 @@ def _split_batches(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None =
             # The unfinished piece is held whole (not oversized): the block starts with it.
             joined = b"".join(parts + [chunk])
             end = joined.rfind(sep)
-            yield LineBlock(joined, end, start)
-            rest = joined[end + 1:]
+            batch, rest = LineBlock(joined, end, start), joined[end + 1:]
             start += end + 1
-            held, tail, parts = len(rest), b"", [rest]
-            if limit is not None and held > limit:
-                oversized, parts = True, [tail]
-            continue
-        kept = sum(map(len, parts))              # bytes of the unfinished piece still held
-        *pieces, rest = b"".join(parts + [chunk]).split(sep)
-        lengths = list(map(len, pieces))
-        if not oversized and start != 0 and (limit is None or max(lengths) <= limit):
-            # Every piece whole and within the limit, none at the file's start (its BOM): the
-            # offsets by running sums, without a step of Python per piece (short records).
-            starts = list(accumulate(map(len(sep).__add__, lengths[:-1]), initial=start))
-            start = starts[-1] + lengths[-1] + len(sep)
-            batch = list(zip(starts, pieces))
         else:
-            batch = []
-            for i, piece in enumerate(pieces):
-                length = held - kept + len(piece) if i == 0 else len(piece)
-                if i == 0 and oversized or limit is not None and length > limit:
-                    batch.append((start, Oversized(start, length)))
-                else:
-                    if start == 0 and piece.startswith(BOM):
-                        piece, start, length = piece[len(BOM):], len(BOM), length - len(BOM)
-                    batch.append((start, piece))
-                start += length + len(sep)
+            kept = sum(map(len, parts))              # bytes of the unfinished piece still held
+            *pieces, rest = b"".join(parts + [chunk]).split(sep)
+            lengths = list(map(len, pieces))
+            if not oversized and start != 0 and (limit is None or max(lengths) <= limit):
+                # Every piece whole and within the limit, none at the file's start (its BOM): the
+                # offsets by running sums, without a step of Python per piece (short records).
+                starts = list(accumulate(map(len(sep).__add__, lengths[:-1]), initial=start))
+                start = starts[-1] + lengths[-1] + len(sep)
+                batch = list(zip(starts, pieces))
+            else:
+                batch = []
+                for i, piece in enumerate(pieces):
+                    length = held - kept + len(piece) if i == 0 else len(piece)
+                    if i == 0 and oversized or limit is not None and length > limit:
+                        batch.append((start, Oversized(start, length)))
+                    else:
+                        if start == 0 and piece.startswith(BOM):
+                            piece, start, length = piece[len(BOM):], len(BOM), length - len(BOM)
+                        batch.append((start, piece))
+                    start += length + len(sep)
         yield batch
         held, oversized, tail = len(rest), False, rest[-k:] if k else b""
         parts = [rest]

@@ -258,15 +258,15 @@ class UnsummedChunks:
         chunks, self.chunks = self.chunks, []
         joined = chain.from_iterable
         record_ids = list(joined(c[0] for c in chunks))
-        id_arrays = FlatIds.joined([c[2] for c in chunks])
         stats = tuple(list(joined(c[3][k] for c in chunks)) for k in range(len(chunks[0][3])))
         runs = np.concatenate([c[4] for c in chunks])
-        summary.add_batch(*stats, record_ids=record_ids, id_arrays=id_arrays, digit_runs=runs,
+        # The chunks' calibrations hold what their ids give the summary: the ids are not read again.
+        summary.add_batch(*stats, record_ids=record_ids, digit_runs=runs,
                           calibration=BatchCalibration.joined([c[5] for c in chunks]))
         if partials is not None:
             if self.kept_fields:      # each record's ids apart: the partials split the batch record by record
-                partials.add_batch(list(joined(c[1] for c in chunks)), stats, id_arrays.arrays(), record_ids,
-                                   digit_runs=runs)
+                id_arrays = [ids for c in chunks for ids in c[2].arrays()]
+                partials.add_batch(list(joined(c[1] for c in chunks)), stats, id_arrays, record_ids, digit_runs=runs)
             partials.add_ids(record_ids)
 
 
