@@ -176,10 +176,6 @@ static Matcher *matcher_new(const Pattern *pat)
     return m;
 }
 
-/* A piece of the text: [start, end) in bytes. */
-typedef struct {
-    size_t start, end;
-} Span;
 
 /* Outcomes of splitting a text, beside 0 (done). */
 enum { SPLIT_NOMEM = -1, SPLIT_EMPTY_MATCH = -2, SPLIT_LIMIT = -3 };
@@ -207,8 +203,26 @@ static size_t scan_pieces(const Scanner *scanner, const uint8_t *text, size_t le
      * on every piece. */
     const Scanner sc = *scanner;
     Span *spans = out->spans;
-    size_t n = out->n, cap = out->cap, end;
+    size_t n = out->n, cap = out->cap, end, retry = 0;
     while (pos < len) {
+#ifdef SCAN_BATCH
+        /* Runs of plain ASCII 64 bytes at a time; after a window without a sure piece, byte by
+         * byte up to where it said a window may do better. */
+        if (sc.batch && pos >= retry && len - pos >= SCAN_BATCH) {
+            size_t next;
+            if (cap - n < SCAN_BATCH) {
+                out->n = n;
+                if (tb_reserve((void **)&out->spans, &out->cap, n + SCAN_BATCH, sizeof(Span), 256) < 0)
+                    return SIZE_MAX;
+                spans = out->spans;
+                cap = out->cap;
+            }
+            if ((next = scan_batch(text, pos, sc.digits, spans, &n, &retry)) != pos) {
+                pos = next;
+                continue;
+            }
+        }
+#endif
         /* The scanner's piece is the match PCRE2 finds at pos; where it cannot tell, PCRE2. */
         if (sc.family == SCAN_CL100K) {
             if ((end = scan_cl100k_ascii(&sc, text, len, pos)) == SCAN_PCRE2)
@@ -428,6 +442,9 @@ static int scanner_of(PyObject *arg, Scanner *sc)
     sc->family = strcmp(family, "cl100k") == 0 ? SCAN_CL100K : strcmp(family, "gpt2") == 0 ? SCAN_GPT2 : SCAN_O200K;
     sc->digits = digits;
     sc->space_end = space_end;
+#ifdef SCAN_BATCH
+    sc->batch = scan_batch_ready(sc);
+#endif
     return 0;
 }
 

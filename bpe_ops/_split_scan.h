@@ -61,6 +61,11 @@ enum {
 /* [^\r\n\p{L}\p{N}]: the optional first character of a word. */
 #define PREFIX_MASK ((WHITE_MASK & ~CH_BIT(CH_NEWLINE)) | OTHER_MASK)
 
+/* A piece of the text: [start, end) in bytes. */
+typedef struct {
+    size_t start, end;
+} Span;
+
 enum { SCAN_OFF, SCAN_CL100K, SCAN_GPT2, SCAN_O200K };
 /* scan_piece's answer when PCRE2 must decide the piece. */
 #define SCAN_PCRE2 ((size_t)-1)
@@ -69,6 +74,7 @@ typedef struct {
     int family;                 /* SCAN_OFF: PCRE2 splits everything */
     int digits;                 /* cl100k, o200k: the longest run of \p{N} in one piece; 0: unbounded */
     int space_end;              /* cl100k: `\s+$` comes before the newline alternative */
+    int batch;                  /* cl100k: runs of ASCII are split 64 bytes at a time (scan_batch) */
     const uint8_t *classes;     /* [code point], 65,536 entries */
 } Scanner;
 
@@ -431,6 +437,137 @@ static inline size_t scan_cl100k_ascii(const Scanner *sc, const uint8_t *s, size
         p++;
     return p;
 }
+
+/* ---- 64 bytes at a time: the cl100k family's pieces of plain ASCII text ------------------------------
+ *
+ * Where the 64 bytes from a piece's start are ASCII letters, digits, spaces and punctuation, where
+ * each piece starts follows from each byte's class and those of its neighbours (the two before it,
+ * the one after), so it is found for all 64 at once with bit masks rather than by a branch per piece.
+ * Read from the pattern, alternative by alternative, a byte starts a piece when:
+ *   a letter:      the byte before is no letter, no space and no punctuation that starts a piece
+ *                  ([^\r\n\p{L}\p{N}]?\p{L}+ takes one space or punctuation before the letters);
+ *   punctuation:   the byte before is no punctuation and no space (' ?[^\s\p{L}\p{N}]+');
+ *   a space:       the byte before is no space (the letters or punctuation before it end there), or
+ *                  the byte after is no whitespace (\s+(?!\S) leaves the run's last space to what
+ *                  follows);
+ *   a digit:       the byte before is no digit (\p{N}{1,3} never takes a space or punctuation),
+ *                  or it is the first of every `digits` of a run (the 4th of three is left to
+ *                  scan_piece: marked unsure).
+ * Everything else is left to the byte-by-byte scanner (scan_piece): a byte beyond ASCII, a control
+ * byte (newlines, tabs: \s*[\r\n]+ reads a whole run of whitespace), an apostrophe that starts a
+ * piece (it may be a contraction), and every byte whose rule reads one of those ("unsure"); the
+ * batch gives the pieces before the first such byte and the scanner takes the next from there.
+ * Worked example: "It was  a dog-eat-dog (world)." -> "It", " was", " ", " a", " dog", "-eat",
+ * "-dog", " (", "world", ")." (the 64 bytes would go on; bit i is byte i).
+ * tests/bpe_ops/test_split_scan.py holds both to PCRE2 on real and generated text. */
+#if defined(__SSE2__) && defined(SCAN_SWAR)
+#include <emmintrin.h>
+#define SCAN_BATCH 64
+
+static inline uint64_t batch_mask(__m128i a, __m128i b, __m128i c, __m128i d)
+{
+    return (uint64_t)(uint16_t)_mm_movemask_epi8(a) | (uint64_t)(uint16_t)_mm_movemask_epi8(b) << 16 |
+           (uint64_t)(uint16_t)_mm_movemask_epi8(c) << 32 | (uint64_t)(uint16_t)_mm_movemask_epi8(d) << 48;
+}
+
+typedef struct {
+    uint64_t letter, digit, space, quote, punct, unsure;  /* bit i: byte i of the 64 */
+} BatchClasses;
+
+static inline BatchClasses batch_classes(const uint8_t *s)
+{
+    /* The classes of s[0..64), which are all readable. Signed byte compares: a byte beyond ASCII is
+     * negative, so it is no letter, digit or space, and below 0x20 as a control byte is. */
+    __m128i v[4], letter[4], digit[4], space[4], quote[4], control[4];
+    BatchClasses b;
+    int k;
+    for (k = 0; k < 4; k++) {
+        __m128i folded;
+        v[k] = _mm_loadu_si128((const __m128i *)(s + 16 * k));
+        folded = _mm_or_si128(v[k], _mm_set1_epi8(0x20));
+        letter[k] = _mm_and_si128(_mm_cmpgt_epi8(folded, _mm_set1_epi8('a' - 1)),
+                                  _mm_cmplt_epi8(folded, _mm_set1_epi8('z' + 1)));
+        digit[k] = _mm_and_si128(_mm_cmpgt_epi8(v[k], _mm_set1_epi8('0' - 1)),
+                                 _mm_cmplt_epi8(v[k], _mm_set1_epi8('9' + 1)));
+        space[k] = _mm_cmpeq_epi8(v[k], _mm_set1_epi8(' '));
+        quote[k] = _mm_cmpeq_epi8(v[k], _mm_set1_epi8('\''));
+        control[k] = _mm_cmplt_epi8(v[k], _mm_set1_epi8(0x20));     /* and every byte beyond ASCII */
+    }
+    b.letter = batch_mask(letter[0], letter[1], letter[2], letter[3]);
+    b.digit = batch_mask(digit[0], digit[1], digit[2], digit[3]);
+    b.space = batch_mask(space[0], space[1], space[2], space[3]);
+    b.quote = batch_mask(quote[0], quote[1], quote[2], quote[3]);
+    b.unsure = batch_mask(control[0], control[1], control[2], control[3]);
+    b.punct = ~(b.letter | b.digit | b.space | b.unsure);           /* the apostrophe among them */
+    return b;
+}
+
+static inline uint64_t batch_starts(const BatchClasses *b, int digits, uint64_t *unsure)
+{
+    /* Bit i set where byte i starts a piece, byte 0 (a piece's start) included; *unsure: the bytes
+     * whose bit may be wrong. Only the bits before the first unsure one are used, and a piece is
+     * given only where a sure start ends it. A space's rule reads the byte after it, which may be
+     * unsure: that byte is then no letter, digit or punctuation here, so the space is never taken
+     * for a start it is not, and a start it misses would end a piece that is not given. */
+    uint64_t after_letter = b->letter << 1, after_space = b->space << 1, after_punct = b->punct << 1;
+    uint64_t after_digit = b->digit << 1, before_other = (b->letter | b->digit | b->punct) >> 1;
+    uint64_t punct_start = b->punct & ~(after_punct | after_space);
+    uint64_t space_start = b->space & (~after_space | before_other);
+    uint64_t letter_start = b->letter & ~(after_letter | after_space | (after_punct & punct_start << 1));
+    uint64_t digit_start = digits == 1 ? b->digit : b->digit & ~after_digit;
+    uint64_t odd = b->unsure | (punct_start & b->quote) | (uint64_t)1 << 63;
+    if (digits == 3)            /* the 4th digit of a run (the 5th, ... come after it) */
+        odd |= b->digit & after_digit & b->digit << 2 & b->digit << 3;
+    *unsure = odd;
+    return punct_start | space_start | letter_start | digit_start | 1;
+}
+
+static inline size_t scan_batch(const uint8_t *s, size_t pos, int digits, Span *out, size_t *n, size_t *retry)
+{
+    /* The sure pieces of s[pos..pos + 64) (a piece starts at pos), appended to out[*n..] (room for
+     * 63 more): where the next piece starts. When none is sure (pos returned), *retry is where a
+     * batch may do better: past the window's last byte beyond ASCII or below 0x20 (the scanner
+     * reads byte by byte up to there), else (an apostrophe, a long number) the next piece. */
+    BatchClasses b = batch_classes(s + pos);
+    uint64_t unsure, starts = batch_starts(&b, digits, &unsure);
+    size_t start = 0, k = *n;
+    /* The starts before the first unsure byte, but byte 0's: each ends the piece before it. */
+    starts &= ((uint64_t)1 << __builtin_ctzll(unsure)) - 1;
+    starts &= starts - 1;
+    while (starts) {
+        size_t end = (size_t)__builtin_ctzll(starts);
+        out[k].start = pos + start;
+        out[k].end = pos + end;
+        k++;
+        start = end;
+        starts &= starts - 1;
+    }
+    *n = k;
+    if (start == 0)
+        *retry = b.unsure ? pos + 64 - (size_t)__builtin_clzll(b.unsure) : pos;
+    return pos + start;
+}
+
+static int scan_batch_ready(const Scanner *sc)
+{
+    /* Whether scan_batch can split for `sc`: the cl100k family with runs of digits it knows, and a
+     * class table that reads ASCII as it does (letters, digits and the space as theirs, every other
+     * printable byte as punctuation). */
+    const uint8_t *classes = sc->classes;
+    int b;
+    if (sc->family != SCAN_CL100K || (sc->digits != 0 && sc->digits != 1 && sc->digits != 3))
+        return 0;
+    for (b = 0x20; b < 0x80; b++) {
+        int c = classes[b], letter = ((b | 0x20) >= 'a' && (b | 0x20) <= 'z'), digit = b >= '0' && b <= '9';
+        if (letter ? c != CH_UPPER && c != CH_LOWER
+                   : digit ? c != CH_NUMBER
+                           : b == ' ' ? c != CH_SPACE
+                                      : !(OTHER_MASK & CH_BIT(c)) || c == CH_MARK)
+            return 0;
+    }
+    return 1;
+}
+#endif
 
 static inline size_t scan_next_piece(const Scanner *sc, const uint8_t *s, size_t len, size_t i)
 {

@@ -111,6 +111,40 @@ def test_ascii_runs_of_spaces_and_punctuation_before_every_character(pattern):
                     assert pieces(pattern, text, True) == pieces(pattern, text, False), repr(text)
 
 
+# The cl100k family splits runs of plain ASCII 64 bytes at a time (`scan_batch`), leaving the bytes
+# it cannot read (beyond ASCII, control bytes, an apostrophe that may start a contraction, a 4th digit)
+# to the byte-by-byte scanner. Its pieces: mostly ASCII, the odd byte among them, in texts long
+# enough to fill many windows at every alignment.
+ASCII_PIECES = ["a", "Hello", "world", "x", " ", "  ", "   ", "    ", ".", ",", "-", "(", ")", "?!", "_", "$",
+                '"', "'", "'s", "'S", "'t", "'ll", "'LL", "'re", "'Ve", "'d", "'m", "'x", "1", "12", "123", "1234",
+                "12345", "\n", "\r\n", "\t", " \n", "\x0b", "\x00", "\x7f", "é", "中", "😀", "\xa0", "٣"]
+CL100K_FAMILY = [p for p in PATTERNS if SCANNED_PATTERNS[p][0] == "cl100k"]
+
+
+@pytest.mark.parametrize("pattern", CL100K_FAMILY)
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(ASCII_PIECES), min_size=20, max_size=160),
+       st.lists(st.sampled_from(ASCII_PIECES[:14]), max_size=60))
+def test_long_mostly_ascii_texts(pattern, parts, plain):
+    # A long plain stretch first (whole windows of sure pieces), then the mixture.
+    text = "".join(plain) * 3 + "".join(parts)
+    assert pieces(pattern, text, True) == pieces(pattern, text, False)
+
+
+@pytest.mark.parametrize("pattern", CL100K_FAMILY)
+def test_every_four_characters_at_every_place_of_a_window(pattern):
+    # Every sequence of four of these characters, after prefixes that put it at different places of
+    # the 64-byte window, with plain text around it (one text of many, NUL apart: a NUL is a byte the
+    # window leaves to the scanner, so each starts the windows afresh).
+    symbols = ["a", "B", " ", ".", "'", "s", "l", "1", "\n", "é"]
+    prefixes = ["", "Ab", " cd,", "ef. gh", "The big   dog's 1 ", "x" * 40 + " y", "Ok " * 19]
+    sequences = ["".join((a, b, c, d)) for a in symbols for b in symbols for c in symbols for d in symbols]
+    for prefix in prefixes:
+        for k in range(0, len(sequences), 500):
+            text = "\x00".join(prefix + seq + "xy z. " + "w" * 60 for seq in sequences[k:k + 500])
+            assert pieces(pattern, text, True) == pieces(pattern, text, False), (prefix, k)
+
+
 def test_tiktokens_own_spellings_scan():
     # `Tokenizer.from_tiktoken` callers pass tiktoken's `pat_str` as tiktoken ships it (cl100k_base's
     # possessive `\p{N}{1,3}+`, r50k_base's `\s++$`): the scanner takes those too, else PCRE2 split
