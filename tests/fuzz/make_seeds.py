@@ -161,6 +161,21 @@ def sequence_split_seeds() -> None:
             write("sequence_split", f"{name}-{k}", bytes([len(steps) - 1, *steps]) + text.encode())
 
 
+def split_scan_seeds() -> None:
+    """An input of fuzz_split_scan is a byte picking the pattern, then a byte saying how the rest
+    reads (odd: as UTF-8; even: each byte a piece of the target's ALPHABET)."""
+    from tests.fuzz.fuzz_split_scan import ALPHABET, PATTERNS
+
+    def pieces(*chosen: str) -> bytes:
+        return bytes(ALPHABET.index(c) for c in chosen)
+
+    plain = pieces("Th", "is", " ", "is", " ", "a", " ", "t", "e", "q", "t", ".", "  ", "(", "e", ")", "-", "ing")
+    for k, pattern in enumerate(PATTERNS):
+        write("split_scan", f"utf8-{k}", bytes([k, 1]) + "".join(TEXTS[:5]).encode())
+        write("split_scan", f"pieces-{k}", bytes([k, 0]) + plain * 5 + pieces("'s", "2024", "\n    ", "é", "'ll")
+              + plain * 3 + pieces("123456", " ", "\t", "'T", "x" * 70))
+
+
 def id_and_code_point_seeds() -> None:
     """calibrate_ids: a byte picking the vocabulary size (and the raw-byte mask), one the chunk, then
     16-bit ids with 0xffff ending a record. guard_bitmap: the number of guarded code points, the
@@ -184,7 +199,7 @@ def id_and_code_point_seeds() -> None:
 
 def main() -> None:
     for target in ("tokenizer_json", "tiktoken", "sentencepiece", "token_parquet", "stats_json", "sequence_split",
-                   "calibrate_ids", "guard_bitmap"):
+                   "calibrate_ids", "guard_bitmap", "split_scan"):
         shutil.rmtree(CORPUS / target, ignore_errors=True)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -193,6 +208,7 @@ def main() -> None:
         tokenize_outputs(tmp, folder / "tokenizer.json")
     parquet_recipes()
     sequence_split_seeds()
+    split_scan_seeds()
     id_and_code_point_seeds()
     for path in sorted(CORPUS.rglob("*")):
         if path.is_file():
