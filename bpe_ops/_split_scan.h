@@ -440,25 +440,26 @@ static inline size_t scan_cl100k_ascii(const Scanner *sc, const uint8_t *s, size
 
 /* ---- 64 bytes at a time: the cl100k family's pieces of plain ASCII text ------------------------------
  *
- * Where the 64 bytes from a piece's start are ASCII letters, digits, spaces and punctuation, where
- * each piece starts follows from each byte's class and those of its neighbours (the two before it,
- * the one after), so it is found for all 64 at once with bit masks rather than by a branch per piece.
- * Read from the pattern, alternative by alternative, a byte starts a piece when:
- *   a letter:      the byte before is no letter, no space and no punctuation that starts a piece
- *                  ([^\r\n\p{L}\p{N}]?\p{L}+ takes one space or punctuation before the letters);
- *   punctuation:   the byte before is no punctuation and no space (' ?[^\s\p{L}\p{N}]+');
- *   a space:       the byte before is no space (the letters or punctuation before it end there), or
- *                  the byte after is no whitespace (\s+(?!\S) leaves the run's last space to what
- *                  follows);
- *   a digit:       the byte before is no digit (\p{N}{1,3} never takes a space or punctuation),
- *                  or it is the first of every `digits` of a run (the 4th of three is left to
- *                  scan_piece: marked unsure).
+ * Where the 64 bytes from a piece's start are ASCII letters, digits, whitespace and punctuation,
+ * where each piece starts follows from the classes of the bytes around it, so it is found for all 64
+ * at once with bit masks rather than by a branch per piece. Read from the pattern, alternative by
+ * alternative, a byte starts a piece when it is:
+ *   a letter:      after no letter, and after no space, tab or punctuation that starts a piece
+ *                  ([^\r\n\p{L}\p{N}]?\p{L}+ takes one of them before the letters);
+ *   punctuation:   after no punctuation and no space (' ?[^\s\p{L}\p{N}]+'); the newlines right after
+ *                  a run of punctuation are its ([\r\n]*);
+ *   a digit:       after no digit (\p{N}{1,3} takes nothing before it), or the first of every
+ *                  `digits` of a run (the 4th of three is left to the scanner);
+ *   whitespace:    the first of a run (what comes before it ends there); the first after the run's
+ *                  last newline (\s*[\r\n]+ ends there); the last of a run before a letter, digit or
+ *                  punctuation, when it is not the first after the last newline (\s+(?!\S) leaves it
+ *                  to what follows).
  * Everything else is left to the byte-by-byte scanner (scan_piece): a byte beyond ASCII, a control
- * byte (newlines, tabs: \s*[\r\n]+ reads a whole run of whitespace), an apostrophe that starts a
- * piece (it may be a contraction), and every byte whose rule reads one of those ("unsure"); the
- * batch gives the pieces before the first such byte and the scanner takes the next from there.
- * Worked example: "It was  a dog-eat-dog (world)." -> "It", " was", " ", " a", " dog", "-eat",
- * "-dog", " (", "world", ")." (the 64 bytes would go on; bit i is byte i).
+ * byte that is no whitespace, an apostrophe that starts a piece (it may be a contraction), and a run
+ * of whitespace that meets one of those or the window's end (its last newline may be further on);
+ * the batch gives the pieces before the first such byte ("unsure") and the scanner takes the next.
+ * Worked example: "It was  a dog-eat-dog.\n\n  (42)" -> "It", " was", " ", " a", " dog", "-eat",
+ * "-dog", ".\n\n", " ", " (", "42", ")" (the 64 bytes would go on; bit i is byte i).
  * tests/bpe_ops/test_split_scan.py holds both to PCRE2 on real and generated text. */
 #if defined(__SSE2__) && defined(SCAN_SWAR)
 #include <emmintrin.h>
@@ -471,55 +472,87 @@ static inline uint64_t batch_mask(__m128i a, __m128i b, __m128i c, __m128i d)
 }
 
 typedef struct {
-    uint64_t letter, digit, space, quote, punct, unsure;  /* bit i: byte i of the 64 */
+    uint64_t letter, digit, space, white, newline, quote, punct, unsure;  /* bit i: byte i of the 64 */
 } BatchClasses;
 
 static inline BatchClasses batch_classes(const uint8_t *s)
 {
-    /* The classes of s[0..64), which are all readable. Signed byte compares: a byte beyond ASCII is
-     * negative, so it is no letter, digit or space, and below 0x20 as a control byte is. */
-    __m128i v[4], letter[4], digit[4], space[4], quote[4], control[4];
+    /* The classes of s[0..64), which are all readable: `white` is every whitespace byte (space, tab,
+     * \n, \v, \f, \r), `space` the space, `newline` \r and \n; `unsure` every other control byte and
+     * every byte beyond ASCII. Signed byte compares: a byte beyond ASCII is negative, so below 0x20. */
+    __m128i letter[4], digit[4], space[4], white[4], newline[4], quote[4], low[4];
     BatchClasses b;
     int k;
     for (k = 0; k < 4; k++) {
-        __m128i folded;
-        v[k] = _mm_loadu_si128((const __m128i *)(s + 16 * k));
-        folded = _mm_or_si128(v[k], _mm_set1_epi8(0x20));
+        __m128i v = _mm_loadu_si128((const __m128i *)(s + 16 * k));
+        __m128i folded = _mm_or_si128(v, _mm_set1_epi8(0x20));
         letter[k] = _mm_and_si128(_mm_cmpgt_epi8(folded, _mm_set1_epi8('a' - 1)),
                                   _mm_cmplt_epi8(folded, _mm_set1_epi8('z' + 1)));
-        digit[k] = _mm_and_si128(_mm_cmpgt_epi8(v[k], _mm_set1_epi8('0' - 1)),
-                                 _mm_cmplt_epi8(v[k], _mm_set1_epi8('9' + 1)));
-        space[k] = _mm_cmpeq_epi8(v[k], _mm_set1_epi8(' '));
-        quote[k] = _mm_cmpeq_epi8(v[k], _mm_set1_epi8('\''));
-        control[k] = _mm_cmplt_epi8(v[k], _mm_set1_epi8(0x20));     /* and every byte beyond ASCII */
+        digit[k] = _mm_and_si128(_mm_cmpgt_epi8(v, _mm_set1_epi8('0' - 1)), _mm_cmplt_epi8(v, _mm_set1_epi8('9' + 1)));
+        space[k] = _mm_cmpeq_epi8(v, _mm_set1_epi8(' '));
+        white[k] = _mm_or_si128(space[k], _mm_and_si128(_mm_cmpgt_epi8(v, _mm_set1_epi8('\t' - 1)),
+                                                        _mm_cmplt_epi8(v, _mm_set1_epi8('\r' + 1))));
+        newline[k] = _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\n')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\r')));
+        quote[k] = _mm_cmpeq_epi8(v, _mm_set1_epi8('\''));
+        low[k] = _mm_cmplt_epi8(v, _mm_set1_epi8(0x20));
     }
     b.letter = batch_mask(letter[0], letter[1], letter[2], letter[3]);
     b.digit = batch_mask(digit[0], digit[1], digit[2], digit[3]);
     b.space = batch_mask(space[0], space[1], space[2], space[3]);
+    b.white = batch_mask(white[0], white[1], white[2], white[3]);
+    b.newline = batch_mask(newline[0], newline[1], newline[2], newline[3]);
     b.quote = batch_mask(quote[0], quote[1], quote[2], quote[3]);
-    b.unsure = batch_mask(control[0], control[1], control[2], control[3]);
-    b.punct = ~(b.letter | b.digit | b.space | b.unsure);           /* the apostrophe among them */
+    b.unsure = batch_mask(low[0], low[1], low[2], low[3]) & ~b.white;
+    b.punct = ~(b.letter | b.digit | b.white | b.unsure);           /* the apostrophe among them */
     return b;
+}
+
+static inline uint64_t spread_up(uint64_t seeds, uint64_t runs)
+{
+    /* The bits of `runs` that a seed reaches going up through set bits of `runs` (seeds among them). */
+    int shift;
+    for (shift = 1; shift < 64; shift *= 2) {
+        seeds |= seeds << shift & runs;
+        runs &= runs << shift;
+    }
+    return seeds;
+}
+
+static inline uint64_t spread_down(uint64_t seeds, uint64_t runs)
+{
+    /* spread_up going down. */
+    int shift;
+    for (shift = 1; shift < 64; shift *= 2) {
+        seeds |= seeds >> shift & runs;
+        runs &= runs >> shift;
+    }
+    return seeds;
 }
 
 static inline uint64_t batch_starts(const BatchClasses *b, int digits, uint64_t *unsure)
 {
     /* Bit i set where byte i starts a piece, byte 0 (a piece's start) included; *unsure: the bytes
      * whose bit may be wrong. Only the bits before the first unsure one are used, and a piece is
-     * given only where a sure start ends it. A space's rule reads the byte after it, which may be
-     * unsure: that byte is then no letter, digit or punctuation here, so the space is never taken
-     * for a start it is not, and a start it misses would end a piece that is not given. */
-    uint64_t after_letter = b->letter << 1, after_space = b->space << 1, after_punct = b->punct << 1;
-    uint64_t after_digit = b->digit << 1, before_other = (b->letter | b->digit | b->punct) >> 1;
-    uint64_t punct_start = b->punct & ~(after_punct | after_space);
-    uint64_t space_start = b->space & (~after_space | before_other);
-    uint64_t letter_start = b->letter & ~(after_letter | after_space | (after_punct & punct_start << 1));
+     * given only where a sure start ends it, so a rule may misread a byte just before an unsure one
+     * when it then takes no byte for a start that is not one: a space or tab before an unsure byte
+     * is never the last of its run before a letter, digit or punctuation. */
+    const uint64_t after_punct = b->punct << 1, after_digit = b->digit << 1;
+    const uint64_t before_other = (b->letter | b->digit | b->punct) >> 1;
+    /* The newlines a run of punctuation takes, and the runs of whitespace left: the part up to each
+     * one's last newline (`lines`), the rest (`tail`). */
+    uint64_t taken = spread_up(after_punct & b->newline, b->newline);
+    uint64_t white = b->white & ~taken;
+    uint64_t lines = spread_down(white & b->newline, white), tail = white & ~lines;
+    uint64_t white_start = (white & ~(white << 1)) | (tail & lines << 1) | (tail & before_other);
+    uint64_t punct_start = b->punct & ~(after_punct | b->space << 1);
+    uint64_t letter_start = b->letter & ~(b->letter << 1 | tail << 1 | (after_punct & punct_start << 1));
     uint64_t digit_start = digits == 1 ? b->digit : b->digit & ~after_digit;
     uint64_t odd = b->unsure | (punct_start & b->quote) | (uint64_t)1 << 63;
     if (digits == 3)            /* the 4th digit of a run (the 5th, ... come after it) */
         odd |= b->digit & after_digit & b->digit << 2 & b->digit << 3;
-    *unsure = odd;
-    return punct_start | space_start | letter_start | digit_start | 1;
+    /* A run of whitespace that meets an unsure byte or the window's end may have a newline further on. */
+    *unsure = odd | spread_down(white & odd >> 1, white);
+    return white_start | punct_start | letter_start | digit_start | 1;
 }
 
 static inline size_t scan_batch(const uint8_t *s, size_t pos, int digits, Span *out, size_t *n, size_t *retry)
@@ -565,6 +598,10 @@ static int scan_batch_ready(const Scanner *sc)
                                       : !(OTHER_MASK & CH_BIT(c)) || c == CH_MARK)
             return 0;
     }
+    /* Whitespace below 0x20: tab, \v, \f white; \n and \r newlines. */
+    for (b = '\t'; b <= '\r'; b++)
+        if (classes[b] != (b == '\n' || b == '\r' ? CH_NEWLINE : CH_WHITE))
+            return 0;
     return 1;
 }
 #endif

@@ -136,13 +136,26 @@ def test_every_four_characters_at_every_place_of_a_window(pattern):
     # Every sequence of four of these characters, after prefixes that put it at different places of
     # the 64-byte window, with plain text around it (one text of many, NUL apart: a NUL is a byte the
     # window leaves to the scanner, so each starts the windows afresh).
-    symbols = ["a", "B", " ", ".", "'", "s", "l", "1", "\n", "é"]
+    symbols = ["a", "B", " ", ".", "'", "s", "l", "1", "\n", "\t", "é"]
     prefixes = ["", "Ab", " cd,", "ef. gh", "The big   dog's 1 ", "x" * 40 + " y", "Ok " * 19]
     sequences = ["".join((a, b, c, d)) for a in symbols for b in symbols for c in symbols for d in symbols]
     for prefix in prefixes:
         for k in range(0, len(sequences), 500):
             text = "\x00".join(prefix + seq + "xy z. " + "w" * 60 for seq in sequences[k:k + 500])
             assert pieces(pattern, text, True) == pieces(pattern, text, False), (prefix, k)
+
+
+@pytest.mark.parametrize("pattern", CL100K_FAMILY)
+def test_runs_of_whitespace_across_a_windows_end_or_an_unsure_byte(pattern):
+    # A run of whitespace is split by its last newline, which may lie past the window or past a byte
+    # the window cannot read (U+00A0 is whitespace too; \x1f is a control byte): runs of every shape
+    # at every place around the first window's end (a text's first piece starts it).
+    runs = [" \n  \n ", "\n\n", "\n \n", "  \n", "\t\n\t", "\r\n \r\n", " \n \xa0\n ", "\n  \xa0 x", "\n  \xa0\n",
+            "\n \x1f\n", "  \t  ", ".\n \n", "a \n"]
+    for run in runs:
+        for k in range(40, 70):
+            for text in ("a" * k + run + "b" * 80, "a b" * (k // 3) + "c" * (k % 3) + run + ". " * 40):
+                assert pieces(pattern, text, True) == pieces(pattern, text, False), (run, k)
 
 
 def test_tiktokens_own_spellings_scan():
