@@ -452,12 +452,12 @@ static inline size_t scan_cl100k_ascii(const Scanner *sc, const uint8_t *s, size
  *                  `digits` of a run (the 4th of three is left to the scanner);
  *   whitespace:    the first of a run (what comes before it ends there); the first after the run's
  *                  last newline (\s*[\r\n]+ ends there); the last of a run before a letter, digit or
- *                  punctuation, when it is not the first after the last newline (\s+(?!\S) leaves it
- *                  to what follows).
- * Everything else is left to the byte-by-byte scanner (scan_piece): a byte beyond ASCII, a control
- * byte that is no whitespace, an apostrophe that starts a piece (it may be a contraction), and a run
- * of whitespace that meets one of those or the window's end (its last newline may be further on);
- * the batch gives the pieces before the first such byte ("unsure") and the scanner takes the next.
+ *                  punctuation (\s+(?!\S) leaves it to what follows).
+ * U+2010..U+2027 (dashes, quotation marks, the ellipsis) are punctuation as ASCII's is. Everything
+ * else is left to the byte-by-byte scanner (scan_piece): any other byte beyond ASCII, a control byte
+ * that is no whitespace, an apostrophe that starts a piece (it may be a contraction), and a run of
+ * whitespace that meets one of those or the window's end (its last newline may be further on); the
+ * batch gives the pieces before the first such byte ("unsure") and the scanner takes the next.
  * Worked example: "It was  a dog-eat-dog.\n\n  (42)" -> "It", " was", " ", " a", " dog", "-eat",
  * "-dog", ".\n\n", " ", " (", "42", ")" (the 64 bytes would go on; bit i is byte i).
  * tests/bpe_ops/test_split_scan.py holds both to PCRE2 on real and generated text. */
@@ -473,14 +473,19 @@ static inline uint64_t batch_mask(__m128i a, __m128i b, __m128i c, __m128i d)
 
 typedef struct {
     uint64_t letter, digit, space, white, newline, quote, punct, unsure;  /* bit i: byte i of the 64 */
+    uint64_t wide_punct;        /* the first byte of each character of U+2010..U+2027 */
 } BatchClasses;
 
 static inline BatchClasses batch_classes(const uint8_t *s)
 {
     /* The classes of s[0..64), which are all readable: `white` is every whitespace byte (space, tab,
-     * \n, \v, \f, \r), `space` the space, `newline` \r and \n; `unsure` every other control byte and
-     * every byte beyond ASCII. Signed byte compares: a byte beyond ASCII is negative, so below 0x20. */
-    __m128i letter[4], digit[4], space[4], white[4], newline[4], quote[4], low[4];
+     * \n, \v, \f, \r), `space` the space, `newline` \r and \n; `punct` the rest of ASCII's printable
+     * bytes and the three bytes of each of U+2010..U+2027 (dashes, quotation marks, the ellipsis:
+     * most of what English text holds beyond ASCII), whose first bytes are `wide_punct`; `unsure`
+     * every other control byte and byte beyond ASCII. Signed byte compares: a byte beyond ASCII is
+     * negative, so below 0x20. */
+    __m128i letter[4], digit[4], space[4], white[4], newline[4], quote[4], low[4], e2[4], x80[4], third[4];
+    uint64_t lead, wide;
     BatchClasses b;
     int k;
     for (k = 0; k < 4; k++) {
@@ -495,6 +500,9 @@ static inline BatchClasses batch_classes(const uint8_t *s)
         newline[k] = _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\n')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\r')));
         quote[k] = _mm_cmpeq_epi8(v, _mm_set1_epi8('\''));
         low[k] = _mm_cmplt_epi8(v, _mm_set1_epi8(0x20));
+        e2[k] = _mm_cmpeq_epi8(v, _mm_set1_epi8((char)0xE2));
+        x80[k] = _mm_cmpeq_epi8(v, _mm_set1_epi8((char)0x80));
+        third[k] = _mm_and_si128(_mm_cmpgt_epi8(v, _mm_set1_epi8((char)0x8F)), _mm_cmplt_epi8(v, _mm_set1_epi8((char)0xA8)));
     }
     b.letter = batch_mask(letter[0], letter[1], letter[2], letter[3]);
     b.digit = batch_mask(digit[0], digit[1], digit[2], digit[3]);
@@ -502,7 +510,12 @@ static inline BatchClasses batch_classes(const uint8_t *s)
     b.white = batch_mask(white[0], white[1], white[2], white[3]);
     b.newline = batch_mask(newline[0], newline[1], newline[2], newline[3]);
     b.quote = batch_mask(quote[0], quote[1], quote[2], quote[3]);
-    b.unsure = batch_mask(low[0], low[1], low[2], low[3]) & ~b.white;
+    /* E2 80 90..A7: U+2010..U+2027, its three bytes in the window. */
+    lead = batch_mask(e2[0], e2[1], e2[2], e2[3]) & batch_mask(x80[0], x80[1], x80[2], x80[3]) >> 1 &
+           batch_mask(third[0], third[1], third[2], third[3]) >> 2;
+    wide = lead | lead << 1 | lead << 2;
+    b.wide_punct = lead;
+    b.unsure = batch_mask(low[0], low[1], low[2], low[3]) & ~b.white & ~wide;
     b.punct = ~(b.letter | b.digit | b.white | b.unsure);           /* the apostrophe among them */
     return b;
 }
@@ -545,7 +558,9 @@ static inline uint64_t batch_starts(const BatchClasses *b, int digits, uint64_t 
     uint64_t lines = spread_down(white & b->newline, white), tail = white & ~lines;
     uint64_t white_start = (white & ~(white << 1)) | (tail & lines << 1) | (tail & before_other);
     uint64_t punct_start = b->punct & ~(after_punct | b->space << 1);
-    uint64_t letter_start = b->letter & ~(b->letter << 1 | tail << 1 | (after_punct & punct_start << 1));
+    /* The last byte of each punctuation character that starts a piece (a letter after it joins it). */
+    uint64_t punct_started = (punct_start & ~b->wide_punct) | (punct_start & b->wide_punct) << 2;
+    uint64_t letter_start = b->letter & ~(b->letter << 1 | tail << 1 | (after_punct & punct_started << 1));
     uint64_t digit_start = digits == 1 ? b->digit : b->digit & ~after_digit;
     uint64_t odd = b->unsure | (punct_start & b->quote) | (uint64_t)1 << 63;
     if (digits == 3)            /* the 4th digit of a run (the 5th, ... come after it) */
@@ -598,6 +613,9 @@ static int scan_batch_ready(const Scanner *sc)
                                       : !(OTHER_MASK & CH_BIT(c)) || c == CH_MARK)
             return 0;
     }
+    for (b = 0x2010; b <= 0x2027; b++)      /* punctuation, no apostrophe */
+        if (classes[b] != CH_OTHER)
+            return 0;
     /* Whitespace below 0x20: tab, \v, \f white; \n and \r newlines. */
     for (b = '\t'; b <= '\r'; b++)
         if (classes[b] != (b == '\n' || b == '\r' ? CH_NEWLINE : CH_WHITE))

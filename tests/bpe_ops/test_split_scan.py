@@ -111,13 +111,14 @@ def test_ascii_runs_of_spaces_and_punctuation_before_every_character(pattern):
                     assert pieces(pattern, text, True) == pieces(pattern, text, False), repr(text)
 
 
-# The cl100k family splits runs of plain ASCII 64 bytes at a time (`scan_batch`), leaving the bytes
-# it cannot read (beyond ASCII, control bytes, an apostrophe that may start a contraction, a 4th digit)
-# to the byte-by-byte scanner. Its pieces: mostly ASCII, the odd byte among them, in texts long
-# enough to fill many windows at every alignment.
+# The cl100k family splits runs of plain ASCII (and U+2010..U+2027) 64 bytes at a time (`scan_batch`),
+# leaving the bytes it cannot read (beyond ASCII, control bytes, an apostrophe that may start a
+# contraction, a 4th digit) to the byte-by-byte scanner. Its pieces: mostly ASCII, the odd byte among
+# them, in texts long enough to fill many windows at every alignment.
 ASCII_PIECES = ["a", "Hello", "world", "x", " ", "  ", "   ", "    ", ".", ",", "-", "(", ")", "?!", "_", "$",
                 '"', "'", "'s", "'S", "'t", "'ll", "'LL", "'re", "'Ve", "'d", "'m", "'x", "1", "12", "123", "1234",
-                "12345", "\n", "\r\n", "\t", " \n", "\x0b", "\x00", "\x7f", "é", "中", "😀", "\xa0", "٣"]
+                "12345", "\n", "\r\n", "\t", " \n", "\x0b", "\x00", "\x7f", "é", "中", "😀", "\xa0", "٣",
+                "—", "’", "“", "”", "…", "\u200f", "\u2028", "\u2030", "\u2000"]
 CL100K_FAMILY = [p for p in PATTERNS if SCANNED_PATTERNS[p][0] == "cl100k"]
 
 
@@ -136,7 +137,7 @@ def test_every_four_characters_at_every_place_of_a_window(pattern):
     # Every sequence of four of these characters, after prefixes that put it at different places of
     # the 64-byte window, with plain text around it (one text of many, NUL apart: a NUL is a byte the
     # window leaves to the scanner, so each starts the windows afresh).
-    symbols = ["a", "B", " ", ".", "'", "s", "l", "1", "\n", "\t", "é"]
+    symbols = ["a", "B", " ", ".", "'", "s", "l", "1", "\n", "\t", "é", "—"]
     prefixes = ["", "Ab", " cd,", "ef. gh", "The big   dog's 1 ", "x" * 40 + " y", "Ok " * 19]
     sequences = ["".join((a, b, c, d)) for a in symbols for b in symbols for c in symbols for d in symbols]
     for prefix in prefixes:
