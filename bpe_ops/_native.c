@@ -1095,12 +1095,24 @@ static Py_UCS4 utf8_extent(const uint8_t *s, size_t n, size_t *chars)
 static void utf8_fill(const uint8_t *s, size_t n, int kind, void *data)
 {
     /* Valid UTF-8 decoded into a str's data of `kind` (made by utf8_extent's figures, so every code
-     * point fits): touches no Python object, so it runs without the GIL on a str not yet shared. */
+     * point fits): touches no Python object, so it runs without the GIL on a str not yet shared.
+     * Runs of ASCII are copied (widened) eight bytes at a time: most of a Latin-script text is
+     * ASCII, and a single curly quote makes the whole text a str of two-byte characters. */
     size_t i = 0, k = 0;
     if (kind == PyUnicode_1BYTE_KIND) {
         Py_UCS1 *out = data;
         while (i < n) {
             uint8_t c = s[i];
+            if (n - i >= 8) {
+                uint64_t v;
+                memcpy(&v, s + i, 8);
+                if ((v & 0x8080808080808080ull) == 0) {
+                    memcpy(out + k, &v, 8);
+                    i += 8;
+                    k += 8;
+                    continue;
+                }
+            }
             if (c < 0x80) {
                 out[k++] = c;
                 i++;
@@ -1113,6 +1125,22 @@ static void utf8_fill(const uint8_t *s, size_t n, int kind, void *data)
     }
     while (i < n) {
         uint32_t c = s[i];
+        if (n - i >= 8) {
+            uint64_t v;
+            memcpy(&v, s + i, 8);
+            if ((v & 0x8080808080808080ull) == 0) {
+                int j;
+                if (kind == PyUnicode_2BYTE_KIND)
+                    for (j = 0; j < 8; j++)
+                        ((Py_UCS2 *)data)[k + j] = s[i + j];
+                else
+                    for (j = 0; j < 8; j++)
+                        ((Py_UCS4 *)data)[k + j] = s[i + j];
+                i += 8;
+                k += 8;
+                continue;
+            }
+        }
         if (c < 0x80) {
             i += 1;
         } else if (c < 0xE0) {

@@ -587,6 +587,23 @@ def test_a_block_s_columns_name_the_lines_python_reads():
         sources._JSONL_BLOCK(b"ab", 3, "text", "id", -1)
 
 
+def test_a_block_s_strs_of_every_kind_with_ascii_runs_of_every_length():
+    """The texts' strs are filled from their UTF-8 with runs of ASCII eight bytes at a time: runs of 0
+    to 20 ASCII characters between characters of each str kind (Latin-1, two-byte, four-byte), at a
+    line's start and end, are the str json.loads gives."""
+    if sources._JSONL_BLOCK is None:
+        pytest.skip("bpe_ops._native not built")
+    texts = []
+    for wide in ("é", "’", "中", "😀", "ÿ"):
+        for n in range(21):
+            run = "abcdefghijklmnopqrstu"[:n]
+            texts += [run + wide + run, wide + run, run + wide, wide + run + wide + run[::-1] + wide, run]
+    lines = [json.dumps({"text": t}, ensure_ascii=bool(k % 2)).encode() for k, t in enumerate(texts)]
+    data = b"\n".join(lines) + b"\n"
+    got, _, odd = sources._JSONL_BLOCK(data, len(data) - 1, "text", None, -1)
+    assert odd == [] and got == texts
+
+
 @pytest.mark.parametrize("chunk_size", [7, 200, 1 << 20])
 def test_batches_of_good_lines_become_the_records_read_line_by_line(monkeypatch, chunk_size):
     """A batch whose every line the compiled pass reads becomes its records in one call
