@@ -1,5 +1,7 @@
 """The encoder against every installed peer, side by side in one run: one thread, cold (a new engine
-object per timed run), each engine's own single-document call, on the same documents with the same
+object per timed run), each engine's own single-document call as it hands the ids back (tokenbeam's
+`encode_array` and gigatoken's `encode`: one buffer of ids, an `array` and a numpy array; the others'
+a list; `tokenbeam encode`, its list, is shown beside), on the same documents with the same
 vocabulary. Ids are checked against tiktoken's on every document before anything is timed; an engine
 that differs on a document is reported and not timed.
 
@@ -15,6 +17,10 @@ races on a vocabulary built as real ones grow: cl100k with merges appended from 
     python benchmarks/bench_race.py --tiktoken big.tiktoken --pattern gpt4
     python benchmarks/bench_race.py --vocab-size 128000 --only race   # a Llama-3-style 128k vocabulary
     python benchmarks/bench_race.py --only sequence,cold --repeat 5    # the two rows below only
+    python benchmarks/bench_race.py --only race --warm                # each engine's second pass
+
+`--warm` times a second pass over the texts on the same engine (the first pass untimed): what a
+long job sees once every engine's cache of pieces holds the corpus's common ones.
 
 Two more rows, on files built from the same rank file (never committed):
   - sequence: the rank file under DeepSeek-V3's pre-tokenizer chain (a Sequence of three Splits: digit
@@ -70,7 +76,8 @@ def engines(rank_file: str, pattern: str, tokenizer_json: str, builtin: bool) ->
 
     ranks = load_tiktoken_bpe(rank_file)
     found: dict[str, Callable[[], Callable]] = {
-        "tokenbeam": lambda: _warm(Tokenizer.from_tiktoken(rank_file, pattern).encode),
+        "tokenbeam": lambda: _warm(Tokenizer.from_tiktoken(rank_file, pattern).encode_array),
+        "tokenbeam encode": lambda: _warm(Tokenizer.from_tiktoken(rank_file, pattern).encode),
         "tiktoken": lambda: _warm(tiktoken.Encoding("bench", pat_str=pattern, mergeable_ranks=ranks,
                                                     special_tokens={}).encode_ordinary),
     }
@@ -78,7 +85,7 @@ def engines(rank_file: str, pattern: str, tokenizer_json: str, builtin: bool) ->
         "hf tokenizers": lambda: _ids_of(__import__("tokenizers").Tokenizer.from_file(tokenizer_json).encode),
         # A rank file other than cl100k carries no split pattern gigatoken can name: it reads the
         # tokenizer.json tokenbeam writes for it instead.
-        "gigatoken": lambda: _listed(__import__("gigatoken").Tokenizer.from_tiktoken(
+        "gigatoken": lambda: _warm(__import__("gigatoken").Tokenizer.from_tiktoken(
             rank_file, pretokenizer="gpt4", special_tokens={}).encode if builtin else
             __import__("gigatoken").Tokenizer.from_json(Path(tokenizer_json).read_text(encoding="utf-8")).encode),
         "fastokens": lambda: _ids_of(__import__("fastokens").Tokenizer.from_file(tokenizer_json).encode),
@@ -116,12 +123,6 @@ def _warm(encode):
     return encode
 
 
-def _listed(encode):
-    run = _warm(lambda text: list(encode(text)))
-    run.wrapped = encode
-    return run
-
-
 def _ids_of(encode):
     def run(text):
         result = encode(text)
@@ -130,11 +131,14 @@ def _ids_of(encode):
     return _warm(run)
 
 
-def time_engine(build: Callable, texts: list[str], repeat: int) -> float:
-    """The least CPU seconds of `repeat` runs, each on a fresh engine, encoding every text."""
+def time_engine(build: Callable, texts: list[str], repeat: int, warm: bool = False) -> float:
+    """The least CPU seconds of `repeat` runs, each on a fresh engine, encoding every text (`warm`:
+    after one untimed pass over them)."""
     best = float("inf")
     for _ in range(repeat):
         encode = build()
+        for text in texts if warm else ():
+            encode(text)
         start = time.process_time()
         for text in texts:
             encode(text)
@@ -217,12 +221,12 @@ def sequence_race(path: str, corpora: Path, mb: float, repeat: int) -> dict[str,
     import tokenizers
 
     data = Path(path).read_text(encoding="utf-8")
-    builds = {"tokenbeam": lambda: _warm(Tokenizer.from_file(path).encode),
+    builds = {"tokenbeam": lambda: _warm(Tokenizer.from_file(path).encode_array),
               "hf tokenizers": lambda: _ids_of(partial(tokenizers.Tokenizer.from_str(data).encode,
                                                       add_special_tokens=False))}
     try:
         import gigatoken
-        builds["gigatoken"] = lambda: _listed(gigatoken.Tokenizer.from_json(data).encode)
+        builds["gigatoken"] = lambda: _warm(gigatoken.Tokenizer.from_json(data).encode)
         builds["gigatoken"]()
     except Exception as exc:                       # not installed, or cannot read this chain
         builds.pop("gigatoken", None)
@@ -288,6 +292,8 @@ def main(argv=None) -> None:
     parser.add_argument("--vocab-size", type=int, default=None,
                         help="race on a Llama-3-style vocabulary of this many ids instead (cl100k with merges "
                              "appended from multi/, Llama 3's split; see llama3_style)")
+    parser.add_argument("--warm", action="store_true",
+                        help="race: time each engine's second pass over the texts (its caches filled)")
     parser.add_argument("--only", default="race,sequence,cold",
                         help="which parts, comma-separated: race, sequence, cold (default: all)")
     args = parser.parse_args(argv)
@@ -309,7 +315,8 @@ def main(argv=None) -> None:
                                     args.vocab_size, Path(tmp))
             rank_file, pattern = str(ranks), LLAMA3_PATTERN
         Tokenizer.from_tiktoken(rank_file, pattern).save(tmp)       # tokenizer.json for HF and fastokens
-        print(f"bench_race: {Path(rank_file).name}, {args.mb:g} MB per corpus, least of {args.repeat} cold runs, "
+        print(f"bench_race: {Path(rank_file).name}, {args.mb:g} MB per corpus, least of {args.repeat} "
+              f"{'warm (second-pass)' if args.warm else 'cold'} runs, "
               f"one thread, {time.strftime('%Y-%m-%d')}")
         base = os.path.join(tmp, "tokenizer.json")
         if "sequence" in parts:
@@ -340,7 +347,7 @@ def main(argv=None) -> None:
                 if wrong:
                     table[name][corpus] = f"ids differ on {wrong}/{len(texts)}"
                     continue
-                table[name][corpus] = sizes[corpus] / time_engine(build, texts, args.repeat)
+                table[name][corpus] = sizes[corpus] / time_engine(build, texts, args.repeat, args.warm)
     print_table(table, sizes)
 
 
@@ -357,17 +364,17 @@ def print_rows(table: dict, base: str) -> None:
 
 def print_table(table: dict, sizes: dict) -> None:
     print("\nMB/s (ratio to tiktoken; ratio of tokenbeam to the fastest peer below)")
-    print(f"{'engine':<15}" + "".join(f"{c + f' ({sizes[c]:.1f} MB)':>26}" for c in CORPORA))
+    print(f"{'engine':<17}" + "".join(f"{c + f' ({sizes[c]:.1f} MB)':>26}" for c in CORPORA))
     for name, row in table.items():
         cells = []
         for corpus in CORPORA:
             value, base = row.get(corpus), table["tiktoken"].get(corpus)
             cells.append(f"{value:>16.1f} ({value / base:4.2f}x)" if isinstance(value, float) else f"{value!s:>26}")
-        print(f"{name:<15}" + "".join(f"{c:>26}" for c in cells))
+        print(f"{name:<17}" + "".join(f"{c:>26}" for c in cells))
     line = []
     for corpus in CORPORA:
         peers = [row[corpus] for name, row in table.items()
-                 if name not in ("tokenbeam", "tiktoken") and isinstance(row.get(corpus), float)]
+                 if not name.startswith("tokenbeam") and name != "tiktoken" and isinstance(row.get(corpus), float)]
         ours = table["tokenbeam"].get(corpus)
         if peers and isinstance(ours, float):
             line.append(f"{corpus} {ours / max(peers):.2f}x")
