@@ -970,8 +970,6 @@ typedef struct {
     PieceCache cache;            /* piece bytes -> its ids; emptied when full */
     size_t cache_size;           /* entries; 0: no cache */
     Spans spans;
-    struct PieceProbe *probes;   /* the pieces' keys and hashes, scratch */
-    size_t probes_cap;
     Ids out;
     struct SplitStep *steps;     /* a Sequence of Split pre-tokenizers, run in place of `pattern`'s
                                   * one split (see split_steps); NULL: that split */
@@ -1608,7 +1606,6 @@ static void encoder_dealloc(TextEncoder *self)
     free(self->marked);
     Py_XDECREF(self->guard);
     free(self->utf8);
-    free(self->probes);
     free(self->out.ids);
     if (self->ints != NULL) {
         size_t k;
@@ -1764,6 +1761,32 @@ static int split_steps(TextEncoder *self, const uint8_t *s, size_t len)
     return 0;
 }
 
+static inline void probe_piece(const PieceCache *cache, const uint8_t *s, size_t len, const Span *span,
+                               struct PieceProbe *probe)
+{
+    /* The key words (a short piece) and hash of the piece `span` of text s[0..len), and its first
+     * slot in `cache`. */
+    const uint8_t *piece = s + span->start;
+    size_t n = span->end - span->start;
+    if (n <= PIECE_KEY_INLINE) {
+        if (len - span->start >= 16)     /* a piece 16 bytes or more before the text's end */
+            piece_short_key_read16(piece, n, probe->key);
+        else
+            piece_short_key(piece, n, probe->key);
+        probe->hash = piece_short_hash(probe->key);
+    } else {
+        probe->hash = tb_hash_bytes(piece, n);
+    }
+    probe->slot = piece_cache_index(cache, probe->hash);
+}
+
+/* Probes are made FETCH_FAR pieces ahead of the piece encoded, into a ring of this many (a power of
+ * two above FETCH_FAR): a few kilobytes that stay in the core's cache, where an array of every
+ * piece's probe grew with the text (32 bytes a piece) and faulted in fresh pages on an encoder's
+ * first long texts. */
+#define PROBE_RING 64
+typedef char probe_ring_holds_fetch_far[PROBE_RING > FETCH_FAR && !(PROBE_RING & (PROBE_RING - 1)) ? 1 : -1];
+
 static int encode_text(TextEncoder *self, const uint8_t *s, size_t len)
 {
     /* self->out = the ids of text s[0..len). Touches no Python object. */
@@ -1772,46 +1795,35 @@ static int encode_text(TextEncoder *self, const uint8_t *s, size_t len)
     size_t count;
     const Span *spans;
     const PieceSlot *slots;
-    struct PieceProbe *probes;
+    struct PieceProbe ring[PROBE_RING];
     self->out.n = 0;
     if ((rc = self->steps != NULL ? split_steps(self, s, len)
                                   : split_text(self->pattern, self->matcher, s, len, 1, &self->spans)) < 0)
         return rc;
     spans = self->spans.spans;
-    if (tb_reserve((void **)&self->probes, &self->probes_cap, self->spans.n, sizeof(struct PieceProbe), 256) < 0)
-        return SPLIT_NOMEM;
-    probes = self->probes;
-    /* Every piece's key and hash first, so that the cache slot of a piece a few ahead is fetched
-     * from memory while this one is encoded: the lookups are mostly misses in the core's caches,
-     * and waiting for them one at a time was a third of the encoder's time. */
     count = self->spans.n;
     slots = self->cache.slots;
-    for (i = 0; i < count; i++) {
-        const uint8_t *piece = s + spans[i].start;
-        size_t n = spans[i].end - spans[i].start;
-        if (n <= PIECE_KEY_INLINE) {
-            if (len - spans[i].start >= 16)     /* a piece 16 bytes or more before the text's end */
-                piece_short_key_read16(piece, n, probes[i].key);
-            else
-                piece_short_key(piece, n, probes[i].key);
-            probes[i].hash = piece_short_hash(probes[i].key);
-        } else {
-            probes[i].hash = tb_hash_bytes(piece, n);
-        }
-        probes[i].slot = piece_cache_index(&self->cache, probes[i].hash);
-    }
+    /* Each piece's key and hash FETCH_FAR pieces ahead, so that the cache slot of a piece a few
+     * ahead is fetched from memory while this one is encoded: the lookups are mostly misses in the
+     * core's caches, and waiting for them one at a time was a third of the encoder's time. */
+    for (i = 0; i < count && i < FETCH_FAR; i++)
+        probe_piece(&self->cache, s, len, &spans[i], &ring[i]);
     if (self->cache_size && !(self->has_whole && !self->seeded)) {
         /* The common case: one table to fetch ahead from, and a short piece found in it with at
          * most PIECE_IDS_INLINE ids (nearly every piece) appended here, its inline ids copied
          * whole (out has room for them) rather than `count` of them. */
         for (i = 0; i < count; i++) {
-            size_t len = spans[i].end - spans[i].start;
-            if (i + FETCH_FAR < count)
-                __builtin_prefetch(&slots[probes[i + FETCH_FAR].slot], 0, 2);
+            const struct PieceProbe *probe = &ring[i % PROBE_RING];
+            size_t len_i = spans[i].end - spans[i].start;
+            if (i + FETCH_FAR < count) {
+                struct PieceProbe *far = &ring[(i + FETCH_FAR) % PROBE_RING];
+                probe_piece(&self->cache, s, len, &spans[i + FETCH_FAR], far);
+                __builtin_prefetch(&slots[far->slot], 0, 2);
+            }
             if (i + PREFETCH_AHEAD < count)
-                __builtin_prefetch(&slots[probes[i + PREFETCH_AHEAD].slot]);
-            if (len <= PIECE_KEY_INLINE && self->out.cap - self->out.n >= PIECE_IDS_INLINE) {
-                const PieceSlot *e = piece_cache_find_short(&self->cache, probes[i].key, probes[i].slot);
+                __builtin_prefetch(&slots[ring[(i + PREFETCH_AHEAD) % PROBE_RING].slot]);
+            if (len_i <= PIECE_KEY_INLINE && self->out.cap - self->out.n >= PIECE_IDS_INLINE) {
+                const PieceSlot *e = piece_cache_find_short(&self->cache, probe->key, probe->slot);
                 if (piece_slot_used(e) && e->count <= PIECE_IDS_INLINE) {
                     int32_t *to = self->out.ids + self->out.n;
                     to[0] = e->ids[0];
@@ -1821,20 +1833,22 @@ static int encode_text(TextEncoder *self, const uint8_t *s, size_t len)
                     continue;
                 }
             }
-            if (encode_piece(self, s + spans[i].start, len, &probes[i]) < 0)
+            if (encode_piece(self, s + spans[i].start, len_i, probe) < 0)
                 return SPLIT_NOMEM;
         }
         return 0;
     }
     for (i = 0; i < count; i++) {
+        if (i + FETCH_FAR < count)
+            probe_piece(&self->cache, s, len, &spans[i + FETCH_FAR], &ring[(i + FETCH_FAR) % PROBE_RING]);
         if (i + PREFETCH_AHEAD < count) {
-            uint64_t ahead = probes[i + PREFETCH_AHEAD].hash;
+            const struct PieceProbe *ahead = &ring[(i + PREFETCH_AHEAD) % PROBE_RING];
             if (self->cache_size)
-                __builtin_prefetch(&slots[probes[i + PREFETCH_AHEAD].slot]);
+                __builtin_prefetch(&slots[ahead->slot]);
             if (self->has_whole && !self->seeded)
-                __builtin_prefetch(piece_cache_line(&self->whole, ahead));
+                __builtin_prefetch(piece_cache_line(&self->whole, ahead->hash));
         }
-        if (encode_piece(self, s + spans[i].start, spans[i].end - spans[i].start, &probes[i]) < 0)
+        if (encode_piece(self, s + spans[i].start, spans[i].end - spans[i].start, &ring[i % PROBE_RING]) < 0)
             return SPLIT_NOMEM;
     }
     return 0;
