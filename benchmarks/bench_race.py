@@ -341,13 +341,20 @@ def main(argv=None) -> None:
             texts = read_texts(Path(args.corpora) / corpus, args.mb)
             sizes[corpus] = sum(len(t.encode("utf-8")) for t in texts) / 1e6
             expected = [reference(t) for t in texts]
+            live = {}
             for name, build in found.items():
                 encode = build()
                 wrong = sum(list(encode(t)) != ids for t, ids in zip(texts, expected))
                 if wrong:
                     table[name][corpus] = f"ids differ on {wrong}/{len(texts)}"
-                    continue
-                table[name][corpus] = sizes[corpus] / time_engine(build, texts, args.repeat, args.warm)
+                else:
+                    live[name] = build
+            best = {name: float("inf") for name in live}
+            for _ in range(args.repeat):            # engines alternate: a busy spell hits them alike
+                for name, build in live.items():
+                    best[name] = min(best[name], time_engine(build, texts, 1, args.warm))
+            for name, seconds in best.items():
+                table[name][corpus] = sizes[corpus] / seconds
     print_table(table, sizes)
 
 
