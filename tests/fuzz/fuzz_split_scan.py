@@ -38,6 +38,47 @@ def _pieces(pattern: str, text: str, scan: bool) -> list[str]:
     return _COMPILED[key].findall(text)
 
 
+def _kinds(pieces: list[str]) -> int:
+    """A branch per kind of piece and of neighbouring pieces (its first and last characters' kinds,
+    its length), so that libFuzzer, which sees this module's branches and not the C splitter's, keeps
+    the inputs that split into pieces of a kind not seen before."""
+    seen = 0
+    before = ""
+    for piece in pieces:
+        first, last = piece[0], piece[-1]
+        if first == "'":
+            seen |= 1 if len(piece) <= 3 else 2
+        elif first.isalpha():
+            seen |= 4 if last.isalpha() else 8
+        elif first.isdigit():
+            seen |= 16 if len(piece) < 3 else 32
+        elif first == " ":
+            if len(piece) == 1:
+                seen |= 64
+            elif last == " ":
+                seen |= 128
+            elif last.isalpha():
+                seen |= 256
+            else:
+                seen |= 512
+        elif first in "\r\n":
+            seen |= 1024 if last in "\r\n" else 2048
+        elif first.isspace():
+            seen |= 4096 if piece.strip() else 8192
+        elif last in "\r\n":
+            seen |= 16384
+        elif last.isalpha():
+            seen |= 32768
+        elif ord(first) > 0x7F:
+            seen |= 65536
+        else:
+            seen |= 131072
+        if before.isspace() and first.isspace():
+            seen |= 262144
+        before = last
+    return seen
+
+
 def check(data: bytes) -> None:
     if len(data) < 2:
         return
@@ -49,7 +90,11 @@ def check(data: bytes) -> None:
     scanned, expected = _pieces(pattern, text, True), _pieces(pattern, text, False)
     if scanned != expected:
         raise AssertionError(f"{pattern!r} on {text!r}: scanned {scanned}, PCRE2 {expected}")
+    _kinds(scanned)
 
 
 if __name__ == "__main__":
-    harness.fuzz(check)
+    import atheris
+
+    _kinds = atheris.instrument_func(_kinds)
+    harness.fuzz(atheris.instrument_func(check))
