@@ -694,7 +694,7 @@ def test_a_shard_read_in_batches_gives_the_records_and_account_of_reading_it_rec
         except ShardFailure as exc:
             return str(exc)
         account = reader.finish()
-        rejected = (tmp_path / f"out-{batched}" / "rejected" / f"s.jsonl")
+        rejected = (tmp_path / f"out-{batched}" / "rejected" / "s.jsonl")
         return records, vars(account), rejected.read_text() if rejected.exists() else None
 
     expected = read(False)
