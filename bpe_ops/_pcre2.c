@@ -1811,31 +1811,41 @@ static int encode_text(TextEncoder *self, const uint8_t *s, size_t len)
     if (self->cache_size && !(self->has_whole && !self->seeded)) {
         /* The common case: one table to fetch ahead from, and a short piece found in it with at
          * most PIECE_IDS_INLINE ids (nearly every piece) appended here, its inline ids copied
-         * whole (out has room for them) rather than `count` of them. */
+         * whole (out has room for them) rather than `count` of them. The output's end and room and
+         * the table are kept in locals (encode_piece, which changes them, stores and reloads
+         * them): stores through `self` would make the compiler reload them for every piece. The
+         * table's slots and size never change (a full cache is emptied in place). */
+        const PieceCache cache = self->cache;
+        int32_t *ids = self->out.ids;
+        size_t n = self->out.n, room = self->out.cap;
         for (i = 0; i < count; i++) {
             const struct PieceProbe *probe = &ring[i % PROBE_RING];
             size_t len_i = spans[i].end - spans[i].start;
             if (i + FETCH_FAR < count) {
                 struct PieceProbe *far = &ring[(i + FETCH_FAR) % PROBE_RING];
-                probe_piece(&self->cache, s, len, &spans[i + FETCH_FAR], far);
+                probe_piece(&cache, s, len, &spans[i + FETCH_FAR], far);
                 __builtin_prefetch(&slots[far->slot], 0, 2);
             }
             if (i + PREFETCH_AHEAD < count)
                 __builtin_prefetch(&slots[ring[(i + PREFETCH_AHEAD) % PROBE_RING].slot]);
-            if (len_i <= PIECE_KEY_INLINE && self->out.cap - self->out.n >= PIECE_IDS_INLINE) {
-                const PieceSlot *e = piece_cache_find_short(&self->cache, probe->key, probe->slot);
+            if (len_i <= PIECE_KEY_INLINE && room - n >= PIECE_IDS_INLINE) {
+                const PieceSlot *e = piece_cache_find_short(&cache, probe->key, probe->slot);
                 if (piece_slot_used(e) && e->count <= PIECE_IDS_INLINE) {
-                    int32_t *to = self->out.ids + self->out.n;
-                    to[0] = e->ids[0];
-                    to[1] = e->ids[1];
-                    to[2] = e->ids[2];
-                    self->out.n += e->count;
+                    ids[n] = e->ids[0];
+                    ids[n + 1] = e->ids[1];
+                    ids[n + 2] = e->ids[2];
+                    n += e->count;
                     continue;
                 }
             }
+            self->out.n = n;
             if (encode_piece(self, s + spans[i].start, len_i, probe) < 0)
                 return SPLIT_NOMEM;
+            ids = self->out.ids;
+            n = self->out.n;
+            room = self->out.cap;
         }
+        self->out.n = n;
         return 0;
     }
     for (i = 0; i < count; i++) {
