@@ -176,7 +176,6 @@ static Matcher *matcher_new(const Pattern *pat)
     return m;
 }
 
-
 /* Outcomes of splitting a text, beside 0 (done). */
 enum { SPLIT_NOMEM = -1, SPLIT_EMPTY_MATCH = -2, SPLIT_LIMIT = -3 };
 
