@@ -194,16 +194,18 @@ static int spans_push(Spans *s, size_t start, size_t end)
     return 0;
 }
 
-static size_t scan_pieces(const Scanner *scanner, const uint8_t *text, size_t len, size_t pos, Spans *out)
+static size_t scan_pieces(const Scanner *scanner, const uint8_t *text, size_t len, size_t pos, Spans *out,
+                          size_t limit)
 {
-    /* The scanner's pieces from pos into `out`, up to the text's end or the first piece it leaves
-     * to PCRE2: where it stopped (SIZE_MAX when out of memory). The loop keeps the scanner and the
+    /* The scanner's pieces from pos into `out`, up to the text's end, the first piece it leaves to
+     * PCRE2, or `out` holding `limit` pieces (or a window's more): where it stopped (SIZE_MAX when
+     * out of memory). The loop keeps the scanner and the
      * spans' end in locals, which stores into the spans would otherwise make the compiler reload
      * on every piece. */
     const Scanner sc = *scanner;
     Span *spans = out->spans;
     size_t n = out->n, cap = out->cap, end, retry = 0;
-    while (pos < len) {
+    while (pos < len && n < limit) {
 #ifdef SCAN_BATCH
         /* Runs of plain ASCII 64 bytes at a time; after a window without a sure piece, byte by
          * byte up to where it said a window may do better. */
@@ -245,21 +247,32 @@ static size_t scan_pieces(const Scanner *scanner, const uint8_t *text, size_t le
     return pos;
 }
 
-static int split_text(const Pattern *pat, Matcher *m, const uint8_t *text, size_t len, int gaps,
-                      Spans *out)
+/* split_text_part's `at` once the text is done. */
+#define SPLIT_DONE SIZE_MAX
+
+static int split_text_part(const Pattern *pat, Matcher *m, const uint8_t *text, size_t len, int gaps,
+                           Spans *out, size_t *at, size_t limit)
 {
-    /* The pieces of text[0..len) into `out` (emptied first): every match, and with `gaps` the text
-     * between matches too. Touches no Python object (callers may drop the GIL). */
-    size_t pos = 0, *ov = P.get_ovector_pointer(m->data);
+    /* The pieces of text[*at..len) into `out` (emptied first), as split_text finds them, until
+     * `out` holds `limit` of them (a few more where the scanner reads a window at once): *at is
+     * then where the next part starts, a piece's start (every call sees the whole text, so a
+     * piece's lookahead past a part's end is read), or SPLIT_DONE after the text's last piece. */
+    size_t pos = *at, *ov = P.get_ovector_pointer(m->data);
     int rc;
     out->n = 0;
     /* pos == len is tried too: a pattern may match the empty string at the end. */
     while (pos <= len) {
+        if (out->n >= limit) {
+            *at = pos;
+            return 0;
+        }
         if (pat->scan.family != SCAN_OFF && pos < len) {
-            if ((pos = scan_pieces(&pat->scan, text, len, pos, out)) == SIZE_MAX)
+            if ((pos = scan_pieces(&pat->scan, text, len, pos, out, limit)) == SIZE_MAX)
                 return SPLIT_NOMEM;
             if (pos == len)
                 break;                  /* no scanned pattern matches the empty string */
+            if (out->n >= limit)
+                continue;
         }
         rc = P.match(pat->code, text, len, pos, PCRE2_NO_UTF_CHECK, m->data, m->context);
         if (rc == PCRE2_ERROR_NOMATCH)
@@ -276,7 +289,17 @@ static int split_text(const Pattern *pat, Matcher *m, const uint8_t *text, size_
     }
     if (gaps && pos < len && spans_push(out, pos, len) < 0)
         return SPLIT_NOMEM;
+    *at = SPLIT_DONE;
     return 0;
+}
+
+static int split_text(const Pattern *pat, Matcher *m, const uint8_t *text, size_t len, int gaps,
+                      Spans *out)
+{
+    /* The pieces of text[0..len) into `out` (emptied first): every match, and with `gaps` the text
+     * between matches too. Touches no Python object (callers may drop the GIL). */
+    size_t at = 0;
+    return split_text_part(pat, m, text, len, gaps, out, &at, SIZE_MAX);
 }
 
 static int split_failed(int rc)
@@ -1786,19 +1809,14 @@ static inline void probe_piece(const PieceCache *cache, const uint8_t *s, size_t
 #define PROBE_RING 64
 typedef char probe_ring_holds_fetch_far[PROBE_RING > FETCH_FAR && !(PROBE_RING & (PROBE_RING - 1)) ? 1 : -1];
 
-static int encode_text(TextEncoder *self, const uint8_t *s, size_t len)
+static int encode_spans(TextEncoder *self, const uint8_t *s, size_t len)
 {
-    /* self->out = the ids of text s[0..len). Touches no Python object. */
+    /* Append the ids of the pieces self->spans of text s[0..len) to self->out. */
     size_t i;
-    int rc;
     size_t count;
     const Span *spans;
     const PieceSlot *slots;
     struct PieceProbe ring[PROBE_RING];
-    self->out.n = 0;
-    if ((rc = self->steps != NULL ? split_steps(self, s, len)
-                                  : split_text(self->pattern, self->matcher, s, len, 1, &self->spans)) < 0)
-        return rc;
     spans = self->spans.spans;
     count = self->spans.n;
     slots = self->cache.slots;
@@ -1860,6 +1878,28 @@ static int encode_text(TextEncoder *self, const uint8_t *s, size_t len)
         if (encode_piece(self, s + spans[i].start, spans[i].end - spans[i].start, &ring[i % PROBE_RING]) < 0)
             return SPLIT_NOMEM;
     }
+    return 0;
+}
+
+/* The pieces encode_text splits off at a time: their spans (16 bytes each) stay in a core's cache
+ * between the split that writes them and the lookups that read them, where a whole text's (7 MB
+ * for 2 MB of prose) went out to memory and back and pushed the cache's and the merges' lines out
+ * on the way. */
+#define SPLIT_PART 2048
+
+static int encode_text(TextEncoder *self, const uint8_t *s, size_t len)
+{
+    /* self->out = the ids of text s[0..len). Touches no Python object. */
+    size_t at = 0;
+    int rc;
+    self->out.n = 0;
+    if (self->steps != NULL)
+        return (rc = split_steps(self, s, len)) < 0 ? rc : encode_spans(self, s, len);
+    do {
+        if ((rc = split_text_part(self->pattern, self->matcher, s, len, 1, &self->spans, &at, SPLIT_PART)) < 0 ||
+            (rc = encode_spans(self, s, len)) < 0)
+            return rc;
+    } while (at != SPLIT_DONE);
     return 0;
 }
 

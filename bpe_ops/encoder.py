@@ -347,13 +347,14 @@ class Tokenizer:
                 return out
             if self._normalize is not None:
                 text = self._normalize(text)
-            if self._regex.pcre2_splits(text):
-                try:
-                    out.frombytes(encoder.encode_bytes(text))
-                    return out
-                except _Fallback:
-                    pass
-            out.extend(self._encode_normalized(text))
+            try:            # the encoder judges the text itself (its split's guard, lone surrogates)
+                out.frombytes(encoder.encode_bytes(text))
+                return out
+            except _Fallback:
+                pass
+            # Not the compiled encoder again: `encoder` was this thread's, and the shared one may be
+            # another thread's (threads.thread_encoder), busy with its own text.
+            out.extend(self._encode_pieces(text))
             return out
         out.extend(self.encode(text, allowed_special))
         return out
@@ -379,11 +380,16 @@ class Tokenizer:
             if encoder.space is not None:       # Metaspace and the ids in one call
                 return encoder.encode_text(text, self._prepends(at_start))
             return encoder.encode_words(self._pre_tokenize(text, at_start))
-        if self._text_encoder is not None and self._regex.pcre2_splits(text):
-            try:
+        if self._text_encoder is not None:
+            try:                        # the encoder judges the text itself, as in _encode_array_with
                 return self._text_encoder.encode(text)
             except _Fallback:           # a text only `regex` may split: below
                 pass
+        return self._encode_pieces(text, at_start)
+
+    def _encode_pieces(self, text: str, at_start: bool = True) -> list[int]:
+        """The ids of normalized text piece by piece, without the compiled whole-text encoder: split
+        (or the pre-tokenizer chain), every piece looked up in the cache, misses merged."""
         pieces = self._pre_tokenize(text, at_start) if self._pre_tokenize is not None else self._split(text)
         cache = self._cache
         hits = list(map(cache.get, pieces))

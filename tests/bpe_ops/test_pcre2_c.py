@@ -75,6 +75,21 @@ def test_gaps_between_matches_are_pieces_too(gpt2_merges, corpora):
         assert tok.decode(ids) == text
 
 
+@pytest.mark.parametrize("pattern", ["gpt4", r"\p{L}+| ?\p{N}+"])
+def test_a_long_text_split_and_encoded_in_parts_gives_the_ids_of_one_split(gpt2_merges, pattern):
+    """The encoder splits a text and looks its pieces up some 2,048 pieces at a time (`_pcre2.c`,
+    SPLIT_PART): every part's split sees the whole text, so the pieces are one split's. A run of
+    whitespace whose lookahead reaches past a part's end, a piece PCRE2 takes, a gap between matches,
+    digits and a text ending in whitespace, each at every place around the 2,048th and 4,096th piece,
+    give the Python path's ids."""
+    tok = byte_tokenizer(gpt2_merges, pattern)
+    tails = ["   \n\n  y z", "é中 1234 ümlaut", " !!!\n\n x", ", 12345 , ab", "x  \t "]
+    texts = ["x" + " x" * m + tail + " x" * 2100 + tail
+             for m in range(2036, 2054) for tail in tails]
+    assert [tok.encode(t) for t in texts] == [python_ids(tok, t) for t in texts]
+    assert all(len(tok._split(t)) > 4096 for t in texts)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet=st.sampled_from("ab \n\t'1é中😀\u0301\r.Ś"), max_size=60))
 def test_random_texts(gpt2_tokenizers, text):
