@@ -1831,23 +1831,31 @@ static int encode_spans(TextEncoder *self, const uint8_t *s, size_t len)
     if (self->cache_size && !(self->has_whole && !self->seeded)) {
         /* The common case: one table to fetch ahead from, and a short piece found in it with at
          * most PIECE_IDS_INLINE ids (nearly every piece) appended here, its inline ids copied
-         * whole (out has room for them) rather than `count` of them. The output's end and room and
-         * the table are kept in locals (encode_piece, which changes them, stores and reloads
-         * them): stores through `self` would make the compiler reload them for every piece. The
-         * table's slots and size never change (a full cache is emptied in place). */
-        const PieceCache cache = self->cache;
-        int32_t *ids = self->out.ids;
-        size_t n = self->out.n, room = self->out.cap;
+         * whole rather than `count` of them, with no check of the room left: out has room for
+         * every piece's, reserved before the loop and after each piece encode_piece appends. The
+         * output's end and the table are kept in locals (encode_piece, which changes the output,
+         * stores and reloads it): stores through `self` would make the compiler reload them for
+         * every piece. The table's slots and size never change (a full cache is emptied in place). */
+        const PieceSlot *const table = self->cache.slots;
+        const size_t mask = self->cache.mask;
+        int32_t *ids;
+        size_t n;
+        if (ids_reserve(&self->out, PIECE_IDS_INLINE * count) < 0)
+            return SPLIT_NOMEM;
+        ids = self->out.ids;
+        n = self->out.n;
         for (i = 0; i < count; i++) {
             const struct PieceProbe *probe = &ring[i % PROBE_RING];
-            size_t len_i = spans[i].end - spans[i].start;
             if (i + FETCH_FAR < count) {
                 struct PieceProbe *far = &ring[(i + FETCH_FAR) % PROBE_RING];
-                probe_piece(&cache, s, len, &spans[i + FETCH_FAR], far);
-                __builtin_prefetch(&slots[far->slot]);
+                probe_piece(&self->cache, s, len, &spans[i + FETCH_FAR], far);
+                __builtin_prefetch(&table[far->slot]);
             }
-            if (len_i <= PIECE_KEY_INLINE && room - n >= PIECE_IDS_INLINE) {
-                const PieceSlot *e = piece_cache_find_short(&cache, probe->key, probe->slot);
+            if (spans[i].end - spans[i].start <= PIECE_KEY_INLINE) {
+                /* piece_cache_find_short, with the table in locals */
+                const PieceSlot *e = &table[probe->slot];
+                while (!(e->key[0] == probe->key[0] && e->key[1] == probe->key[1]) && e->key[1] != 0)
+                    e = &table[(size_t)(e - table + 1) & mask];
                 if (piece_slot_used(e) && e->count <= PIECE_IDS_INLINE) {
                     ids[n] = e->ids[0];
                     ids[n + 1] = e->ids[1];
@@ -1857,11 +1865,11 @@ static int encode_spans(TextEncoder *self, const uint8_t *s, size_t len)
                 }
             }
             self->out.n = n;
-            if (encode_piece(self, s + spans[i].start, len_i, probe) < 0)
+            if (encode_piece(self, s + spans[i].start, spans[i].end - spans[i].start, probe) < 0 ||
+                ids_reserve(&self->out, PIECE_IDS_INLINE * (count - i)) < 0)
                 return SPLIT_NOMEM;
             ids = self->out.ids;
             n = self->out.n;
-            room = self->out.cap;
         }
         self->out.n = n;
         return 0;
