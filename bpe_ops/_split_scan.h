@@ -471,6 +471,14 @@ static inline uint64_t batch_mask(__m128i a, __m128i b, __m128i c, __m128i d)
            (uint64_t)(uint16_t)_mm_movemask_epi8(c) << 32 | (uint64_t)(uint16_t)_mm_movemask_epi8(d) << 48;
 }
 
+static inline __m128i batch_in(__m128i v, char first, char last)
+{
+    /* The bytes of v in first..last (ASCII): one add moves the range to the bottom of the signed
+     * bytes (first to -128), and one signed compare takes it, where two compares and an and did. */
+    return _mm_cmplt_epi8(_mm_add_epi8(v, _mm_set1_epi8((char)(0x80 - first))),
+                          _mm_set1_epi8((char)(0x80 + (last - first) + 1)));
+}
+
 typedef struct {
     uint64_t letter, digit, space, white, newline, quote, punct, unsure;  /* bit i: byte i of the 64 */
     uint64_t wide_punct;        /* the first byte of each character of U+2010..U+2027 */
@@ -484,25 +492,22 @@ static inline BatchClasses batch_classes(const uint8_t *s)
      * most of what English text holds beyond ASCII), whose first bytes are `wide_punct`; `unsure`
      * every other control byte and byte beyond ASCII. Signed byte compares: a byte beyond ASCII is
      * negative, so below 0x20. */
-    __m128i letter[4], digit[4], space[4], white[4], newline[4], quote[4], low[4], e2[4], x80[4], third[4];
-    uint64_t lead, wide;
+    __m128i bytes[4], letter[4], digit[4], space[4], white[4], newline[4], quote[4], low[4];
+    uint64_t lead = 0, wide;
     BatchClasses b;
     int k;
+    for (k = 0; k < 4; k++)
+        bytes[k] = _mm_loadu_si128((const __m128i *)(s + 16 * k));
     for (k = 0; k < 4; k++) {
-        __m128i v = _mm_loadu_si128((const __m128i *)(s + 16 * k));
+        __m128i v = bytes[k];
         __m128i folded = _mm_or_si128(v, _mm_set1_epi8(0x20));
-        letter[k] = _mm_and_si128(_mm_cmpgt_epi8(folded, _mm_set1_epi8('a' - 1)),
-                                  _mm_cmplt_epi8(folded, _mm_set1_epi8('z' + 1)));
-        digit[k] = _mm_and_si128(_mm_cmpgt_epi8(v, _mm_set1_epi8('0' - 1)), _mm_cmplt_epi8(v, _mm_set1_epi8('9' + 1)));
+        letter[k] = batch_in(folded, 'a', 'z');
+        digit[k] = batch_in(v, '0', '9');
         space[k] = _mm_cmpeq_epi8(v, _mm_set1_epi8(' '));
-        white[k] = _mm_or_si128(space[k], _mm_and_si128(_mm_cmpgt_epi8(v, _mm_set1_epi8('\t' - 1)),
-                                                        _mm_cmplt_epi8(v, _mm_set1_epi8('\r' + 1))));
+        white[k] = _mm_or_si128(space[k], batch_in(v, '\t', '\r'));
         newline[k] = _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\n')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\r')));
         quote[k] = _mm_cmpeq_epi8(v, _mm_set1_epi8('\''));
         low[k] = _mm_cmplt_epi8(v, _mm_set1_epi8(0x20));
-        e2[k] = _mm_cmpeq_epi8(v, _mm_set1_epi8((char)0xE2));
-        x80[k] = _mm_cmpeq_epi8(v, _mm_set1_epi8((char)0x80));
-        third[k] = _mm_and_si128(_mm_cmpgt_epi8(v, _mm_set1_epi8((char)0x8F)), _mm_cmplt_epi8(v, _mm_set1_epi8((char)0xA8)));
     }
     b.letter = batch_mask(letter[0], letter[1], letter[2], letter[3]);
     b.digit = batch_mask(digit[0], digit[1], digit[2], digit[3]);
@@ -510,9 +515,20 @@ static inline BatchClasses batch_classes(const uint8_t *s)
     b.white = batch_mask(white[0], white[1], white[2], white[3]);
     b.newline = batch_mask(newline[0], newline[1], newline[2], newline[3]);
     b.quote = batch_mask(quote[0], quote[1], quote[2], quote[3]);
-    /* E2 80 90..A7: U+2010..U+2027, its three bytes in the window. */
-    lead = batch_mask(e2[0], e2[1], e2[2], e2[3]) & batch_mask(x80[0], x80[1], x80[2], x80[3]) >> 1 &
-           batch_mask(third[0], third[1], third[2], third[3]) >> 2;
+    /* E2 80 90..A7: U+2010..U+2027, its three bytes in the window; looked for only in a window with
+     * a byte beyond ASCII (its sign bit set), which most are not. */
+    if (batch_mask(bytes[0], bytes[1], bytes[2], bytes[3])) {
+        __m128i e2[4], x80[4], third[4];
+        for (k = 0; k < 4; k++) {
+            __m128i v = bytes[k];
+            e2[k] = _mm_cmpeq_epi8(v, _mm_set1_epi8((char)0xE2));
+            x80[k] = _mm_cmpeq_epi8(v, _mm_set1_epi8((char)0x80));
+            third[k] = _mm_and_si128(_mm_cmpgt_epi8(v, _mm_set1_epi8((char)0x8F)),
+                                     _mm_cmplt_epi8(v, _mm_set1_epi8((char)0xA8)));
+        }
+        lead = batch_mask(e2[0], e2[1], e2[2], e2[3]) & batch_mask(x80[0], x80[1], x80[2], x80[3]) >> 1 &
+               batch_mask(third[0], third[1], third[2], third[3]) >> 2;
+    }
     wide = lead | lead << 1 | lead << 2;
     b.wide_punct = lead;
     b.unsure = batch_mask(low[0], low[1], low[2], low[3]) & ~b.white & ~wide;
