@@ -8,7 +8,7 @@ import os
 import pickle
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bpe_ops import pretokenize
@@ -54,7 +54,7 @@ def test_worked_example():
 
 
 @pytest.mark.parametrize("pattern", PATTERNS)
-def test_real_documents(pattern, corpora):
+def test_real_documents(pattern, corpora, isa):
     texts = []
     for folder in ("multi", "code", "en", "tiny"):
         texts += read_jsonl_texts(corpora / folder, limit=400)
@@ -122,18 +122,49 @@ ASCII_PIECES = ["a", "Hello", "world", "x", " ", "  ", "   ", "    ", ".", ",", 
 CL100K_FAMILY = [p for p in PATTERNS if SCANNED_PATTERNS[p][0] == "cl100k"]
 
 
+def batch_isas() -> list[str]:
+    """The instruction sets the 64-byte windows classify bytes with on this processor (SSE2 always,
+    AVX-512BW where it has it): each window test runs once with each."""
+    if pcre2 is None:
+        return ["sse2"]
+    found, isas = pcre2.batch_isa(), ["sse2"]
+    try:
+        isas.append(pcre2.batch_isa("avx512"))
+    except ValueError:                  # a processor without AVX-512BW never runs that reading
+        pass
+    pcre2.batch_isa(found)
+    return isas
+
+
+@pytest.fixture(params=batch_isas())
+def isa(request):
+    """The splitter's windows classified with `request.param`, the processor's default after."""
+    before = pcre2.batch_isa()
+    pcre2.batch_isa(request.param)
+    yield request.param
+    pcre2.batch_isa(before)
+
+
+def test_the_windows_classify_with_the_widest_instruction_set_there_is():
+    isas = batch_isas()
+    assert pcre2.batch_isa() == isas[-1]
+    with pytest.raises(ValueError, match="none of"):
+        pcre2.batch_isa("neon")
+
+
 @pytest.mark.parametrize("pattern", CL100K_FAMILY)
-@settings(max_examples=300, deadline=None)
+# The instruction set is the test's, the same for all its examples.
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.sampled_from(ASCII_PIECES), min_size=20, max_size=160),
        st.lists(st.sampled_from(ASCII_PIECES[:14]), max_size=60))
-def test_long_mostly_ascii_texts(pattern, parts, plain):
+def test_long_mostly_ascii_texts(pattern, isa, parts, plain):
     # A long plain stretch first (whole windows of sure pieces), then the mixture.
     text = "".join(plain) * 3 + "".join(parts)
     assert pieces(pattern, text, True) == pieces(pattern, text, False)
 
 
 @pytest.mark.parametrize("pattern", CL100K_FAMILY)
-def test_every_four_characters_at_every_place_of_a_window(pattern):
+def test_every_four_characters_at_every_place_of_a_window(pattern, isa):
     # Every sequence of four of these characters, after prefixes that put it at different places of
     # the 64-byte window, with plain text around it (one text of many, NUL apart: a NUL is a byte the
     # window leaves to the scanner, so each starts the windows afresh).
@@ -147,7 +178,7 @@ def test_every_four_characters_at_every_place_of_a_window(pattern):
 
 
 @pytest.mark.parametrize("pattern", CL100K_FAMILY)
-def test_runs_of_whitespace_across_a_windows_end_or_an_unsure_byte(pattern):
+def test_runs_of_whitespace_across_a_windows_end_or_an_unsure_byte(pattern, isa):
     # A run of whitespace is split by its last newline, which may lie past the window or past a byte
     # the window cannot read (U+00A0 is whitespace too; \x1f is a control byte): runs of every shape
     # at every place around the first window's end (a text's first piece starts it).

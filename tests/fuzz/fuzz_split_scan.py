@@ -2,8 +2,9 @@
 windows among it) against its specification, PCRE2 running the same pattern alone. The first byte
 picks a pattern of `SCANNED_PATTERNS`; the rest is the text, either each byte a piece of a mostly
 ASCII alphabet (long runs of plain text with the bytes the windows leave to the scanner among them)
-or, for an input whose second byte is odd, the bytes as UTF-8 (invalid ones as U+FFFD). A finding is
-any difference in pieces. Run from the worktree:
+or, for an input whose second byte is odd, the bytes as UTF-8 (invalid ones as U+FFFD); the second
+byte's next bit picks the instruction set the windows classify with (`_pcre2.batch_isa`: SSE2, or
+AVX-512BW where the processor has it). A finding is any difference in pieces. Run from the worktree:
 
     mkdir -p /tmp/fuzz-split_scan && python3 tests/fuzz/fuzz_split_scan.py -max_total_time=600 \
         /tmp/fuzz-split_scan
@@ -28,6 +29,8 @@ ALPHABET = ["e", "t", "a", "Th", "is", "ing", "Z", "q", " ", " ", " ", "  ", "  
             "199", "2024", "123456", "\n", "\r\n", "\t", " \n", "\n    ", "\x0b", "\x0c", "\x00", "\x7f", "é",
             "ß", "中", "ア", "😀", "\xa0", "\u3000", "٣", "½", "\u0301", "’", "\u2028", "ſ", "Ⅻ", "ǅ", "A B", "x" * 70]
 _COMPILED: dict = {}
+_PCRE2 = pretokenize._pcre2_module()
+_ISAS = ["sse2", _PCRE2.batch_isa()]      # the processor's widest last
 
 
 def _pieces(pattern: str, text: str, scan: bool) -> list[str]:
@@ -87,7 +90,11 @@ def check(data: bytes) -> None:
         text = body[1:].decode("utf-8", "replace")
     else:
         text = "".join(ALPHABET[b % len(ALPHABET)] for b in body[1:])
-    scanned, expected = _pieces(pattern, text, True), _pieces(pattern, text, False)
+    _PCRE2.batch_isa(_ISAS[body[0] >> 1 & 1])
+    try:
+        scanned, expected = _pieces(pattern, text, True), _pieces(pattern, text, False)
+    finally:
+        _PCRE2.batch_isa(_ISAS[-1])
     if scanned != expected:
         raise AssertionError(f"{pattern!r} on {text!r}: scanned {scanned}, PCRE2 {expected}")
     _kinds(scanned)
