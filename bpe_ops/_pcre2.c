@@ -950,10 +950,12 @@ static PyTypeObject PieceCounterType = {
 #define CACHE_IDS (4u << 20)
 /* How many pieces ahead of the one being encoded its cache slot is prefetched. The common loop of
  * encode_spans makes each piece's probe and fetches its slot FETCH_FAR ahead, once (a second fetch
- * PREFETCH_AHEAD ahead into the core's own cache cost ~3% of a warm encode and bought nothing cold);
- * the other loop fetches PREFETCH_AHEAD ahead, from two tables. */
+ * PREFETCH_AHEAD ahead into the core's own cache cost ~3% of a warm encode and bought nothing cold).
+ * 32 pieces: where the cache's lines are out of the core's caches (another job ran between, as in
+ * bench_race's cold runs) 16 was too near, ~5% slower on code; warm, 16 and 32 are alike. The
+ * other loop fetches PREFETCH_AHEAD ahead, from two tables. */
 #define PREFETCH_AHEAD 8
-#define FETCH_FAR (2 * PREFETCH_AHEAD)
+#define FETCH_FAR (4 * PREFETCH_AHEAD)
 /* How many ids ahead encode() fetches an id's int (half as far: its place in the table of ints). */
 #define INTS_AHEAD 16
 
