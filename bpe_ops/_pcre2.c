@@ -194,6 +194,10 @@ static int spans_push(Spans *s, size_t start, size_t end)
     return 0;
 }
 
+/* How far ahead of a window scan_pieces fetches the text: the windows read it a line at a time, which
+ * the processor's own prefetcher does not run far enough ahead of (~5% of a cold encode of code). */
+#define TEXT_AHEAD 384
+
 static size_t scan_pieces(const Scanner *scanner, const uint8_t *text, size_t len, size_t pos, Spans *out,
                           size_t limit)
 {
@@ -218,6 +222,8 @@ static size_t scan_pieces(const Scanner *scanner, const uint8_t *text, size_t le
                 spans = out->spans;
                 cap = out->cap;
             }
+            if (len - pos > TEXT_AHEAD)     /* the text a few windows on (a text another job's run evicted) */
+                __builtin_prefetch(text + pos + TEXT_AHEAD);
             if ((next = scan_batch(text, pos, sc.digits, spans, &n, &retry)) != pos) {
                 pos = next;
                 continue;
