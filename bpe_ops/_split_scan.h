@@ -452,14 +452,16 @@ static inline size_t scan_cl100k_ascii(const Scanner *sc, const uint8_t *s, size
  *                  `digits` of a run (the 4th of three is left to the scanner);
  *   whitespace:    the first of a run (what comes before it ends there); the first after the run's
  *                  last newline (\s*[\r\n]+ ends there); the last of a run before a letter, digit or
- *                  punctuation (\s+(?!\S) leaves it to what follows).
+ *                  punctuation (\s+(?!\S) leaves it to what follows);
+ *   any byte:      after a contraction ('s, 'd, 'm, 't, 'll, 've, 're in any case) whose apostrophe
+ *                  starts a piece ('(?i:[sdmt]|ll|ve|re) is the first alternative).
  * U+2010..U+2027 (dashes, quotation marks, the ellipsis) are punctuation as ASCII's is. Everything
  * else is left to the byte-by-byte scanner (scan_piece): any other byte beyond ASCII, a control byte
- * that is no whitespace, an apostrophe that starts a piece (it may be a contraction), and a run of
- * whitespace that meets one of those or the window's end (its last newline may be further on); the
- * batch gives the pieces before the first such byte ("unsure") and the scanner takes the next.
- * Worked example: "It was  a dog-eat-dog.\n\n  (42)" -> "It", " was", " ", " a", " dog", "-eat",
- * "-dog", ".\n\n", " ", " (", "42", ")" (the 64 bytes would go on; bit i is byte i).
+ * that is no whitespace, and a run of whitespace that meets one of those or the window's end (its
+ * last newline may be further on); the batch gives the pieces before the first such byte ("unsure")
+ * and the scanner takes the next.
+ * Worked example: "It was  a dog-eat-dog's.\n\n  (42)" -> "It", " was", " ", " a", " dog", "-eat",
+ * "-dog", "'s", ".\n\n", " ", " (", "42", ")" (the 64 bytes would go on; bit i is byte i).
  * tests/bpe_ops/test_split_scan.py holds both to PCRE2 on real and generated text. */
 #if defined(__SSE2__) && defined(SCAN_SWAR)
 #include <emmintrin.h>
@@ -482,7 +484,19 @@ static inline __m128i batch_in(__m128i v, char first, char last)
 typedef struct {
     uint64_t letter, digit, space, white, newline, quote, punct, unsure;  /* bit i: byte i of the 64 */
     uint64_t wide_punct;        /* the first byte of each character of U+2010..U+2027 */
+    /* Where a contraction may follow: bit i set where bytes i + 1 (`short_contraction`: s, d, m or t)
+     * or i + 1 and i + 2 (`long_contraction`: ll, ve or re) spell one, in either case; only looked
+     * for in a window with an apostrophe (0 elsewhere). */
+    uint64_t short_contraction, long_contraction;
 } BatchClasses;
+
+static inline void batch_contractions(BatchClasses *b, uint64_t s, uint64_t d, uint64_t m, uint64_t t,
+                                      uint64_t l, uint64_t v, uint64_t r, uint64_t e)
+{
+    /* The contraction masks from the masks of the letters (either case) they are spelled with. */
+    b->short_contraction = (s | d | m | t) >> 1;
+    b->long_contraction = (l >> 1 & l >> 2) | ((v | r) >> 1 & e >> 2);
+}
 
 static inline BatchClasses batch_classes(const uint8_t *s)
 {
@@ -492,7 +506,7 @@ static inline BatchClasses batch_classes(const uint8_t *s)
      * most of what English text holds beyond ASCII), whose first bytes are `wide_punct`; `unsure`
      * every other control byte and byte beyond ASCII. Signed byte compares: a byte beyond ASCII is
      * negative, so below 0x20. */
-    __m128i bytes[4], letter[4], digit[4], space[4], white[4], newline[4], quote[4], low[4];
+    __m128i bytes[4], folded[4], letter[4], digit[4], space[4], white[4], newline[4], quote[4], low[4];
     uint64_t lead = 0, wide;
     BatchClasses b;
     int k;
@@ -500,8 +514,8 @@ static inline BatchClasses batch_classes(const uint8_t *s)
         bytes[k] = _mm_loadu_si128((const __m128i *)(s + 16 * k));
     for (k = 0; k < 4; k++) {
         __m128i v = bytes[k];
-        __m128i folded = _mm_or_si128(v, _mm_set1_epi8(0x20));
-        letter[k] = batch_in(folded, 'a', 'z');
+        folded[k] = _mm_or_si128(v, _mm_set1_epi8(0x20));
+        letter[k] = batch_in(folded[k], 'a', 'z');
         digit[k] = batch_in(v, '0', '9');
         space[k] = _mm_cmpeq_epi8(v, _mm_set1_epi8(' '));
         white[k] = _mm_or_si128(space[k], batch_in(v, '\t', '\r'));
@@ -515,6 +529,15 @@ static inline BatchClasses batch_classes(const uint8_t *s)
     b.white = batch_mask(white[0], white[1], white[2], white[3]);
     b.newline = batch_mask(newline[0], newline[1], newline[2], newline[3]);
     b.quote = batch_mask(quote[0], quote[1], quote[2], quote[3]);
+    b.short_contraction = b.long_contraction = 0;
+    if (b.quote) {
+#define TB_FOLDED_IS(c)                                                                              \
+    batch_mask(_mm_cmpeq_epi8(folded[0], _mm_set1_epi8(c)), _mm_cmpeq_epi8(folded[1], _mm_set1_epi8(c)), \
+               _mm_cmpeq_epi8(folded[2], _mm_set1_epi8(c)), _mm_cmpeq_epi8(folded[3], _mm_set1_epi8(c)))
+        batch_contractions(&b, TB_FOLDED_IS('s'), TB_FOLDED_IS('d'), TB_FOLDED_IS('m'), TB_FOLDED_IS('t'),
+                           TB_FOLDED_IS('l'), TB_FOLDED_IS('v'), TB_FOLDED_IS('r'), TB_FOLDED_IS('e'));
+#undef TB_FOLDED_IS
+    }
     /* E2 80 90..A7: U+2010..U+2027, its three bytes in the window; looked for only in a window with
      * a byte beyond ASCII (its sign bit set), which most are not. */
     if (batch_mask(bytes[0], bytes[1], bytes[2], bytes[3])) {
@@ -555,6 +578,13 @@ __attribute__((target("avx512f,avx512bw"))) static BatchClasses batch_classes_av
     b.white = b.space | _mm512_cmplt_epu8_mask(_mm512_sub_epi8(v, _mm512_set1_epi8('\t')), _mm512_set1_epi8(5));
     b.newline = _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8('\n')) | _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8('\r'));
     b.quote = _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8('\''));
+    b.short_contraction = b.long_contraction = 0;
+    if (b.quote) {
+#define TB_FOLDED_IS(c) _mm512_cmpeq_epi8_mask(folded, _mm512_set1_epi8(c))
+        batch_contractions(&b, TB_FOLDED_IS('s'), TB_FOLDED_IS('d'), TB_FOLDED_IS('m'), TB_FOLDED_IS('t'),
+                           TB_FOLDED_IS('l'), TB_FOLDED_IS('v'), TB_FOLDED_IS('r'), TB_FOLDED_IS('e'));
+#undef TB_FOLDED_IS
+    }
     if (hi)
         lead = _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8((char)0xE2)) &
                _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8((char)0x80)) >> 1 &
@@ -617,12 +647,18 @@ static inline uint64_t batch_starts(const BatchClasses *b, int digits, uint64_t 
     uint64_t punct_started = (punct_start & ~b->wide_punct) | (punct_start & b->wide_punct) << 2;
     uint64_t letter_start = b->letter & ~(b->letter << 1 | tail << 1 | (after_punct & punct_started << 1));
     uint64_t digit_start = digits == 1 ? b->digit : b->digit & ~after_digit;
-    uint64_t odd = b->unsure | (punct_start & b->quote) | (uint64_t)1 << 63;
+    /* An apostrophe that starts a piece takes a contraction after it ('(?i:[sdmt]|ll|ve|re), the
+     * pattern's first alternative), and what follows starts the next piece; else it is punctuation
+     * as any other. A contraction's letters past the window leave its piece unended there (no start
+     * after it), so never given. */
+    uint64_t quote_start = punct_start & b->quote;
+    uint64_t after_contraction = (quote_start & b->short_contraction) << 2 | (quote_start & b->long_contraction) << 3;
+    uint64_t odd = b->unsure | (uint64_t)1 << 63;
     if (digits == 3)            /* the 4th digit of a run (the 5th, ... come after it) */
         odd |= b->digit & after_digit & b->digit << 2 & b->digit << 3;
     /* A run of whitespace that meets an unsure byte or the window's end may have a newline further on. */
     *unsure = odd | spread_down(white & odd >> 1, white);
-    return white_start | punct_start | letter_start | digit_start | 1;
+    return white_start | punct_start | letter_start | digit_start | after_contraction | 1;
 }
 
 static inline size_t scan_batch(const uint8_t *s, size_t pos, int digits, Span *out, size_t *n, size_t *retry)
