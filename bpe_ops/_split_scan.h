@@ -449,7 +449,7 @@ static inline size_t scan_cl100k_ascii(const Scanner *sc, const uint8_t *s, size
  *   punctuation:   after no punctuation and no space (' ?[^\s\p{L}\p{N}]+'); the newlines right after
  *                  a run of punctuation are its ([\r\n]*);
  *   a digit:       after no digit (\p{N}{1,3} takes nothing before it), or the first of every
- *                  `digits` of a run (the 4th of three is left to the scanner);
+ *                  `digits` of a run (with three: the 4th, and a 5th is left to the next window);
  *   whitespace:    the first of a run (what comes before it ends there); the first after the run's
  *                  last newline (\s*[\r\n]+ ends there); the last of a run before a letter, digit or
  *                  punctuation (\s+(?!\S) leaves it to what follows);
@@ -654,8 +654,13 @@ static inline uint64_t batch_starts(const BatchClasses *b, int digits, uint64_t 
     uint64_t quote_start = punct_start & b->quote;
     uint64_t after_contraction = (quote_start & b->short_contraction) << 2 | (quote_start & b->long_contraction) << 3;
     uint64_t odd = b->unsure | (uint64_t)1 << 63;
-    if (digits == 3)            /* the 4th digit of a run (the 5th, ... come after it) */
-        odd |= b->digit & after_digit & b->digit << 2 & b->digit << 3;
+    if (digits == 3) {
+        /* The 4th digit of a run starts a piece (\p{N}{1,3} took three); where the run goes on, the
+         * 5th is left to the next window, which starts at the 4th and counts from there. */
+        uint64_t fourth = b->digit & after_digit & b->digit << 2 & b->digit << 3;
+        digit_start |= fourth;
+        odd |= fourth << 1 & b->digit;
+    }
     /* A run of whitespace that meets an unsure byte or the window's end may have a newline further on. */
     *unsure = odd | spread_down(white & odd >> 1, white);
     return white_start | punct_start | letter_start | digit_start | after_contraction | 1;
