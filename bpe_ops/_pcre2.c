@@ -1824,7 +1824,7 @@ static int encode_spans(TextEncoder *self, const uint8_t *s, size_t len)
     size_t i;
     size_t count;
     const Span *spans;
-    const PieceSlot *slots;
+    const PieceSlot *slots;     /* the cache's: they never move (a full cache is emptied in place) */
     struct PieceProbe ring[PROBE_RING];
     spans = self->spans.spans;
     count = self->spans.n;
@@ -1844,7 +1844,6 @@ static int encode_spans(TextEncoder *self, const uint8_t *s, size_t len)
          * output's end and the table are kept in locals (encode_piece, which changes the output,
          * stores and reloads it): stores through `self` would make the compiler reload them for
          * every piece. The table's slots and size never change (a full cache is emptied in place). */
-        const PieceSlot *const table = self->cache.slots;
         const size_t mask = self->cache.mask;
         int32_t *ids;
         size_t n;
@@ -1857,13 +1856,13 @@ static int encode_spans(TextEncoder *self, const uint8_t *s, size_t len)
             if (i + FETCH_FAR < count) {
                 struct PieceProbe *far = &ring[(i + FETCH_FAR) % PROBE_RING];
                 probe_piece(&self->cache, s, len, &spans[i + FETCH_FAR], far);
-                __builtin_prefetch(&table[far->slot]);
+                __builtin_prefetch(&slots[far->slot]);
             }
             if (spans[i].end - spans[i].start <= PIECE_KEY_INLINE) {
                 /* piece_cache_find_short, with the table in locals */
-                const PieceSlot *e = &table[probe->slot];
+                const PieceSlot *e = &slots[probe->slot];
                 while (!(e->key[0] == probe->key[0] && e->key[1] == probe->key[1]) && e->key[1] != 0)
-                    e = &table[(size_t)(e - table + 1) & mask];
+                    e = &slots[(size_t)(e - slots + 1) & mask];
                 if (piece_slot_used(e) && e->count <= PIECE_IDS_INLINE) {
                     ids[n] = e->ids[0];
                     ids[n + 1] = e->ids[1];
