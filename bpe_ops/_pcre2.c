@@ -1499,25 +1499,28 @@ static int read_ids(PyObject *obj, const char *what, int32_t **out, Py_ssize_t *
 
 static int cache_init(TextEncoder *self);
 
-static int encoder_fill_whole(TextEncoder *self, PyObject *whole)
+typedef struct {
+    const uint8_t *bytes;               /* a whole token's bytes (the dict's key, kept alive by it) */
+    size_t len;
+    int32_t id;
+} WholeToken;
+
+static int read_whole_tokens(PyObject *whole, WholeToken **out, Py_ssize_t *n)
 {
-    /* The {token bytes: id} map used when a tokenizer ignores merges for whole-token pieces. */
+    /* The {token bytes: id} map used when a tokenizer ignores merges for whole-token pieces, read
+     * into a malloc'ed array (its bytes the dict's own) so that its table is built without the GIL
+     * (`fill_whole`); -1 with an exception set. */
     PyObject *key, *value;
-    Py_ssize_t pos = 0;
+    Py_ssize_t pos = 0, k = 0;
     if (!PyDict_Check(whole)) {
         PyErr_SetString(PyExc_TypeError, "TextEncoder: whole_tokens must be a dict or None");
         return -1;
     }
-    if (piece_cache_init(&self->whole, (size_t)PyDict_Size(whole)) < 0)
+    *n = PyDict_Size(whole);
+    if ((*out = malloc((size_t)(*n ? *n : 1) * sizeof(WholeToken))) == NULL)
         return PyErr_NoMemory(), -1;
-    self->has_whole = 1;
-    while (PyDict_Next(whole, &pos, &key, &value)) {
+    while (k < *n && PyDict_Next(whole, &pos, &key, &value)) {
         long long id;
-        int32_t token;
-        const uint8_t *s;
-        size_t n;
-        uint64_t hash;
-        PieceSlot *e;
         if (!PyBytes_Check(key)) {
             PyErr_SetString(PyExc_TypeError, "TextEncoder: whole_tokens keys must be bytes");
             return -1;
@@ -1529,15 +1532,61 @@ static int encoder_fill_whole(TextEncoder *self, PyObject *whole)
             PyErr_Format(PyExc_OverflowError, "TextEncoder: id %lld is outside 0..2**31 - 1", id);
             return -1;
         }
-        s = (const uint8_t *)PyBytes_AS_STRING(key);
-        n = (size_t)PyBytes_GET_SIZE(key);
-        hash = piece_cache_hash(s, n);
-        token = (int32_t)id;
-        e = piece_cache_find(&self->whole, s, n, hash);
-        if (!piece_slot_used(e) && piece_cache_put(&self->whole, e, s, n, hash, &token, 1) < 0)
-            return PyErr_NoMemory(), -1;
+        (*out)[k].bytes = (const uint8_t *)PyBytes_AS_STRING(key);
+        (*out)[k].len = (size_t)PyBytes_GET_SIZE(key);
+        (*out)[k].id = (int32_t)id;
+        k++;
+    }
+    *n = k;
+    return 0;
+}
+
+static int fill_whole(TextEncoder *self, const WholeToken *tokens, Py_ssize_t n)
+{
+    /* The whole-token map of `tokens` (the first of two equal keys kept); no Python object is
+     * touched: built without the GIL. -1 when out of memory. */
+    Py_ssize_t k;
+    if (piece_cache_init(&self->whole, (size_t)n) < 0)
+        return -1;
+    self->has_whole = 1;
+    for (k = 0; k < n; k++) {
+        const uint64_t hash = piece_cache_hash(tokens[k].bytes, tokens[k].len);
+        PieceSlot *e = piece_cache_find(&self->whole, tokens[k].bytes, tokens[k].len, hash);
+        if (!piece_slot_used(e) &&
+            piece_cache_put(&self->whole, e, tokens[k].bytes, tokens[k].len, hash, &tokens[k].id, 1) < 0)
+            return -1;
     }
     return 0;
+}
+
+static int cache_init(TextEncoder *self);
+
+static int encoder_build(TextEncoder *self, const int32_t *left, const int32_t *right, const int32_t *merged,
+                         Py_ssize_t n, const int32_t *byte_ids, const WholeToken *whole, Py_ssize_t nwhole)
+{
+    /* The encoder's tables from the merges (rank r joins left[r] and right[r] into merged[r]), the
+     * 256 byte ids and the whole tokens (NULL: none); then its empty cache, seeded. Touches no Python
+     * object: run without the GIL, since most of it is the first touch of tens of MB (fresh pages
+     * cost a VM's host ~1 ms per MB), which a thread building it in the background overlaps with the
+     * caller's own work. -1 when out of memory. */
+    Py_ssize_t i;
+    for (i = 0; i < 256; i++) {
+        self->byte_ids[i] = byte_ids[i];
+        self->nints = (size_t)byte_ids[i] >= self->nints ? (size_t)byte_ids[i] + 1 : self->nints;
+    }
+    for (i = 0; i < n; i++)
+        self->nints = (size_t)merged[i] >= self->nints ? (size_t)merged[i] + 1 : self->nints;
+    if (merge_table_init(&self->table, left, right, merged, n) < 0 ||
+        (self->byte_rank = malloc(256 * 256 * sizeof(int32_t))) == NULL ||
+        char_start_init(&self->chars, &self->table, left, right, merged, n, self->nints, self->byte_ids) < 0)
+        return -1;
+    /* Every piece starts as bytes: its first pair ranks come from this 256 KiB table, which stays
+     * in a core's cache, instead of the merge table's scattered slots. */
+    for (i = 0; i < 256 * 256; i++)
+        self->byte_rank[i] = rank_of(&self->table, self->byte_ids[i >> 8], self->byte_ids[i & 255]);
+    if (whole != NULL && fill_whole(self, whole, nwhole) < 0)
+        return -1;
+    return cache_init(self);
 }
 
 static int encoder_init(TextEncoder *self, PyObject *args, PyObject *kwds)
@@ -1546,9 +1595,11 @@ static int encoder_init(TextEncoder *self, PyObject *args, PyObject *kwds)
                              "cache_size", "steps", "guard", NULL};
     PyObject *pattern, *left_arg, *right_arg, *merged_arg, *byte_ids_arg, *whole = Py_None;
     PyObject *steps = Py_None, *guard = Py_None;
-    Py_ssize_t cache_size = 100000, n, nr, nm, nb, i;
+    Py_ssize_t cache_size = 100000, n, nr, nm, nb;
     int32_t *left = NULL, *right = NULL, *merged = NULL, *byte_ids = NULL;
-    int ok = -1;
+    WholeToken *whole_tokens = NULL;
+    Py_ssize_t nwhole = 0;
+    int ok = -1, built;
 
     if (self->pattern != NULL) {
         PyErr_SetString(PyExc_TypeError, "TextEncoder is already initialised");
@@ -1579,26 +1630,15 @@ static int encoder_init(TextEncoder *self, PyObject *args, PyObject *kwds)
                                           "(below 2**31 - 1) and byte_ids 256 ids");
         goto done;
     }
-    for (i = 0; i < 256; i++) {
-        self->byte_ids[i] = byte_ids[i];
-        self->nints = (size_t)byte_ids[i] >= self->nints ? (size_t)byte_ids[i] + 1 : self->nints;
-    }
-    for (i = 0; i < n; i++)
-        self->nints = (size_t)merged[i] >= self->nints ? (size_t)merged[i] + 1 : self->nints;
-    if (merge_table_init(&self->table, left, right, merged, n) < 0 ||
-        (self->byte_rank = malloc(256 * 256 * sizeof(int32_t))) == NULL ||
-        char_start_init(&self->chars, &self->table, left, right, merged, n, self->nints, self->byte_ids) < 0) {
-        PyErr_NoMemory();
+    if (whole != Py_None && read_whole_tokens(whole, &whole_tokens, &nwhole) < 0)
         goto done;
-    }
-    /* Every piece starts as bytes: its first pair ranks come from this 256 KiB table, which stays
-     * in a core's cache, instead of the merge table's scattered slots. */
-    for (i = 0; i < 256 * 256; i++)
-        self->byte_rank[i] = rank_of(&self->table, self->byte_ids[i >> 8], self->byte_ids[i & 255]);
     self->cache_size = cache_size > 0 ? (size_t)cache_size : 0;
-    if (whole != Py_None && encoder_fill_whole(self, whole) < 0)
-        goto done;
-    if (cache_init(self) < 0) {
+    {
+        PyThreadState *saved = PyEval_SaveThread();
+        built = encoder_build(self, left, right, merged, n, byte_ids, whole != Py_None ? whole_tokens : NULL, nwhole);
+        PyEval_RestoreThread(saved);
+    }
+    if (built < 0) {
         PyErr_NoMemory();
         goto done;
     }
@@ -1612,6 +1652,7 @@ done:
     free(right);
     free(merged);
     free(byte_ids);
+    free(whole_tokens);
     return ok;
 }
 
@@ -2365,10 +2406,16 @@ static PyObject *encoder_fork(TextEncoder *self, PyObject *Py_UNUSED(ignored))
     fork->has_whole = self->has_whole;
     fork->cache_size = self->cache_size;
     fork->nints = self->nints;
-    if ((self->chars.chars != NULL && (fork->chars.chars = calloc(CHAR_LIMIT, sizeof(CharEntry))) == NULL) ||
-        cache_init(fork) < 0) {
-        Py_DECREF(fork);
-        return PyErr_NoMemory();
+    {
+        /* Its own character entries and cache (seeded): tens of MB touched first, without the GIL. */
+        PyThreadState *saved = PyEval_SaveThread();
+        int failed = (self->chars.chars != NULL && (fork->chars.chars = calloc(CHAR_LIMIT, sizeof(CharEntry))) == NULL) ||
+                     cache_init(fork) < 0;
+        PyEval_RestoreThread(saved);
+        if (failed) {
+            Py_DECREF(fork);
+            return PyErr_NoMemory();
+        }
     }
     if ((fork->matcher = matcher_new(self->pattern)) == NULL) {
         Py_DECREF(fork);

@@ -301,6 +301,12 @@ class Tokenizer:
         flat, measured = self.encode_flat_measured_in_thread(texts, separators, wide)
         return flat.arrays(), measured
 
+    def prepare_threads(self, threads: int) -> None:
+        """Build now, on the calling thread, the compiled encoders `threads` threads encoding with the
+        `..._in_thread` methods take: the shared one and a fork for each other thread
+        (`EncoderThreads.prepare`); nothing where there is no compiled encoder."""
+        self._threads.prepare(lambda: self._text_encoder, threads)
+
     def encode_flat_measured_in_thread(self, texts: Sequence[str], separators: bytes,
                                        wide: tuple[bytes, ...]) -> tuple[FlatIds, bytes | None]:
         """`encode_measured_in_thread` with the ids as one `FlatIds` batch: where the texts are encoded

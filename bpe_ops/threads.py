@@ -41,7 +41,10 @@ class EncoderThreads:
         self.size = 0
         self._local = threading.local()
         self._shared_taken = False       # whether a thread encodes with the shared encoder itself
-        self._taking = threading.Lock()
+        self._taking = threading.Condition()
+        self._spare: list[Any] = []      # forks made ahead (`prepare`) that no thread has taken yet
+        self._forks_begun = 0            # forks made or being made, by `prepare` or a thread
+        self._forks_taken = 0            # forks a thread took (its own, or a spare)
 
     def map(self, num_threads: int, work: Callable[[Sequence[Any]], list[T]], items: Sequence[Any]) -> list[T]:
         """`work(chunk)` of each chunk of `items` on `num_threads` threads, the results in order."""
@@ -64,11 +67,53 @@ class EncoderThreads:
 
     def thread_encoder(self, shared: Callable[[], Any]) -> Any:
         """The calling thread's encoder (None when `shared()` is None): for the first thread that asks,
-        the encoder `shared()` gives; for the others a fork of it. `shared` is called only when this
-        thread has no encoder yet."""
+        the encoder `shared()` gives; for the others a fork of it (one `prepare` made, else its own).
+        `shared` is called only when this thread has no encoder yet."""
         encoder = getattr(self._local, "encoder", None)
         if encoder is None and (parent := shared()) is not None:
             with self._taking:
                 first, self._shared_taken = not self._shared_taken, True
-            encoder = self._local.encoder = parent if first else parent.fork()
+                if not first:
+                    # A fork `prepare` is making is waited for rather than made twice (tens of MB).
+                    while not self._spare and self._forks_begun > self._forks_taken + len(self._spare):
+                        self._taking.wait()
+                    encoder = self._spare.pop() if self._spare else None
+                    self._forks_begun += encoder is None
+                    self._forks_taken += 1
+            if encoder is None:
+                encoder = parent if first else parent.fork()
+            self._local.encoder = encoder
         return encoder
+
+    def prepare(self, shared: Callable[[], Any], threads: int) -> None:
+        """Build now, on the calling thread, the encoders `threads` threads will ask for: `shared()`
+        and a fork of it for each thread but the first, kept for the threads that ask
+        (`thread_encoder`). A job calls it on a thread of its own as soon as it has the tokenizer,
+        before its encoding threads start: the compiled encoder builds its tables and caches without
+        the GIL (tens of MB touched for the first time, which a fresh VM page makes slow), so the
+        build overlaps the job's own start instead of holding up its first texts.
+
+        >>> class Encoder:
+        ...     def fork(self):
+        ...         return Encoder()
+        >>> threads, parent = EncoderThreads(), Encoder()
+        >>> threads.prepare(lambda: parent, 3)
+        >>> len(threads._spare), threads.thread_encoder(lambda: parent) is parent
+        (2, True)
+        """
+        parent = shared()
+        while parent is not None:
+            with self._taking:
+                if self._forks_begun >= threads - 1:
+                    return
+                self._forks_begun += 1
+            try:
+                fork = parent.fork()
+            except BaseException:
+                with self._taking:          # not made: a thread waiting for it makes its own
+                    self._forks_begun -= 1
+                    self._taking.notify_all()
+                raise
+            with self._taking:
+                self._spare.append(fork)
+                self._taking.notify_all()

@@ -51,7 +51,8 @@ from pipelines.monitoring.drift_judging import (Thresholds, check_calibrated, ch
                                                 load_stats, pair_drifted)
 from pipelines.monitoring.drift_reports import show_pair
 from pipelines.steps.tokenize_shard import (CountRepeatedIds, ShardJob, TokenizeShard, add_pairs,
-                                            inferred_types, kept_field_kinds, read_shard_metadata, union_all)
+                                            inferred_types, kept_field_kinds, prepare_encoding, read_shard_metadata,
+                                            union_all)
 
 SUCCESS = "_SUCCESS"
 STOP_FILE = "_STOP"              # created by anyone: a --watch run ends cleanly
@@ -542,6 +543,9 @@ def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.Argum
     units, read_whole = plan(shards, shard_job.source_options, options.split_size)
     beam_options, runner = pipeline_options(beam_args)
     check_worker_paths(beam_options, [*options.inputs, output, options.tokenizer.url])
+    encode_threads = shard_job.encode_threads or local_cores_per_worker(beam_options, runner)
+    if one_local_worker(beam_options, runner):     # its worker is this process and takes this tokenizer
+        prepare_encoding(tok, encode_threads, shard_job.dropout)
     claim_output(output, "tokenize")
     dropout = shard_job.dropout
     say(f"tokenize: {len(shards)} shard(s){' so far, watching for more' if watch else ''}, "
@@ -556,7 +560,7 @@ def run_parsed(args: argparse.Namespace, rest: list[str], parser: argparse.Argum
     # The inputs as a sorted set: the same inputs listed in another order give the same stats.json.
     inputs = sorted(set(options.inputs))
     job = TokenizeJob(
-        replace(shard_job, encode_threads=shard_job.encode_threads or local_cores_per_worker(beam_options, runner)),
+        replace(shard_job, encode_threads=encode_threads),
         TokenizerFacts.of(tok, reload=partial(token_bytes_of, options.tokenizer), dropout=dropout),
         tuple(inputs), started_at, tuple(name for name, type_name in options.kept_types if type_name is None),
         spread=not one_local_worker(beam_options, runner) and not watching,

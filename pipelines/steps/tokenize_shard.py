@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
 from collections import deque
 from concurrent.futures import wait
@@ -70,6 +71,30 @@ def chunk_ends(records: int, first_size: int | None, chars: int, submitted: int)
         return records >= first_size
     return records % ENCODE_CHUNK_RECORDS == 0 and (
         chars >= CHUNK_TEXT_CHARS or (submitted + records) % CHUNK_MAX_RECORDS == 0)
+
+
+def prepare_encoding(tok, threads: int, dropout: Dropout | None = None) -> None:
+    """Make `tok` ready for a tokenize job's `threads` encoding threads: its compiled encoder's cache
+    sized for the whole job (JOB_CACHE_PIECES entries in all, the whole tokens it seeds counted; read
+    when the encoder is built), and, without BPE-dropout (which encodes in Python), the encoder and
+    its forks for the other threads built on a background thread (`Tokenizer.prepare_threads`): their
+    tables' first touch overlaps the job's start rather than holding up its first chunk. The worker's
+    `setup` calls it, and the launcher too where the job runs in its own process (the worker then
+    finds them built, or being built). A build that fails here is left to the encoding threads, which
+    build what is missing and fail there, in the job's terms."""
+    from bpe_ops.text_encoder import cache_size_for
+
+    tok.cache_size = max(tok.cache_size, cache_size_for(tok, JOB_CACHE_PIECES))
+    if dropout is not None:
+        return
+
+    def build() -> None:
+        try:
+            tok.prepare_threads(max(1, threads))
+        except Exception:       # out of memory, say: the encoding threads meet it again and report it
+            pass
+
+    threading.Thread(target=build, name="tokenbeam-prepare", daemon=True).start()
 
 
 def read_shard_metadata(url: str) -> dict | None:
@@ -147,10 +172,7 @@ class TokenizeShard(beam.DoFn):
         except UserError as exc:      # the launcher could read it, this worker cannot: say so in one line
             raise ShardFailure(str(exc)) from exc
         self.sha256 = self.tokenizer.sha256
-        # Read when the compiled encoder is built (on first use): a larger cache for the whole job,
-        # JOB_CACHE_PIECES entries in all (the whole tokens the encoder seeds into it counted).
-        from bpe_ops.text_encoder import cache_size_for
-        self.tok.cache_size = max(self.tok.cache_size, cache_size_for(self.tok, JOB_CACHE_PIECES))
+        prepare_encoding(self.tok, self.encode_threads, self.dropout)
         if os.getpid() != self.launcher_pid or process_owned():     # not a library caller's process
             settle_heap()
         self.raw_byte_ids = self.tok.raw_byte_ids

@@ -297,6 +297,73 @@ def test_a_batch_encoded_flat_is_the_batch_encoded_text_by_text(files, texts, na
 
 
 @needs_text_encoder
+def test_threads_starting_while_their_encoders_are_prepared_take_one_each(files, texts):
+    """A job prepares its threads' encoders on a thread of its own (`Tokenizer.prepare_threads`)
+    while its encoding threads start: every thread gets an encoder of its own (the shared one, or a
+    fork made ahead or by itself: never one another thread has), no more forks are made than
+    threads need, and every id is the one thread's."""
+    for _ in range(ROUNDS):
+        tok = small_cache_tokenizer(files["regex"], COMPILED)
+        expected = [list(tok.encode_arrays_in_thread([t])[0]) for t in texts]
+        tok = small_cache_tokenizer(files["regex"], COMPILED)
+        forks: list = []
+
+        class Counted:
+            """The tokenizer's compiled encoder, its forks counted."""
+
+            def __init__(self, encoder):
+                self.encoder = encoder
+
+            def fork(self):
+                forks.append(1)
+                return self.encoder.fork()
+
+            def __getattr__(self, name):
+                return getattr(self.encoder, name)
+
+        tok._text_encoder = Counted(tok._text_encoder)
+        taken: dict = {}
+        preparing = threading.Thread(target=tok.prepare_threads, args=(THREADS,))
+
+        def work(k: int) -> None:
+            if k == 0:
+                preparing.start()
+            taken[k] = tok._threads.thread_encoder(lambda: tok._text_encoder)
+            flat, _ = tok.encode_flat_measured_in_thread(texts, *MEASURE_SEPARATORS)
+            assert [a.tolist() for a in flat.arrays()] == expected
+
+        assert not run_at_once(work)
+        preparing.join()
+        assert len(set(map(id, taken.values()))) == THREADS
+        assert len(forks) == THREADS - 1 and not tok._threads._spare
+
+
+def test_a_fork_that_fails_while_prepared_is_made_by_the_thread_that_waited_for_it():
+    """`EncoderThreads.prepare` forks ahead for the threads to come; a fork that fails there (out
+    of memory) raises there and leaves no thread waiting for it: the thread makes its own."""
+    from bpe_ops.threads import EncoderThreads
+
+    class Parent:
+        fail = True
+
+        def fork(self):
+            if Parent.fail:
+                Parent.fail = False
+                raise MemoryError
+            return object()
+
+    threads, parent = EncoderThreads(), Parent()
+    with pytest.raises(MemoryError):
+        threads.prepare(lambda: parent, 2)
+    assert threads.thread_encoder(lambda: parent) is parent
+    other = threading.Thread(target=lambda: taken.append(threads.thread_encoder(lambda: parent)))
+    taken: list = []
+    other.start()
+    other.join(5)
+    assert len(taken) == 1 and taken[0] is not parent and not threads._spare
+
+
+@needs_text_encoder
 def test_threads_asking_at_once_for_the_compiled_encoder_build_it_once(files, monkeypatch):
     """The compiled encoder is built on first use; threads that all use it first at the same time
     share one build (each build is ~100 ms and ~40 MB with 200k ids)."""
