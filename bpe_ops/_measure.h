@@ -12,9 +12,13 @@
 #define TOKENBEAM_MEASURE_H
 #include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #define DIGIT_RUN_LENGTHS 5
 #define MAX_WIDE 32
+#define MAX_LEADS 8
 
 typedef struct {
     const uint8_t *s;
@@ -31,6 +35,8 @@ typedef struct {
     uint32_t wide_code[MAX_WIDE];       /* ... their bytes as one little-endian word, */
     uint32_t wide_mask[MAX_WIDE];       /* ... and the bits of that word they fill */
     int nwide;
+    uint8_t leads[MAX_LEADS];           /* the bytes beyond ASCII that may start a separator, */
+    int nleads;                         /* ... how many (-1: more than MAX_LEADS) */
     int ascii_blocks;                   /* the ASCII separators are Python's (see ascii_block_starts) */
 } Separators;
 
@@ -58,6 +64,97 @@ static inline int ascii_block_starts(uint64_t v, int *in_word, int64_t *words)
     *in_word = (int)(word >> 63);
     return 1;
 }
+
+static inline void count_run(int64_t runs[DIGIT_RUN_LENGTHS], size_t run)
+{
+    runs[(run < DIGIT_RUN_LENGTHS ? run : DIGIT_RUN_LENGTHS) - 1]++;
+}
+
+#if defined(__SSE2__)
+#define MEASURE_BLOCK 64
+
+static inline uint64_t lanes_in(__m128i v, char lo, char hi)
+{
+    /* The bits of the bytes of v within lo..hi (ASCII bytes: a signed compare is an unsigned one). */
+    return (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_and_si128(_mm_cmpgt_epi8(v, _mm_set1_epi8((char)(lo - 1))),
+                                                                _mm_cmplt_epi8(v, _mm_set1_epi8((char)(hi + 1)))));
+}
+
+static size_t separator_at(const Separators *sep, const uint8_t *s, size_t n, size_t i);
+
+static inline int block64(const Separators *sep, const uint8_t *s, size_t n, int *in_word, size_t *run,
+                          int64_t *words, int64_t runs[DIGIT_RUN_LENGTHS])
+{
+    /* The 64 bytes at s (n >= 64 bytes from s to the text's end) measured at once, where the
+     * separators are Python's ASCII white space (9-13, 28-32, as in ascii_block_starts): add the
+     * words that start in them to *words and the digit runs that end in them to runs, carry
+     * *in_word (whether the last byte is a word byte) and *run (the length of the digit run reaching
+     * the last byte, 0: none) on, and return 1. Bit k of each mask is byte k. A word starts at a word
+     * byte (a digit is one) whose previous byte is not; a digit run ends at a byte that is no digit.
+     * A byte beyond ASCII is a word byte unless it starts a separator (`leads`: a wide separator's
+     * lead byte, rare) that `separator_at` matches there, as `measure` matches it. Returns 0, nothing changed,
+     * where a wide separator would run past the block (it is measured byte by byte). */
+    uint64_t high = 0, space = 0, digit = 0, word, starts;
+    int k;
+    for (k = 0; k < 4; k++) {
+        const __m128i v = _mm_loadu_si128((const __m128i *)(s + 16 * k));
+        high |= (uint64_t)(uint16_t)_mm_movemask_epi8(v) << (16 * k);
+        space |= (lanes_in(v, 9, 13) | lanes_in(v, 28, 32)) << (16 * k);
+        digit |= lanes_in(v, '0', '9') << (16 * k);
+    }
+    if (high) {
+        if (sep->nleads < 0)
+            return 0;
+        /* lanes_in read the bytes beyond ASCII as negative: none is in an ASCII range. */
+        uint64_t leads = 0;
+        for (k = 0; k < 4; k++) {
+            const __m128i v = _mm_loadu_si128((const __m128i *)(s + 16 * k));
+            uint64_t here = 0;
+            int w;
+            for (w = 0; w < sep->nleads; w++)
+                here |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8((char)sep->leads[w])));
+            leads |= here << (16 * k);
+        }
+        while (leads) {
+            const size_t at = (size_t)__builtin_ctzll(leads);
+            const size_t len = separator_at(sep, s, n, at);
+            if (at + len > 64)
+                return 0;
+            if (len)
+                space |= (len == 64 ? ~0ull : ((1ull << len) - 1)) << at;
+            leads &= leads - 1;
+        }
+    }
+    word = ~space;
+    starts = word & ~(word << 1 | (uint64_t)(*in_word != 0));
+    *words += __builtin_popcountll(starts);
+    *in_word = (int)(word >> 63);
+    if (*run || digit) {
+        /* Each run of ones in `digit`, the one carried in first (it goes on at bit 0, or ended before it). */
+        size_t at = 0;
+        while (at < 64) {
+            uint64_t rest = digit >> at;
+            size_t ones;
+            if (*run && !(rest & 1)) {
+                count_run(runs, *run);
+                *run = 0;
+            }
+            if (rest == 0)
+                break;
+            at += (size_t)__builtin_ctzll(rest);          /* the next digit */
+            rest = digit >> at;
+            ones = ~rest == 0 ? 64 - at : (size_t)__builtin_ctzll(~rest);
+            *run += ones;
+            at += ones;
+            if (at < 64) {                                 /* ended inside the block */
+                count_run(runs, *run);
+                *run = 0;
+            }
+        }
+    }
+    return 1;
+}
+#endif
 
 static size_t separator_at(const Separators *sep, const uint8_t *s, size_t n, size_t i)
 {
@@ -93,6 +190,16 @@ static void measure(const Separators *sep, Measured *m)
     while (i < n) {
         uint8_t b, k;
         size_t len = 1;
+#if defined(__SSE2__)
+        if (i >= block_end && sep->ascii_blocks && n - i >= MEASURE_BLOCK) {
+            /* 64 bytes at a time; byte by byte up to the next 64 after a block it leaves. */
+            if (block64(sep, s + i, n - i, &in_word, &run, &words, m->runs)) {
+                i += MEASURE_BLOCK;
+                continue;
+            }
+            block_end = i + MEASURE_BLOCK;
+        }
+#endif
         if (i >= block_end && sep->ascii_blocks && !run && n - i >= 8) {
             /* Most of a text in a Latin script is ASCII letters and spaces: eight bytes at a time,
              * and byte by byte up to the next eight after a block that holds anything else. */
@@ -173,6 +280,13 @@ static int separators_from(Separators *sep, const void *table, Py_ssize_t table_
         }
     }
     sep->nwide = (int)PyTuple_GET_SIZE(wide);
+    for (k = 128; k < 256; k++)
+        if (sep->separators[k] != 0) {
+            if (sep->nleads >= 0 && sep->nleads < MAX_LEADS)
+                sep->leads[sep->nleads++] = (uint8_t)k;
+            else
+                sep->nleads = -1;       /* too many to match 64 bytes at a time: such blocks byte by byte */
+        }
     sep->ascii_blocks = 1;
     for (k = 0; k < 128; k++)
         if (sep->separators[k] != ((k >= 9 && k <= 13) || (k >= 28 && k <= 32)))

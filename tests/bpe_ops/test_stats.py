@@ -468,9 +468,13 @@ def test_the_measures_of_a_batch_equal_the_per_record_specification(texts):
 
 
 # Runs of ASCII letters and of each ASCII separator, long enough to fill the compiled measure's
-# eight-byte blocks at every offset, with a digit run or a non-ASCII character now and then.
+# eight- and 64-byte blocks at every offset, with a digit run (some longer than a block) or a
+# non-ASCII character now and then: wide separators of two and three bytes (a block matches each
+# lead byte it holds, and leaves one whose separator runs past its end) and characters that share
+# their lead byte (a curly quote, U+2019, starts as U+2003 does).
 ASCII_RUNS = st.lists(st.sampled_from(["a", "bc", "word", "Letters", " ", "  ", "\t", "\n", "\x0b", "\x0c", "\r",
-                                       "\x1c", "\x1f", "\x1d\x1e", "7", "123456", "\u00e9", "\u3000", "\u00a0x",
+                                       "\x1c", "\x1f", "\x1d\x1e", "7", "123456", "1" * 70, "\u00e9", "\u3000",
+                                       "\u00a0x", "\u2003", "\u2019", "\u2028", "\u1680", "\u0085", "\u00c2",
                                        ".,;", "\x7f", "\x00"]), max_size=60).map("".join)
 
 
@@ -499,6 +503,29 @@ def test_a_separator_table_of_other_ascii_separators_is_read_byte_by_byte():
     # A wide separator is matched with the bytes past the text's end read as zero: none may hold one.
     with pytest.raises(ValueError, match="none zero"):
         compiled(texts, _SPACE_CLASSES, (b"\xe2\x00",))
+
+
+@pytest.mark.parametrize("separators", [b"\x81", bytes(range(0x80, 0x90))])
+def test_separators_beyond_ascii_in_a_table_are_measured_where_64_bytes_are_read_at_once(separators):
+    # A table may make bytes beyond ASCII separators of one byte: a block of 64 bytes holding one
+    # matches it where it is (a few such bytes), or is read byte by byte (more than 8 of them).
+    from bpe_ops.stats import _SPACE_CLASSES, _measure_texts
+    compiled = _measure_texts()
+    if compiled is None:
+        pytest.skip("bpe_ops._native is not built")
+    table = bytearray(_SPACE_CLASSES)
+    for b in range(0x80, 0x100):
+        table[b] = 1 if b in separators else 0
+    rng = random.Random(5)
+    texts = ["".join(rng.choice(["a", "word ", "\u0101", "\u0111", "  ", "9", "\u00e9"]) for _ in range(rng.randrange(200)))
+             for _ in range(200)]
+    _, words, _ = compiled(texts, bytes(table), ())
+
+    def byte_words(text: str) -> int:
+        data = text.encode("utf-8")
+        return sum(table[b] != 1 and (k == 0 or table[data[k - 1]] == 1) for k, b in enumerate(data))
+
+    assert words == [byte_words(t) for t in texts]
 
 
 def test_the_measures_of_real_records(corpora):
