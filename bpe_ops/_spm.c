@@ -873,10 +873,18 @@ static int spm_init(SpmEncoder *self, PyObject *args, PyObject *kwds)
         self->direct[0x20] = mark;
     }
     self->isolated_bytes = bytes_isolated(self->byte_ids, left, right, nl);
-    if (merge_table_init(&self->table, left, right, merged, nl) < 0 ||
-        piece_cache_init(&self->cache, cache_size > 0 ? (size_t)cache_size : 1) < 0) {
-        PyErr_NoMemory();
-        goto done;
+    {
+        /* The merge map and the cache: megabytes touched for the first time and no Python object,
+         * so without the GIL (a job builds its encoder on a thread of its own while it starts). */
+        int built;
+        PyThreadState *saved = PyEval_SaveThread();
+        built = merge_table_init(&self->table, left, right, merged, nl) == 0 &&
+                piece_cache_init(&self->cache, cache_size > 0 ? (size_t)cache_size : 1) == 0;
+        PyEval_RestoreThread(saved);
+        if (!built) {
+            PyErr_NoMemory();
+            goto done;
+        }
     }
     self->cache_size = cache_size > 0 ? (size_t)cache_size : 0;
     if (self->space_cp != EMPTY_CP && (self->space_str = PyUnicode_FromOrdinal((int)self->space_cp)) == NULL)
