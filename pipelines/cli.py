@@ -81,6 +81,7 @@ def build_parser(described: list[str]) -> tuple[Parser, dict[str, command.Comman
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser, commands, subparsers = build_parser(commands_described(argv))
+    heap.modules_imported()
     if not argv:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
