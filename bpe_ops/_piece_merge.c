@@ -99,9 +99,17 @@ static int merger_init(PieceMerger *self, PyObject *args, PyObject *kwds)
         (self->right = id_array(seqs[1], n)) == NULL ||
         (merged = id_array(seqs[2], n)) == NULL)
         goto done;
-    if (merge_table_init(&self->table, self->left, self->right, merged, n) < 0) {
-        PyErr_NoMemory();
-        goto done;
+    {
+        /* The merge map: megabytes touched for the first time and no Python object, so without the
+         * GIL (a job builds it on a thread of its own while it starts). */
+        int built;
+        PyThreadState *saved = PyEval_SaveThread();
+        built = merge_table_init(&self->table, self->left, self->right, merged, n) == 0;
+        PyEval_RestoreThread(saved);
+        if (!built) {
+            PyErr_NoMemory();
+            goto done;
+        }
     }
     ok = 0;
 done:

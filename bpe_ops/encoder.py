@@ -169,8 +169,7 @@ class Tokenizer:
             self._eow_id = self._token_ids[END_OF_WORD.encode()]
         self.vocab = {**tokens, **{i: s.encode("utf-8") for s, i in self.special_tokens.items()}}
         self.vocab_size = max(self.vocab) + 1
-        self._merger = (piece_merger(self._left, self._right, self._merged, tokens)
-                        if self.implementation.compiled else None)
+        self._merger_slot = _UNBUILT
         self._text_encoder_slot = _UNBUILT
         self._threads = EncoderThreads()       # encode_arrays' pool and per-thread encoders
 
@@ -197,6 +196,22 @@ class Tokenizer:
         return list(zip(self._left, self._right))
 
     @property
+    def _merger(self):
+        """The compiled merge replay (`merging.piece_merger`), or None (not compiled), built on first
+        use: its table costs 70 ms at 128k ids, which a job whose whole-text encoder replays the
+        merges itself pays only if a text takes the piece-by-piece path (and then on the thread
+        that first needs it, as `text_encoder.build` does on a job's preparing thread)."""
+        merger = self._merger_slot
+        if merger is _UNBUILT:
+            merger = lazy.build_once(self, "_merger_slot", _UNBUILT, lambda: piece_merger(
+                self._left, self._right, self._merged, self._tokens) if self.implementation.compiled else None)
+        return merger
+
+    @_merger.setter
+    def _merger(self, merger) -> None:
+        self._merger_slot = merger
+
+    @property
     def _text_encoder(self):
         """The compiled whole-text encoder (`text_encoder.build`), built on first use: its tables
         cost 50 ms at 131k ids, which a launcher that only reads the file, or a worker's thread that
@@ -213,7 +228,7 @@ class Tokenizer:
     def __getstate__(self):
         # The compiled encoder holds buffers, not a recipe, and threads do not pickle: pickled
         # without them, rebuilt on load. The components are closures: rebuilt from their specs.
-        return {**self.__dict__, "_text_encoder_slot": None, "_threads": None, "_normalize": None,
+        return {**self.__dict__, "_text_encoder_slot": None, "_merger_slot": None, "_threads": None, "_normalize": None,
                 "_pre_tokenize": None, "_added": None, "_decode_pieces": None, "_start_kept": None}
 
     def __setstate__(self, state):
@@ -221,7 +236,7 @@ class Tokenizer:
         self._build_components()
         self._added = (hf_components.AddedVocabulary(self.added_tokens_spec, self._normalize)
                        if self.added_tokens_spec else None)
-        self._text_encoder_slot = _UNBUILT
+        self._text_encoder_slot = self._merger_slot = _UNBUILT
         self._threads = EncoderThreads()
 
     # ---- encoding -----------------------------------------------------------------------------

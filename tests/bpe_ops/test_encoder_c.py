@@ -201,6 +201,7 @@ def test_python_path_without_the_extension_or_for_ids_beyond_31_bits(monkeypatch
     assert default._merger is not None
     monkeypatch.setattr(merging, "_piece_merge", None)          # no compiler: the extension is absent
     absent = Tokenizer(merges)
+    assert absent._merger is None                           # built on first use: here, without it
     monkeypatch.undo()
     wide = Tokenizer(merges, vocab={**{b: bytes([b]) for b in range(256)},
                                     2**31: b"ab", 2**31 + 1: b"abc"})
