@@ -38,7 +38,7 @@ from pipelines.statistics.breakdowns import BreakdownSummaries, Breakdowns, add_
 from pipelines.statistics.windows import format_utc
 from pipelines.steps.tokenize_steps import (CHUNK_MAX_RECORDS, CHUNK_TEXT_CHARS, ENCODE_CHUNK_RECORDS,
                                             FIRST_CHUNK_RECORDS, OVERLAP_TEXT_BYTES, WRITE_POOL,
-                                            ChunkEncoder, RowGroup, RowGroupWriter, UnsummedChunks)
+                                            ChunkEncoder, RowGroup, RowGroupWriter, UnsummedChunks, id_hashes)
 
 if TYPE_CHECKING:
     from pipelines.datasets.sources import SourceOptions
@@ -344,8 +344,8 @@ class TokenizeShard(beam.DoFn):
         records (`RowGroup.rows_before_cut`: a long chunk may hold more than one such place), the
         chunks held added to the summary first; returns the group to go on with."""
         chunk, _, measured = in_flight
-        record_ids, id_arrays, stats, runs, calibration = measured.result()
-        unsummed.add(chunk, record_ids, id_arrays, stats, runs, calibration)
+        record_ids, id_arrays, stats, runs, calibration, hashes = measured.result()
+        unsummed.add(chunk, record_ids, id_arrays, stats, runs, calibration, hashes)
         while (taken := group.rows_before_cut(stats[0])) is not None:
             ids_taken, id_arrays = id_arrays.split(taken)
             group.extend(chunk[:taken], ids_taken, [column[:taken] for column in stats], record_ids[:taken])
@@ -379,26 +379,6 @@ class TokenizeShard(beam.DoFn):
 
 ID_BUCKETS = 64       # the id hashes are counted per bucket: no worker holds more than a bucket's
 
-
-def id_hashes(record_ids) -> np.ndarray:
-    """Each record id as a 128-bit hash (two uint64 columns): equal ids, equal rows; a collision
-    between different ids is out of reach (about n^2 / 2^129). The hash is BLAKE2b's (16 bytes):
-    `_native.id_hashes` where built, else hashlib's, id by id (its specification)."""
-    digests = (_ID_HASHES(record_ids) if _ID_HASHES is not None else
-               b"".join(hashlib.blake2b(str(i).encode("utf-8", "surrogatepass"), digest_size=16).digest()
-                        for i in record_ids))
-    return np.frombuffer(digests, dtype="<u8").reshape(-1, 2)
-
-
-def _compiled_id_hashes():
-    try:
-        from bpe_ops._native import id_hashes as compiled
-    except ImportError:
-        return None
-    return compiled
-
-
-_ID_HASHES = _compiled_id_hashes()
 
 
 class CountRepeatedIds(beam.CombineFn):
@@ -444,7 +424,11 @@ class ShardPartials(BreakdownSummaries):
         self.ids: list[np.ndarray] = []
 
     def add_ids(self, record_ids) -> None:
-        self.ids.append(id_hashes(record_ids))
+        self.add_id_hashes(id_hashes(record_ids))
+
+    def add_id_hashes(self, hashes: np.ndarray) -> None:
+        """Record ids already hashed (`id_hashes`' rows: an encoding thread hashes its chunk's)."""
+        self.ids.append(hashes)
 
     def id_buckets(self):
         """The shard's record-id hashes as (bucket, the bytes of its rows of `id_hashes`) pairs, for
@@ -453,8 +437,12 @@ class ShardPartials(BreakdownSummaries):
             return
         hashes = np.concatenate(self.ids)
         buckets = hashes[:, 0] % ID_BUCKETS
-        for bucket in np.unique(buckets):
-            yield int(bucket), hashes[buckets == bucket].tobytes()
+        # Sorted by bucket once (stable: each bucket's rows in shard order), then cut where it changes.
+        order = np.argsort(buckets, kind="stable")
+        buckets, hashes = buckets[order], hashes[order]
+        cuts = np.flatnonzero(buckets[1:] != buckets[:-1]) + 1
+        for start, end in zip(np.r_[0, cuts], np.r_[cuts, len(buckets)]):
+            yield int(buckets[start]), hashes[start:end].tobytes()
 
 
 def shard_fingerprint(shard, source_options, tokenizer_sha256: str, eos_token: str | None,

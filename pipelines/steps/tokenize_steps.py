@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from collections import deque
@@ -61,6 +62,27 @@ WRITE_POOL = pa.system_memory_pool()
 WRITES_QUEUED = 2
 
 
+def id_hashes(record_ids) -> np.ndarray:
+    """Each record id as a 128-bit hash (two uint64 columns): equal ids, equal rows; a collision
+    between different ids is out of reach (about n^2 / 2^129). The hash is BLAKE2b's (16 bytes):
+    `_native.id_hashes` where built, else hashlib's, id by id (its specification)."""
+    digests = (_ID_HASHES(record_ids) if _ID_HASHES is not None else
+               b"".join(hashlib.blake2b(str(i).encode("utf-8", "surrogatepass"), digest_size=16).digest()
+                        for i in record_ids))
+    return np.frombuffer(digests, dtype="<u8").reshape(-1, 2)
+
+
+def _compiled_id_hashes():
+    try:
+        from bpe_ops._native import id_hashes as compiled
+    except ImportError:
+        return None
+    return compiled
+
+
+_ID_HASHES = _compiled_id_hashes()
+
+
 class ChunkEncoder:
     """The encoding step: each chunk's token ids (one `FlatIds` batch, EOS appended), `batch_stats`
     columns, digit runs and `Summary.batch_calibration`, computed on background threads.
@@ -90,13 +112,14 @@ class ChunkEncoder:
 
     def encode_and_measure(self, chunk, summary: Summary) -> tuple:
         """What a background thread makes of a chunk: its record ids (listed here, once, off the
-        reading thread), token ids, measures, digit runs, calibration."""
+        reading thread), token ids, measures, digit runs, calibration, and its record ids' hashes
+        (`id_hashes`, for the count of repeated ids: hashed here, off the reading thread too)."""
         texts = [r.text for r in chunk]
         record_ids = [r.id for r in chunk]
         id_arrays, measured = self.ids(chunk, texts)
         stats, runs = measure_batch(texts, id_arrays, measured)
         calibration = summary.batch_calibration(stats[0], record_ids, id_arrays, tallies=self.thread_tallies(summary))
-        return record_ids, id_arrays, stats, runs, calibration
+        return record_ids, id_arrays, stats, runs, calibration, id_hashes(record_ids)
 
     def thread_tallies(self, summary: Summary) -> Tallies:
         """The calling thread's tallies (made on first use, for `summary`'s vocabulary)."""
@@ -244,12 +267,15 @@ class UnsummedChunks:
         self.chunks: list[tuple] = []
         self.kept_fields = kept_fields      # whether the partials read the records' kept fields
 
-    def add(self, chunk, record_ids: list[str], id_arrays: FlatIds, stats, runs: np.ndarray, calibration) -> None:
+    def add(self, chunk, record_ids: list[str], id_arrays: FlatIds, stats, runs: np.ndarray, calibration,
+            hashes: np.ndarray | None = None) -> None:
         """A chunk's records (`record_ids`, their ids) and what `ChunkEncoder` made of it (its token ids
-        a `FlatIds` batch; each record's apart is made one)."""
+        a `FlatIds` batch, each record's apart made one; its record ids' `id_hashes`, else hashed when
+        added to the partials)."""
         keeps = [r.keep for r in chunk] if self.kept_fields else None
         flat = id_arrays if isinstance(id_arrays, FlatIds) else FlatIds.of(id_arrays)
-        self.chunks.append((record_ids, keeps, flat, stats, runs, calibration))
+        self.chunks.append((record_ids, keeps, flat, stats, runs, calibration,
+                            id_hashes(record_ids) if hashes is None else hashes))
 
     def add_to(self, summary: Summary, partials) -> None:
         """Add the chunks held, in order, to `summary` and `partials` (if any) as one batch; hold none."""
@@ -267,7 +293,7 @@ class UnsummedChunks:
             if self.kept_fields:      # each record's ids apart: the partials split the batch record by record
                 id_arrays = [ids for c in chunks for ids in c[2].arrays()]
                 partials.add_batch(list(joined(c[1] for c in chunks)), stats, id_arrays, record_ids, digit_runs=runs)
-            partials.add_ids(record_ids)
+            partials.add_id_hashes(np.concatenate([c[6] for c in chunks]))
 
 
 class RowGroupWriter:

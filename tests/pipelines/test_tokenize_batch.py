@@ -333,26 +333,26 @@ def test_record_id_hashes_are_blake2b_of_each_id(compiled, monkeypatch):
     """`id_hashes` (compiled where built, hashlib id by id otherwise) gives each id hashlib's
     16-byte BLAKE2b of its UTF-8 (lone surrogates as their surrogatepass bytes), across the
     128-byte block edges."""
-    if compiled and tokenize_shard._ID_HASHES is None:
+    if compiled and tokenize_steps._ID_HASHES is None:
         pytest.skip("bpe_ops._native not built")
     if not compiled:
-        monkeypatch.setattr(tokenize_shard, "_ID_HASHES", None)
+        monkeypatch.setattr(tokenize_steps, "_ID_HASHES", None)
     rng = random.Random(7)
     ids = ["", "a", "a\ud800b", "\U0001f600" * 40, 12] + ["x" * n for n in (127, 128, 129, 255, 256, 257, 1000)]
     ids += ["".join(chr(rng.randrange(32, 0x2FFF)) for _ in range(rng.randrange(0, 200))) for _ in range(300)]
     expected = b"".join(hashlib.blake2b(str(i).encode("utf-8", "surrogatepass"), digest_size=16).digest()
                         for i in ids)
-    assert tokenize_shard.id_hashes(ids).tobytes() == expected
-    assert tokenize_shard.id_hashes([]).shape == (0, 2)
+    assert tokenize_steps.id_hashes(ids).tobytes() == expected
+    assert tokenize_steps.id_hashes([]).shape == (0, 2)
     # A row group's thousands of ids (the compiled hashes then run without the GIL).
-    assert tokenize_shard.id_hashes(ids * 8).tobytes() == expected * 8
+    assert tokenize_steps.id_hashes(ids * 8).tobytes() == expected * 8
 
     class Unprintable:
         def __str__(self):
             raise RuntimeError("no text")
 
     with pytest.raises(RuntimeError, match="no text"):
-        tokenize_shard.id_hashes(ids + [Unprintable()] + ids)
+        tokenize_steps.id_hashes(ids + [Unprintable()] + ids)
 
 
 def test_writes_run_in_order_with_at_most_the_queued_ones_started():
