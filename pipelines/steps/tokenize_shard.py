@@ -8,7 +8,6 @@ not redone: its summary is rebuilt from the file.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
@@ -378,7 +377,6 @@ class TokenizeShard(beam.DoFn):
 
 
 ID_BUCKETS = 64       # the id hashes are counted per bucket: no worker holds more than a bucket's
-
 
 
 class CountRepeatedIds(beam.CombineFn):
