@@ -1559,8 +1559,6 @@ static int fill_whole(TextEncoder *self, const WholeToken *tokens, Py_ssize_t n)
     return 0;
 }
 
-static int cache_init(TextEncoder *self);
-
 static int encoder_build(TextEncoder *self, const int32_t *left, const int32_t *right, const int32_t *merged,
                          Py_ssize_t n, const int32_t *byte_ids, const WholeToken *whole, Py_ssize_t nwhole)
 {
@@ -1635,7 +1633,7 @@ static int encoder_init(TextEncoder *self, PyObject *args, PyObject *kwds)
     self->cache_size = cache_size > 0 ? (size_t)cache_size : 0;
     {
         PyThreadState *saved = PyEval_SaveThread();
-        built = encoder_build(self, left, right, merged, n, byte_ids, whole != Py_None ? whole_tokens : NULL, nwhole);
+        built = encoder_build(self, left, right, merged, n, byte_ids, whole_tokens, nwhole);  /* NULL: no whole tokens */
         PyEval_RestoreThread(saved);
     }
     if (built < 0) {

@@ -270,12 +270,11 @@ class UnsummedChunks:
     def add(self, chunk, record_ids: list[str], id_arrays: FlatIds, stats, runs: np.ndarray, calibration,
             hashes: np.ndarray | None = None) -> None:
         """A chunk's records (`record_ids`, their ids) and what `ChunkEncoder` made of it (its token ids
-        a `FlatIds` batch, each record's apart made one; its record ids' `id_hashes`, else hashed when
-        added to the partials)."""
+        a `FlatIds` batch, each record's apart made one; its record ids' `id_hashes`, else hashed if
+        they are added to partials)."""
         keeps = [r.keep for r in chunk] if self.kept_fields else None
         flat = id_arrays if isinstance(id_arrays, FlatIds) else FlatIds.of(id_arrays)
-        self.chunks.append((record_ids, keeps, flat, stats, runs, calibration,
-                            id_hashes(record_ids) if hashes is None else hashes))
+        self.chunks.append((record_ids, keeps, flat, stats, runs, calibration, hashes))
 
     def add_to(self, summary: Summary, partials) -> None:
         """Add the chunks held, in order, to `summary` and `partials` (if any) as one batch; hold none."""
@@ -293,7 +292,7 @@ class UnsummedChunks:
             if self.kept_fields:      # each record's ids apart: the partials split the batch record by record
                 id_arrays = [ids for c in chunks for ids in c[2].arrays()]
                 partials.add_batch(list(joined(c[1] for c in chunks)), stats, id_arrays, record_ids, digit_runs=runs)
-            partials.add_id_hashes(np.concatenate([c[6] for c in chunks]))
+            partials.add_id_hashes(np.concatenate([id_hashes(c[0]) if c[6] is None else c[6] for c in chunks]))
 
 
 class RowGroupWriter:
