@@ -604,6 +604,38 @@ def test_a_block_s_strs_of_every_kind_with_ascii_runs_of_every_length():
     assert odd == [] and got == texts
 
 
+def test_a_block_reads_what_ends_a_run_of_plain_bytes_wherever_it_falls():
+    """The texts are read sixteen bytes at a time and the first byte that ends a run of plain bytes
+    (a '"', an escape, a raw control character) is found by a mask: each of them at every place of
+    two blocks, after runs of ASCII, of wide characters and of both, followed by another member whose
+    wide value (after the closing quote) must not change the text's str kind, and lines longer than
+    4,080 bytes of continuation bytes (the count of 16 byte lanes is summed before one overflows);
+    the records and rejections are those of json.loads."""
+    if sources._JSONL_BLOCK is None:
+        pytest.skip("bpe_ops._native not built")
+    enders = [b'\\"', b"\\\\", b"\\n", b"\\u00e9", b"\\ud83d\\ude00", b"\\/", b"\t", b"\x1f", b"\\q"]
+    runs = [b"a" * 40, "é’".encode() * 8 + b"x" * 16, "😀".encode() * 10]
+    lines = []
+    for run in runs:
+        for place in range(33):
+            if place < len(run) and run[place] & 0xC0 == 0x80:
+                continue                        # not a character's start
+            for ender in enders:
+                lines.append(b'{"text":"' + run[:place] + ender + run[place:] + b'","wide":"\xe4\xb8\xad\xf0\x9f\x98\x80"}')
+    lines += [b'{"text":"' + "é".encode() * 5000 + b'"}', b'{"text":"' + "中".encode() * 3000 + b'x"}',
+              b'{"text":"' + b"x" * 4100 + "ÿ".encode() + b'"}']
+    data = b"\n".join(lines) + b"\n"
+    texts, _, odd = sources._JSONL_BLOCK(data, len(data) - 1, "text", None, -1)
+    rejected, loaded = {row for row, _, _ in odd}, []
+    for row, line in enumerate(lines):
+        try:
+            loaded.append(json.loads(line)["text"])
+        except json.JSONDecodeError:            # a raw tab or 0x1f, the bad escape \q: Python reads the row
+            loaded.append(None)
+    assert texts == loaded and rejected == {row for row, text in enumerate(loaded) if text is None}
+    assert len(rejected) == 3 * len(lines[:-3]) // len(enders)
+
+
 @pytest.mark.parametrize("chunk_size", [7, 200, 1 << 20])
 def test_batches_of_good_lines_become_the_records_read_line_by_line(monkeypatch, chunk_size):
     """A batch whose every line the compiled pass reads becomes its records in one call
