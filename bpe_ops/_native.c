@@ -728,8 +728,10 @@ static PyObject *calibrate_runs(const IdRun *runs, Py_ssize_t n, Py_ssize_t tota
         for (i = 0; i < n && !bad; i++) {
             const uint32_t *v = runs[i].ids;
             Py_ssize_t k, len = runs[i].len;
+            uint32_t largest = 0;       /* (a maximum with no early exit: the compiler vectorises it) */
             for (k = 0; k < len; k++)
-                bad |= v[k] >= (uint64_t)vocab;
+                largest = v[k] > largest ? v[k] : largest;
+            bad = len > 0 && largest >= (uint64_t)vocab;
         }
         /* One pass per record reads each id once for its three tables (the id counts in the same
          * pass: a second pass would read the ids and the class table again). A cell outside cells
