@@ -229,7 +229,7 @@ static void measure(const Separators *sep, Measured *m)
             continue;
         }
         if (run) {
-            m->runs[(run < DIGIT_RUN_LENGTHS ? run : DIGIT_RUN_LENGTHS) - 1]++;
+            count_run(m->runs, run);
             run = 0;
         }
         if (k == KIND_WIDE_LEAD && (len = separator_at(sep, s, n, i)) == 0) {
@@ -245,7 +245,7 @@ static void measure(const Separators *sep, Measured *m)
         i += len;
     }
     if (run)
-        m->runs[(run < DIGIT_RUN_LENGTHS ? run : DIGIT_RUN_LENGTHS) - 1]++;
+        count_run(m->runs, run);
     m->words += words;
 }
 
