@@ -231,20 +231,16 @@ class RowGroup:
         """The row group as an Arrow table; unless `count_ids` is false (they were counted as they were
         calibrated: `ChunkEncoder`'s tallies), its token ids are counted into `summary` in bulk here
         (numpy.bincount over the flat id array, no Python object per id)."""
-        values = FlatIds.joined(self.token_ids).ids
-        if count_ids and len(values):
+        values = FlatIds.joined(self.token_ids).ids if count_ids else ()
+        if len(values):
             summary.add_dense_id_counts(np.bincount(values, minlength=summary.vocab_size))
-        id_type = schema.field("token_ids").type.value_type
+        id_type = schema.field("token_ids").type
         pool = WRITE_POOL
-        # From numpy, Arrow takes the buffer as it is (from an `array`, it converts id by id: ~90 ns/id).
-        ids = pa.array(values, memory_pool=pool)
-        if id_type != pa.uint32():
-            ids = ids.cast(id_type, memory_pool=pool)     # checked: an id past uint16 raises, never wraps
-        # n_tokens is the length of each record's ids (EOS included): offsets are its running sum.
-        offsets = np.zeros(self.rows + 1, dtype=np.int64)
-        np.cumsum(self.stats[0], out=offsets[1:])
-        offsets = pa.array(offsets, memory_pool=pool).cast(pa.int32(), memory_pool=pool)
-        token_ids = pa.ListArray.from_arrays(offsets, ids, pool=pool)
+        # One list array per batch, each on its batch's own buffer (from numpy, Arrow takes it as it
+        # is: from an `array`, it converts id by id, ~90 ns/id); the Parquet writer reads the chunks
+        # in turn. Joined first, every id of the row group was copied once more on this thread.
+        token_ids = pa.chunked_array([list_array(batch, id_type, pool) for batch in self.token_ids if len(batch)],
+                                     type=id_type)
         columns = [pa.array(self.ids, pa.string(), memory_pool=pool), token_ids] + [
             pa.array(c, pa.int32(), memory_pool=pool) for c in self.stats]
         if self.timestamp_field:
@@ -254,6 +250,22 @@ class RowGroup:
             columns.append(pa.array(self.groups, pa.string(), memory_pool=pool))
         columns += [pa.array(self.keep[k], schema.field(k).type, memory_pool=pool) for k in self.keep_fields]
         return pa.Table.from_arrays(columns, schema=schema)
+
+
+def list_array(batch: FlatIds, list_type: pa.DataType, pool) -> pa.ListArray:
+    """A batch's token ids as an Arrow list array of `list_type` (list<uint32> or list<uint16>) on the
+    batch's own id buffer; an id too large for uint16 raises, never wraps.
+
+    >>> list_array(FlatIds.of([[5, 6], [], [7]]), pa.list_(pa.uint16()), None).to_pylist()
+    [[5, 6], [], [7]]
+    """
+    ids = pa.array(batch.ids, memory_pool=pool)
+    if list_type.value_type != pa.uint32():
+        ids = ids.cast(list_type.value_type, memory_pool=pool)
+    offsets = np.zeros(len(batch) + 1, dtype=np.int64)
+    offsets[1:] = batch.ends
+    offsets = pa.array(offsets, memory_pool=pool).cast(pa.int32(), memory_pool=pool)     # checked, never wraps
+    return pa.ListArray.from_arrays(offsets, ids, type=list_type, pool=pool)
 
 
 class UnsummedChunks:
