@@ -1491,8 +1491,9 @@ static void fill_str(PyObject *str, const uint8_t *s, size_t n)
 
 static PyObject *jsonl_block(PyObject *Py_UNUSED(module), PyObject *args)
 {
-    /* The lines of data[0:end] (separated by LF; data[end] is the LF after the last, or end is
-     * len(data)), as `sources._read_jsonl` reads a batch of them, in three columns: texts, the str
+    /* The lines of data[begin:end] (separated by LF; data[end] is the LF after the last, or end is
+     * len(data); begin, 0 if not given, where the first starts: a caller reading a stream hands its
+     * reads as they are), as `sources._read_jsonl` reads a batch of them, in three columns: texts, the str
      * text of each line that is a row (a blank line is none: after its CR and BOM are dropped it holds
      * only white space), None where Python must read the row; ids, the str id of each row (None where
      * it has none), or None when id_key is None; odd, (row, offset of the line in data, its bytes)
@@ -1501,7 +1502,7 @@ static PyObject *jsonl_block(PyObject *Py_UNUSED(module), PyObject *args)
      * The lines are read without the GIL, into one buffer for all texts and one for all ids, and their
      * str objects filled without it: the GIL is held only to make the objects. */
     const uint8_t *data;
-    Py_ssize_t size, end, text_len, id_len = -1, limit;
+    Py_ssize_t size, end, text_len, id_len = -1, limit, begin = 0;
     const char *text_key, *id_key = NULL;
     BlockLine *lines = NULL;
     size_t *ends = NULL;                /* each line's end: the offset of its LF, or end */
@@ -1511,11 +1512,11 @@ static PyObject *jsonl_block(PyObject *Py_UNUSED(module), PyObject *args)
     size_t count = 0, k, rows = 0, at, text_used = 0, id_used = 0;
     int failed = 0;
     PyThreadState *saved;
-    if (!PyArg_ParseTuple(args, "y#ns#z#n:jsonl_block", &data, &size, &end, &text_key, &text_len, &id_key, &id_len,
-                          &limit))
+    if (!PyArg_ParseTuple(args, "y#ns#z#n|n:jsonl_block", &data, &size, &end, &text_key, &text_len, &id_key, &id_len,
+                          &limit, &begin))
         return NULL;
-    if (end < 0 || end > size) {
-        PyErr_SetString(PyExc_ValueError, "jsonl_block: end must be within data");
+    if (end < 0 || end > size || begin < 0 || begin > end) {
+        PyErr_SetString(PyExc_ValueError, "jsonl_block: begin and end must be within data, begin first");
         return NULL;
     }
     /* The lines: one more than the LFs before end, each line's end found once (its LF, or end). */
@@ -1525,7 +1526,7 @@ static PyObject *jsonl_block(PyObject *Py_UNUSED(module), PyObject *args)
             PyErr_NoMemory();
             goto done;
         }
-        for (at = 0;; at = ends[count++] + 1) {
+        for (at = (size_t)begin;; at = ends[count++] + 1) {
             const uint8_t *lf = at < (size_t)end ? memchr(data + at, '\n', (size_t)end - at) : NULL;
             if (count == room) {
                 size_t *grown = realloc(ends, (room *= 2) * sizeof(size_t));
@@ -1542,13 +1543,13 @@ static PyObject *jsonl_block(PyObject *Py_UNUSED(module), PyObject *args)
             ends[count] = (size_t)(lf - data);
         }
     }
-    if ((lines = calloc(count, sizeof(BlockLine))) == NULL || (texts_arena = malloc((size_t)end + 1)) == NULL ||
-        (id_key != NULL && (ids_arena = malloc((size_t)end + 1)) == NULL)) {
+    if ((lines = calloc(count, sizeof(BlockLine))) == NULL || (texts_arena = malloc((size_t)(end - begin) + 1)) == NULL ||
+        (id_key != NULL && (ids_arena = malloc((size_t)(end - begin) + 1)) == NULL)) {
         PyErr_NoMemory();
         goto done;
     }
-    saved = release_gil_for((size_t)end);
-    for (k = 0, at = 0; k < count; k++) {
+    saved = release_gil_for((size_t)(end - begin));
+    for (k = 0, at = (size_t)begin; k < count; k++) {
         size_t stop = ends[k];
         BlockLine *line = &lines[k];
         const uint8_t *s = data + at;

@@ -514,14 +514,14 @@ def _read_block(block: "LineBlock", row: int, shard: Shard, options: SourceOptio
     and ids as two columns); the lines it leaves (anything json.loads must judge, an oversized line)
     are read here."""
     limit = options.max_record_bytes
-    texts, ids, odd = _JSONL_BLOCK(block.data, block.end, *keys, -1 if limit is None else limit)
+    texts, ids, odd = _JSONL_BLOCK(block.data, block.end, *keys, -1 if limit is None else limit, block.begin)
     relpath = shard.relpath
     if not odd:
         return [_records_of(texts, ids, row, relpath)] if texts else []
     items, at = [], 0
     for index, position, line in odd:
         items.append(_records_of(texts[at:index], ids and ids[at:index], row + at, relpath))
-        offset = block.start + position
+        offset = block.start + position - block.begin
         items.append(too_large(Oversized(offset, line), shard, row + index, options) if type(line) is int else
                      _jsonl_item(*jsonl_line(offset, _without_cr(line)), row + index, shard, options))
         at = index + 1
@@ -705,11 +705,13 @@ def _read_parquet(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size:
 
 @dataclass(frozen=True)
 class LineBlock:
-    """Whole pieces of a stream as read: `data[:end]`, the pieces separated by the one-byte separator
-    (the byte at `end` the one after the last); the first starts at file offset `start`."""
+    """Whole pieces of a stream as read: `data[begin:end]`, the pieces separated by the one-byte
+    separator (the byte at `end` the one after the last); the first starts at `data[begin]`, file
+    offset `start`."""
     data: bytes
     end: int
     start: int
+    begin: int = 0
 
 
 @dataclass(frozen=True)
@@ -758,12 +760,12 @@ def _batches_before(batches: Iterator[list | LineBlock], end: int, sep: bytes = 
     `LineBlock` is cut after its last piece starting before `end`; `sep` is its separator)."""
     for batch in batches:
         if type(batch) is LineBlock:
-            before = end - batch.start          # the block's pieces start at 0 and after each separator
+            before = end - batch.start          # the block's pieces start at `begin` and after each separator
             if before <= 0:
                 return
-            cut = batch.data.find(sep, before - 1, batch.end + 1)
+            cut = batch.data.find(sep, batch.begin + before - 1, batch.end + 1)
             if 0 <= cut <= batch.end:           # the pieces after the separator at `cut` start at `end` or after
-                yield LineBlock(batch.data, cut, batch.start)
+                yield LineBlock(batch.data, cut, batch.start, batch.begin)
                 return
             yield batch
             continue
@@ -875,11 +877,18 @@ def _split_batches(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None =
                 parts.append(chunk)
             continue
         if blocks and not oversized and start != 0:
-            # The unfinished piece is held whole (not oversized): the block starts with it.
-            joined = b"".join(parts + [chunk])
-            end = joined.rfind(sep)
-            batch, rest = LineBlock(joined, end, start), joined[end + 1:]
-            start += end + 1
+            # The unfinished piece is held whole (not oversized): it ends at the read's first separator,
+            # and is a block of its own; the pieces after it are a block on the read as it is (joined
+            # to the unfinished piece, the whole read was copied once more).
+            first, end = chunk.find(sep), chunk.rfind(sep)
+            begin = 0
+            if held:
+                head = b"".join(parts + [chunk[:first + 1]])
+                yield LineBlock(head, len(head) - 1, start)
+                start += len(head)
+                begin = first + 1
+            batch, rest = LineBlock(chunk, end, start, begin) if end >= begin else None, chunk[end + 1:]
+            start += end + 1 - begin
         else:
             kept = sum(map(len, parts))              # bytes of the unfinished piece still held
             *pieces, rest = b"".join(parts + [chunk]).split(sep)
@@ -901,7 +910,8 @@ def _split_batches(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None =
                             piece, start, length = piece[len(BOM):], len(BOM), length - len(BOM)
                         batch.append((start, piece))
                     start += length + len(sep)
-        yield batch
+        if batch is not None:
+            yield batch
         held, oversized, tail = len(rest), False, rest[-k:] if k else b""
         parts = [rest]
         if limit is not None and held - k > limit:

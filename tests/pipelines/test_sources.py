@@ -585,6 +585,16 @@ def test_a_block_s_columns_name_the_lines_python_reads():
     assert sources._JSONL_BLOCK(b"", 0, "text", "id", -1) == ([], [], [])
     with pytest.raises(ValueError, match="within data"):
         sources._JSONL_BLOCK(b"ab", 3, "text", "id", -1)
+    # Lines that start further into the data (`begin`: a read whose first bytes end another line):
+    # the same columns, the offsets still where the lines are in the data.
+    before = b'{"text":"not this one"}\n{"te'
+    shifted = len(before)
+    assert sources._JSONL_BLOCK(before + data, shifted + end, "text", "id", 30, shifted) == (
+        ["a\u00e9", "p", None, "bom", None], ["x", None, None, None, None],
+        [(2, shifted + bad, b"{bad}"), (4, shifted + long, 51)])
+    assert sources._JSONL_BLOCK(data, end, "text", "id", 30, end) == ([], [], [])       # no line: no row
+    with pytest.raises(ValueError, match="begin first"):
+        sources._JSONL_BLOCK(data, 3, "text", "id", -1, 4)
 
 
 def test_a_block_s_strs_of_every_kind_with_ascii_runs_of_every_length():
