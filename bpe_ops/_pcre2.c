@@ -2293,6 +2293,25 @@ static PyObject *encode_texts(TextEncoder *self, PyObject *texts, const Separato
         refs[k].n = (size_t)PyUnicode_GET_LENGTH(text);
         refs[k].kind = PyUnicode_IS_ASCII(text) ? 0 : PyUnicode_KIND(text);
     }
+    /* The ids go straight into the bytes object handed back, made before the GIL is dropped with
+     * room for as many ids as the texts have UTF-8 bytes (a token is at least one byte; a str of
+     * kind 1, 2 or 4 has at most 2, 3 or 4 bytes a character) and cut to its size after: copied
+     * from a buffer of their own into a bytes made after, every id of a tokenize job was copied
+     * once more with the GIL held. Pages of that room the ids never reach are never touched. */
+    {
+        size_t bound = 0;
+        for (k = 0; k < n; k++)
+            bound += refs[k].n * (refs[k].kind == 0 ? 1 : refs[k].kind == 1 ? 2 : refs[k].kind == 2 ? 3 : 4);
+        if (bound > 0) {
+            if (bound > (size_t)PY_SSIZE_T_MAX / sizeof(uint32_t)) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            if ((ids_bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(bound * sizeof(uint32_t)))) == NULL)
+                goto done;
+            cap = bound;
+        }
+    }
     guard = self->guard != NULL ? (const uint8_t *)PyBytes_AS_STRING(self->guard) : NULL;
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
@@ -2322,16 +2341,21 @@ static PyObject *encode_texts(TextEncoder *self, PyObject *texts, const Separato
         if (self->out.n == 0)            /* an empty text: nothing to copy (and no buffer yet, maybe) */
             continue;
         if (total + self->out.n > cap) {
+            /* More ids than bytes (not for a byte-level vocabulary, kept for safety): on in a buffer
+             * of their own, those in the bytes object copied there first. */
             size_t want = (total + self->out.n) * 2 + 1024;
             uint32_t *grown = realloc(ids, want * sizeof(uint32_t));
             if (grown == NULL) {
                 rc = SPLIT_NOMEM;
                 break;
             }
+            if (ids == NULL && total > 0)
+                memcpy(grown, PyBytes_AS_STRING(ids_bytes), total * sizeof(uint32_t));
             ids = grown;
             cap = want;
         }
-        memcpy(ids + total, self->out.ids, self->out.n * sizeof(uint32_t));
+        memcpy((ids != NULL ? ids : (uint32_t *)PyBytes_AS_STRING(ids_bytes)) + total, self->out.ids,
+               self->out.n * sizeof(uint32_t));
         total += self->out.n;
     }
     Py_END_ALLOW_THREADS
@@ -2341,7 +2365,15 @@ static PyObject *encode_texts(TextEncoder *self, PyObject *texts, const Separato
         PyErr_NoMemory();
         goto done;
     }
-    if ((ids_bytes = PyBytes_FromStringAndSize((const char *)ids, (Py_ssize_t)(total * sizeof(uint32_t)))) == NULL ||
+    if (ids != NULL) {                   /* the ids outgrew the bytes object: a new one of the buffer */
+        Py_XDECREF(ids_bytes);
+        ids_bytes = PyBytes_FromStringAndSize((const char *)ids, (Py_ssize_t)(total * sizeof(uint32_t)));
+    } else if (ids_bytes == NULL) {     /* no text had a byte */
+        ids_bytes = PyBytes_FromStringAndSize(NULL, 0);
+    } else if (PyBytes_GET_SIZE(ids_bytes) != (Py_ssize_t)(total * sizeof(uint32_t))) {
+        _PyBytes_Resize(&ids_bytes, (Py_ssize_t)(total * sizeof(uint32_t)));     /* NULL if it fails */
+    }
+    if (ids_bytes == NULL ||
         (counts_bytes = PyBytes_FromStringAndSize((const char *)counts, (Py_ssize_t)(n * sizeof(int64_t)))) == NULL)
         goto done;
     if (measures == NULL)
