@@ -252,6 +252,9 @@ class RowGroup:
         return pa.Table.from_arrays(columns, schema=schema)
 
 
+INT32_MAX = 2**31 - 1      # a list array's offsets are int32
+
+
 def list_array(batch: FlatIds, list_type: pa.DataType, pool) -> pa.ListArray:
     """A batch's token ids as an Arrow list array of `list_type` (list<uint32> or list<uint16>) on the
     batch's own id buffer; an id too large for uint16 raises, never wraps.
@@ -262,10 +265,11 @@ def list_array(batch: FlatIds, list_type: pa.DataType, pool) -> pa.ListArray:
     ids = pa.array(batch.ids, memory_pool=pool)
     if list_type.value_type != pa.uint32():
         ids = ids.cast(list_type.value_type, memory_pool=pool)
-    offsets = np.zeros(len(batch) + 1, dtype=np.int64)
+    if len(batch) and batch.ends[-1] > INT32_MAX:
+        raise OverflowError(f"{int(batch.ends[-1]):,} token ids in one batch: a list column holds at most {INT32_MAX:,}")
+    offsets = np.zeros(len(batch) + 1, dtype=np.int32)
     offsets[1:] = batch.ends
-    offsets = pa.array(offsets, memory_pool=pool).cast(pa.int32(), memory_pool=pool)     # checked, never wraps
-    return pa.ListArray.from_arrays(offsets, ids, type=list_type, pool=pool)
+    return pa.ListArray.from_arrays(pa.array(offsets, memory_pool=pool), ids, type=list_type, pool=pool)
 
 
 class UnsummedChunks:
