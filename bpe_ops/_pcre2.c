@@ -2295,9 +2295,9 @@ static PyObject *encode_texts(TextEncoder *self, PyObject *texts, const Separato
     }
     /* The ids go straight into the bytes object handed back, made before the GIL is dropped with
      * room for as many ids as the texts have UTF-8 bytes (a token is at least one byte; a str of
-     * kind 1, 2 or 4 has at most 2, 3 or 4 bytes a character) and cut to its size after: copied
-     * from a buffer of their own into a bytes made after, every id of a tokenize job was copied
-     * once more with the GIL held. Pages of that room the ids never reach are never touched. */
+     * kind 1, 2 or 4 has at most 2, 3 or 4 bytes a character) and cut to its size after: a buffer
+     * of their own, copied into a bytes made after, would copy every id once more with the GIL
+     * held. Pages of that room the ids never reach are never touched. */
     {
         size_t bound = 0;
         for (k = 0; k < n; k++)
@@ -2341,8 +2341,8 @@ static PyObject *encode_texts(TextEncoder *self, PyObject *texts, const Separato
         if (self->out.n == 0)            /* an empty text: nothing to copy (and no buffer yet, maybe) */
             continue;
         if (total + self->out.n > cap) {
-            /* More ids than bytes (not for a byte-level vocabulary, kept for safety): on in a buffer
-             * of their own, those in the bytes object copied there first. */
+            /* More ids than UTF-8 bytes (no byte-level vocabulary gives that; should one): the ids
+             * go on in a buffer of their own, those already in the bytes object copied there first. */
             size_t want = (total + self->out.n) * 2 + 1024;
             uint32_t *grown = realloc(ids, want * sizeof(uint32_t));
             if (grown == NULL) {

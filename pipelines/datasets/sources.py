@@ -879,7 +879,7 @@ def _split_batches(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None =
         if blocks and not oversized and start != 0:
             # The unfinished piece is held whole (not oversized): it ends at the read's first separator,
             # and is a block of its own; the pieces after it are a block on the read as it is (joined
-            # to the unfinished piece, the whole read was copied once more).
+            # to the unfinished piece, the whole read would be copied once more).
             first, end = chunk.find(sep), chunk.rfind(sep)
             begin = 0
             if held:

@@ -238,7 +238,7 @@ class RowGroup:
         pool = WRITE_POOL
         # One list array per batch, each on its batch's own buffer (from numpy, Arrow takes it as it
         # is: from an `array`, it converts id by id, ~90 ns/id); the Parquet writer reads the chunks
-        # in turn. Joined first, every id of the row group was copied once more on this thread.
+        # in turn. Joining them into one buffer would copy every id once more, on this thread.
         token_ids = pa.chunked_array([list_array(batch, id_type, pool) for batch in self.token_ids if len(batch)],
                                      type=id_type)
         columns = [pa.array(self.ids, pa.string(), memory_pool=pool), token_ids] + [
