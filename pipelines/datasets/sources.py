@@ -51,6 +51,9 @@ FORMATS = ("jsonl", "txt", "parquet")
 FORMAT_EXTENSIONS = {".jsonl": "jsonl", ".json": "jsonl", ".txt": "txt", ".parquet": "parquet"}
 COMPRESSION_EXTENSIONS = (".gz", ".zst", ".bz2")   # fsspec's compression="infer" knows them all
 CHUNK_SIZE = 1 << 20          # bytes read at a time from a text shard
+# A text shard's first read, at most: its first records reach the encoders without waiting for a
+# whole CHUNK_SIZE to be read and split (the file's first read is split line by line: see _split_batches).
+FIRST_READ_SIZE = 64 << 10
 PARQUET_BATCH_ROWS = 1024     # rows decoded at a time from a Parquet shard
 DETAIL_CHARS = 200            # details are one line, at most this long
 
@@ -866,7 +869,9 @@ def _split_batches(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None =
     # read1 returns what one step of decompression gives: when a compressed shard turns out to be
     # truncated, every complete piece before the damage has already been yielded.
     read = getattr(f, "read1", f.read)
-    while chunk := read(chunk_size):
+    size = min(chunk_size, FIRST_READ_SIZE)
+    while chunk := read(size):
+        size = chunk_size
         if sep not in chunk and sep not in tail + chunk[:k]:
             held += len(chunk)
             tail = (tail + chunk[-k:])[-k:] if k else b""
