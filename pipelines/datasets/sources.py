@@ -869,9 +869,11 @@ def _split_batches(f: BinaryIO, sep: bytes, chunk_size: int, limit: int | None =
     # read1 returns what one step of decompression gives: when a compressed shard turns out to be
     # truncated, every complete piece before the damage has already been yielded.
     read = getattr(f, "read1", f.read)
-    size = min(chunk_size, FIRST_READ_SIZE)
+    size, got = min(chunk_size, FIRST_READ_SIZE), 0
     while chunk := read(size):
-        size = chunk_size
+        got += len(chunk)
+        if got >= FIRST_READ_SIZE:       # (a format's few peeked bytes come back alone, first)
+            size = chunk_size
         if sep not in chunk and sep not in tail + chunk[:k]:
             held += len(chunk)
             tail = (tail + chunk[-k:])[-k:] if k else b""

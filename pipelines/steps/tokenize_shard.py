@@ -270,7 +270,10 @@ class TokenizeShard(beam.DoFn):
                         at += len(taken)
                         batch += taken
                         chars += sum(map(len, map(TEXT, taken)))
-                        if len(taken) == step and chunk_ends(len(batch), size, chars, submitted):
+                        # A shard's first chunk also goes when the first read ends short of its records:
+                        # the encoders start on those rather than wait for the next read.
+                        if (submitted == 0 and at == len(records)
+                                or len(taken) == step and chunk_ends(len(batch), size, chars, submitted)):
                             group = self.submit(batch, chars, pending, ahead, group, summary, partials, writer,
                                                 unsummed)
                             submitted += len(batch)

@@ -19,7 +19,7 @@ from bpe_ops.stats import Summary, batch_stats, record_stats
 from pipelines.core import errors, heap
 from pipelines import tokenize
 from pipelines.steps import tokenize_shard, tokenize_steps
-from pipelines.datasets import tokenizer_files
+from pipelines.datasets import sources, tokenizer_files
 from pipelines.datasets.sources import Shard, SourceOptions
 from schemas import tables
 from schemas.records import Record
@@ -307,6 +307,27 @@ def test_chunks_end_where_chunk_ends_says_record_by_record(tmp_path, tok, monkey
     expected += [records] if records else []
     assert started == expected
     assert len(set(expected)) > 3          # first chunks, long-record chunks, short-record chunks, the last
+    table = pq.read_table(tmp_path / "out" / "in.parquet")
+    assert table.column("token_ids").to_pylist() == [loaded.encode(text) for text in texts]
+
+
+def test_a_shards_first_chunk_goes_with_the_records_of_its_first_read(tmp_path, tok, monkeypatch):
+    # Records so long that the shard's first read (FIRST_READ_SIZE bytes) holds fewer of them than the
+    # first chunk takes: the encoders start on those records, not after the next read; the next first
+    # chunks take FIRST_CHUNK_RECORDS records, and the rows are the same.
+    loaded, ref = tokenizer_files.identify_tokenizer(tok[1])
+    texts = [f"{k} " + "then " * 5000 for k in range(12)]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"id": str(k), "text": t}) + "\n" for k, t in enumerate(texts)))
+    in_first_read = src.read_bytes()[:sources.FIRST_READ_SIZE].count(b"\n")
+    assert 0 < in_first_read < tokenize_steps.FIRST_CHUNK_RECORDS[0]
+    started = []
+    start = tokenize_steps.ChunkEncoder.start
+    monkeypatch.setattr(tokenize_steps.ChunkEncoder, "start",
+                        lambda self, chunk, summary: started.append(len(chunk)) or start(self, chunk, summary))
+    tokenize_one_shard(ref, src, tmp_path / "out")
+    assert started[0] == in_first_read and sum(started) == len(texts)
+    assert started[1] == tokenize_steps.FIRST_CHUNK_RECORDS[1]
     table = pq.read_table(tmp_path / "out" / "in.parquet")
     assert table.column("token_ids").to_pylist() == [loaded.encode(text) for text in texts]
 
