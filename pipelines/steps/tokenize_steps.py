@@ -4,7 +4,7 @@
 2. Encoding: `ChunkEncoder` turns chunks of records into token ids and per-record measures on
    background threads (the compiled encoder and numpy drop the GIL), while the reading goes on.
 3. Assembling: `RowGroup` gathers encoded records as columns, `RowGroup.to_table` makes them one Arrow
-   table (token ids as one flat buffer, no Python object per id); `UnsummedChunks` adds them to the
+   table (token ids on the encoder's buffers, no Python object per id); `UnsummedChunks` adds them to the
    shard's summary a row group at a time.
 4. Writing: `RowGroupWriter` writes row groups, then the shard's last one, footer and rename, on one
    background thread, in order: a row group is written while the next is filled.
@@ -46,7 +46,8 @@ ENCODE_CHUNK_RECORDS = 16
 CHUNK_TEXT_CHARS = 131_072
 CHUNK_MAX_RECORDS = 1_024
 # A shard's first chunks are smaller, so the threads start on it after a few records rather than a
-# whole chunk of them; they add up to one chunk, so row groups are cut where they were.
+# whole chunk of them (the first goes sooner still when the shard's first read holds fewer records);
+# they add up to one chunk. Row groups are cut where `RowGroup.rows_before_cut` says, whatever the chunks.
 FIRST_CHUNK_RECORDS = (4, 4, 8)
 # Chunks encode ahead of the one being added (in order) only while their texts stay below this, so
 # chunks of very long records do not multiply tokenize's peak memory.
@@ -60,6 +61,7 @@ WRITE_POOL = pa.system_memory_pool()
 # Writes queued for the writing thread at most: a shard's end (last row group, footer, rename) may
 # wait behind the shard's before it while the next shard is read and encoded.
 WRITES_QUEUED = 2
+INT32_MAX = 2**31 - 1             # a list array's offsets are int32
 
 
 def id_hashes(record_ids) -> np.ndarray:
@@ -166,8 +168,8 @@ class ChunkEncoder:
 
 class RowGroup:
     """Columns of the rows not yet written, filled a batch at a time. A batch's token ids are one
-    `FlatIds` (its records' ids in one uint32 buffer), and the row group's ids reach Arrow as one
-    flat buffer, with no Python object per id or per record."""
+    `FlatIds` (its records' ids in one uint32 buffer), and reaches Arrow as a list array on that
+    buffer (`list_array`), with no Python object per id or per record and no copy."""
 
     def __init__(self, keep_types: dict[str, str], timestamp_field: str | None = None,
                  group_field: str | None = None):
@@ -231,9 +233,10 @@ class RowGroup:
         """The row group as an Arrow table; unless `count_ids` is false (they were counted as they were
         calibrated: `ChunkEncoder`'s tallies), its token ids are counted into `summary` in bulk here
         (numpy.bincount over the flat id array, no Python object per id)."""
-        values = FlatIds.joined(self.token_ids).ids if count_ids else ()
-        if len(values):
-            summary.add_dense_id_counts(np.bincount(values, minlength=summary.vocab_size))
+        if count_ids:
+            values = FlatIds.joined(self.token_ids).ids
+            if len(values):
+                summary.add_dense_id_counts(np.bincount(values, minlength=summary.vocab_size))
         id_type = schema.field("token_ids").type
         pool = WRITE_POOL
         # One list array per batch, each on its batch's own buffer (from numpy, Arrow takes it as it
@@ -250,9 +253,6 @@ class RowGroup:
             columns.append(pa.array(self.groups, pa.string(), memory_pool=pool))
         columns += [pa.array(self.keep[k], schema.field(k).type, memory_pool=pool) for k in self.keep_fields]
         return pa.Table.from_arrays(columns, schema=schema)
-
-
-INT32_MAX = 2**31 - 1      # a list array's offsets are int32
 
 
 def list_array(batch: FlatIds, list_type: pa.DataType, pool) -> pa.ListArray:
