@@ -169,6 +169,7 @@ class Tokenizer:
             self._eow_id = self._token_ids[END_OF_WORD.encode()]
         self.vocab = {**tokens, **{i: s.encode("utf-8") for s, i in self.special_tokens.items()}}
         self.vocab_size = max(self.vocab) + 1
+        self._raw_byte_ids: tuple[int, ...] | None = None       # `raw_byte_ids`, found on first use
         self._merger_slot = _UNBUILT
         self._text_encoder_slot = _UNBUILT
         self._threads = EncoderThreads()       # encode_arrays' pool and per-thread encoders
@@ -506,8 +507,19 @@ class Tokenizer:
     def raw_byte_ids(self) -> tuple[int, ...]:
         """The ids of the tokens that stand for one raw byte, sorted: the 256 single bytes of a
         byte-level vocabulary, the `<0xNN>` fallback pieces of a piece-mode one."""
+        ids = self._raw_byte_ids
+        if ids is None:         # kept: a pipeline's launcher and its workers each ask
+            ids = self._raw_byte_ids = self._find_raw_byte_ids()
+        return ids
+
+    def _find_raw_byte_ids(self) -> tuple[int, ...]:
         if self.mode == "piece":
             return tuple(sorted(i for p, i in self._piece_model.piece_ids.items() if byte_of_piece(p) is not None))
+        if self.mode == "byte":
+            # A one-byte entry of the vocab is a byte's own token or a special token: 256 and a few
+            # lengths read, not the whole vocabulary's (`single_byte_ids`, 15 ms at 128k ids).
+            vocab = self.vocab
+            return tuple(sorted(i for i in {*self._byte_ids, *self.special_tokens.values()} if len(vocab[i]) == 1))
         from .stats import single_byte_ids     # numpy: only where statistics are wanted
         return single_byte_ids(self.vocab)
 

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from bpe_ops.stats import Summary, digit_runs_batch
@@ -149,6 +148,8 @@ def add_record_batch(summary: Summary, batch: pa.RecordBatch, where: str,
     """Add one record batch: id frequencies and per-record figures, a column at a time; each record
     calibrated with its id and token ids (views into the flat id buffer, no copy per record) and,
     given the tokenizer's `decode_bytes`, with the number formats of its text decoded from them."""
+    import pyarrow.compute as pc    # here: read-back only; a tokenize job's start does without its import
+
     ids = batch.column("token_ids")
     n_tokens = batch.column("n_tokens")
     for name in COLUMNS:

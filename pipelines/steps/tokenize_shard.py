@@ -35,8 +35,8 @@ from pipelines.datasets.shards import ShardReader, numbered
 from pipelines.datasets.tokenizer_files import TokenizerRef, load_identified_tokenizer
 from pipelines.statistics.breakdowns import BreakdownSummaries, Breakdowns, add_file
 from pipelines.statistics.windows import format_utc
-from pipelines.steps.tokenize_steps import (CHUNK_MAX_RECORDS, CHUNK_TEXT_CHARS, ENCODE_CHUNK_RECORDS,
-                                            FIRST_CHUNK_RECORDS, OVERLAP_TEXT_BYTES, WRITE_POOL,
+from pipelines.steps.tokenize_steps import (CHUNK_MAX_RECORDS, CHUNK_TEXT_CHARS, CHUNKS_AHEAD_PER_THREAD,
+                                            ENCODE_CHUNK_RECORDS, FIRST_CHUNK_RECORDS, OVERLAP_TEXT_BYTES, WRITE_POOL,
                                             ChunkEncoder, RowGroup, RowGroupWriter, UnsummedChunks, id_hashes)
 
 if TYPE_CHECKING:
@@ -255,7 +255,7 @@ class TokenizeShard(beam.DoFn):
                 # encoder and numpy drop the GIL) while this thread reads the next records and adds
                 # the finished chunks, in order, to the summary and row group: the file is the same
                 # as encoding them one after the other.
-                ahead = 2 * max(1, self.encode_threads)     # chunks encoding at once, at most
+                ahead = CHUNKS_AHEAD_PER_THREAD * max(1, self.encode_threads)     # chunks in flight, at most
                 first = iter(FIRST_CHUNK_RECORDS)
                 size = next(first)
                 submitted = chars = 0                       # records sent to encode; the batch's characters

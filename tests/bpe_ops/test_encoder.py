@@ -203,6 +203,25 @@ def test_special_tokens_with_explicit_ids():
         Tokenizer(HAND_MERGES, special_tokens={"<s>": 97})   # 97 is the byte "a"
 
 
+def test_raw_byte_ids_are_the_single_byte_entries_of_the_vocab(tmp_path):
+    # The byte-level shortcut (the 256 byte tokens and the special tokens) against the whole vocab
+    # read (`single_byte_ids`): bytes in shuffled ids, one-byte special tokens, a reloaded file.
+    from bpe_ops.stats import single_byte_ids
+
+    perm = list(range(256))
+    random.Random(7).shuffle(perm)
+    vocab = {perm[b]: bytes([b]) for b in range(256)}
+    vocab.update({i: t for i, t in Tokenizer(HAND_MERGES).vocab.items() if i >= 256})
+    shuffled = Tokenizer(HAND_MERGES, vocab=vocab, special_tokens={"|": 280, "<s>": 281})
+    with_specials = Tokenizer(HAND_MERGES, special_tokens={"<s>": 280, "|": 281, "~": 282})
+    assert len(with_specials.raw_byte_ids) == 258 and with_specials.raw_byte_ids[-2:] == (281, 282)
+    for i, tok in enumerate((Tokenizer(HAND_MERGES), shuffled, with_specials)):
+        assert tok.raw_byte_ids == single_byte_ids(tok.vocab)
+        tok.save(str(tmp_path / str(i)))
+        loaded = Tokenizer.from_file(str(tmp_path / str(i) / "tokenizer.json"))
+        assert loaded.raw_byte_ids == single_byte_ids(loaded.vocab) == tok.raw_byte_ids
+
+
 def test_a_merge_to_an_existing_token_reuses_its_id():
     tok = Tokenizer(HAND_MERGES)
     abc = [i for i, t in tok.vocab.items() if t == b"abc"]
