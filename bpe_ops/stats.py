@@ -999,6 +999,16 @@ class Summary:
         state["_raw_mask"] = None
         return state
 
+    def pickled_size_estimate(self) -> int:
+        """About how many bytes this summary pickles to, found without pickling it: ~4 bytes per
+        non-zero cell of its dense tables (a gap and a count, each narrowed) and 4 KB for the rest.
+        For a figure that only informs (a runner's element-size metrics), at a tenth of a pickle's cost.
+
+        >>> s = Summary(1000); s.add([1, 2, 2], 3, 3, 1); 4096 <= s.pickled_size_estimate() < 5000
+        True
+        """
+        return 4096 + 4 * (int(np.count_nonzero(self.id_counts)) + int(np.count_nonzero(self.group_classes)))
+
     def __setstate__(self, state: dict) -> None:
         size, packed = state["id_counts"]
         shape, cells = state["group_classes"]

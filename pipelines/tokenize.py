@@ -23,6 +23,7 @@ from pipelines.core.beam_options import (beam, check_worker_paths, local_cores_p
 import pyarrow.parquet as pq
 
 from bpe_ops.dropout import DROPOUT_MODES, Dropout
+from bpe_ops.stats import Summary
 from schemas import tables
 from schemas.accounts import ACCOUNT_KEY, Account, account_of
 from schemas.stats import TokenizerFacts, dump_stats, stats_json, upgrade_stats
@@ -197,11 +198,12 @@ def build_tokenize_pipeline(p, shards, job: "TokenizeJob"):
             | "KeptFieldKinds" >> beam.Map(kept_field_kinds, source_options, to_infer)
             | "AllKinds" >> beam.CombineGlobally(union_all)
             | "KeptFieldTypes" >> beam.Map(inferred_types, to_infer)),)
+    # The summaries are typed so that Beam measures them with `SummaryCoder` (no pickle each).
+    side = {"rows": rows} if rows is not None else {}
     results = (shard_elements
-               | "TokenizeShard" >> beam.ParDo(TokenizeShard(shard_job), *inferred, **({"rows": rows} if rows is not None else {})
-                                               ).with_outputs(TokenizeShard.MANIFEST, TokenizeShard.WINDOWS,
-                                                              TokenizeShard.GROUPS, TokenizeShard.JUDGED,
-                                                              TokenizeShard.IDS, main="summaries"))
+               | "TokenizeShard" >> beam.ParDo(TokenizeShard(shard_job), *inferred, **side).with_output_types(Summary)
+               .with_outputs(TokenizeShard.MANIFEST, TokenizeShard.WINDOWS, TokenizeShard.GROUPS, TokenizeShard.JUDGED,
+                             TokenizeShard.IDS, main="summaries"))
     windowing = breakdowns.windowing
     if windowing is not None:
         (results[TokenizeShard.WINDOWS]
