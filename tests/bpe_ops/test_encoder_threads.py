@@ -252,6 +252,31 @@ def test_a_list_encoded_in_one_call_gets_each_text_its_own_ids(files, texts):
 
 
 @needs_text_encoder
+@pytest.mark.parametrize("wide", ["\u00e9", "\u20ac", "\U0001f600"])
+def test_a_list_encoded_in_one_call_reserves_room_for_its_utf8_bytes_not_its_str_kind(files, wide):
+    """The bytes object `encode_texts_bytes` fills is made with room for one id per UTF-8 byte of
+    the texts (the most a byte-level vocabulary gives), counted, not bounded by the str's kind:
+    a megabyte of ASCII with one character beyond it (a str of 1, 2 or 4 bytes a character) reserves
+    about 4 MB, not the 8, 12 or 16 MB of 2, 3 or 4 bytes a character (tracemalloc sees the peak)."""
+    import tracemalloc
+
+    tok = Tokenizer.from_file(files["regex"])
+    text = ("the cat sat on the mat. " * 43_000)[:1_000_000] + wide
+    utf8 = len(text.encode("utf-8"))
+    encoder = tok._text_encoder.fork()
+    encoder.encode_texts_bytes(["warm the cache"])
+    tracemalloc.start()
+    try:
+        ids, counts = encoder.encode_texts_bytes([text, text[:1000]])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert 4 * (utf8 + 1000) <= peak < 4 * (utf8 + 1000) + (1 << 20)
+    assert list(array("I", ids)) == tok.encode(text) + tok.encode(text[:1000])
+    assert memoryview(counts).cast("q").tolist() == [len(tok.encode(text)), len(tok.encode(text[:1000]))]
+
+
+@needs_text_encoder
 def test_the_measures_taken_while_encoding_equal_the_measures_of_the_texts(files, texts):
     """`encode_measure_texts` measures each text (UTF-8 bytes, words, digit runs) in the pass that
     encodes it; `measure_batch` given those gives what it gives measuring the texts itself (the
