@@ -364,31 +364,12 @@ static PyObject *utf8_length(PyObject *Py_UNUSED(module), PyObject *text)
 {
     /* len(text.encode("utf-8")) without the copy; a lone surrogate counts 3 bytes, as U+FFFD (what
      * the pipelines write in its place) does. */
-    Py_ssize_t n, i, bytes;
-    int kind;
-    const void *data;
     if (!PyUnicode_Check(text)) {
         PyErr_SetString(PyExc_TypeError, "utf8_length() takes a str");
         return NULL;
     }
-    n = PyUnicode_GET_LENGTH(text);
-    kind = PyUnicode_KIND(text);
-    data = PyUnicode_DATA(text);
-    bytes = n;
-    if (kind == PyUnicode_1BYTE_KIND) {
-        const Py_UCS1 *c = data;
-        for (i = 0; i < n; i++)
-            bytes += c[i] >= 0x80;
-    } else if (kind == PyUnicode_2BYTE_KIND) {
-        const Py_UCS2 *c = data;
-        for (i = 0; i < n; i++)
-            bytes += (c[i] >= 0x80) + (c[i] >= 0x800);
-    } else {
-        const Py_UCS4 *c = data;
-        for (i = 0; i < n; i++)
-            bytes += (c[i] >= 0x80) + (c[i] >= 0x800) + (c[i] >= 0x10000);
-    }
-    return PyLong_FromSsize_t(bytes);
+    return PyLong_FromSize_t(str_utf8_size(PyUnicode_KIND(text), PyUnicode_DATA(text),
+                                           (size_t)PyUnicode_GET_LENGTH(text)));
 }
 
 static PyObject *add_counts(PyObject *Py_UNUSED(module), PyObject *args)

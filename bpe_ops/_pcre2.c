@@ -2003,28 +2003,6 @@ static inline int ascii_eight(int kind, const void *data, size_t i, uint8_t *out
 #endif
 }
 
-static size_t utf8_size(int kind, const void *data, size_t n)
-{
-    /* The UTF-8 bytes of a str's data (`kind` 1, 2 or 4, n characters), a lone surrogate counted as
-     * the three bytes of its code point: n and a byte more for each character from U+0080, U+0800
-     * and U+10000 on, in one pass the compiler vectorises. */
-    size_t i, more = 0;
-    if (kind == PyUnicode_1BYTE_KIND) {
-        const Py_UCS1 *s = data;
-        for (i = 0; i < n; i++)
-            more += s[i] >= 0x80;
-    } else if (kind == PyUnicode_2BYTE_KIND) {
-        const Py_UCS2 *s = data;
-        for (i = 0; i < n; i++)
-            more += (size_t)(s[i] >= 0x80) + (s[i] >= 0x800);
-    } else {
-        const Py_UCS4 *s = data;
-        for (i = 0; i < n; i++)
-            more += (size_t)(s[i] >= 0x80) + (s[i] >= 0x800) + (s[i] >= 0x10000);
-    }
-    return n + more;
-}
-
 static int text_utf8(TextEncoder *self, int kind, const void *data, size_t n, const uint8_t *guard,
                      size_t *len)
 {
@@ -2318,14 +2296,13 @@ static PyObject *encode_texts(TextEncoder *self, PyObject *texts, const Separato
     /* The ids go straight into the bytes object handed back, made before the GIL is dropped with
      * room for as many ids as the texts have UTF-8 bytes (a byte-level token is at least one byte)
      * and cut to its size after: a buffer of their own, copied into a bytes made after, would copy
-     * every id once more with the GIL held. The bytes are counted (`utf8_size`), not bounded by
-     * the str's kind: 3 bytes a character for a mostly-ASCII text with one character beyond
-     * U+00FF reserved 12 times its ids, the heap grew by the room never used (the 538 MB tokenize
-     * job's peak by 10 MB with chunks of 512k characters). */
+     * every id once more with the GIL held. The bytes are counted (`str_utf8_size`), not bounded by
+     * the str's kind: 3 bytes a character for a mostly-ASCII str with one character beyond U+00FF
+     * is room for 12 times its ids, which the heap keeps once the object is cut to size. */
     {
         size_t bound = 0;
         for (k = 0; k < n; k++)
-            bound += refs[k].kind == 0 ? refs[k].n : utf8_size(refs[k].kind, refs[k].data, refs[k].n);
+            bound += refs[k].kind == 0 ? refs[k].n : str_utf8_size(refs[k].kind, refs[k].data, refs[k].n);
         if (bound > 0) {
             if (bound > (size_t)PY_SSIZE_T_MAX / sizeof(uint32_t)) {
                 PyErr_NoMemory();
