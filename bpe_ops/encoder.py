@@ -517,7 +517,7 @@ class Tokenizer:
             return tuple(sorted(i for p, i in self._piece_model.piece_ids.items() if byte_of_piece(p) is not None))
         if self.mode == "byte":
             # A one-byte entry of the vocab is a byte's own token or a special token: 256 and a few
-            # lengths read, not the whole vocabulary's (`single_byte_ids`, 15 ms at 128k ids).
+            # lengths read, not every token's (`single_byte_ids`).
             vocab = self.vocab
             return tuple(sorted(i for i in {*self._byte_ids, *self.special_tokens.values()} if len(vocab[i]) == 1))
         from .stats import single_byte_ids     # numpy: only where statistics are wanted

@@ -459,7 +459,7 @@ class TokenizerFacts:
            dropout: Dropout | None = None) -> "TokenizerFacts":
         own = getattr(tokenizer, "raw_byte_ids", None)
         # With `reload`, the token bytes are read through it when a stats.json is written, not copied
-        # here (a 128k vocabulary's dict: 5 MB of the launcher's peak, for a copy no step reads).
+        # here: a copy of the vocabulary, held to the job's end, that no step reads.
         return cls(tokenizer.vocab_size, tokenizer.sha256, dict(tokenizer.vocab) if reload is None else None, reload,
                    tuple(own) if own is not None else None, dropout=dropout)
 

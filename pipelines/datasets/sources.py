@@ -651,7 +651,7 @@ def _read_parquet(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size:
     """Parquet rows, reading only the text, id and kept columns. A missing id column means default
     ids and a missing kept column means None, as for JSONL keys; a missing text column fails the
     shard, since no row of it could be used."""
-    import pyarrow.compute as pc    # here: a fifth of a job's imports after Beam's, used by no JSONL read
+    import pyarrow.compute as pc    # here: a costly import that no JSONL or text read needs
 
     pf = pq.ParquetFile(f)
     names = pf.schema_arrow.names

@@ -75,7 +75,7 @@ def token_bytes_of(ref: TokenizerRef) -> Mapping[int, bytes]:
     the tokenizer it identified."""
     if ref not in _TOKEN_BYTES:
         identified = _IDENTIFIED.get(ref)         # the very tokenizer whose sha256 the outputs carry
-        # A read-only view of the tokenizer's own vocabulary, not a copy of it (5 MB at 128k ids).
+        # A read-only view of the tokenizer's own vocabulary, not a copy of it held to the job's end.
         _TOKEN_BYTES[ref] = MappingProxyType(
             (identified if identified is not None else load_identified_tokenizer(ref)).vocab)
     return _TOKEN_BYTES[ref]

@@ -21,9 +21,9 @@ _SPARSE_FRACTION = 8
 class SummaryCoder(beam.coders.Coder):
     """A Summary as pickled, its size estimated without pickling it (`Summary.pickled_size_estimate`).
     Beam samples the size of the elements each output of a step carries (the first ten, then fewer)
-    by encoding them; a Summary's pickle packs its dense tables, ~1 ms at 128k ids, and a tokenize
-    job's shard summary passes two such outputs: 81 pickles of 120 shards, a tenth of a second of
-    the reading thread, for a metric."""
+    by encoding them; a Summary's pickle packs its dense tables (a vocabulary's worth of counts), and
+    a tokenize job's shard summary passes two such outputs: pickles on the reading thread for a
+    metric alone."""
 
     def encode(self, value: Summary) -> bytes:
         return pickle.dumps(value, pickle.HIGHEST_PROTOCOL)

@@ -41,10 +41,9 @@ ENCODE_CHUNK_RECORDS = 16
 # ... unless its records are short: a chunk grows, 16 records at a time, until its text holds this
 # many characters or it ends at a multiple of CHUNK_MAX_RECORDS records: see
 # `tokenize_shard.chunk_ends`. Each chunk costs the threads and the reading thread the same steps of
-# Python whatever its size (~90 us), so chunks are long: the 538 MB job 3% faster at 512k characters
-# than at 128k (alternating runs), its sentence-per-record twin 6% at 4,096 records than at 1,024.
-# A chunk may span the place where a row group is cut: `RowGroup.rows_before_cut` finds it, so the
-# files do not depend on it.
+# Python whatever its size (~90 us), so chunks are long (benchmarks/RESULTS.md: the whole tokenize
+# job). A chunk may span the place where a row group is cut: `RowGroup.rows_before_cut` finds it, so
+# the files do not depend on it.
 CHUNK_TEXT_CHARS = 524_288
 CHUNK_MAX_RECORDS = 4_096
 # A shard's first chunks are smaller, so the threads start on it after a few records rather than a
@@ -53,7 +52,7 @@ CHUNK_MAX_RECORDS = 4_096
 FIRST_CHUNK_RECORDS = (4, 4, 8)
 # Chunks sent to encode and not yet added, per encoding thread, at most. Two cores run the reading,
 # encoding and writing threads: whichever is descheduled, the others keep going while chunks are
-# queued. Two long chunks (CHUNK_TEXT_CHARS) are as fast as four (alternating runs), and 6 MB lighter.
+# queued. Two chunks as long as CHUNK_TEXT_CHARS keep them as busy as four, in less memory.
 CHUNKS_AHEAD_PER_THREAD = 2
 # Chunks encode ahead of the one being added (in order) only while their texts stay below this, so
 # chunks of very long records do not multiply tokenize's peak memory.
