@@ -61,9 +61,9 @@ def chunk_ends(records: int, first_size: int | None, chars: int, submitted: int)
     threads the same hand-overs of the GIL, whatever its size). Where a row group is cut does not
     depend on the chunks (`RowGroup.rows_before_cut`).
 
-    >>> chunk_ends(4, 4, 40, 0), chunk_ends(16, None, 500, 16), chunk_ends(16, None, 140_000, 16)
+    >>> chunk_ends(4, 4, 40, 0), chunk_ends(16, None, 500, 16), chunk_ends(16, None, 600_000, 16)
     (True, False, True)
-    >>> chunk_ends(1008, None, 500, 16), chunk_ends(240, None, 500, 16), chunk_ends(31, None, 140_000, 16)
+    >>> chunk_ends(4080, None, 500, 16), chunk_ends(240, None, 500, 16), chunk_ends(31, None, 600_000, 16)
     (True, False, False)
     """
     if first_size is not None:
