@@ -31,9 +31,6 @@ class SummaryCoder(beam.coders.Coder):
     def decode(self, encoded: bytes) -> Summary:
         return pickle.loads(encoded)
 
-    def is_deterministic(self) -> bool:
-        return False
-
     def estimate_size(self, value: Summary) -> int:
         return value.pickled_size_estimate()
 
