@@ -32,9 +32,16 @@ PATTERNS = [
     r"\p{N}{2,3}", r"\P{L}{2,}", r"[\p{P}\p{S}]", r"[\s\p{M}]{2}", r"\p{Lu}+", "\U0001F44D",
 ]
 _SHARED = Path(__file__).resolve().parents[3] / "shared" / "oracles" / "gpt2"
-# GPT-2's first 3,000 merges: an encoder is built per chain, in milliseconds.
-_BASE = Tokenizer(Tokenizer.from_gpt2_files(_SHARED / "gpt2_vocab.json", _SHARED / "gpt2_merges.txt").merges[:3000],
-                  implementation=Implementation(compiled=False, engine="regex"))
+_BASE = []                      # GPT-2's first 3,000 merges (an encoder is built per chain, in
+                                # milliseconds), read on first use: importing this module reads no file
+
+
+def _base() -> Tokenizer:
+    if not _BASE:
+        _BASE.append(Tokenizer(Tokenizer.from_gpt2_files(_SHARED / "gpt2_vocab.json",
+                                                         _SHARED / "gpt2_merges.txt").merges[:3000],
+                               implementation=Implementation(compiled=False, engine="regex")))
+    return _BASE[0]
 _STEPS: dict = {}
 _KEPT = 16                      # encoders kept for chains seen before (a few MB each)
 
@@ -48,8 +55,9 @@ def _encoders(spec: dict):
             _STEPS.clear()
         steps = sequence_split.encoder_steps(spec)
         plain = steps and {**steps, "steps": [step[:3] for step in steps["steps"]]}
-        _STEPS[key] = steps and tuple(TextEncoder(s["steps"][0][0], _BASE._left, _BASE._right, _BASE._merged,
-                                                  _BASE._byte_ids, None, 64, **s) for s in (steps, plain))
+        base = _base()
+        _STEPS[key] = steps and tuple(TextEncoder(s["steps"][0][0], base._left, base._right, base._merged,
+                                                  base._byte_ids, None, 64, **s) for s in (steps, plain))
     return _STEPS[key]
 
 
@@ -78,7 +86,7 @@ def check(data: bytes) -> None:
     except Fallback:
         return
     pieces = hf_components.pre_tokenizer(spec)(text)
-    expected = [i for piece in pieces for i in _BASE._encode_piece(piece)]
+    expected = [i for piece in pieces for i in _base()._encode_piece(piece)]
     if ids != expected:
         raise AssertionError(f"{steps} on {text!r}: compiled {ids}, Python {expected}")
     compiled = sequence_pieces(encoder, text)

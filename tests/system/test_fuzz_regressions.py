@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from pipelines import cli
+from tests.conftest import _need
 from tests.fuzz import (fuzz_calibrate_ids, fuzz_guard_bitmap, fuzz_jsonl_record, fuzz_measure, fuzz_sentencepiece,
                         fuzz_sequence_split, fuzz_split_scan, fuzz_spm_encode, fuzz_stats_json, fuzz_tiktoken,
                         fuzz_token_parquet, fuzz_tokenizer_json)
@@ -39,6 +40,8 @@ def test_every_target_has_seeds_and_every_reader_regressions():
 
 @pytest.mark.parametrize("target,path", CASES, ids=IDS)
 def test_fuzz_input_loads_or_is_refused_in_one_line_or_both_twins_agree(target, path):
+    if target == "sequence_split":      # its merges are GPT-2's: skipped, or failed in CI, without them
+        _need(fuzz_sequence_split._SHARED)
     {**TARGETS, **TWINS}[target].check(path.read_bytes())
 
 
