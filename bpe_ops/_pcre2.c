@@ -2547,25 +2547,29 @@ static PyObject *library_version(PyObject *Py_UNUSED(module), PyObject *Py_UNUSE
 
 static PyObject *batch_isa(PyObject *Py_UNUSED(module), PyObject *args)
 {
-    /* The instruction set scan_batch classifies bytes with ("avx512" or "sse2"), after switching to
-     * `name` if given (one this processor has): the tests hold each reading to PCRE2. */
+    /* The instruction set scan_batch classifies bytes with ("avx512", "avx2" or "sse2"), after
+     * switching to `name` if given (one this processor has): the tests hold each reading to PCRE2. */
     const char *name = NULL;
     if (!PyArg_ParseTuple(args, "|z:batch_isa", &name))
         return NULL;
-#ifdef BATCH_AVX512
-    if (name != NULL && strcmp(name, "sse2") == 0)
-        batch_avx512 = 0;
-    else if (name != NULL && strcmp(name, "avx512") == 0) {
-        batch_avx512 = -1;
-        if (!batch_avx512_ready()) {
-            PyErr_SetString(PyExc_ValueError, "batch_isa: this processor has no AVX-512BW");
+#ifdef BATCH_WIDE
+    static const char *const names[] = {"sse2", "avx2", "avx512"};      /* by level */
+    if (name != NULL) {
+        int level;
+        for (level = BATCH_SSE2; level <= BATCH_AVX512 && strcmp(name, names[level]) != 0; level++)
+            ;
+        if (level > BATCH_AVX512) {
+            PyErr_Format(PyExc_ValueError, "batch_isa: %s is none of avx512, avx2, sse2", name);
             return NULL;
         }
-    } else if (name != NULL) {
-        PyErr_Format(PyExc_ValueError, "batch_isa: %s is none of avx512, sse2", name);
-        return NULL;
+        if (level > batch_level_found()) {
+            PyErr_Format(PyExc_ValueError, "batch_isa: this processor has no %s",
+                         level == BATCH_AVX2 ? "AVX2" : "AVX-512BW");
+            return NULL;
+        }
+        batch_level = level;
     }
-    return PyUnicode_FromString(batch_avx512_ready() ? "avx512" : "sse2");
+    return PyUnicode_FromString(names[batch_level_ready()]);
 #else
     if (name != NULL && strcmp(name, "sse2") != 0) {
         PyErr_Format(PyExc_ValueError, "batch_isa: this build classifies with SSE2 only, not %s", name);
@@ -2613,7 +2617,7 @@ static PyObject *sequence_pieces(PyObject *Py_UNUSED(module), PyObject *args)
 
 static PyMethodDef module_methods[] = {
     {"batch_isa", batch_isa, METH_VARARGS,
-     "batch_isa(name=None)\n--\n\nThe instruction set the 64-byte splitter classifies with (\"avx512\" or \"sse2\"), "
+     "batch_isa(name=None)\n--\n\nThe instruction set the 64-byte splitter classifies with (\"avx512\", \"avx2\" or \"sse2\"), "
      "switched to `name` first if given."},
     {"library_version", library_version, METH_NOARGS,
      "library_version()\n--\n\n(PCRE2 version, its Unicode version), as the loaded library reports them."},

@@ -561,7 +561,7 @@ static inline BatchClasses batch_classes(const uint8_t *s)
 
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
-#define BATCH_AVX512 1
+#define BATCH_WIDE 1               /* AVX2 and AVX-512BW readings, chosen at run time */
 
 /* AddressSanitizer's stack for returns after use (detect_stack_use_after_return) does not keep the
  * 64-byte alignment this function's frame asks for (it crashed there in .ci/sanitize): under ASan it
@@ -583,7 +583,8 @@ static inline BatchClasses batch_classes(const uint8_t *s)
 static inline void batch_window_readable(const uint8_t *s)
 {
     /* Under ASan, an instrumented read of the first and the last byte of the 64 that
-     * batch_classes_avx512 loads (a window past its text's end is reported here). */
+     * batch_classes_avx2 and batch_classes_avx512 load (a window past its text's end is reported
+     * here). */
 #ifdef BATCH_ASAN
     volatile uint8_t ends = (uint8_t)(s[0] ^ s[63]);
     (void)ends;
@@ -625,15 +626,89 @@ __attribute__((target("avx512f,avx512bw"))) BATCH_UNINSTRUMENTED static BatchCla
     return b;
 }
 
-static int batch_avx512 = -1;           /* whether this processor has AVX-512BW; -1: not asked yet */
+/* batch_in on 32 bytes: the bytes of v in first..last (ASCII), one add and one signed compare (a
+ * macro: a function taking a 256-bit vector would need the AVX2 target itself). */
+#define BATCH_IN_AVX2(v, first, last)                                            \
+    _mm256_cmpgt_epi8(_mm256_set1_epi8((char)(0x80 + ((last) - (first)) + 1)), \
+                      _mm256_add_epi8((v), _mm256_set1_epi8((char)(0x80 - (first)))))
 
-static inline int batch_avx512_ready(void)
+/* Two 32-byte halves' masks as one 64-bit mask. */
+#define BATCH_MASK_AVX2(lo, hi) \
+    ((uint64_t)(uint32_t)_mm256_movemask_epi8(lo) | (uint64_t)(uint32_t)_mm256_movemask_epi8(hi) << 32)
+
+__attribute__((target("avx2"))) BATCH_UNINSTRUMENTED static BatchClasses batch_classes_avx2(const uint8_t *s)
 {
-    if (batch_avx512 < 0) {
-        __builtin_cpu_init();
-        batch_avx512 = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512f");
+    /* batch_classes with AVX2, for processors without AVX-512BW (AMD's before Zen 4, most of
+     * Intel's desktop and laptop ones): each class of the 64 bytes in two 32-byte compares and two
+     * movemasks, where SSE2 takes four of each. Not inlined: the caller runs on any x86-64. */
+    __m256i v[2], folded[2], letter[2], digit[2], space[2], white[2], newline[2], quote[2], low[2];
+    uint64_t lead = 0, wide, hi;
+    BatchClasses b;
+    int k;
+    for (k = 0; k < 2; k++)
+        v[k] = _mm256_loadu_si256((const __m256i *)(s + 32 * k));
+    for (k = 0; k < 2; k++) {
+        folded[k] = _mm256_or_si256(v[k], _mm256_set1_epi8(0x20));
+        letter[k] = BATCH_IN_AVX2(folded[k], 'a', 'z');
+        digit[k] = BATCH_IN_AVX2(v[k], '0', '9');
+        space[k] = _mm256_cmpeq_epi8(v[k], _mm256_set1_epi8(' '));
+        white[k] = _mm256_or_si256(space[k], BATCH_IN_AVX2(v[k], '\t', '\r'));
+        newline[k] = _mm256_or_si256(_mm256_cmpeq_epi8(v[k], _mm256_set1_epi8('\n')),
+                                     _mm256_cmpeq_epi8(v[k], _mm256_set1_epi8('\r')));
+        quote[k] = _mm256_cmpeq_epi8(v[k], _mm256_set1_epi8('\''));
+        low[k] = _mm256_cmpgt_epi8(_mm256_set1_epi8(0x20), v[k]);    /* below 0x20, or beyond ASCII */
     }
-    return batch_avx512;
+    b.letter = BATCH_MASK_AVX2(letter[0], letter[1]);
+    b.digit = BATCH_MASK_AVX2(digit[0], digit[1]);
+    b.space = BATCH_MASK_AVX2(space[0], space[1]);
+    b.white = BATCH_MASK_AVX2(white[0], white[1]);
+    b.newline = BATCH_MASK_AVX2(newline[0], newline[1]);
+    b.quote = BATCH_MASK_AVX2(quote[0], quote[1]);
+    hi = BATCH_MASK_AVX2(v[0], v[1]);
+    b.short_contraction = b.long_contraction = 0;
+    if (b.quote) {
+#define TB_FOLDED_IS(c) BATCH_MASK_AVX2(_mm256_cmpeq_epi8(folded[0], _mm256_set1_epi8(c)), \
+                                        _mm256_cmpeq_epi8(folded[1], _mm256_set1_epi8(c)))
+        batch_contractions(&b, TB_FOLDED_IS('s'), TB_FOLDED_IS('d'), TB_FOLDED_IS('m'), TB_FOLDED_IS('t'),
+                           TB_FOLDED_IS('l'), TB_FOLDED_IS('v'), TB_FOLDED_IS('r'), TB_FOLDED_IS('e'));
+#undef TB_FOLDED_IS
+    }
+    if (hi) {       /* E2 80 90..A7: U+2010..U+2027, as in batch_classes */
+#define TB_IS(c) BATCH_MASK_AVX2(_mm256_cmpeq_epi8(v[0], _mm256_set1_epi8((char)(c))), \
+                                 _mm256_cmpeq_epi8(v[1], _mm256_set1_epi8((char)(c))))
+        __m256i third[2];
+        for (k = 0; k < 2; k++)
+            third[k] = _mm256_and_si256(_mm256_cmpgt_epi8(v[k], _mm256_set1_epi8((char)0x8F)),
+                                        _mm256_cmpgt_epi8(_mm256_set1_epi8((char)0xA8), v[k]));
+        lead = TB_IS(0xE2) & TB_IS(0x80) >> 1 & BATCH_MASK_AVX2(third[0], third[1]) >> 2;
+#undef TB_IS
+    }
+    wide = lead | lead << 1 | lead << 2;
+    b.wide_punct = lead;
+    b.unsure = BATCH_MASK_AVX2(low[0], low[1]) & ~b.white & ~wide;
+    b.punct = ~(b.letter | b.digit | b.white | b.unsure);
+    return b;
+}
+#undef BATCH_MASK_AVX2
+#undef BATCH_IN_AVX2
+
+/* The widest instruction set this processor classifies windows with; BATCH_UNKNOWN: not asked yet. */
+enum { BATCH_UNKNOWN = -1, BATCH_SSE2 = 0, BATCH_AVX2 = 1, BATCH_AVX512 = 2 };
+static int batch_level = BATCH_UNKNOWN;
+
+static inline int batch_level_found(void)
+{
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512f"))
+        return BATCH_AVX512;
+    return __builtin_cpu_supports("avx2") ? BATCH_AVX2 : BATCH_SSE2;
+}
+
+static inline int batch_level_ready(void)
+{
+    if (batch_level == BATCH_UNKNOWN)
+        batch_level = batch_level_found();
+    return batch_level;
 }
 #endif
 
@@ -701,9 +776,11 @@ static inline size_t scan_batch(const uint8_t *s, size_t pos, int digits, Span *
      * 63 more): where the next piece starts. When none is sure (pos returned), *retry is where a
      * batch may do better: past the window's last byte beyond ASCII or below 0x20 (the scanner
      * reads byte by byte up to there), else (an apostrophe, a long number) the next piece. */
-#ifdef BATCH_AVX512
-    BatchClasses b = batch_avx512_ready() ? (batch_window_readable(s + pos), batch_classes_avx512(s + pos))
-                                          : batch_classes(s + pos);
+#ifdef BATCH_WIDE
+    const int level = batch_level_ready();
+    BatchClasses b = level == BATCH_SSE2 ? batch_classes(s + pos)
+                     : (batch_window_readable(s + pos), level == BATCH_AVX2 ? batch_classes_avx2(s + pos)
+                                                                           : batch_classes_avx512(s + pos));
 #else
     BatchClasses b = batch_classes(s + pos);
 #endif

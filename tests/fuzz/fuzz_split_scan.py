@@ -3,8 +3,8 @@ windows among it) against its specification, PCRE2 running the same pattern alon
 picks a pattern of `SCANNED_PATTERNS`; the rest is the text, either each byte a piece of a mostly
 ASCII alphabet (long runs of plain text with the bytes the windows leave to the scanner among them)
 or, for an input whose second byte is odd, the bytes as UTF-8 (invalid ones as U+FFFD); the second
-byte's next bit picks the instruction set the windows classify with (`_pcre2.batch_isa`: SSE2, or
-AVX-512BW where the processor has it). A finding is any difference in pieces. Run from the worktree:
+byte's next bits pick the instruction set the windows classify with (`_pcre2.batch_isa`: SSE2, and
+AVX2 and AVX-512BW where the processor has them). A finding is any difference in pieces. Run from the worktree:
 
     mkdir -p /tmp/fuzz-split_scan && python3 tests/fuzz/fuzz_split_scan.py -max_total_time=600 \
         /tmp/fuzz-split_scan
@@ -30,7 +30,19 @@ ALPHABET = ["e", "t", "a", "Th", "is", "ing", "Z", "q", " ", " ", " ", "  ", "  
             "ß", "中", "ア", "😀", "\xa0", "\u3000", "٣", "½", "\u0301", "’", "\u2028", "ſ", "Ⅻ", "ǅ", "A B", "x" * 70]
 _COMPILED: dict = {}
 _PCRE2 = pretokenize._pcre2_module()
-_ISAS = ["sse2", _PCRE2.batch_isa()]      # the processor's widest last
+def _has(isa: str) -> bool:
+    """Whether this processor classifies with `isa` (the default, its widest, set again after)."""
+    widest = _PCRE2.batch_isa()
+    try:
+        _PCRE2.batch_isa(isa)
+        return True
+    except ValueError:
+        return False
+    finally:
+        _PCRE2.batch_isa(widest)
+
+
+_ISAS = ["sse2"] + [isa for isa in ("avx2", "avx512") if _has(isa)]     # the processor's widest last
 
 
 def _pieces(pattern: str, text: str, scan: bool) -> list[str]:
@@ -90,7 +102,7 @@ def check(data: bytes) -> None:
         text = body[1:].decode("utf-8", "replace")
     else:
         text = "".join(ALPHABET[b % len(ALPHABET)] for b in body[1:])
-    _PCRE2.batch_isa(_ISAS[body[0] >> 1 & 1])
+    _PCRE2.batch_isa(_ISAS[(body[0] >> 1) % len(_ISAS)])
     try:
         scanned, expected = _pieces(pattern, text, True), _pieces(pattern, text, False)
     finally:
