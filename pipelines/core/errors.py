@@ -91,11 +91,15 @@ _INTERRUPTED = "KeyboardInterrupt"     # how Beam's re-raised Ctrl-C reads, in p
 def interrupted(exc: BaseException) -> bool:
     """Whether a pipeline's failure is a Ctrl-C: Beam re-raises the KeyboardInterrupt that reached a
     bundle as a RuntimeError (`KeyboardInterrupt [while running 'STEP']`), with the interrupt as its
-    context in process, or as the text of the worker's traceback from a worker process."""
-    seen = exc
-    while seen is not None:
+    context in process, or as the text of the worker's traceback from a worker process. The chain
+    is walked once: it can loop back on itself (a worker killed under the multi-process runner: Beam's
+    RuntimeError has gRPC's error as its context, and that error the RuntimeError), and a walk that
+    went round would never end, the run hung with no line said."""
+    seen, walked = exc, set()
+    while seen is not None and id(seen) not in walked:
         if isinstance(seen, KeyboardInterrupt) or str(seen).startswith(_INTERRUPTED):
             return True
+        walked.add(id(seen))
         seen = seen.__cause__ or seen.__context__
     return f"\n{_INTERRUPTED}" in str(exc) or f" {_INTERRUPTED} [while running" in str(exc)
 
