@@ -692,7 +692,8 @@ __attribute__((target("avx2"))) BATCH_UNINSTRUMENTED static BatchClasses batch_c
 #undef BATCH_MASK_AVX2
 #undef BATCH_IN_AVX2
 
-/* The widest instruction set this processor classifies windows with; BATCH_UNKNOWN: not asked yet. */
+/* The instruction set the windows are classified with: the widest this processor has, unless
+ * _pcre2.batch_isa chose a narrower one (the tests run each); BATCH_UNKNOWN: not asked yet. */
 enum { BATCH_UNKNOWN = -1, BATCH_SSE2 = 0, BATCH_AVX2 = 1, BATCH_AVX512 = 2 };
 static int batch_level = BATCH_UNKNOWN;
 
