@@ -2545,6 +2545,30 @@ static PyObject *library_version(PyObject *Py_UNUSED(module), PyObject *Py_UNUSE
     return Py_BuildValue("(ss)", version, unicode);
 }
 
+static PyObject *batch_isas(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
+{
+    /* The instruction sets this processor can classify windows with, narrowest first: what
+     * batch_isa takes here (the tests and the fuzz target run each). */
+#ifdef BATCH_WIDE
+    const int widest = batch_level_found();
+    PyObject *list = PyList_New(widest + 1);
+    int level;
+    if (list == NULL)
+        return NULL;
+    for (level = BATCH_SSE2; level <= widest; level++) {
+        PyObject *name = PyUnicode_FromString(batch_level_names[level]);
+        if (name == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, level, name);
+    }
+    return list;
+#else
+    return Py_BuildValue("[s]", "sse2");
+#endif
+}
+
 static PyObject *batch_isa(PyObject *Py_UNUSED(module), PyObject *args)
 {
     /* The instruction set scan_batch classifies bytes with ("avx512", "avx2" or "sse2"), after
@@ -2553,10 +2577,9 @@ static PyObject *batch_isa(PyObject *Py_UNUSED(module), PyObject *args)
     if (!PyArg_ParseTuple(args, "|z:batch_isa", &name))
         return NULL;
 #ifdef BATCH_WIDE
-    static const char *const names[] = {"sse2", "avx2", "avx512"};      /* by level */
     if (name != NULL) {
         int level;
-        for (level = BATCH_SSE2; level <= BATCH_AVX512 && strcmp(name, names[level]) != 0; level++)
+        for (level = BATCH_SSE2; level <= BATCH_AVX512 && strcmp(name, batch_level_names[level]) != 0; level++)
             ;
         if (level > BATCH_AVX512) {
             PyErr_Format(PyExc_ValueError, "batch_isa: %s is none of avx512, avx2, sse2", name);
@@ -2569,7 +2592,7 @@ static PyObject *batch_isa(PyObject *Py_UNUSED(module), PyObject *args)
         }
         batch_level = level;
     }
-    return PyUnicode_FromString(names[batch_level_ready()]);
+    return PyUnicode_FromString(batch_level_names[batch_level_ready()]);
 #else
     if (name != NULL && strcmp(name, "sse2") != 0) {
         PyErr_Format(PyExc_ValueError, "batch_isa: this build classifies with SSE2 only, not %s", name);
@@ -2616,6 +2639,8 @@ static PyObject *sequence_pieces(PyObject *Py_UNUSED(module), PyObject *args)
 }
 
 static PyMethodDef module_methods[] = {
+    {"batch_isas", batch_isas, METH_NOARGS,
+     "batch_isas()\n--\n\nThe instruction sets batch_isa can switch to on this processor, narrowest first."},
     {"batch_isa", batch_isa, METH_VARARGS,
      "batch_isa(name=None)\n--\n\nThe instruction set the 64-byte splitter classifies with (\"avx512\", \"avx2\" or \"sse2\"), "
      "switched to `name` first if given."},

@@ -696,6 +696,7 @@ __attribute__((target("avx2"))) BATCH_UNINSTRUMENTED static BatchClasses batch_c
  * _pcre2.batch_isa chose a narrower one (the tests run each); BATCH_UNKNOWN: not asked yet. */
 enum { BATCH_UNKNOWN = -1, BATCH_SSE2 = 0, BATCH_AVX2 = 1, BATCH_AVX512 = 2 };
 static int batch_level = BATCH_UNKNOWN;
+static const char *const batch_level_names[] = {"sse2", "avx2", "avx512"};      /* by level */
 
 static inline int batch_level_found(void)
 {

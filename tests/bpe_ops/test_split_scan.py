@@ -125,16 +125,7 @@ CL100K_FAMILY = [p for p in PATTERNS if SCANNED_PATTERNS[p][0] == "cl100k"]
 def batch_isas() -> list[str]:
     """The instruction sets the 64-byte windows classify bytes with on this processor (SSE2 always,
     AVX2 and AVX-512BW where it has them), narrowest first: each window test runs once with each."""
-    if pcre2 is None:
-        return ["sse2"]
-    found, isas = pcre2.batch_isa(), ["sse2"]
-    for wider in ("avx2", "avx512"):
-        try:
-            isas.append(pcre2.batch_isa(wider))
-        except ValueError:              # a processor without it never runs that reading
-            pass
-    pcre2.batch_isa(found)
-    return isas
+    return ["sse2"] if pcre2 is None else pcre2.batch_isas()
 
 
 @pytest.fixture(params=batch_isas())

@@ -30,19 +30,7 @@ ALPHABET = ["e", "t", "a", "Th", "is", "ing", "Z", "q", " ", " ", " ", "  ", "  
             "ß", "中", "ア", "😀", "\xa0", "\u3000", "٣", "½", "\u0301", "’", "\u2028", "ſ", "Ⅻ", "ǅ", "A B", "x" * 70]
 _COMPILED: dict = {}
 _PCRE2 = pretokenize._pcre2_module()
-def _has(isa: str) -> bool:
-    """Whether this processor classifies with `isa` (the default, its widest, set again after)."""
-    widest = _PCRE2.batch_isa()
-    try:
-        _PCRE2.batch_isa(isa)
-        return True
-    except ValueError:
-        return False
-    finally:
-        _PCRE2.batch_isa(widest)
-
-
-_ISAS = ["sse2"] + [isa for isa in ("avx2", "avx512") if _has(isa)]     # the processor's widest last
+_ISAS = _PCRE2.batch_isas()      # the processor's widest last
 
 
 def _pieces(pattern: str, text: str, scan: bool) -> list[str]:
