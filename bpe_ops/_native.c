@@ -863,6 +863,143 @@ done:
     return result;
 }
 
+/* ---- a Parquet data page of a list column ------------------------------------------------------ */
+
+#define LIST_PAGE_MAX ((int64_t)0x7FFFFFFF)   /* a page's size is an i32 in its header */
+
+typedef struct {
+    uint8_t *out;
+    int value;                          /* the run being counted: its level and length */
+    uint64_t count;
+} LevelRuns;
+
+static void level_run_flush(LevelRuns *r)
+{
+    /* The run counted so far, as an RLE run of the hybrid encoding: its length shifted left once
+     * (a zero low bit: a repeated run), in a varint, then the level in one byte (levels here have
+     * a bit width of at most 8). */
+    uint64_t header = r->count << 1;
+    if (r->count == 0)
+        return;
+    while (header > 0x7F) {
+        *r->out++ = (uint8_t)(header | 0x80);
+        header >>= 7;
+    }
+    *r->out++ = (uint8_t)header;
+    *r->out++ = (uint8_t)r->value;
+    r->count = 0;
+}
+
+static void level_run_add(LevelRuns *r, int value, uint64_t count)
+{
+    if (count == 0)
+        return;
+    if (r->count && r->value != value)
+        level_run_flush(r);
+    r->value = value;
+    r->count += count;
+}
+
+static void put_u32le(uint8_t *at, uint32_t v)
+{
+    at[0] = (uint8_t)v;
+    at[1] = (uint8_t)(v >> 8);
+    at[2] = (uint8_t)(v >> 16);
+    at[3] = (uint8_t)(v >> 24);
+}
+
+static PyObject *list_page(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    /* The body of a Parquet data page (version 1, uncompressed) of a required list<int32> column
+     * holding records first..last-1: record i's ids run from ends[i - 1] (0 for the first record) to
+     * ends[i] in `ids` (uint32). The body is the repetition levels, the definition levels (each an
+     * RLE-hybrid run list after its length, a u32) and the ids as PLAIN int32. A record of n > 0 ids
+     * has repetition levels 0 then n - 1 ones and n definition levels of 2; an empty record one level
+     * 0 of each. Equal neighbouring levels are one run. The Python specification: schemas.token_pages.
+     * page_body_spec. Raises ValueError when the records or ends are out of range, OverflowError
+     * when the page would not fit an i32. */
+    Py_buffer ids = {0}, ends = {0};
+    Py_ssize_t first, last, n_records, i;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*nn:list_page", &ids, &ends, &first, &last))
+        return NULL;
+    n_records = ends.len / (Py_ssize_t)sizeof(int64_t);
+    if (ids.len % 4 != 0 || ends.len % (Py_ssize_t)sizeof(int64_t) != 0 || first < 0 || last < first ||
+        last > n_records) {
+        PyErr_SetString(PyExc_ValueError, "list_page: ids must be uint32, ends int64, first <= last <= len(ends)");
+        goto done;
+    }
+    {
+        const int64_t *end = ends.buf;
+        const int64_t begin = first ? end[first - 1] : 0, stop = last > first ? end[last - 1] : begin;
+        const Py_ssize_t records = last - first;
+        int64_t bound, at = begin;
+        uint8_t *base;
+        for (i = first; i < last; i++) {
+            if (end[i] < at || end[i] > ids.len / 4) {
+                PyErr_SetString(PyExc_ValueError, "list_page: ends must rise within the ids held");
+                goto done;
+            }
+            at = end[i];
+        }
+        /* Each record adds at most two runs to the repetition levels and one to the definition
+         * levels, each run at most 11 bytes (a ten-byte varint and the level). */
+        bound = 8 + 33 * (int64_t)records + 4 * (stop - begin);
+        if (stop - begin > LIST_PAGE_MAX / 4) {
+            PyErr_SetString(PyExc_OverflowError, "list_page: the page would pass 2 GiB");
+            goto done;
+        }
+        if ((result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)bound)) == NULL)
+            goto done;
+        base = (uint8_t *)PyBytes_AS_STRING(result);
+        {
+            PyThreadState *saved = release_gil_for((size_t)(stop - begin) * 4);
+            LevelRuns runs = {base + 4, 0, 0};
+            uint8_t *defs;
+            int64_t previous = begin;
+            for (i = first; i < last; i++) {
+                const int64_t n = end[i] - previous;
+                level_run_add(&runs, 0, 1);
+                if (n > 1)
+                    level_run_add(&runs, 1, (uint64_t)(n - 1));
+                previous = end[i];
+            }
+            level_run_flush(&runs);
+            put_u32le(base, (uint32_t)(runs.out - base - 4));
+            defs = runs.out;
+            runs.out = defs + 4;
+            previous = begin;
+            for (i = first; i < last; i++) {
+                const int64_t n = end[i] - previous;
+                level_run_add(&runs, n ? 2 : 0, n ? (uint64_t)n : 1);
+                previous = end[i];
+            }
+            level_run_flush(&runs);
+            put_u32le(defs, (uint32_t)(runs.out - defs - 4));
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+            if (stop > begin)
+                memcpy(runs.out, (const uint32_t *)ids.buf + begin, (size_t)(stop - begin) * 4);
+            runs.out += (stop - begin) * 4;
+#else
+            for (at = begin; at < stop; at++, runs.out += 4)
+                put_u32le(runs.out, ((const uint32_t *)ids.buf)[at]);
+#endif
+            restore_gil(saved);
+            if (runs.out - base > LIST_PAGE_MAX) {
+                Py_CLEAR(result);
+                PyErr_SetString(PyExc_OverflowError, "list_page: the page would pass 2 GiB");
+                goto done;
+            }
+            if (_PyBytes_Resize(&result, (Py_ssize_t)(runs.out - base)) < 0)
+                goto done;
+        }
+    }
+done:
+    PyBuffer_Release(&ids);
+    PyBuffer_Release(&ends);
+    return result;
+}
+
 /* ---- a JSONL record's text and id ------------------------------------------------------------ */
 
 static int utf8_valid(const uint8_t *s, size_t n)
@@ -2496,6 +2633,9 @@ static PyMethodDef module_methods[] = {
      "calibrate_ids(id_arrays, rows, mask, classes, raw, cells, counts=None)\n--\n\nEach record's raw-byte tokens into raw and its "
      "ids' (group row + class) cells into cells (classes: a table, or the folded classes' power of two), in one pass without the GIL; the int64 indexes of the cells counted "
      "from zero (bytes): see stats.calibrate_ids."},
+    {"list_page", list_page, METH_VARARGS,
+     "list_page(ids, ends, first, last)\n--\n\nThe body of a Parquet data page (v1, uncompressed) of a required "
+     "list<int32> column holding records first..last-1 (ids uint32, ends int64)."},
     {"calibrate_flat", calibrate_flat, METH_VARARGS,
      "calibrate_flat(ids, ends, rows, mask, classes, raw, cells, counts=None)\n--\n\ncalibrate_ids of records whose ids "
      "are one uint32 buffer, record i's ending at ends[i] (int64)."},

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 
 from pipelines.core.beam_options import beam  # first: it hides Beam's import-time apitools warning
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bpe_ops.dropout import Dropout
@@ -35,6 +34,7 @@ from pipelines.datasets.shards import ShardReader, numbered
 from pipelines.datasets.tokenizer_files import TokenizerRef, load_identified_tokenizer
 from pipelines.statistics.breakdowns import BreakdownSummaries, Breakdowns, add_file
 from pipelines.statistics.windows import format_utc
+from pipelines.steps.token_file import TokenFileWriter
 from pipelines.steps.tokenize_steps import (CHUNK_MAX_RECORDS, CHUNK_TEXT_CHARS, CHUNKS_AHEAD_PER_THREAD,
                                             ENCODE_CHUNK_RECORDS, FIRST_CHUNK_RECORDS, OVERLAP_TEXT_BYTES, WRITE_POOL,
                                             ChunkEncoder, RowGroup, RowGroupWriter, UnsummedChunks, id_hashes)
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     from pipelines.datasets.sources import SourceOptions
 
 MANIFEST_VERSION = 1            # the layout of the shard records in the footers (and so in the fingerprint)
-WRITE_BUFFER_BYTES = 1 << 20    # a Parquet file's bytes handed to its (Python) file at a time
 # Pieces each encoding thread's cache holds in a tokenize job (the tokenizer's default suits a single
 # caller): the distinct pre-tokens of a dataset run to hundreds of thousands, and a cache that fills
 # up is emptied whole, so one smaller than them keeps missing. This many (the seeded whole tokens
@@ -291,8 +290,7 @@ class TokenizeShard(beam.DoFn):
                     group = self.settle(pending.popleft(), group, summary, partials, writer, unsummed)
                 unsummed.add_to(summary, partials)
                 self.encoder.add_tallies(summary)       # every chunk added: the ids' counts are whole
-                last = (group.to_table(self.schema, summary, count_ids=False) if group.rows or summary.records == 0
-                        else None)
+                last = self.row_group_parts(group, summary) if group.rows or summary.records == 0 else None
                 account = reader.finish()
                 if account.records != summary.records:
                     raise RuntimeError(f"{shard.name}: record accounting is broken: {account.records} read, "
@@ -314,17 +312,16 @@ class TokenizeShard(beam.DoFn):
                    f"{account.rejected} rejected, {summary.bytes / 1e6 / max(elapsed, 1e-9):.2f} MB/s")
         return summary, entry
 
-    def open_writer(self, stack: ExitStack, out_url: str):
-        """The shard's Parquet writer on its temporary file, both closed by `stack`."""
+    def open_writer(self, stack: ExitStack, out_url: str) -> TokenFileWriter:
+        """The shard's Parquet writer on its temporary file, both closed by `stack` (the writer
+        first: its last bytes reach the file before its rename)."""
         f = stack.enter_context(open_atomic(out_url))
-        # Arrow writes a file's pages through a buffer of its own, handed to the Python file
-        # `WRITE_BUFFER_BYTES` at a time: written straight to it, every page header and page is a
-        # Python call that waits for the GIL (held by the reading thread) before it can go on.
-        # Closed after the writer, before the file: the buffer reaches the file before its rename.
-        sink = pa.output_stream(f, buffer_size=WRITE_BUFFER_BYTES)
-        stack.callback(sink.close)
-        return stack.enter_context(pq.ParquetWriter(sink, self.schema, compression="zstd", use_dictionary=False,
-                                                    write_statistics=False, memory_pool=WRITE_POOL))
+        return stack.enter_context(TokenFileWriter(f, self.schema, WRITE_POOL))
+
+    def row_group_parts(self, group: "RowGroup", summary) -> tuple:
+        """What `TokenFileWriter.write_row_group` takes of a full row group: its table (token ids as
+        a placeholder) and its token ids, batch by batch."""
+        return group.to_table(self.schema, summary, count_ids=False, placeholder=True), group.token_ids
 
     def new_row_group(self) -> "RowGroup":
         windowing = self.breakdowns.windowing
@@ -353,7 +350,7 @@ class TokenizeShard(beam.DoFn):
             group.extend(chunk[:taken], ids_taken, [column[:taken] for column in stats], record_ids[:taken])
             chunk, record_ids, stats = chunk[taken:], record_ids[taken:], [column[taken:] for column in stats]
             unsummed.add_to(summary, partials)
-            self.writes.start(writer.write_table, group.to_table(self.schema, summary, count_ids=False))
+            self.writes.start(writer.write_row_group, *self.row_group_parts(group, summary))
             group = self.new_row_group()
         if chunk:
             group.extend(chunk, id_arrays, stats, record_ids)

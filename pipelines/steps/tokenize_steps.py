@@ -28,6 +28,7 @@ from bpe_ops.flat_ids import FlatIds
 from bpe_ops.stats import MEASURE_SEPARATORS, BatchCalibration, Summary, Tallies, measure_batch
 from schemas import tables
 from pipelines.core.files import writing
+from pipelines.steps.token_file import placeholder_ids
 from pipelines.statistics.groups import group_value
 from pipelines.statistics.windows import parse_timestamp
 
@@ -234,10 +235,12 @@ class RowGroup:
                 return taken
         return None
 
-    def to_table(self, schema: pa.Schema, summary: Summary, count_ids: bool = True) -> pa.Table:
+    def to_table(self, schema: pa.Schema, summary: Summary, count_ids: bool = True,
+                 placeholder: bool = False) -> pa.Table:
         """The row group as an Arrow table; unless `count_ids` is false (they were counted as they were
         calibrated: `ChunkEncoder`'s tallies), its token ids are counted into `summary` in bulk here
-        (numpy.bincount over the flat id array, no Python object per id)."""
+        (numpy.bincount over the flat id array, no Python object per id). With `placeholder`, the
+        token_ids column holds empty lists: `TokenFileWriter` writes the ids (`self.token_ids`)."""
         if count_ids:
             values = FlatIds.joined(self.token_ids).ids
             if len(values):
@@ -247,8 +250,9 @@ class RowGroup:
         # One list array per batch, each on its batch's own buffer (from numpy, Arrow takes it as it
         # is: from an `array`, it converts id by id, ~90 ns/id); the Parquet writer reads the chunks
         # in turn. Joining them into one buffer would copy every id once more, on this thread.
-        token_ids = pa.chunked_array([list_array(batch, id_type, pool) for batch in self.token_ids if len(batch)],
-                                     type=id_type)
+        token_ids = (placeholder_ids(self.rows, id_type, pool) if placeholder else
+                     pa.chunked_array([list_array(batch, id_type, pool) for batch in self.token_ids if len(batch)],
+                                      type=id_type))
         columns = [pa.array(self.ids, pa.string(), memory_pool=pool), token_ids] + [
             pa.array(c, pa.int32(), memory_pool=pool) for c in self.stats]
         if self.timestamp_field:
@@ -357,7 +361,7 @@ class RowGroupWriter:
         if self.count > count:
             self.wait()
 
-    def finish(self, url: str, stack: ExitStack, writer, last: pa.Table | None, entry: dict) -> None:
+    def finish(self, url: str, stack: ExitStack, writer, last: tuple | None, entry: dict) -> None:
         """Start writing a shard's end: its last row group, the footer holding its accounting, the rename.
         When a write before it failed (raised here), the shard's file is dropped unfinished, its
         temporary file removed, as when a shard fails midway."""
@@ -382,12 +386,12 @@ class RowGroupWriter:
             self.thread.shutdown()
 
 
-def finish_file(url: str, stack: ExitStack, writer, last: pa.Table | None, entry: dict) -> None:
-    """Write a shard's last row group and its footer, and rename the file into place (`stack` holds
-    the writer and the temporary file)."""
+def finish_file(url: str, stack: ExitStack, writer, last: tuple | None, entry: dict) -> None:
+    """Write a shard's last row group (`TokenFileWriter.write_row_group`'s arguments) and its footer,
+    and rename the file into place (`stack` holds the writer and the temporary file)."""
     with writing(url), stack:
         if last is not None:
-            writer.write_table(last)
+            writer.write_row_group(*last)
         # The footer carries the shard's accounting: a rerun rebuilds its summary from the file alone.
         writer.add_key_value_metadata({tables.SHARD_KEY: json.dumps(entry, sort_keys=True)})
         writer.close()

@@ -17,6 +17,8 @@ sequence_split: real models' chains of Split pre-tokenizers (DeepSeek-V3's digit
     regex; Llama 3's digits before its word regex; a Removed and an inverted step) over mixed texts.
 calibrate_ids / guard_bitmap: a few batches of ids (in and just past the vocabulary, empty records)
     and guarded sets with texts of each width Python stores.
+token_pages: records of a few ids, empty ones, long ones (runs longer than a varint byte), a range
+    of them, and ends that fall back.
 The other targets' seeds (jsonl_record, spm_encode) are written by hand and left as they are.
 """
 from __future__ import annotations
@@ -197,9 +199,18 @@ def id_and_code_point_seeds() -> None:
     write("guard_bitmap", "astral", bytes([1, 3]) + points(0x1F44D, *text))
 
 
+def token_page_seeds() -> None:
+    """token_pages: the row group size, a range's first and last record, then records (a length byte,
+    0xff a long one, 0xfe falling ends) over two-byte ids (fuzz_token_pages.py)."""
+    ids = bytes(range(0, 250, 3))
+    write("token_pages", "short_and_empty", bytes([2, 1, 3]) + bytes([2, 0, 1, 0, 0, 3]) + ids)
+    write("token_pages", "long", bytes([7, 0, 9]) + bytes([0xFF, 5, 1, 0xFF, 70, 0]) + ids * 3)
+    write("token_pages", "falling_ends", bytes([0, 0, 2]) + bytes([3, 4, 0xFE]) + ids)
+
+
 def main() -> None:
     for target in ("tokenizer_json", "tiktoken", "sentencepiece", "token_parquet", "stats_json", "sequence_split",
-                   "calibrate_ids", "guard_bitmap", "split_scan"):
+                   "calibrate_ids", "guard_bitmap", "split_scan", "token_pages"):
         shutil.rmtree(CORPUS / target, ignore_errors=True)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -210,6 +221,7 @@ def main() -> None:
     sequence_split_seeds()
     split_scan_seeds()
     id_and_code_point_seeds()
+    token_page_seeds()
     for path in sorted(CORPUS.rglob("*")):
         if path.is_file():
             print(f"{path.relative_to(ROOT)}: {path.stat().st_size:,} bytes")

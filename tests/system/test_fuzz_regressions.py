@@ -16,14 +16,14 @@ from pipelines import cli
 from tests.conftest import _need
 from tests.fuzz import (fuzz_calibrate_ids, fuzz_guard_bitmap, fuzz_jsonl_record, fuzz_measure, fuzz_sentencepiece,
                         fuzz_sequence_split, fuzz_split_scan, fuzz_spm_encode, fuzz_stats_json, fuzz_tiktoken,
-                        fuzz_token_parquet, fuzz_tokenizer_json)
+                        fuzz_token_pages, fuzz_token_parquet, fuzz_tokenizer_json)
 
 FUZZ = Path(__file__).resolve().parents[1] / "fuzz"
 TARGETS = {"tokenizer_json": fuzz_tokenizer_json, "tiktoken": fuzz_tiktoken, "sentencepiece": fuzz_sentencepiece,
            "stats_json": fuzz_stats_json, "token_parquet": fuzz_token_parquet}
 TWINS = {"jsonl_record": fuzz_jsonl_record, "sequence_split": fuzz_sequence_split, "spm_encode": fuzz_spm_encode,
          "calibrate_ids": fuzz_calibrate_ids, "guard_bitmap": fuzz_guard_bitmap, "measure": fuzz_measure,
-         "split_scan": fuzz_split_scan}
+         "split_scan": fuzz_split_scan, "token_pages": fuzz_token_pages}
 CASES = [(target, path) for target in [*TARGETS, *TWINS] for folder in ("corpus", "regressions")
          for path in sorted((FUZZ / folder / target).glob("*"))]
 IDS = [f"{path.parent.parent.name}/{target}/{path.name}" for target, path in CASES]
