@@ -645,6 +645,7 @@ typedef struct {
 typedef struct {
     Py_buffer rows, mask, classes, raw, cells, counts;
     uint64_t fold;                      /* the folded classes' F, or 0 for a class table */
+    int narrow;                         /* counts (and cells) uint32: a thread's tallies */
 } CalibrationTables;
 
 static int calibration_tables(PyObject *classes_arg, CalibrationTables *t, Py_ssize_t n, const char *who)
@@ -667,11 +668,14 @@ static int calibration_tables(PyObject *classes_arg, CalibrationTables *t, Py_ss
     } else if (PyObject_GetBuffer(classes_arg, &t->classes, PyBUF_SIMPLE) < 0) {
         return -1;
     }
+    t->narrow = t->counts.buf != NULL && t->counts.len == vocab * (Py_ssize_t)sizeof(uint32_t) &&
+                t->counts.len != vocab * (Py_ssize_t)sizeof(int64_t);
     if ((!t->fold && t->classes.len != vocab * (Py_ssize_t)sizeof(int32_t)) ||
         t->rows.len != n * (Py_ssize_t)sizeof(int32_t) || t->raw.len != n * (Py_ssize_t)sizeof(int64_t) ||
-        (t->counts.buf != NULL && t->counts.len != vocab * (Py_ssize_t)sizeof(int64_t))) {
+        (t->counts.buf != NULL && !t->narrow && t->counts.len != vocab * (Py_ssize_t)sizeof(int64_t)) ||
+        t->cells.len % (t->narrow ? (Py_ssize_t)sizeof(uint32_t) : (Py_ssize_t)sizeof(int64_t)) != 0) {
         PyErr_Format(PyExc_ValueError, "%s: classes must be int32 per id of mask, rows int32 and raw int64 per "
-                                       "record, counts int64 per id of mask", who);
+                                       "record, counts int64 (or uint32, with uint32 cells) per id of mask", who);
         return -1;
     }
     return 0;
@@ -689,16 +693,58 @@ static void calibration_release(CalibrationTables *t)
         PyBuffer_Release(&t->counts);
 }
 
+static int calibrate_narrow(const IdRun *runs, Py_ssize_t n, const CalibrationTables *t)
+{
+    /* The counting of calibrate_runs into uint32 counts and cells (a thread's tallies: their caller
+     * keeps every counter below 2**32, `stats.Tallies`), the ids already checked: half the memory
+     * read at random of int64 tables, and nothing tracked. 0, or 2 at a cell outside cells (what
+     * was counted before it stays counted). */
+    const uint64_t fold = t->fold, ncells = (uint64_t)t->cells.len / sizeof(uint32_t);
+    const uint8_t *is_raw = t->mask.buf;
+    const int32_t *class_of = t->classes.buf, *row_of = t->rows.buf;
+    int64_t *raw_out = t->raw.buf;
+    uint32_t *cell = t->cells.buf, *count = t->counts.buf;
+    Py_ssize_t i, k;
+    for (i = 0; i < n; i++) {
+        const uint32_t *v = runs[i].ids;
+        const Py_ssize_t len = runs[i].len;
+        const int64_t row = row_of[i];
+        int64_t r = 0;
+        for (k = 0; k < len; k++) {
+            const uint32_t id = v[k];
+            const uint64_t at = (uint64_t)(row + (fold ? (int64_t)(id < fold ? id : fold + (id & (fold - 1)))
+                                                       : (int64_t)class_of[id]));
+            if (k + CALIBRATE_AHEAD < len) {
+                /* The id counts and the mask, read at random, are out of the cache after the encoder
+                 * ran: fetched ahead, their misses overlap (the cells, a row of a few KB per record,
+                 * stay in it). */
+                __builtin_prefetch(count + v[k + CALIBRATE_AHEAD], 1);
+                __builtin_prefetch(is_raw + v[k + CALIBRATE_AHEAD], 0);
+            }
+            if (at >= ncells) {
+                raw_out[i] += r;
+                return 2;
+            }
+            r += is_raw[id] != 0;
+            cell[at]++;
+            count[id]++;
+        }
+        raw_out[i] += r;
+    }
+    return 0;
+}
+
 static PyObject *calibrate_runs(const IdRun *runs, Py_ssize_t n, Py_ssize_t total, CalibrationTables *t)
 {
     /* The counting shared by calibrate_ids and calibrate_flat: record i's ids are runs[i] (total ids
-     * in all). Returns the bytes of the cells counted from zero, or NULL with an exception set. */
+     * in all). Returns the bytes of the cells counted from zero (b"" for uint32 tables), or NULL with
+     * an exception set. */
     Py_ssize_t i, vocab = t->mask.len, ncells = t->cells.len / (Py_ssize_t)sizeof(int64_t), touched = 0;
     const uint64_t fold = t->fold;
     int64_t *first;                     /* the cells counted from zero, in order */
     int bad = 0;
     PyObject *result;
-    if ((first = malloc((size_t)(total < ncells ? total : ncells) * sizeof(int64_t) + 1)) == NULL)
+    if ((first = malloc(t->narrow ? 1 : (size_t)(total < ncells ? total : ncells) * sizeof(int64_t) + 1)) == NULL)
         return PyErr_NoMemory();
     {
         PyThreadState *saved = release_gil_for((size_t)total * 4);    /* about a byte's work per id byte */
@@ -717,7 +763,9 @@ static PyObject *calibrate_runs(const IdRun *runs, Py_ssize_t n, Py_ssize_t tota
         /* One pass per record reads each id once for its three tables (the id counts in the same
          * pass: a second pass would read the ids and the class table again). A cell outside cells
          * stops the pass there (a caller's error: what was counted before it stays counted). */
-        for (i = 0; i < n && !bad; i++) {
+        if (t->narrow && !bad)
+            bad = calibrate_narrow(runs, n, t);
+        for (i = 0; i < n && !bad && !t->narrow; i++) {
             const uint32_t *v = runs[i].ids;
             Py_ssize_t k, len = runs[i].len;
             const int64_t row = row_of[i];

@@ -251,7 +251,8 @@ def calibrate_ids(runs, rows: np.ndarray, mask: np.ndarray, classes: np.ndarray,
     """The calibration counts of a batch's ids, given in `_id_runs` runs (record index of each id,
     the ids): `raw[i]` += the ids of record i with `mask[id]` set, `cells[rows[i] + classes[id]]` += 1
     per id, and `counts[id]` += 1 per id when `counts` is given; returns the indexes of the cells that
-    were zero and are no longer (int64 bytes, ascending). `classes` is a class per id
+    were zero and are no longer (int64 bytes, ascending), or b"" when `counts` and `cells` are uint32
+    (a thread's `Tallies`, whose caller keeps each counter below 2**32). `classes` is a class per id
     (`id_class_table`), or an int F, a power of two: the folded classes (`folded_classes`). The
     specification of `_native.calibrate_ids` (which takes each record's uint32 ids, makes one pass
     without the GIL and gives the same indexes in the order it first counted them). ValueError for
@@ -263,15 +264,18 @@ def calibrate_ids(runs, rows: np.ndarray, mask: np.ndarray, classes: np.ndarray,
     >>> raw.tolist(), cells.tolist(), np.frombuffer(new, np.int64).tolist()
     ([1, 0], [1, 0, 1, 0, 0, 1], [0, 2, 5])
     """
+    narrow = counts is not None and counts.dtype == np.uint32     # a thread's tallies: cells uint32 too
     zero = np.equal(cells, 0)      # np.equal, not `==`: the fuzz target's instrumented `==` leaks its array
     for owners, flat in runs:
         if int(flat.min()) < 0 or int(flat.max()) >= len(mask):
             raise ValueError(f"token id outside the vocabulary (size {len(mask)})")
         raw += np.bincount(owners[mask[flat].astype(bool)], minlength=len(raw))
         of_ids = folded_classes(flat, classes, len(mask)) if isinstance(classes, int) else classes[flat]
-        cells += np.bincount(rows[owners] + of_ids, minlength=len(cells))
+        np.add(cells, np.bincount(rows[owners] + of_ids, minlength=len(cells)), out=cells, casting="unsafe")
         if counts is not None:
-            counts += np.bincount(flat, minlength=len(counts))
+            np.add(counts, np.bincount(flat, minlength=len(counts)), out=counts, casting="unsafe")
+    if narrow:
+        return b""
     return np.flatnonzero(zero & np.not_equal(cells, 0)).astype(np.int64).tobytes()
 
 
@@ -586,15 +590,52 @@ class Tallies:
     (4, 4, 0)
     """
 
+    # Counted in uint32: the calibration pass reads these tables at random, once per id, and at half
+    # the size of int64 (a 128k vocabulary's counts: 512 KB) more of them stay in the cache between
+    # two batches. No counter passes 2**32 - 1: a batch that could take one past it first moves the
+    # counts into int64 totals (`make_room`).
+    LIMIT = (1 << 32) - 1
+
     def __init__(self, vocab_size: int, cells: int):
-        self.id_counts = np.zeros(vocab_size, dtype=np.int64)
-        self.cells = np.zeros(cells, dtype=np.int64)
+        self.id_counts = np.zeros(vocab_size, dtype=np.uint32)
+        self.cells = np.zeros(cells, dtype=np.uint32)
+        self.counted = 0        # ids counted since the tables were last zeroed: no counter holds more
+        self.moved: tuple[np.ndarray, np.ndarray] | None = None     # int64 totals, once counts moved there
         self.used = False       # anything counted since the last `clear`
+
+    def make_room(self, ids: int) -> None:
+        """Before a batch of `ids` ids is counted: move the counts to the int64 totals if it could take
+        a counter past LIMIT.
+
+        >>> t = Tallies(3, 2); t.id_counts[1] = t.cells[0] = t.LIMIT; t.counted = t.LIMIT
+        >>> t.make_room(1); t.totals()[0].tolist(), t.id_counts.tolist(), t.counted
+        ([0, 4294967295, 0], [0, 0, 0], 1)
+        """
+        if ids > self.LIMIT:
+            raise ValueError(f"a batch of {ids:,} token ids: tallies count at most {self.LIMIT:,} at a time")
+        if self.counted + ids > self.LIMIT:
+            if self.moved is None:
+                self.moved = (np.zeros(len(self.id_counts), np.int64), np.zeros(len(self.cells), np.int64))
+            moved_ids, moved_cells = self.moved
+            moved_ids += self.id_counts
+            moved_cells += self.cells
+            self.id_counts[:] = 0
+            self.cells[:] = 0
+            self.counted = 0
+        self.counted += ids
+
+    def totals(self) -> tuple[np.ndarray, np.ndarray]:
+        """The id counts and cells counted, int64."""
+        if self.moved is None:
+            return self.id_counts.astype(np.int64), self.cells.astype(np.int64)
+        return self.moved[0] + self.id_counts, self.moved[1] + self.cells
 
     def clear(self) -> None:
         if self.used:
             self.id_counts[:] = 0
             self.cells[:] = 0
+            self.counted = 0
+            self.moved = None
             self.used = False
 
 
@@ -744,10 +785,11 @@ class Summary:
             raise ValueError(f"tallies of a {len(tallies.id_counts)}-id vocabulary for a {self.vocab_size}-id one")
         if not tallies.used:
             return
-        self.id_counts += tallies.id_counts
+        id_counts, cells = (tallies.id_counts, tallies.cells) if tallies.moved is None else tallies.totals()
+        self.id_counts += id_counts
         if not self.group_classes.flags.c_contiguous:
             self.group_classes = np.ascontiguousarray(self.group_classes)
-        self.group_classes.reshape(-1)[:] += tallies.cells
+        self.group_classes.reshape(-1)[:] += cells
         tallies.clear()
 
     def batch_calibration(self, n_tokens: Sequence[int], record_ids: Sequence[str],
@@ -798,6 +840,7 @@ class Summary:
             table = ID_CLASS_FOLD
         if tallies is not None:
             tallies.used = True     # (a batch that raises here fails its shard, whose tallies are dropped)
+            tallies.make_room(int(np.sum(n_tokens, dtype=np.int64)))
             calibrate(runs, row_of, mask.view(np.uint8), table, raw, cells, tallies.id_counts)
             empty = np.zeros(0, dtype=np.int64)
             return BatchCalibration(n, self.vocab_size, groups, raw.tolist(), (empty, empty))

@@ -1,6 +1,6 @@
 """Fuzz target: the calibration counts of a batch's token ids (`_native.calibrate_ids`, one pass
 without the GIL, and `_native.calibrate_flat`, the same over one flat buffer) must equal those of its numpy specification (`stats.calibrate_ids` over `_id_runs`),
-with and without the id counts, for ids inside and outside the vocabulary, empty records, folded id
+with and without the id counts (int64, or uint32 with uint32 cells: a thread's tallies), for ids inside and outside the vocabulary, empty records, folded id
 classes (from a table or computed from their fold) and cells already counted; an id outside the vocabulary is a ValueError from both (the compiled pass
 raising before it counts anything). Run from the worktree:
 
@@ -54,12 +54,14 @@ def check(data: bytes) -> None:
 
 def check_classes(id_lists, vocab_size, chunk, mask, table, classes) -> None:
     rows = np.array([stats.record_group(f"r{k}") * classes for k in range(len(id_lists))], dtype=np.int32)
-    for with_counts in (False, True):
+    for with_counts in (False, True, "uint32"):
         results = []
+        # uint32: a thread's tallies (counts and cells uint32, nothing tracked).
+        width = np.uint32 if with_counts == "uint32" else np.int64
         for variant in ("arrays", "flat", "numpy"):
-            raw, cells = np.zeros(len(id_lists), np.int64), np.zeros(stats.REPLICATE_GROUPS * classes, np.int64)
+            raw, cells = np.zeros(len(id_lists), np.int64), np.zeros(stats.REPLICATE_GROUPS * classes, width)
             cells[::5] = 1
-            counts = np.arange(vocab_size, dtype=np.int64)
+            counts = np.arange(vocab_size, dtype=width)
             if variant == "arrays":
                 count, ids = stats._CALIBRATE_IDS, [array("I", x) for x in id_lists]
             elif variant == "flat":         # the same records as one buffer and their ends
