@@ -820,7 +820,9 @@ static PyObject *calibrate_ids(PyObject *Py_UNUSED(module), PyObject *args)
      * indexes of the cells that were zero and are no longer (int64, in the order first counted), so
      * a caller reusing one zeroed table reads out and clears only those. With `counts` (int64 per id
      * of the vocabulary), counts[id] += 1 for each id too, in the same pass: the token-id frequencies
-     * of a caller that keeps cells and counts across batches. `classes` is an int32 class per id, or
+     * of a caller that keeps cells and counts across batches. With `counts` uint32 (4 bytes per id),
+     * cells are uint32 too and nothing is tracked (returns b""): a thread's tallies, whose caller
+     * keeps every counter below 2**32 (stats.Tallies). `classes` is an int32 class per id, or
      * an int F (a power of two), the folded classes: id below F or in a vocabulary of at most 2F ids,
      * the id itself; above, F + id mod F. Computed, that class costs no table that the encoder
      * running between two batches pushes out of the cache. Raises ValueError at an id outside the
@@ -2680,7 +2682,7 @@ static PyMethodDef module_methods[] = {
     {"calibrate_ids", calibrate_ids, METH_VARARGS,
      "calibrate_ids(id_arrays, rows, mask, classes, raw, cells, counts=None)\n--\n\nEach record's raw-byte tokens into raw and its "
      "ids' (group row + class) cells into cells (classes: a table, or the folded classes' power of two), in one pass without the GIL; the int64 indexes of the cells counted "
-     "from zero (bytes): see stats.calibrate_ids."},
+     "from zero (bytes; b\"\" with uint32 counts and cells): see stats.calibrate_ids."},
     {"list_page", list_page, METH_VARARGS,
      "list_page(ids, ends, first, last)\n--\n\nThe body of a Parquet data page (v1, uncompressed) of a required "
      "list<int32> column holding records first..last-1 (ids uint32, ends int64)."},
