@@ -75,6 +75,39 @@ def test_a_flat_batch_calibrates_as_its_records_do(vocab_size, with_tallies):
 
 
 @needs_native
+def test_tallies_near_their_limit_move_their_counts_and_lose_none():
+    """A thread's tallies count in uint32: a batch that could take a counter past 2**32 - 1 first
+    moves every count to int64 totals. Tallies told they are near that limit (before each of three
+    batches) give the summary the counts of tallies that are not."""
+    lists = records(8192, 60, 8192)
+    batches = [lists[:20], lists[20:40], lists[40:]]
+    results = []
+    for near_limit in (False, True):
+        summary = Summary(8192, raw_byte_ids=range(0, 256, 5))
+        tallies = summary.tallies()
+        for k, batch in enumerate(batches):
+            if near_limit:
+                tallies.counted = tallies.LIMIT - 3
+            names = [f"r{k}-{i}" for i in range(len(batch))]
+            n_tokens = [len(x) for x in batch]
+            calibration = summary.batch_calibration(n_tokens, names, FlatIds.of(batch), tallies=tallies)
+            summary.add_batch(n_tokens, n_tokens, n_tokens, n_tokens, record_ids=names,
+                              id_arrays=FlatIds.of(batch), calibration=calibration)
+        assert (tallies.moved is not None) == near_limit
+        summary.add_tallies(tallies)
+        assert tallies.moved is None and not tallies.id_counts.any()
+        results.append((summary.group_classes.tolist(), summary.id_counts.tolist()))
+    assert results[0] == results[1]
+    assert sum(results[0][1]) == sum(map(len, lists))
+
+
+def test_a_batch_past_what_tallies_hold_at_once_is_refused():
+    tallies = Summary(300).tallies()
+    with pytest.raises(ValueError, match="at most"):
+        tallies.make_room(1 << 32)
+
+
+@needs_native
 def test_a_flat_batch_with_an_id_outside_the_vocabulary_counts_nothing():
     summary = Summary(300, raw_byte_ids=[1, 2])
     tallies = summary.tallies()
