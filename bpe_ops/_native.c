@@ -985,6 +985,10 @@ static PyObject *list_page(PyObject *Py_UNUSED(module), PyObject *args)
         const Py_ssize_t records = last - first;
         int64_t bound, at = begin;
         uint8_t *base;
+        if (begin < 0 || begin > ids.len / 4) {
+            PyErr_SetString(PyExc_ValueError, "list_page: ends must rise within the ids held");
+            goto done;
+        }
         for (i = first; i < last; i++) {
             if (end[i] < at || end[i] > ids.len / 4) {
                 PyErr_SetString(PyExc_ValueError, "list_page: ends must rise within the ids held");

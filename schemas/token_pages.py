@@ -35,9 +35,8 @@ except ImportError:                      # no compiler at install: the specifica
 PAGE_IDS = 1 << 18        # ids a page holds before it is cut (1 MiB of values: Arrow's data page size)
 PAGE_MAX_BYTES = (1 << 31) - 1            # a page's sizes are i32 in its header
 
-# Parquet's enums (parquet.thrift): page type, encodings, compression codecs (those tokenbeam writes).
+# Parquet's enums (parquet.thrift): page type, encodings.
 DATA_PAGE, PLAIN, RLE = 0, 0, 3
-CODECS = {"zstd": 6, "snappy": 1, "none": 0}
 
 
 def _rle_runs(runs: Sequence[tuple[int, int]]) -> bytes:

@@ -82,16 +82,17 @@ class TokenFileWriter:
         self.closed = False
 
     def write_row_group(self, table: pa.Table, batches: Sequence[FlatIds]) -> None:
-        """One row group: `table`'s columns but token_ids (whatever it holds is replaced by empty
-        lists), and the token ids of its records, `batches` in order."""
+        """One row group: `table`'s columns but token_ids (which Arrow writes as empty lists: ids
+        the table holds there are dropped), and the token ids of its records, `batches` in order."""
         ids = FlatIds.joined(list(batches))
         if len(ids) != table.num_rows:
             raise ValueError(f"{table.num_rows} rows given the token ids of {len(ids)} records")
         if self.list_type.value_type == pa.uint16() and len(ids.ids) and int(ids.ids.max()) > 0xFFFF:
             raise OverflowError(f"token id {int(ids.ids.max())} in a list<uint16> column")
         index = table.schema.get_field_index(TOKEN_COLUMN)
-        table = table.set_column(index, self.schema.field(TOKEN_COLUMN),
-                                 placeholder_ids(table.num_rows, self.list_type, self.pool))
+        if any(len(chunk.values) for chunk in table.column(index).chunks):     # not a placeholder already
+            table = table.set_column(index, self.schema.field(TOKEN_COLUMN),
+                                     placeholder_ids(table.num_rows, self.list_type, self.pool))
         self.arrow.write_table(table, row_group_size=max(1, table.num_rows))
         self.chunks.append(write_chunk(self.sink, ids.ids, ids.counts, self.codec))
 

@@ -45,7 +45,8 @@ def test_compiled_pages_equal_the_specification():
 
 
 @needs_native
-@pytest.mark.parametrize("ends, first, last", [([2, 1], 0, 2), ([5], 0, 1), ([1], 1, 0), ([1], 0, 2), ([1], -1, 1)])
+@pytest.mark.parametrize("ends, first, last", [([2, 1], 0, 2), ([5], 0, 1), ([1], 1, 0), ([1], 0, 2), ([1], -1, 1),
+                                               ([-1, 1], 1, 2), ([3, 3], 1, 2)])
 def test_compiled_pages_refuse_ends_and_ranges_outside_the_ids(ends, first, last):
     with pytest.raises(ValueError):
         token_pages._list_page(np.arange(2, dtype=np.uint32), np.array(ends, np.int64), first, last)
