@@ -386,35 +386,41 @@ def batch_stats(texts: Sequence[str], id_lists: Sequence[Sequence[int]]
 
 def measure_batch(texts: Sequence[str], id_arrays: Sequence[Sequence[int]],
                   measured: bytes | None = None) -> tuple[tuple, np.ndarray]:
-    """`(batch_stats(texts, id_arrays), digit_runs_batch(texts))`, the same figures. Where
-    `bpe_ops._native` is built, one pass over each text's UTF-8 in C without the GIL, which the
+    """`(batch_stats(texts, id_arrays), digit_runs_batch(texts))`, the same figures, each column an
+    int64 array (the pipeline adds them to its row groups and summary with no Python int per record).
+    Where `bpe_ops._native` is built, one pass over each text's UTF-8 in C without the GIL, which the
     tokenize pipeline's encoding threads otherwise held for the numpy passes of those two.
     `measured`: the texts' measures taken as they were encoded (`Tokenizer.encode_measured_in_thread`:
     per text, 7 native int64, its UTF-8 bytes, words and digit runs; -1 bytes for a text it left).
 
     >>> stats, runs = measure_batch(["In 1865,\u3000 3 of 65536"], [[1, 2, 3]])
-    >>> stats, runs.tolist()
-    (([3], [22], [20], [5]), [[1, 0, 0, 1, 1]])
+    >>> [column.tolist() for column in stats], runs.tolist()
+    ([[3], [22], [20], [5]], [[1, 0, 0, 1, 1]])
     """
+    n = len(texts)
+    chars = np.fromiter(map(len, texts), dtype=np.int64, count=n)
     if measured is not None:
-        table = np.frombuffer(measured, dtype=np.int64).reshape(len(texts), 2 + DIGIT_RUN_LENGTHS)
-        if len(texts) == 0 or table[:, 0].min() >= 0:
-            stats = (id_counts(id_arrays), table[:, 0].tolist(), list(map(len, texts)), table[:, 1].tolist())
-            return stats, np.ascontiguousarray(table[:, 2:])
+        table = np.frombuffer(measured, dtype=np.int64).reshape(n, 2 + DIGIT_RUN_LENGTHS)
+        if n == 0 or table[:, 0].min() >= 0:
+            return (id_count_column(id_arrays), table[:, 0].copy(), chars, table[:, 1].copy()), \
+                np.ascontiguousarray(table[:, 2:])
     if _MEASURE_TEXTS is None:
-        return batch_stats(texts, id_arrays), digit_runs_batch(texts)
+        return tuple(map(count_column, batch_stats(texts, id_arrays))), digit_runs_batch(texts)
     n_bytes, n_words, runs = _MEASURE_TEXTS(texts, _SPACE_CLASSES, _WIDE_SPACES)
-    stats = (id_counts(id_arrays), n_bytes, list(map(len, texts)), n_words)
-    return stats, np.frombuffer(runs, dtype=np.int64).reshape(len(texts), DIGIT_RUN_LENGTHS)
+    stats = (id_count_column(id_arrays), count_column(n_bytes), chars, count_column(n_words))
+    return stats, np.frombuffer(runs, dtype=np.int64).reshape(n, DIGIT_RUN_LENGTHS)
 
 
-def id_counts(id_arrays: Sequence[Sequence[int]] | FlatIds) -> list[int]:
-    """How many ids each record has: a `FlatIds` batch's counts as they are, else each record's length.
+def id_count_column(id_arrays: Sequence[Sequence[int]] | FlatIds) -> np.ndarray:
+    """How many ids each record has, as an int64 array: a `FlatIds` batch's counts as they are (no
+    copy), else each record's length.
 
-    >>> id_counts([[1, 2], []]), id_counts(FlatIds.of([[1, 2], []]))
+    >>> id_count_column([[1, 2], []]).tolist(), id_count_column(FlatIds.of([[1, 2], []])).tolist()
     ([2, 0], [2, 0])
     """
-    return id_arrays.counts.tolist() if isinstance(id_arrays, FlatIds) else list(map(len, id_arrays))
+    if isinstance(id_arrays, FlatIds):
+        return id_arrays.counts.astype(np.int64, copy=False)
+    return np.fromiter(map(len, id_arrays), dtype=np.int64, count=len(id_arrays))
 
 
 def _native_function(name: str):
@@ -521,9 +527,43 @@ def _add_pairs(tables: list[dict[int, int]], group: np.ndarray, keys: np.ndarray
 
 
 def _tally(table: dict[int, int], values: Iterable[int]) -> None:
-    """Add one occurrence of each of `values` to a `{value: count}` table."""
-    for value, n in Counter(values).items():
+    """Add one occurrence of each of `values` (ints, or an int64 array) to a `{value: count}` table:
+    a dict update per distinct value.
+
+    >>> t = {2: 1}; _tally(t, np.array([2, 5, 2])); t
+    {2: 3, 5: 1}
+    """
+    if isinstance(values, np.ndarray):
+        distinct, counts = np.unique(values, return_counts=True)
+        pairs = zip(distinct.tolist(), counts.tolist())
+    else:
+        pairs = Counter(values).items()
+    for value, n in pairs:
         table[value] = table.get(value, 0) + n
+
+
+def count_column(values: Sequence[int]) -> np.ndarray:
+    """A column of per-record counts as int64 (an int64 array as it is): counts of one record's
+    tokens, bytes, characters or words are far below 2**63, where a larger value raises OverflowError.
+
+    >>> count_column([3, 0]).dtype, count_column(np.arange(2)).tolist()
+    (dtype('int64'), [0, 1])
+    """
+    return np.asarray(values, dtype=np.int64)
+
+
+def exact_sum(column: np.ndarray) -> int:
+    """The sum of a column of non-negative int64 counts as a Python int: summed in int64 where no
+    partial sum can pass 2**63, else in Python ints.
+
+    >>> exact_sum(np.array([2**62, 2**62, 2**62]))
+    13835058055282163712
+    """
+    if not len(column):
+        return 0
+    if int(column.max()) * len(column) < 1 << 63:
+        return int(column.sum())
+    return sum(column.tolist())
 
 
 def _error_key(error: dict) -> tuple:
@@ -536,8 +576,8 @@ class BatchCalibration(NamedTuple):
     the cells of the group x class table that hold counts (each once) and those counts."""
     records: int
     vocab_size: int
-    groups: list
-    raw_byte_tokens: list
+    groups: np.ndarray                          # int64, a record each
+    raw_byte_tokens: np.ndarray                 # int64, a record each
     cells: tuple[np.ndarray, np.ndarray]
 
     @classmethod
@@ -545,10 +585,10 @@ class BatchCalibration(NamedTuple):
         """The calibration of consecutive batches as one batch: their records in order, the counts of
         a cell two of them hold added (each cell still once).
 
-        >>> a = BatchCalibration(1, 9, [3], [0], (np.array([4]), np.array([2])))
-        >>> b = BatchCalibration(2, 9, [5, 3], [1, 0], (np.array([7, 4]), np.array([1, 1])))
+        >>> a = BatchCalibration(1, 9, np.array([3]), np.array([0]), (np.array([4]), np.array([2])))
+        >>> b = BatchCalibration(2, 9, np.array([5, 3]), np.array([1, 0]), (np.array([7, 4]), np.array([1, 1])))
         >>> j = BatchCalibration.joined([a, b])
-        >>> j.records, j.groups, j.raw_byte_tokens, j.cells[0].tolist(), j.cells[1].tolist()
+        >>> j.records, j.groups.tolist(), j.raw_byte_tokens.tolist(), j.cells[0].tolist(), j.cells[1].tolist()
         (3, [3, 5, 3], [0, 1, 0], [4, 7], [3, 1])
         """
         if len({c.vocab_size for c in calibrations}) != 1:
@@ -561,8 +601,8 @@ class BatchCalibration(NamedTuple):
             used, where = np.unique(used, return_inverse=True)
             counts = _summed(where, counts, len(used))
         return cls(sum(c.records for c in calibrations), calibrations[0].vocab_size,
-                   [g for c in calibrations for g in c.groups],
-                   [r for c in calibrations for r in c.raw_byte_tokens], (used, counts))
+                   np.concatenate([c.groups for c in calibrations]),
+                   np.concatenate([c.raw_byte_tokens for c in calibrations]), (used, counts))
 
 
 def _summed(where: np.ndarray, counts: np.ndarray, n: int) -> np.ndarray:
@@ -737,20 +777,26 @@ class Summary:
                   id_arrays: Sequence | None = None, digit_runs: Sequence[Sequence[int]] | None = None,
                   calibration: "BatchCalibration | None" = None) -> None:
         """`add(n_tokens[i], n_bytes[i], n_chars[i], n_words[i])` for every record of a batch given as
-        columns (ids counted in bulk with `add_id_counts` or `add_dense_id_counts`): the same tables,
-        tallied with Counter. `record_ids` and `id_arrays` (each record's id and token ids, EOS
+        columns (ints, or int64 arrays as `measure_batch` makes them; ids counted in bulk with
+        `add_id_counts` or `add_dense_id_counts`): the same tables, in numpy passes over the columns
+        (no Python int per record for array columns). `record_ids` and `id_arrays` (each record's id and token ids, EOS
         included, as `array('I')`, lists or numpy arrays) calibrate the batch; the ids are not
         counted into the id frequencies here. `digit_runs` (each record's `digit_runs(text)`) adds the
         number formats of a calibrated batch. `calibration`, this batch's `batch_calibration` made
         beforehand (in another thread, say), spares reading the ids again here: with it, `id_arrays`
         may be left out."""
+        n_tokens, n_bytes, n_chars, n_words = map(count_column, (n_tokens, n_bytes, n_chars, n_words))
         self.records += len(n_tokens)
-        self.tokens += sum(n_tokens)
-        self.bytes += sum(n_bytes)
-        self.chars += sum(n_chars)
-        self.words += sum(n_words)
+        self.tokens += exact_sum(n_tokens)
+        self.bytes += exact_sum(n_bytes)
+        self.chars += exact_sum(n_chars)
+        self.words += exact_sum(n_words)
         _tally(self.tokens_per_record, n_tokens)
-        _tally(self.quarter_bytes_per_token, [4 * b // t for t, b in zip(n_tokens, n_bytes) if t])
+        some = n_tokens > 0
+        if len(n_bytes) and int(n_bytes.max()) < 1 << 60:     # 4 * bytes fits int64
+            _tally(self.quarter_bytes_per_token, 4 * n_bytes[some] // n_tokens[some])
+        else:
+            _tally(self.quarter_bytes_per_token, [4 * b // t for t, b in zip(n_tokens.tolist(), n_bytes.tolist()) if t])
         if record_ids is None and id_arrays is None:
             if digit_runs is not None:
                 raise ValueError("digit runs are kept for calibrated records: pass record_ids and id_arrays too")
@@ -808,7 +854,7 @@ class Summary:
         if len(id_arrays) != n:
             raise ValueError(f"{len(id_arrays)} id arrays for {n} records")
         group_of = record_groups(record_ids)
-        groups = group_of.tolist()
+        groups = group_of.astype(np.int64)
         classes = self.group_classes.shape[1]
         mask = self._raw_byte_mask()
         table = id_class_table(self.vocab_size)
@@ -843,7 +889,7 @@ class Summary:
             tallies.make_room(int(np.sum(n_tokens, dtype=np.int64)))
             calibrate(runs, row_of, mask.view(np.uint8), table, raw, cells, tallies.id_counts)
             empty = np.zeros(0, dtype=np.int64)
-            return BatchCalibration(n, self.vocab_size, groups, raw.tolist(), (empty, empty))
+            return BatchCalibration(n, self.vocab_size, groups, raw, (empty, empty))
         used = None
         try:
             used = np.frombuffer(calibrate(runs, row_of, mask.view(np.uint8), table, raw, cells), dtype=np.int64)
@@ -853,7 +899,7 @@ class Summary:
                 cells[:] = 0        # failed part way (an id outside the vocabulary): zero the whole table
             else:
                 cells[used] = 0
-        return BatchCalibration(n, self.vocab_size, groups, raw.tolist(), (used, counts))
+        return BatchCalibration(n, self.vocab_size, groups, raw, (used, counts))
 
     def _calibrate(self, n_tokens, n_bytes, n_chars, n_words, record_ids, id_arrays: Sequence,
                    digit_runs: Sequence[Sequence[int]] | None = None,
@@ -876,11 +922,11 @@ class Summary:
             runs = np.asarray(digit_runs, dtype=np.int64).reshape(n, DIGIT_RUN_LENGTHS)
             np.add.at(self.group_digit_runs, group_of, runs)
             self.digit_run_records += n
-        columns = (list(n_tokens), list(n_bytes), list(n_chars), list(n_words), raw)
+        columns = tuple(map(count_column, (n_tokens, n_bytes, n_chars, n_words, raw)))
         for v, column in enumerate(columns):
-            self.moment_sums[v] += sum(column)
-        if not self._add_group_columns(groups, columns):
-            self._add_group_records(groups, columns)
+            self.moment_sums[v] += exact_sum(column)
+        if not self._add_group_columns(group_of, columns):
+            self._add_group_records(group_of.tolist(), tuple(column.tolist() for column in columns))
         self.calibrated += n
 
     def _add_group_records(self, groups: Sequence[int], columns: tuple) -> None:
@@ -905,7 +951,7 @@ class Summary:
         n = len(groups)
         if n < 64:              # a few records: the passes would cost more than the loop
             return False
-        table = np.array(columns, dtype=np.int64).T           # records x variables (all >= 0)
+        table = np.stack([count_column(c) for c in columns], axis=1)     # records x variables (all >= 0)
         top = int(table.max())
         # Every product, every sum of n of them, and 4 * bytes, below 2**62: exact in int64.
         if top >= 1 << 30 or top * top * n >= 1 << 62:

@@ -361,7 +361,7 @@ def line_record(line: bytes, start: int, shard: Shard, options: SourceOptions) -
         text, repaired = _decode(raw, options)
     except UnicodeDecodeError as exc:
         return Rejected(shard.url, 0, INVALID_UTF8, utf8_detail(exc, f"at byte {start + exc.start} of the file"))
-    return Record(f"{shard.relpath}:?", text, 0, repaired, {})
+    return Record(f"{shard.relpath}:?", text, 0, repaired)
 
 
 def _line_start(f: BinaryIO, offset: int) -> int:

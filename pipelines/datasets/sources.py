@@ -584,7 +584,7 @@ def jsonl_record(raw: bytes, offset: int, row: int, shard: Shard,
             fields = None
         if fields is not None:
             text, rid = fields
-            return Record(f"{shard.relpath}:{row}" if rid is None else rid, text, row, False, {})
+            return Record(f"{shard.relpath}:{row}" if rid is None else rid, text, row)
     return _jsonl_record_loaded(raw, offset, row, shard, options)
 
 
@@ -644,7 +644,7 @@ def _read_txt(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int
             detail = utf8_detail(exc, f"at byte {offset + exc.start} of the file")
             yield Rejected(shard.url, row, INVALID_UTF8, detail)
             continue
-        yield Record(f"{shard.relpath}:{row}", text, row, repaired, {})
+        yield Record(f"{shard.relpath}:{row}", text, row, repaired)
 
 
 def _read_parquet(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int):

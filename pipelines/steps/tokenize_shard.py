@@ -434,8 +434,10 @@ class ShardPartials(BreakdownSummaries):
         if not self.ids:
             return
         hashes = np.concatenate(self.ids)
-        buckets = hashes[:, 0] % ID_BUCKETS
-        # Sorted by bucket once (stable: each bucket's rows in shard order), then cut where it changes.
+        buckets = (hashes[:, 0] % ID_BUCKETS).astype(np.uint8)
+        # Sorted by bucket once (stable: each bucket's rows in shard order), then cut where it changes;
+        # one byte a bucket, so numpy's stable sort is a radix sort (a merge sort of uint64 cost ~3%
+        # of a short-record job's reading thread).
         order = np.argsort(buckets, kind="stable")
         buckets, hashes = buckets[order], hashes[order]
         cuts = np.flatnonzero(buckets[1:] != buckets[:-1]) + 1

@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from bpe_ops.dropout import Dropout
 from bpe_ops.flat_ids import FlatIds
-from bpe_ops.stats import MEASURE_SEPARATORS, BatchCalibration, Summary, Tallies, measure_batch
+from bpe_ops.stats import MEASURE_SEPARATORS, BatchCalibration, Summary, Tallies, count_column, measure_batch
 from schemas import tables
 from pipelines.core.files import writing
 from pipelines.steps.token_file import placeholder_ids
@@ -187,7 +187,7 @@ class RowGroup:
         self.event_times: list[int | None] = []     # epoch microseconds
         self.ids: list[str] = []
         self.token_ids: list[FlatIds] = []
-        self.stats: list[list[int]] = [[] for _ in tables.STAT_COLUMNS]
+        self.stats: list[list[np.ndarray]] = [[] for _ in tables.STAT_COLUMNS]    # each column's batches
         self.keep: dict[str, list] = {k: [] for k in self.keep_fields}
         self.tokens = 0
 
@@ -198,11 +198,11 @@ class RowGroup:
     def extend(self, records, id_arrays, stats, record_ids: list[str] | None = None) -> None:
         """Add a batch: its records (and their ids, when the caller has them), their token ids (a
         `FlatIds` batch; each record's apart, as arrays or lists, is made one) and their
-        `batch_stats` columns."""
+        `measure_batch` columns (int64 arrays, or `batch_stats`' lists)."""
         self.ids += [r.id for r in records] if record_ids is None else record_ids
         self.token_ids.append(id_arrays if isinstance(id_arrays, FlatIds) else FlatIds.of(id_arrays))
         for column, values in zip(self.stats, stats):
-            column += values
+            column.append(count_column(values))
         for k in self.keep_fields:
             self.keep[k] += [tables.kept_value(r.keep.get(k), self.keep_types[k]) for r in records]
         if self.timestamp_field:
@@ -210,7 +210,7 @@ class RowGroup:
             self.event_times += [None if s is None else round(s * 1e6) for s in seconds]
         if self.group_field:
             self.groups += [group_value(r.keep.get(self.group_field)) for r in records]
-        self.tokens += sum(stats[0])
+        self.tokens += int(np.sum(stats[0]))
 
     def full(self) -> bool:
         return self.rows >= ROW_GROUP_ROWS or self.tokens >= ROW_GROUP_TOKENS
@@ -226,9 +226,9 @@ class RowGroup:
         """
         first = self.rows - self.rows % ENCODE_BATCH_RECORDS + ENCODE_BATCH_RECORDS
         last = self.rows + len(n_tokens)
-        if first > last or last < ROW_GROUP_ROWS and self.tokens + sum(n_tokens) < ROW_GROUP_TOKENS:
+        tokens = np.cumsum(n_tokens, dtype=np.int64)
+        if first > last or last < ROW_GROUP_ROWS and self.tokens + (int(tokens[-1]) if len(tokens) else 0) < ROW_GROUP_TOKENS:
             return None             # no such place, or not full even with every record
-        tokens = np.cumsum(n_tokens)
         for place in range(first, last + 1, ENCODE_BATCH_RECORDS):
             taken = place - self.rows
             if place >= ROW_GROUP_ROWS or self.tokens + int(tokens[taken - 1]) >= ROW_GROUP_TOKENS:
@@ -254,7 +254,8 @@ class RowGroup:
                      pa.chunked_array([list_array(batch, id_type, pool) for batch in self.token_ids if len(batch)],
                                       type=id_type))
         columns = [pa.array(self.ids, pa.string(), memory_pool=pool), token_ids] + [
-            pa.array(c, pa.int32(), memory_pool=pool) for c in self.stats]
+            pa.array(np.concatenate(c) if c else np.zeros(0, np.int64), pa.int32(), memory_pool=pool)
+            for c in self.stats]
         if self.timestamp_field:
             columns.append(pa.array(self.event_times, pa.int64(), memory_pool=pool).cast(tables.EVENT_TIME_TYPE,
                                                                                          memory_pool=pool))
@@ -308,7 +309,7 @@ class UnsummedChunks:
         chunks, self.chunks = self.chunks, []
         joined = chain.from_iterable
         record_ids = list(joined(c[0] for c in chunks))
-        stats = tuple(list(joined(c[3][k] for c in chunks)) for k in range(len(chunks[0][3])))
+        stats = tuple(np.concatenate([count_column(c[3][k]) for c in chunks]) for k in range(len(chunks[0][3])))
         runs = np.concatenate([c[4] for c in chunks])
         # The chunks' calibrations hold what their ids give the summary: the ids are not read again.
         summary.add_batch(*stats, record_ids=record_ids, digit_runs=runs,
@@ -316,7 +317,8 @@ class UnsummedChunks:
         if partials is not None:
             if self.kept_fields:      # each record's ids apart: the partials split the batch record by record
                 id_arrays = [ids for c in chunks for ids in c[2].arrays()]
-                partials.add_batch(list(joined(c[1] for c in chunks)), stats, id_arrays, record_ids, digit_runs=runs)
+                partials.add_batch(list(joined(c[1] for c in chunks)), [column.tolist() for column in stats],
+                                   id_arrays, record_ids, digit_runs=runs)
             partials.add_id_hashes(np.concatenate([id_hashes(c[0]) if c[6] is None else c[6] for c in chunks]))
 
 
