@@ -507,7 +507,9 @@ def _group_sums(group: np.ndarray, values: np.ndarray) -> tuple[list, list, list
     >>> _group_sums(np.array([3, 1, 3]), np.array([10, 20, 30]))
     ([1, 3], [1, 2], [20, 40])
     """
-    order = np.argsort(group, kind="stable")
+    small = len(group) and int(group.min()) >= 0 and int(group.max()) < 256
+    # Stable, so each group's values keep their order; on one byte a group numpy sorts by radix.
+    order = np.argsort(group.astype(np.uint8) if small else group, kind="stable")
     ordered = group[order]
     starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
     sums = np.add.reduceat(values[order], starts) if len(values) else values

@@ -399,6 +399,9 @@ class CountRepeatedIds(beam.CombineFn):
         if not acc:
             return 0, 0
         hashes = np.frombuffer(b"".join(acc), dtype="<u8").reshape(-1, 2)
+        firsts = np.sort(hashes[:, 0])
+        if not np.any(firsts[1:] == firsts[:-1]):
+            return 0, 0             # no two first halves alike: no id repeated (one sort, not two)
         hashes = hashes[np.lexsort((hashes[:, 1], hashes[:, 0]))]
         # Runs of equal rows in sorted order: each run's length is how many records have that id.
         starts = np.flatnonzero(np.r_[True, np.any(hashes[1:] != hashes[:-1], axis=1)])

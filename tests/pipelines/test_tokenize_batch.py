@@ -10,6 +10,7 @@ import json
 import random
 
 import apache_beam as beam
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -347,6 +348,15 @@ def test_repeated_ids_are_counted_exactly_from_each_shards_bucket_bytes():
     pairs = [combine.extract_output(combine.merge_accumulators([acc[:1], acc[1:]])) for acc in accs.values()]
     # id250 to id299 in both shards (100 records, 50 ids), id7 three times (3 records, 1 id).
     assert tokenize_shard.add_pairs(pairs) == (50 * 2 + 3, 51)
+
+
+def test_repeated_ids_need_both_halves_of_the_hash_alike():
+    # Rows whose first 64 bits agree are repeats only when their last 64 bits do too.
+    combine = tokenize_shard.CountRepeatedIds()
+    rows = lambda *pairs: np.array(pairs, dtype="<u8").tobytes()
+    assert combine.extract_output([rows((1, 2), (1, 3), (5, 2))]) == (0, 0)
+    assert combine.extract_output([rows((1, 2), (9, 9)), rows((1, 3), (1, 2))]) == (2, 1)
+    assert combine.extract_output([rows((4, 4))]) == (0, 0)
 
 
 @pytest.mark.parametrize("compiled", [True, False])
