@@ -131,6 +131,20 @@ static inline uint32_t tb_bmp_code_point(const uint8_t *s, size_t p, size_t *nex
 
 /* ---- hashes -------------------------------------------------------------------------------------- */
 
+static inline int tb_popcount64(uint64_t x)
+{
+    /* The set bits of x. Where the build targets a processor with POPCNT, that instruction; else
+     * the bit-slicing sum inline (a dozen instructions), not libgcc's __popcountdi2, a call per use. */
+#if defined(__POPCNT__)
+    return __builtin_popcountll(x);
+#else
+    x -= (x >> 1) & 0x5555555555555555ULL;
+    x = (x & 0x3333333333333333ULL) + ((x >> 2) & 0x3333333333333333ULL);
+    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0FULL;
+    return (int)((x * 0x0101010101010101ULL) >> 56);
+#endif
+}
+
 static inline uint64_t tb_mix64(uint64_t key)
 {
     /* murmur3's 64-bit finalizer: every input bit reaches every output bit (for keys of two ids). */

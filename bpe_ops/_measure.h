@@ -13,6 +13,7 @@
 #define TOKENBEAM_MEASURE_H
 #include <stdint.h>
 #include <string.h>
+#include "_common.h"
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -151,7 +152,7 @@ static inline int block64(const Separators *sep, const uint8_t *s, size_t n, int
     }
     word = ~space;
     starts = word & ~(word << 1 | (uint64_t)(*in_word != 0));
-    *words += __builtin_popcountll(starts);
+    *words += tb_popcount64(starts);
     *in_word = (int)(word >> 63);
     if (*run || digit) {
         /* Each run of ones in `digit`, the one carried in first (it goes on at bit 0, or ended before it). */

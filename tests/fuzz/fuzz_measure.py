@@ -61,7 +61,7 @@ def check(data: bytes) -> None:
     if measured is not None:
         got, runs = stats.measure_batch(texts, arrays, measured)
         want, want_runs = stats.measure_batch(texts, arrays)
-        if got != want or runs.tolist() != want_runs.tolist():
+        if [c.tolist() for c in got] != [c.tolist() for c in want] or runs.tolist() != want_runs.tolist():
             raise AssertionError(f"the measures taken while encoding differ on {texts!r}")
 
 

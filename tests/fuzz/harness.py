@@ -162,6 +162,7 @@ def exercise_tokenizer(load, path: str) -> None:
         raise AssertionError("the ids of the texts encoded and measured in one call differ")
     stats, runs = measure_batch(TEXTS, arrays, measured)
     spec_stats, spec_runs = measure_batch(TEXTS, arrays)
+    stats, spec_stats = [c.tolist() for c in stats], [c.tolist() for c in spec_stats]
     if stats != spec_stats or runs.tolist() != spec_runs.tolist():
         raise AssertionError(f"the measures taken while encoding differ: {stats} / {spec_stats}")
     for text in TEXTS:
