@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from schemas.accounts import Account
-from schemas.records import DEFAULT_MAX_RECORD_BYTES, Rejected, ShardError, rejected_to_json
+from schemas.records import DEFAULT_MAX_RECORD_BYTES, RecordRun, Rejected, ShardError, rejected_to_json
 from pipelines.core.errors import PROGRESS_SECONDS, ShardFailure, UserError, say, warn
 from pipelines.core.files import join, remove, write_text_atomic, writing
 
@@ -294,21 +294,22 @@ class ShardReader:
                 yield record
 
     def batches(self):
-        """The good records in lists, in file order: those one read of a JSONL shard completes
-        (`read_shard(batched=True)`), one at a time for other formats; everything else set aside and
-        accounted for as `__iter__` does. A reader of short records pays its per-record steps a list
-        at a time."""
-        from pipelines.datasets.sources import read_shard
+        """The good records in runs, in file order: those one read of a JSONL shard completes
+        (`read_shard(batched=True)`: a `RecordRun`, columns with no object per record, where the
+        compiled pass read them, else a list), one at a time for other formats; everything else set
+        aside and accounted for as `__iter__` does. A reader of short records pays its per-record
+        steps a run at a time."""
+        from pipelines.datasets.sources import RUNS, read_shard
 
         account = self.account
         for item in read_shard(self.shard, self.source_options, progress=bytes_read().add, batched=True):
-            if type(item) is list and self.check is None:
+            if type(item) in RUNS and self.check is None:
                 account.records_read += len(item)
                 account.records += len(item)
-                account.repaired += sum(map(REPAIRED, item))
+                account.repaired += item.repaired if type(item) is RecordRun else sum(map(REPAIRED, item))
                 yield item
                 continue
-            kept = [record for record in map(self._take, item if type(item) is list else (item,))
+            kept = [record for record in map(self._take, item if type(item) in RUNS else (item,))
                     if record is not None]
             if kept:
                 yield kept

@@ -40,7 +40,7 @@ from pipelines.core.inputs import InputError, Sought, find_files
 from schemas.records import (
     BAD_JSON, DEFAULT_MAX_RECORD_BYTES, INVALID_UTF8, MISSING_TEXT_COLUMN, MISSING_TEXT_FIELD, NOT_AN_OBJECT,
     RECORD_TOO_LARGE, TEXT_COLUMN_NOT_STRING, TEXT_NOT_A_STRING, TRUNCATED_OR_CORRUPT, UNREADABLE_FILE,
-    WRONG_FORMAT, Record, Rejected, ShardError,
+    WRONG_FORMAT, Record, RecordRun, Rejected, ShardError,
 )
 
 __all__ = ["SourceOptions", "Shard", "Record", "Rejected", "ShardError",
@@ -49,6 +49,8 @@ __all__ = ["SourceOptions", "Shard", "Record", "Rejected", "ShardError",
 FORMATS = ("jsonl", "txt", "parquet")
 FORMAT_EXTENSIONS = {".jsonl": "jsonl", ".json": "jsonl", ".txt": "txt", ".parquet": "parquet"}
 COMPRESSION_EXTENSIONS = (".gz", ".zst", ".bz2")   # fsspec's compression="infer" knows them all
+# What a batched read yields records in: a list of them, or a run of them as columns.
+RUNS = (list, RecordRun)
 CHUNK_SIZE = 1 << 20          # bytes read at a time from a text shard
 # A text shard's first read, at most: its first records reach the encoders without waiting for a
 # whole CHUNK_SIZE to be read and split (the file's first read is split line by line: see _split_batches).
@@ -262,7 +264,7 @@ def read_shard(shard: Shard, options: SourceOptions, chunk_size: int = CHUNK_SIZ
                                      f"text: is the file's extension missing or wrong?")
                     return
             for item in reader(f, shard, options, chunk_size):
-                rows += len(item) if type(item) is list else not isinstance(item, ShardError)
+                rows += len(item) if type(item) in RUNS else not isinstance(item, ShardError)
                 yield item
     except DATA_ERRORS as exc:
         yield ShardError(shard.url, rows, reason, _one_line(f"{type(exc).__name__}: {exc}"))
@@ -426,7 +428,7 @@ def _read_jsonl(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: i
                                 blocks=_JSONL_BLOCK is not None):
         if type(batch) is LineBlock:
             items = _read_block(batch, row, shard, options, keys)
-            row += sum(len(item) if type(item) is list else 1 for item in items)
+            row += sum(len(item) if type(item) in RUNS else 1 for item in items)
             yield from _as_read(items, batched)
             continue
         read = _JSONL_LINES_FIELDS(batch, *keys)
@@ -451,35 +453,44 @@ def _read_jsonl(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: i
 
 
 def _runs_of_records(items: Iterable) -> list:
-    """Items read in file order (records, lists of records, rejected rows) as a batched read yields
-    them: each run of records one non-empty list, each rejected row alone between them.
+    """Items read in file order (records, runs or lists of records, rejected rows) as a batched read
+    yields them: each stretch of records one non-empty run (a `RecordRun` where it is one alone, else
+    a list of records), each rejected row alone between them.
 
     >>> r = [Record(str(k), "t", k) for k in range(3)]
     >>> [len(x) if type(x) is list else x for x in _runs_of_records([r[0], [r[1]], "rejected", [], r[2]])]
     [2, 'rejected', 1]
     """
-    runs, records = [], []
+    runs, stretch = [], []
     for item in items:
-        if type(item) is list:
-            records += item
+        if type(item) in RUNS:
+            if len(item):
+                stretch.append(item)
         elif type(item) is Record:
-            records.append(item)
+            stretch.append([item])
         else:
-            if records:                         # the records before a rejected row come first
-                runs.append(records)
-                records = []
+            if stretch:                         # the records before a rejected row come first
+                runs.append(_one_run(stretch))
+                stretch = []
             runs.append(item)
-    if records:
-        runs.append(records)
+    if stretch:
+        runs.append(_one_run(stretch))
     return runs
+
+
+def _one_run(stretch: list) -> "RecordRun | list":
+    """Runs and lists of records read one after the other, as one: a run alone as it is; else a list."""
+    if len(stretch) == 1 and type(stretch[0]) is RecordRun:
+        return stretch[0]
+    return [record for part in stretch for record in part]
 
 
 def _as_read(runs: list, batched: bool) -> Iterable:
     """`_runs_of_records`' runs as `_read_jsonl` yields them: as they are, batched; else one by one."""
-    return runs if batched else chain.from_iterable(run if type(run) is list else (run,) for run in runs)
+    return runs if batched else chain.from_iterable(run if type(run) in RUNS else (run,) for run in runs)
 
 
-def _read_records(read: list[tuple[str, str | None]], row: int, relpath: str) -> list[Record]:
+def _read_records(read: list[tuple[str, str | None]], row: int, relpath: str) -> RecordRun | list:
     """The records of lines the compiled pass read, (text, id) each, numbered from `row`: what the
     line-by-line loop of `_read_jsonl` makes of them, in one call per batch (an id defaults to
     `relpath:row`).
@@ -493,25 +504,21 @@ def _read_records(read: list[tuple[str, str | None]], row: int, relpath: str) ->
     return _records_of(texts, ids, row, relpath)
 
 
-def _records_of(texts: Sequence[str], ids: Sequence[str | None] | None, row: int, relpath: str) -> list[Record]:
-    """Records of the texts and ids (None: the default id, `relpath:row`, for each) of rows numbered
-    from `row`.
+def _records_of(texts: Sequence[str], ids: Sequence[str | None] | None, row: int, relpath: str) -> RecordRun:
+    """The records of the texts and ids (None: the default id, `relpath:row`, for each) of rows
+    numbered from `row`, as a run (no object per record).
 
     >>> [(r.id, r.text, r.row) for r in _records_of(["a", "b"], None, 3, "s.jsonl")]
     [('s.jsonl:3', 'a', 3), ('s.jsonl:4', 'b', 4)]
     """
-    rows = range(row, row + len(texts))
-    if ids is None:
-        ids = [f"{relpath}:{r}" for r in rows]
-    elif None in ids:
-        ids = [f"{relpath}:{r}" if rid is None else rid for r, rid in zip(rows, ids)]
-    return list(map(Record, ids, texts, rows))
+    return RecordRun(texts if type(texts) is list else list(texts),
+                     ids if ids is None or type(ids) is list else list(ids), range(row, row + len(texts)), relpath)
 
 
 def _read_block(block: "LineBlock", row: int, shard: Shard, options: SourceOptions,
                 keys: tuple[str, str | None]) -> list:
     """The items of a block of whole JSONL lines (`_split_batches`' `LineBlock`), rows numbered from
-    `row`, as `_read_jsonl` makes them of the same lines given one by one: lists of records, each
+    `row`, as `_read_jsonl` makes them of the same lines given one by one: runs of records, each
     rejected row alone between them. `_native.jsonl_block` reads the lines in one call (their texts
     and ids as two columns); the lines it leaves (anything json.loads must judge, an oversized line)
     are read here."""

@@ -17,7 +17,6 @@ from concurrent.futures import wait
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 from functools import partial
-from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from pipelines.core.beam_options import beam  # first: it hides Beam's import-time apitools warning
@@ -27,6 +26,7 @@ import pyarrow.parquet as pq
 from bpe_ops.dropout import Dropout
 from bpe_ops.stats import Summary
 from schemas import tables
+from schemas.records import join_runs, texts_of
 from pipelines.core.errors import ShardFailure, UserError, shard_done
 from pipelines.core.files import filesystem, join, open_atomic, writing
 from pipelines.core.heap import process_owned, settle_heap
@@ -49,7 +49,6 @@ MANIFEST_VERSION = 1            # the layout of the shard records in the footers
 # counted) fill a table of 2**19 slots of 32 bytes (16 MB) per thread to its 3/4 limit: the most room
 # that table gives.
 JOB_CACHE_PIECES = 3 << 17
-TEXT = attrgetter("text")       # a Record's text
 
 
 def chunk_ends(records: int, first_size: int | None, chars: int, submitted: int) -> bool:
@@ -235,7 +234,8 @@ class TokenizeShard(beam.DoFn):
         summary.add_shard(shard.relpath)
         reader = ShardReader(shard, self.source_options, self.output, self.fail_fast,
                              check=partial(kept_type_mismatch, self.shard_types) if self.shard_types else None)
-        batch: list = []
+        batch: list = []                            # the runs of records taken for the next chunk
+        held = 0                                    # their records
         group = self.new_row_group()
         pending: deque = deque()                    # (chunk, its text size, its future), in order
         unsummed = UnsummedChunks(kept_fields=bool(partials.windowed or partials.grouped))
@@ -262,21 +262,24 @@ class TokenizeShard(beam.DoFn):
                     at = 0
                     while at < len(records):
                         # Records are taken up to the next place a chunk may end (`chunk_ends` is
-                        # false before it), so short records cost no step of Python each.
-                        step = (size - len(batch) if size is not None
-                                else ENCODE_CHUNK_RECORDS - len(batch) % ENCODE_CHUNK_RECORDS)
+                        # false before it), so short records cost no step of Python each. The chunk
+                        # is the runs taken, joined when it goes (`join_runs`): a run of columns
+                        # stays one, with no object per record.
+                        step = (size - held if size is not None
+                                else ENCODE_CHUNK_RECORDS - held % ENCODE_CHUNK_RECORDS)
                         taken = records[at:at + step]
                         at += len(taken)
-                        batch += taken
-                        chars += sum(map(len, map(TEXT, taken)))
+                        held += len(taken)
+                        batch.append(taken)
+                        chars += sum(map(len, texts_of(taken)))
                         # A shard's first chunk also goes when the first read ends short of its records:
                         # the encoders start on those rather than wait for the next read.
                         if (submitted == 0 and at == len(records)
-                                or len(taken) == step and chunk_ends(len(batch), size, chars, submitted)):
-                            group = self.submit(batch, chars, pending, ahead, group, summary, partials, writer,
-                                                unsummed)
-                            submitted += len(batch)
-                            batch, chars = [], 0
+                                or len(taken) == step and chunk_ends(held, size, chars, submitted)):
+                            group = self.submit(join_runs(batch), chars, pending, ahead, group, summary, partials,
+                                                writer, unsummed)
+                            submitted += held
+                            batch, chars, held = [], 0, 0
                             size = next(first, None)
                             if writer is None:
                                 # Opened once the first chunk encodes: the threads are not kept waiting
@@ -284,8 +287,9 @@ class TokenizeShard(beam.DoFn):
                                 writer = self.open_writer(stack, out_url)
                 if writer is None:
                     writer = self.open_writer(stack, out_url)
-                if batch:
-                    group = self.submit(batch, chars, pending, ahead, group, summary, partials, writer, unsummed)
+                if held:
+                    group = self.submit(join_runs(batch), chars, pending, ahead, group, summary, partials, writer,
+                                        unsummed)
                 while pending:
                     group = self.settle(pending.popleft(), group, summary, partials, writer, unsummed)
                 unsummed.add_to(summary, partials)

@@ -27,6 +27,7 @@ from bpe_ops.dropout import Dropout
 from bpe_ops.flat_ids import FlatIds
 from bpe_ops.stats import MEASURE_SEPARATORS, BatchCalibration, Summary, Tallies, count_column, measure_batch
 from schemas import tables
+from schemas.records import ids_of, texts_of
 from pipelines.core.files import writing
 from pipelines.steps.token_file import placeholder_ids
 from pipelines.statistics.groups import group_value
@@ -122,8 +123,8 @@ class ChunkEncoder:
         """What a background thread makes of a chunk: its record ids (listed here, once, off the
         reading thread), token ids, measures, digit runs, calibration, and its record ids' hashes
         (`id_hashes`, for the count of repeated ids: hashed here, off the reading thread too)."""
-        texts = [r.text for r in chunk]
-        record_ids = [r.id for r in chunk]
+        texts = texts_of(chunk)
+        record_ids = ids_of(chunk)
         id_arrays, measured = self.ids(chunk, texts)
         stats, runs = measure_batch(texts, id_arrays, measured)
         calibration = summary.batch_calibration(stats[0], record_ids, id_arrays, tallies=self.thread_tallies(summary))
@@ -199,7 +200,7 @@ class RowGroup:
         """Add a batch: its records (and their ids, when the caller has them), their token ids (a
         `FlatIds` batch; each record's apart, as arrays or lists, is made one) and their
         `measure_batch` columns (int64 arrays, or `batch_stats`' lists)."""
-        self.ids += [r.id for r in records] if record_ids is None else record_ids
+        self.ids += ids_of(records) if record_ids is None else record_ids
         self.token_ids.append(id_arrays if isinstance(id_arrays, FlatIds) else FlatIds.of(id_arrays))
         for column, values in zip(self.stats, stats):
             column.append(count_column(values))

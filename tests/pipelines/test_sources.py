@@ -528,8 +528,8 @@ def test_jsonl_streams_read_in_batches_equal_line_by_line(monkeypatch, chunk_siz
         assert any(isinstance(item, Rejected) and item.reason == "record_too_large" for item in got)
         # Batched: the same items in the same order, the records a read completes as non-empty lists.
         batched = list(sources._read_jsonl(io.BytesIO(data), shard, options, chunk_size, batched=True))
-        assert [x for item in batched for x in (item if type(item) is list else [item])] == got
-        assert all(item and all(type(r) is Record for r in item) for item in batched if type(item) is list)
+        assert [x for item in batched for x in (item if type(item) in sources.RUNS else [item])] == got
+        assert all(len(item) and all(type(r) is Record for r in item) for item in batched if type(item) in sources.RUNS)
         assert not any(type(item) is Record for item in batched)
     batch = [(0, b" \t"), (3, b'{"text":"a","id":"i"}\r'), (9, b"{bad"), (20, sources.Oversized(20, 999))]
     assert sources._JSONL_LINES_FIELDS(batch, "text", "id") == [None, ("a", "i"), True, True]
@@ -560,10 +560,10 @@ def test_blocks_of_lines_read_as_their_lines_one_by_one(monkeypatch, chunk_size,
             per_line = list(sources._read_jsonl(io.BytesIO(data), shard, options, chunk_size, batched=True))
             m.setattr(sources, "_JSONL_LINES_FIELDS", None)    # line by line, json.loads the specification
             one_by_one = list(sources._read_jsonl(io.BytesIO(data), shard, options, chunk_size))
-        flat = [x for item in got for x in (item if type(item) is list else [item])]
-        assert flat == [x for item in per_line for x in (item if type(item) is list else [item])] == one_by_one
+        flat = [x for item in got for x in (item if type(item) in sources.RUNS else [item])]
+        assert flat == [x for item in per_line for x in (item if type(item) in sources.RUNS else [item])] == one_by_one
         assert [x.row for x in flat] == list(range(len(flat)))
-        assert all(item and all(type(r) is Record for r in item) for item in got if type(item) is list)
+        assert all(len(item) and all(type(r) is Record for r in item) for item in got if type(item) in sources.RUNS)
         assert sum(isinstance(x, Rejected) and x.reason == "record_too_large" for x in flat) == 1
         assert sum(type(x) is Record and len(x.text) > 2000 and max(x.text) > "\uffff" for x in flat) >= 4
         unbatched = list(sources._read_jsonl(io.BytesIO(data), shard, options, chunk_size))
