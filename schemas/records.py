@@ -8,6 +8,7 @@ and write them out with `rejected_to_json`, so the reasons and the file layout l
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import chain
 from dataclasses import dataclass
 
 REJECTED_SCHEMA_VERSION = 1
@@ -136,14 +137,14 @@ class RecordRun(Sequence):
         """The records of `runs` (of one shard), in order, as one run."""
         if len(runs) == 1:
             return runs[0]
-        texts = [t for run in runs for t in run.texts]
+        texts = list(chain.from_iterable(run.texts for run in runs))
         rows = runs[0].rows
         for run in runs[1:]:
             if type(rows) is range and type(run.rows) is range and rows.stop == run.rows.start:
                 rows = range(rows.start, run.rows.stop)
             else:
                 rows = [*rows, *run.rows]
-        ids = None if all(run._ids is None for run in runs) else [i for run in runs for i in run.ids]
+        ids = None if all(run._ids is None for run in runs) else list(chain.from_iterable(run.ids for run in runs))
         return cls(texts, ids, rows, runs[0].relpath)
 
 

@@ -17,7 +17,7 @@ from concurrent.futures import wait
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from pipelines.core.beam_options import beam  # first: it hides Beam's import-time apitools warning
 import numpy as np
@@ -68,6 +68,16 @@ def chunk_ends(records: int, first_size: int | None, chars: int, submitted: int)
         return records >= first_size
     return records % ENCODE_CHUNK_RECORDS == 0 and (
         chars >= CHUNK_TEXT_CHARS or (submitted + records) % CHUNK_MAX_RECORDS == 0)
+
+
+def spans_joined(spans: list) -> Sequence:
+    """The records of spans `[run, start, stop]` of runs read (`RecordRun`s or lists), in order, as one
+    run (`join_runs`).
+
+    >>> spans_joined([[["a", "b", "c"], 1, 3], [["d"], 0, 1]])
+    ['b', 'c', 'd']
+    """
+    return join_runs([run[start:stop] for run, start, stop in spans])
 
 
 def prepare_encoding(tok, threads: int, dropout: Dropout | None = None) -> None:
@@ -234,7 +244,7 @@ class TokenizeShard(beam.DoFn):
         summary.add_shard(shard.relpath)
         reader = ShardReader(shard, self.source_options, self.output, self.fail_fast,
                              check=partial(kept_type_mismatch, self.shard_types) if self.shard_types else None)
-        batch: list = []                            # the runs of records taken for the next chunk
+        batch: list = []                            # the spans of runs read taken for the next chunk
         held = 0                                    # their records
         group = self.new_row_group()
         pending: deque = deque()                    # (chunk, its text size, its future), in order
@@ -259,24 +269,27 @@ class TokenizeShard(beam.DoFn):
                 size = next(first)
                 submitted = chars = 0                       # records sent to encode; the batch's characters
                 for records in reader.batches():
-                    at = 0
+                    texts, at = texts_of(records), 0
                     while at < len(records):
                         # Records are taken up to the next place a chunk may end (`chunk_ends` is
                         # false before it), so short records cost no step of Python each. The chunk
-                        # is the runs taken, joined when it goes (`join_runs`): a run of columns
-                        # stays one, with no object per record.
+                        # is the spans of the runs read that it takes, `[run, start, stop]` (one
+                        # span a read, grown as records are taken), cut out and joined when it goes:
+                        # a run of columns stays one, with no object per record.
                         step = (size - held if size is not None
                                 else ENCODE_CHUNK_RECORDS - held % ENCODE_CHUNK_RECORDS)
-                        taken = records[at:at + step]
-                        at += len(taken)
-                        held += len(taken)
-                        batch.append(taken)
-                        chars += sum(map(len, texts_of(taken)))
+                        start, at = at, min(at + step, len(records))
+                        held += at - start
+                        if batch and batch[-1][0] is records:
+                            batch[-1][2] = at
+                        else:
+                            batch.append([records, start, at])
+                        chars += sum(map(len, texts[start:at]))
                         # A shard's first chunk also goes when the first read ends short of its records:
                         # the encoders start on those rather than wait for the next read.
                         if (submitted == 0 and at == len(records)
-                                or len(taken) == step and chunk_ends(held, size, chars, submitted)):
-                            group = self.submit(join_runs(batch), chars, pending, ahead, group, summary, partials,
+                                or at - start == step and chunk_ends(held, size, chars, submitted)):
+                            group = self.submit(spans_joined(batch), chars, pending, ahead, group, summary, partials,
                                                 writer, unsummed)
                             submitted += held
                             batch, chars, held = [], 0, 0
@@ -288,7 +301,7 @@ class TokenizeShard(beam.DoFn):
                 if writer is None:
                     writer = self.open_writer(stack, out_url)
                 if held:
-                    group = self.submit(join_runs(batch), chars, pending, ahead, group, summary, partials, writer,
+                    group = self.submit(spans_joined(batch), chars, pending, ahead, group, summary, partials, writer,
                                         unsummed)
                 while pending:
                     group = self.settle(pending.popleft(), group, summary, partials, writer, unsummed)
