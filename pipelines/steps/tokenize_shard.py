@@ -244,7 +244,7 @@ class TokenizeShard(beam.DoFn):
         summary.add_shard(shard.relpath)
         reader = ShardReader(shard, self.source_options, self.output, self.fail_fast,
                              check=partial(kept_type_mismatch, self.shard_types) if self.shard_types else None)
-        batch: list = []                            # the spans of runs read taken for the next chunk
+        spans: list = []                            # the spans of the runs read taken for the next chunk
         held = 0                                    # their records
         group = self.new_row_group()
         pending: deque = deque()                    # (chunk, its text size, its future), in order
@@ -267,7 +267,7 @@ class TokenizeShard(beam.DoFn):
                 ahead = CHUNKS_AHEAD_PER_THREAD * max(1, self.encode_threads)     # chunks in flight, at most
                 first = iter(FIRST_CHUNK_RECORDS)
                 size = next(first)
-                submitted = chars = 0                       # records sent to encode; the batch's characters
+                submitted = chars = 0                       # records sent to encode; their characters
                 for records in reader.batches():
                     texts, at = texts_of(records), 0
                     while at < len(records):
@@ -280,19 +280,19 @@ class TokenizeShard(beam.DoFn):
                                 else ENCODE_CHUNK_RECORDS - held % ENCODE_CHUNK_RECORDS)
                         start, at = at, min(at + step, len(records))
                         held += at - start
-                        if batch and batch[-1][0] is records:
-                            batch[-1][2] = at
+                        if spans and spans[-1][0] is records:
+                            spans[-1][2] = at
                         else:
-                            batch.append([records, start, at])
+                            spans.append([records, start, at])
                         chars += sum(map(len, texts[start:at]))
                         # A shard's first chunk also goes when the first read ends short of its records:
                         # the encoders start on those rather than wait for the next read.
                         if (submitted == 0 and at == len(records)
                                 or at - start == step and chunk_ends(held, size, chars, submitted)):
-                            group = self.submit(spans_joined(batch), chars, pending, ahead, group, summary, partials,
+                            group = self.submit(spans_joined(spans), chars, pending, ahead, group, summary, partials,
                                                 writer, unsummed)
                             submitted += held
-                            batch, chars, held = [], 0, 0
+                            spans, chars, held = [], 0, 0
                             size = next(first, None)
                             if writer is None:
                                 # Opened once the first chunk encodes: the threads are not kept waiting
@@ -301,7 +301,7 @@ class TokenizeShard(beam.DoFn):
                 if writer is None:
                     writer = self.open_writer(stack, out_url)
                 if held:
-                    group = self.submit(spans_joined(batch), chars, pending, ahead, group, summary, partials, writer,
+                    group = self.submit(spans_joined(spans), chars, pending, ahead, group, summary, partials, writer,
                                         unsummed)
                 while pending:
                     group = self.settle(pending.popleft(), group, summary, partials, writer, unsummed)
