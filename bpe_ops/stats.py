@@ -781,9 +781,9 @@ class Summary:
         """`add(n_tokens[i], n_bytes[i], n_chars[i], n_words[i])` for every record of a batch given as
         columns (ints, or int64 arrays as `measure_batch` makes them; ids counted in bulk with
         `add_id_counts` or `add_dense_id_counts`): the same tables, in numpy passes over the columns
-        (no Python int per record for array columns). `record_ids` and `id_arrays` (each record's id and token ids, EOS
-        included, as `array('I')`, lists or numpy arrays) calibrate the batch; the ids are not
-        counted into the id frequencies here. `digit_runs` (each record's `digit_runs(text)`) adds the
+        (no Python int per record for array columns). `record_ids` and `id_arrays` (each record's id
+        and token ids, EOS included, as `array('I')`, lists or numpy arrays) calibrate the batch; the
+        ids are not counted into the id frequencies here. `digit_runs` (each record's `digit_runs(text)`) adds the
         number formats of a calibrated batch. `calibration`, this batch's `batch_calibration` made
         beforehand (in another thread, say), spares reading the ids again here: with it, `id_arrays`
         may be left out."""
@@ -798,7 +798,8 @@ class Summary:
         if len(n_bytes) and int(n_bytes.max()) < 1 << 60:     # 4 * bytes fits int64
             _tally(self.quarter_bytes_per_token, 4 * n_bytes[some] // n_tokens[some])
         else:
-            _tally(self.quarter_bytes_per_token, [4 * b // t for t, b in zip(n_tokens.tolist(), n_bytes.tolist()) if t])
+            quarters = [4 * b // t for t, b in zip(n_tokens.tolist(), n_bytes.tolist()) if t]
+            _tally(self.quarter_bytes_per_token, quarters)
         if record_ids is None and id_arrays is None:
             if digit_runs is not None:
                 raise ValueError("digit runs are kept for calibrated records: pass record_ids and id_arrays too")

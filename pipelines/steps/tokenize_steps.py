@@ -228,7 +228,8 @@ class RowGroup:
         first = self.rows - self.rows % ENCODE_BATCH_RECORDS + ENCODE_BATCH_RECORDS
         last = self.rows + len(n_tokens)
         tokens = np.cumsum(n_tokens, dtype=np.int64)
-        if first > last or last < ROW_GROUP_ROWS and self.tokens + (int(tokens[-1]) if len(tokens) else 0) < ROW_GROUP_TOKENS:
+        every = int(tokens[-1]) if len(tokens) else 0
+        if first > last or last < ROW_GROUP_ROWS and self.tokens + every < ROW_GROUP_TOKENS:
             return None             # no such place, or not full even with every record
         for place in range(first, last + 1, ENCODE_BATCH_RECORDS):
             taken = place - self.rows

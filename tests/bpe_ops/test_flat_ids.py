@@ -68,8 +68,8 @@ def test_a_flat_batch_calibrates_as_its_records_do(vocab_size, with_tallies):
                           calibration=calibration)
         if tallies is not None:
             summary.add_tallies(tallies)
-        results.append((calibration.raw_byte_tokens.tolist(), summary.group_classes.tolist(), summary.id_counts.tolist(),
-                        summary.moment_sums))
+        results.append((calibration.raw_byte_tokens.tolist(), summary.group_classes.tolist(),
+                        summary.id_counts.tolist(), summary.moment_sums))
     assert results[0] == results[1] == results[2]
     assert sum(results[0][0]) > 0 and sum(map(sum, results[0][1])) == sum(n_tokens)
 
