@@ -148,6 +148,10 @@ class RecordRun(Sequence):
         return cls(texts, ids, rows, runs[0].relpath)
 
 
+# What a batched read yields records in: a list of them, or a run of them as columns.
+RUNS = (list, RecordRun)
+
+
 def join_runs(runs: Sequence[Sequence[Record]]) -> Sequence[Record]:
     """Runs of records (`RecordRun`s or lists) read one after the other, as one: a `RecordRun` where
     every one is, else a list of records."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 
 from schemas.accounts import Account
-from schemas.records import DEFAULT_MAX_RECORD_BYTES, RecordRun, Rejected, ShardError, rejected_to_json
+from schemas.records import DEFAULT_MAX_RECORD_BYTES, RUNS, RecordRun, Rejected, ShardError, rejected_to_json
 from pipelines.core.errors import PROGRESS_SECONDS, ShardFailure, UserError, say, warn
 from pipelines.core.files import join, remove, write_text_atomic, writing
 
@@ -299,7 +299,7 @@ class ShardReader:
         compiled pass read them, else a list), one at a time for other formats; everything else set
         aside and accounted for as `__iter__` does. A reader of short records pays its per-record
         steps a run at a time."""
-        from pipelines.datasets.sources import RUNS, read_shard
+        from pipelines.datasets.sources import read_shard
 
         account = self.account
         for item in read_shard(self.shard, self.source_options, progress=bytes_read().add, batched=True):

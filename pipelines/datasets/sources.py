@@ -40,7 +40,7 @@ from pipelines.core.inputs import InputError, Sought, find_files
 from schemas.records import (
     BAD_JSON, DEFAULT_MAX_RECORD_BYTES, INVALID_UTF8, MISSING_TEXT_COLUMN, MISSING_TEXT_FIELD, NOT_AN_OBJECT,
     RECORD_TOO_LARGE, TEXT_COLUMN_NOT_STRING, TEXT_NOT_A_STRING, TRUNCATED_OR_CORRUPT, UNREADABLE_FILE,
-    WRONG_FORMAT, Record, RecordRun, Rejected, ShardError,
+    RUNS, WRONG_FORMAT, Record, RecordRun, Rejected, ShardError, join_runs,
 )
 
 __all__ = ["SourceOptions", "Shard", "Record", "Rejected", "ShardError",
@@ -49,8 +49,6 @@ __all__ = ["SourceOptions", "Shard", "Record", "Rejected", "ShardError",
 FORMATS = ("jsonl", "txt", "parquet")
 FORMAT_EXTENSIONS = {".jsonl": "jsonl", ".json": "jsonl", ".txt": "txt", ".parquet": "parquet"}
 COMPRESSION_EXTENSIONS = (".gz", ".zst", ".bz2")   # fsspec's compression="infer" knows them all
-# What a batched read yields records in: a list of them, or a run of them as columns.
-RUNS = (list, RecordRun)
 CHUNK_SIZE = 1 << 20          # bytes read at a time from a text shard
 # A text shard's first read, at most: its first records reach the encoders without waiting for a
 # whole CHUNK_SIZE to be read and split (the file's first read is split line by line: see _split_batches).
@@ -454,8 +452,8 @@ def _read_jsonl(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: i
 
 def _runs_of_records(items: Iterable) -> list:
     """Items read in file order (records, runs or lists of records, rejected rows) as a batched read
-    yields them: each stretch of records one non-empty run (a `RecordRun` where it is one alone, else
-    a list of records), each rejected row alone between them.
+    yields them: each stretch of records one non-empty run (`join_runs`: a `RecordRun` where every part
+    is one, else a list of records), each rejected row alone between them.
 
     >>> r = [Record(str(k), "t", k) for k in range(3)]
     >>> [len(x) if type(x) is list else x for x in _runs_of_records([r[0], [r[1]], "rejected", [], r[2]])]
@@ -470,19 +468,12 @@ def _runs_of_records(items: Iterable) -> list:
             stretch.append([item])
         else:
             if stretch:                         # the records before a rejected row come first
-                runs.append(_one_run(stretch))
+                runs.append(join_runs(stretch))
                 stretch = []
             runs.append(item)
     if stretch:
-        runs.append(_one_run(stretch))
+        runs.append(join_runs(stretch))
     return runs
-
-
-def _one_run(stretch: list) -> "RecordRun | list":
-    """Runs and lists of records read one after the other, as one: a run alone as it is; else a list."""
-    if len(stretch) == 1 and type(stretch[0]) is RecordRun:
-        return stretch[0]
-    return [record for part in stretch for record in part]
 
 
 def _as_read(runs: list, batched: bool) -> Iterable:
