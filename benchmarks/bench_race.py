@@ -18,6 +18,7 @@ races on a vocabulary built as real ones grow: cl100k with merges appended from 
     python benchmarks/bench_race.py --vocab-size 128000 --only race   # a Llama-3-style 128k vocabulary
     python benchmarks/bench_race.py --only sequence,cold --repeat 5    # the two rows below only
     python benchmarks/bench_race.py --only race --warm                # each engine's second pass
+    python benchmarks/bench_race.py --only race --engines gigatoken   # tokenbeam, gigatoken, tiktoken only
 
 `--warm` times a second pass over the texts on the same engine (the first pass untimed): what a
 long job sees once every engine's cache of pieces holds the corpus's common ones.
@@ -296,6 +297,9 @@ def main(argv=None) -> None:
                         help="race: time each engine's second pass over the texts (its caches filled)")
     parser.add_argument("--only", default="race,sequence,cold",
                         help="which parts, comma-separated: race, sequence, cold (default: all)")
+    parser.add_argument("--engines", default=None,
+                        help="race only these peers, comma-separated, beside tokenbeam and tiktoken (the ids' "
+                             "reference), e.g. gigatoken: fewer engines alternating")
     args = parser.parse_args(argv)
     parts = set(args.only.split(","))
 
@@ -334,6 +338,13 @@ def main(argv=None) -> None:
         if "race" not in parts:
             return
         found = engines(rank_file, pattern, os.path.join(tmp, "tokenizer.json"), builtin)
+        if args.engines:
+            asked = set(args.engines.split(",")) | {"tokenbeam", "tiktoken"}
+            unknown = asked - set(found)
+            if unknown:
+                sys.exit(f"bench_race: --engines: {', '.join(sorted(unknown))} not among the engines that run "
+                         f"here ({', '.join(found)})")
+            found = {name: build for name, build in found.items() if name in asked}
         reference = found["tiktoken"]()
         table: dict[str, dict[str, float | str]] = {name: {} for name in found}
         sizes = {}

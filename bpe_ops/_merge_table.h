@@ -304,27 +304,52 @@ static int merge_table_init(MergeTable *m, const int32_t *left, const int32_t *r
 
 /* ---- the replay -------------------------------------------------------------------------------- */
 
-static Py_ssize_t merge_short_ranked(const MergeTable *m, int32_t *sym, int32_t *rank, Py_ssize_t n)
+static inline void shift_down(int32_t *a, Py_ssize_t count)
+{
+    /* a[i] = a[i + 1] for i < count, in place, 16 bytes at a time (each load before the store that
+     * overlaps it). A merge shifts a short piece's arrays by a few ids: a call to memmove for each
+     * cost more than the copy. The empty asm hides the loop's counter from the compiler, which
+     * would otherwise make the loop that call again. */
+    Py_ssize_t i = 0;
+    for (; i + 4 <= count; i += 4) {
+        int32_t four[4];
+        memcpy(four, a + i + 1, sizeof(four));
+        memcpy(a + i, four, sizeof(four));
+        __asm__("" : "+r"(i));
+    }
+    for (; i < count; i++) {
+        a[i] = a[i + 1];
+        __asm__("" : "+r"(i));
+    }
+}
+
+static Py_ssize_t merge_short_ranked(const MergeTable *table, int32_t *sym, int32_t *rank, Py_ssize_t n)
 {
     /* Merge sym[0..n) in place, given rank[i] = the rank of (sym[i], sym[i + 1]) for i < n - 1 (rank
      * is scratch afterwards); the new length. n <= SHORT_PIECE. */
+    const MergeTable local = *table;    /* its fields stay in registers: no store to sym or rank
+                                         * can change a copy of them */
+    const MergeTable *m = &local;
     Py_ssize_t i, at;
     while (n > 1) {
-        /* The lowest rank, then its leftmost position: two branch-free passes the compiler
-         * vectorizes, faster than one pass whose compare branch mispredicts. */
-        int32_t best = NO_RANK;
-        for (i = 0; i + 1 < n; i++)
-            best = rank[i] < best ? rank[i] : best;
+        /* The lowest rank and its leftmost position in one pass of conditional moves. (Two passes,
+         * the lowest and then a search for it, ended the search at a place that differs from merge
+         * to merge: a mispredicted branch most times. A branch in one pass mispredicts too.) */
+        int32_t best = rank[0];
+        at = 0;
+        for (i = 1; i + 1 < n; i++) {
+            int lower = rank[i] < best;
+            best = lower ? rank[i] : best;
+            at = lower ? i : at;
+        }
         if (best == NO_RANK)
             break;
-        for (at = 0; rank[at] != best; at++)
-            ;
         sym[at] = merged_of(m, best);
         n--;
-        memmove(&sym[at + 1], &sym[at + 2], (size_t)(n - at - 1) * sizeof(int32_t));
+        shift_down(&sym[at + 1], n - at - 1);
         if (at + 1 < n) {
             rank[at] = rank_of(m, sym[at], sym[at + 1]);
-            memmove(&rank[at + 1], &rank[at + 2], (size_t)(n - at - 2) * sizeof(int32_t));
+            shift_down(&rank[at + 1], n - at - 2);
         }
         if (at > 0)
             rank[at - 1] = rank_of(m, sym[at - 1], sym[at]);

@@ -1735,18 +1735,20 @@ static void cache_reset(TextEncoder *self)
     (void)cache_seed(self);
 }
 
-static int encode_piece(TextEncoder *self, const uint8_t *piece, size_t len, const struct PieceProbe *probe)
+static int encode_piece(TextEncoder *self, const uint8_t *piece, size_t len, const struct PieceProbe *probe,
+                        PieceSlot *missed)
 {
     /* Append the ids of one piece (its probe given: piece_cache_hash, and the key words of a short
      * piece) to self->out: from the cache, else by replaying the merges (and caching a short
-     * piece). -1 when out of memory. */
-    PieceSlot *e = NULL;
+     * piece). `missed`: NULL, or the empty cache slot the caller's lookup of the piece ended on.
+     * -1 when out of memory. */
+    PieceSlot *e = missed;
     int32_t *sym;
     Py_ssize_t n;
     size_t i;
     const uint64_t hash = probe->hash;
 
-    if (self->cache_size) {
+    if (self->cache_size && e == NULL) {
         e = len <= PIECE_KEY_INLINE ? piece_cache_find_short(&self->cache, probe->key, probe->slot)
                                     : piece_cache_find_long(&self->cache, piece, len, hash);
         if (piece_slot_used(e)) {
@@ -1897,9 +1899,10 @@ static int encode_spans(TextEncoder *self, const uint8_t *s, size_t len)
                 probe_piece(&self->cache, s, len, &spans[i + FETCH_FAR], far);
                 __builtin_prefetch(&slots[far->slot]);
             }
+            const PieceSlot *e = NULL;
             if (spans[i].end - spans[i].start <= PIECE_KEY_INLINE) {
                 /* piece_cache_find_short, with the table in locals */
-                const PieceSlot *e = &slots[probe->slot];
+                e = &slots[probe->slot];
                 while (!(e->key[0] == probe->key[0] && e->key[1] == probe->key[1]) && e->key[1] != 0)
                     e = &slots[(size_t)(e - slots + 1) & mask];
                 if (piece_slot_used(e) && e->count <= PIECE_IDS_INLINE) {
@@ -1909,9 +1912,11 @@ static int encode_spans(TextEncoder *self, const uint8_t *s, size_t len)
                     n += e->count;
                     continue;
                 }
+                if (piece_slot_used(e))
+                    e = NULL;           /* found, with more ids than a slot holds: encode_piece copies them */
             }
             self->out.n = n;
-            if (encode_piece(self, s + spans[i].start, spans[i].end - spans[i].start, probe) < 0 ||
+            if (encode_piece(self, s + spans[i].start, spans[i].end - spans[i].start, probe, (PieceSlot *)e) < 0 ||
                 ids_reserve(&self->out, PIECE_IDS_INLINE * (count - i)) < 0)
                 return SPLIT_NOMEM;
             ids = self->out.ids;
@@ -1930,7 +1935,7 @@ static int encode_spans(TextEncoder *self, const uint8_t *s, size_t len)
             if (self->has_whole && !self->seeded)
                 __builtin_prefetch(piece_cache_line(&self->whole, ahead->hash));
         }
-        if (encode_piece(self, s + spans[i].start, spans[i].end - spans[i].start, &ring[i % PROBE_RING]) < 0)
+        if (encode_piece(self, s + spans[i].start, spans[i].end - spans[i].start, &ring[i % PROBE_RING], NULL) < 0)
             return SPLIT_NOMEM;
     }
     return 0;
