@@ -1865,7 +1865,7 @@ static int encode_spans(TextEncoder *self, const uint8_t *s, size_t len)
     size_t i;
     size_t count;
     const Span *spans;
-    const PieceSlot *slots;     /* the cache's: they never move (a full cache is emptied in place) */
+    PieceSlot *slots;           /* the cache's: they never move (a full cache is emptied in place) */
     struct PieceProbe ring[PROBE_RING];
     spans = self->spans.spans;
     count = self->spans.n;
@@ -1894,12 +1894,12 @@ static int encode_spans(TextEncoder *self, const uint8_t *s, size_t len)
         n = self->out.n;
         for (i = 0; i < count; i++) {
             const struct PieceProbe *probe = &ring[i % PROBE_RING];
+            PieceSlot *e = NULL;        /* a short piece's slot: its ids, or where they go */
             if (i + FETCH_FAR < count) {
                 struct PieceProbe *far = &ring[(i + FETCH_FAR) % PROBE_RING];
                 probe_piece(&self->cache, s, len, &spans[i + FETCH_FAR], far);
                 __builtin_prefetch(&slots[far->slot]);
             }
-            const PieceSlot *e = NULL;
             if (spans[i].end - spans[i].start <= PIECE_KEY_INLINE) {
                 /* piece_cache_find_short, with the table in locals */
                 e = &slots[probe->slot];
@@ -1916,7 +1916,7 @@ static int encode_spans(TextEncoder *self, const uint8_t *s, size_t len)
                     e = NULL;           /* found, with more ids than a slot holds: encode_piece copies them */
             }
             self->out.n = n;
-            if (encode_piece(self, s + spans[i].start, spans[i].end - spans[i].start, probe, (PieceSlot *)e) < 0 ||
+            if (encode_piece(self, s + spans[i].start, spans[i].end - spans[i].start, probe, e) < 0 ||
                 ids_reserve(&self->out, PIECE_IDS_INLINE * (count - i)) < 0)
                 return SPLIT_NOMEM;
             ids = self->out.ids;
