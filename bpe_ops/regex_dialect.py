@@ -228,7 +228,8 @@ def _anchor(c: str, units: list[str], direction: str) -> str:
     if c == "$" and units and units[-1] in ("\\s++", "\\s*+"):
         return "$"
     if direction == _FROM_ONIGURUMA:
-        return "(?=\\n|$)" if c == "$" else "(?<![^\\n])"
+        # A line starts after every newline but a final one: Oniguruma finds no line after it.
+        return "(?=\\n|$)" if c == "$" else "(?:\\A|(?<=\\n)(?!\\z))"
     return "(?=\\n?\\z)" if c == "$" else "\\A"
 
 
