@@ -132,16 +132,33 @@ def _ids_of(encode):
     return _warm(run)
 
 
-def time_engine(build: Callable, texts: list[str], repeat: int, warm: bool = False) -> float:
+def fresh(texts: list[str]) -> list[str]:
+    """New str objects equal to `texts`, as a job's reader hands them over (decoded from bytes).
+
+    CPython keeps a str's UTF-8 with it once some C code asks for it (`PyUnicode_AsUTF8AndSize`, how
+    most engines read a str), and an engine that finds it skips its own conversion: timed on the same
+    str objects run after run, every engine but the first would read the UTF-8 another made, which no
+    engine gets in a job, where each record is decoded once and encoded once.
+
+    >>> t = "café"; u = fresh([t])[0]
+    >>> u == t and u is not t
+    True
+    """
+    return [text.encode("utf-8", "surrogatepass").decode("utf-8", "surrogatepass") for text in texts]
+
+
+def time_engine(build: Callable, texts: list[str], repeat: int, warm: bool = False, kept: bool = False) -> float:
     """The least CPU seconds of `repeat` runs, each on a fresh engine, encoding every text (`warm`:
-    after one untimed pass over them)."""
+    after one untimed pass over them). Each pass gets the texts decoded afresh (`fresh`), unless
+    `kept`: the same str objects every time, with whatever UTF-8 CPython keeps with them."""
     best = float("inf")
     for _ in range(repeat):
         encode = build()
-        for text in texts if warm else ():
+        for text in (texts if kept else fresh(texts)) if warm else ():
             encode(text)
+        run = texts if kept else fresh(texts)
         start = time.process_time()
-        for text in texts:
+        for text in run:
             encode(text)
         best = min(best, time.process_time() - start)
     return best
@@ -217,7 +234,8 @@ def llama3_style(base_json: str, corpora: Path, size: int, folder: Path) -> tupl
     return tokenizer, ranks
 
 
-def sequence_race(path: str, corpora: Path, mb: float, repeat: int) -> dict[str, dict[str, float | str]]:
+def sequence_race(path: str, corpora: Path, mb: float, repeat: int,
+                  kept: bool = False) -> dict[str, dict[str, float | str]]:
     """MB/s of tokenbeam, gigatoken and HF on the Sequence file, ids checked against HF's first."""
     import tokenizers
 
@@ -249,7 +267,7 @@ def sequence_race(path: str, corpora: Path, mb: float, repeat: int) -> dict[str,
         best = {name: float("inf") for name in live}
         for _ in range(repeat):                     # engines alternate: a busy spell hits them alike
             for name, build in live.items():
-                best[name] = min(best[name], time_engine(build, texts, 1))
+                best[name] = min(best[name], time_engine(build, texts, 1, kept=kept))
         for name, seconds in best.items():
             table[name][corpus] = size / seconds
     return table
@@ -295,6 +313,10 @@ def main(argv=None) -> None:
                              "appended from multi/, Llama 3's split; see llama3_style)")
     parser.add_argument("--warm", action="store_true",
                         help="race: time each engine's second pass over the texts (its caches filled)")
+    parser.add_argument("--kept-utf8", action="store_true",
+                        help="time every run on the same str objects, which keep the UTF-8 CPython stores once an "
+                             "engine asks for it (default: the texts decoded afresh for each run, as a job reads "
+                             "them; see fresh)")
     parser.add_argument("--only", default="race,sequence,cold",
                         help="which parts, comma-separated: race, sequence, cold (default: all)")
     parser.add_argument("--engines", default=None,
@@ -320,12 +342,13 @@ def main(argv=None) -> None:
             rank_file, pattern = str(ranks), LLAMA3_PATTERN
         Tokenizer.from_tiktoken(rank_file, pattern).save(tmp)       # tokenizer.json for HF and fastokens
         print(f"bench_race: {Path(rank_file).name}, {args.mb:g} MB per corpus, least of {args.repeat} "
-              f"{'warm (second-pass)' if args.warm else 'cold'} runs, "
-              f"one thread, {time.strftime('%Y-%m-%d')}")
+              f"{'warm (second-pass)' if args.warm else 'cold'} runs, one thread, "
+              f"{'the same str objects every run' if args.kept_utf8 else 'texts decoded afresh for each run'}, "
+              f"{time.strftime('%Y-%m-%d')}")
         base = os.path.join(tmp, "tokenizer.json")
         if "sequence" in parts:
             table = sequence_race(sequence_file(base, os.path.join(tmp, "sequence.json")), Path(args.corpora),
-                                  args.mb, args.repeat)
+                                  args.mb, args.repeat, args.kept_utf8)
             print("\nSequence of Splits (DeepSeek-V3's chain) on the same ranks, MB/s (ratio to gigatoken)")
             print_rows(table, "gigatoken")
         if "cold" in parts:
@@ -363,7 +386,7 @@ def main(argv=None) -> None:
             best = {name: float("inf") for name in live}
             for _ in range(args.repeat):            # engines alternate: a busy spell hits them alike
                 for name, build in live.items():
-                    best[name] = min(best[name], time_engine(build, texts, 1, args.warm))
+                    best[name] = min(best[name], time_engine(build, texts, 1, args.warm, args.kept_utf8))
             for name, seconds in best.items():
                 table[name][corpus] = sizes[corpus] / seconds
     print_table(table, sizes)

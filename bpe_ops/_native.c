@@ -57,6 +57,7 @@
 #include <string.h>
 
 #include "_byte_map.h"
+#include "_guard.h"
 #include "_json_scan.h"
 #include "_json_sections.h"
 #include "_measure.h"
@@ -471,40 +472,13 @@ done:
     return out;
 }
 
-#define GUARD_BLOCK 32
-
-static uint32_t lowest_code_point_in(const uint8_t *b, size_t nbytes)
-{
-    /* The lowest code point whose bit is set among the first nbytes of the bitmap, or 0x110000. */
-    size_t i;
-    for (i = 0; i < nbytes && b[i] == 0; i++)
-        ;
-    if (i == nbytes)
-        return 0x110000;
-    {
-        uint32_t bit = 0;
-        while (!(b[i] >> bit & 1))
-            bit++;
-        return (uint32_t)(i * 8 + bit);
-    }
-}
-
 static PyObject *has_code_point_in(PyObject *Py_UNUSED(module), PyObject *args)
 {
-    /* Whether any code point c of `text` has bit c of `bits` set (bits[c >> 3] >> (c & 7) & 1): the
-     * PCRE2 guard's character-class search without a regex (whose first-byte filter lets every
-     * character of a script through when a class member shares its UTF-8 lead byte). Code points
-     * below the lowest one set cannot match: a text stored one byte per character is answered
-     * without reading it when no bit below 256 is set, and a wider text is read a block at a time,
-     * its characters looked up only in a block whose largest reaches that lowest code point (the
-     * largest of a block: a loop compilers vectorize). */
+    /* Whether any code point c of `text` has bit c of `bits` set (bits[c >> 3] >> (c & 7) & 1): see
+     * guarded_code_point_in. */
     PyObject *text;
     Py_buffer bits;
-    Py_ssize_t n, i, k;
-    const uint8_t *b;
-    const void *data;
-    uint32_t lowest;
-    int found = 0;
+    int found;
     if (!PyArg_ParseTuple(args, "Uy*:has_code_point_in", &text, &bits))
         return NULL;
     if (bits.len != 0x110000 / 8) {
@@ -512,43 +486,8 @@ static PyObject *has_code_point_in(PyObject *Py_UNUSED(module), PyObject *args)
         PyErr_SetString(PyExc_ValueError, "has_code_point_in(): bits must be 0x110000 / 8 bytes");
         return NULL;
     }
-    b = bits.buf;
-    n = PyUnicode_GET_LENGTH(text);
-    data = PyUnicode_DATA(text);
-#define TB_LOOKUP(type, from, to)                                                                   \
-    for (k = (from); k < (to) && !found; k++) {                                                    \
-        uint32_t c = ((const type *)data)[k];                                                      \
-        found = b[c >> 3] >> (c & 7) & 1;                                                          \
-    }
-#define TB_SCAN_BLOCKS(type)                                                                        \
-    for (i = 0; i < n && !found; i += GUARD_BLOCK) {                                               \
-        Py_ssize_t end = n - i < GUARD_BLOCK ? n : i + GUARD_BLOCK;                                \
-        uint32_t top = 0;                                                                          \
-        for (k = i; k < end; k++) {                                                                \
-            uint32_t c = ((const type *)data)[k];                                                  \
-            top = c > top ? c : top;                                                               \
-        }                                                                                          \
-        if (top >= lowest)                                                                         \
-            TB_LOOKUP(type, i, end)                                                                \
-    }
-    switch (PyUnicode_KIND(text)) {
-    case PyUnicode_1BYTE_KIND:
-        if (lowest_code_point_in(b, 256 / 8) < 256)
-            TB_LOOKUP(Py_UCS1, 0, n)
-        break;
-    case PyUnicode_2BYTE_KIND:
-        lowest = lowest_code_point_in(b, 0x10000 / 8);
-        if (lowest < 0x10000)
-            TB_SCAN_BLOCKS(Py_UCS2)
-        break;
-    default:
-        lowest = lowest_code_point_in(b, (size_t)bits.len);
-        if (lowest < 0x110000)
-            TB_SCAN_BLOCKS(Py_UCS4)
-        break;
-    }
-#undef TB_SCAN_BLOCKS
-#undef TB_LOOKUP
+    found = guarded_code_point_in(PyUnicode_KIND(text), PyUnicode_DATA(text), (size_t)PyUnicode_GET_LENGTH(text),
+                                  bits.buf);
     PyBuffer_Release(&bits);
     return PyBool_FromLong(found);
 }

@@ -50,6 +50,7 @@
 #include <string.h>
 
 #include "_byte_map.h"
+#include "_guard.h"
 #include "_merge_table.h"
 #include "_piece_cache.h"
 #include "_char_start.h"
@@ -2072,6 +2073,51 @@ static int text_utf8(TextEncoder *self, int kind, const void *data, size_t n, co
     return 0;
 }
 
+static const uint8_t *kept_utf8(PyObject *text, size_t *len)
+{
+    /* The UTF-8 CPython keeps with a non-ASCII str once asked for it (PyUnicode_AsUTF8AndSize, how
+     * most C extensions read a str: a text another engine read first has it), or NULL: then the
+     * encoder makes its own (text_utf8), and leaves none with the str. A str that has it holds no
+     * lone surrogate. Read with the GIL held; it lives as long as the str. The fields are those of
+     * CPython's compact str up to 3.14; a later CPython is not assumed to keep them (NULL). */
+#if PY_VERSION_HEX < 0x030F0000
+    if (PyUnicode_CheckExact(text) && PyUnicode_IS_COMPACT(text) && !PyUnicode_IS_ASCII(text)) {
+        const PyCompactUnicodeObject *compact = (const PyCompactUnicodeObject *)text;
+        if (compact->utf8 != NULL) {
+            *len = (size_t)compact->utf8_length;
+            return (const uint8_t *)compact->utf8;
+        }
+    }
+#else
+    (void)text;
+    (void)len;
+#endif
+    return NULL;
+}
+
+static int text_source(TextEncoder *self, int kind, const void *data, size_t n, const uint8_t *kept, size_t kept_len,
+                       const uint8_t *guard, const uint8_t **s, size_t *len)
+{
+    /* The UTF-8 to encode of a str (`kind` 0: ASCII, data its own UTF-8; `kept`: its kept_utf8 or
+     * NULL) in *s and *len: its own bytes, the UTF-8 kept with it (checked against the guard), or
+     * made in self->utf8. 0 or text_utf8's codes. */
+    if (kind == 0) {
+        *s = data;
+        *len = n;
+        return 0;
+    }
+    if (kept != NULL) {
+        *s = kept;
+        *len = kept_len;
+        return guard != NULL && guarded_code_point_in(kind, data, n, guard) ? TEXT_GUARDED : 0;
+    }
+    {
+        int rc = text_utf8(self, kind, data, n, guard, len);
+        *s = self->utf8;            /* after text_utf8, which may have moved it */
+        return rc;
+    }
+}
+
 static int encoder_free(TextEncoder *self)
 {
     /* 0 when the encoder may take a text: initialised, not busy; -1 with an exception set. */
@@ -2120,29 +2166,27 @@ static int encoder_run(TextEncoder *self, PyObject *text)
      * must find the encoder busy rather than overwrite self->out. -1 with an exception set
      * (Fallback among them: the encoder busy, a character its split patterns' engines classify
      * differently, a lone surrogate), the encoder not busy. */
-    const uint8_t *s = NULL, *guard = NULL;
+    const uint8_t *s = NULL, *guard = NULL, *kept = NULL;
     const void *data;
-    size_t len = 0, n;
+    size_t len = 0, kept_len = 0, n;
     int kind = 0, rc;
 
     if (encoder_free_for(self, text) < 0)
         return -1;
     data = PyUnicode_DATA(text);
     n = (size_t)PyUnicode_GET_LENGTH(text);
-    if (PyUnicode_IS_ASCII(text)) {
-        s = data;           /* its own bytes are its UTF-8 (and no guarded code point is ASCII) */
-        len = n;
-    } else {
+    if (!PyUnicode_IS_ASCII(text)) {     /* ASCII: its own bytes are its UTF-8 (and no guarded code point is ASCII) */
         kind = PyUnicode_KIND(text);
         guard = self->guard != NULL ? (const uint8_t *)PyBytes_AS_STRING(self->guard) : NULL;
+        kept = kept_utf8(text, &kept_len);
     }
     self->busy = 1;
     /* Only this encoder's own buffers (and the str, immutable, held by the caller) are touched
      * while encoding: let other threads run. */
     Py_BEGIN_ALLOW_THREADS
-    rc = kind ? text_utf8(self, kind, data, n, guard, &len) : 0;
+    rc = text_source(self, kind, data, n, kept, kept_len, guard, &s, &len);
     if (rc == 0)
-        rc = encode_text(self, kind ? self->utf8 : s, len);
+        rc = encode_text(self, s, len);
     Py_END_ALLOW_THREADS
     if (rc != 0) {
         if (rc == SPLIT_NOMEM)      /* the cache may hold a half-made entry: drop it all */
@@ -2156,25 +2200,26 @@ static int encoder_run(TextEncoder *self, PyObject *text)
 static const uint8_t *encoder_take(TextEncoder *self, PyObject *text, Py_ssize_t *len)
 {
     /* encoder_run's start with the GIL held, for sequence_pieces: the UTF-8 of text (its own bytes,
-     * or the encoder's scratch), the encoder made busy; NULL with an exception set, not busy. */
-    size_t got;
-    int rc;
+     * the UTF-8 kept with it, or the encoder's scratch), the encoder made busy; NULL with an
+     * exception set, not busy. */
+    const uint8_t *s, *kept = NULL;
+    size_t got, kept_len = 0;
+    int rc, kind = 0;
     if (encoder_free_for(self, text) < 0)
         return NULL;
-    if (PyUnicode_IS_ASCII(text)) {
-        *len = PyUnicode_GET_LENGTH(text);
-        self->busy = 1;
-        return PyUnicode_DATA(text);
+    if (!PyUnicode_IS_ASCII(text)) {
+        kind = PyUnicode_KIND(text);
+        kept = kept_utf8(text, &kept_len);
     }
-    rc = text_utf8(self, PyUnicode_KIND(text), PyUnicode_DATA(text), (size_t)PyUnicode_GET_LENGTH(text),
-                   self->guard != NULL ? (const uint8_t *)PyBytes_AS_STRING(self->guard) : NULL, &got);
+    rc = text_source(self, kind, PyUnicode_DATA(text), (size_t)PyUnicode_GET_LENGTH(text), kept, kept_len,
+                     self->guard != NULL ? (const uint8_t *)PyBytes_AS_STRING(self->guard) : NULL, &s, &got);
     if (rc != 0) {
         text_failed(rc);
         return NULL;
     }
     *len = (Py_ssize_t)got;
     self->busy = 1;
-    return self->utf8;
+    return s;
 }
 
 static PyObject *encoder_done(TextEncoder *self, PyObject *result)
@@ -2252,6 +2297,8 @@ struct TextRef {
     const void *data;            /* the str's characters */
     size_t n;                    /* its characters */
     int kind;                    /* 0: ASCII (data is its UTF-8); else its PyUnicode kind */
+    const uint8_t *kept;         /* its kept_utf8, or NULL */
+    size_t kept_len;
 };
 
 /* The measures encode_measure_texts gives each text: its UTF-8 bytes, its words, its digit runs. */
@@ -2297,6 +2344,7 @@ static PyObject *encode_texts(TextEncoder *self, PyObject *texts, const Separato
         refs[k].data = PyUnicode_DATA(text);
         refs[k].n = (size_t)PyUnicode_GET_LENGTH(text);
         refs[k].kind = PyUnicode_IS_ASCII(text) ? 0 : PyUnicode_KIND(text);
+        refs[k].kept = refs[k].kind ? kept_utf8(text, &refs[k].kept_len) : NULL;
     }
     /* The ids go straight into the bytes object handed back, made before the GIL is dropped with
      * room for as many ids as the texts have UTF-8 bytes (a byte-level token is at least one byte)
@@ -2307,7 +2355,8 @@ static PyObject *encode_texts(TextEncoder *self, PyObject *texts, const Separato
     {
         size_t bound = 0;
         for (k = 0; k < n; k++)
-            bound += refs[k].kind == 0 ? refs[k].n : str_utf8_size(refs[k].kind, refs[k].data, refs[k].n);
+            bound += refs[k].kind == 0 ? refs[k].n
+                     : refs[k].kept != NULL ? refs[k].kept_len : str_utf8_size(refs[k].kind, refs[k].data, refs[k].n);
         if (bound > 0) {
             if (bound > (size_t)PY_SSIZE_T_MAX / sizeof(uint32_t)) {
                 PyErr_NoMemory();
@@ -2322,10 +2371,12 @@ static PyObject *encode_texts(TextEncoder *self, PyObject *texts, const Separato
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     for (k = 0; k < n && rc == 0; k++) {
-        size_t len = refs[k].n;
-        int got = refs[k].kind ? text_utf8(self, refs[k].kind, refs[k].data, refs[k].n, guard, &len) : 0;
+        size_t len;
+        const uint8_t *s;
+        int got = text_source(self, refs[k].kind, refs[k].data, refs[k].n, refs[k].kept, refs[k].kept_len, guard,
+                              &s, &len);
         if (got == 0)
-            got = encode_text(self, refs[k].kind ? self->utf8 : (const uint8_t *)refs[k].data, len);
+            got = encode_text(self, s, len);
         if (got == SPLIT_NOMEM) {
             rc = SPLIT_NOMEM;
             break;
@@ -2338,7 +2389,7 @@ static PyObject *encode_texts(TextEncoder *self, PyObject *texts, const Separato
         }
         counts[k] = (int64_t)self->out.n;
         if (measures != NULL) {
-            Measured m = {refs[k].kind ? self->utf8 : (const uint8_t *)refs[k].data, len, 0, {0}};
+            Measured m = {s, len, 0, {0}};
             measure(sep, &m);
             measures[k * TEXT_MEASURES] = (int64_t)len;
             measures[k * TEXT_MEASURES + 1] = m.words;

@@ -3,6 +3,7 @@
 documents in every named pattern, on hostile texts, on random texts, with a tiny cache, with
 `ignore_merges`, from several threads and after pickling; `PieceCounter` gives `regex`'s counts;
 texts it must not take fall back whole."""
+import ctypes
 import os
 import pickle
 import threading
@@ -15,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bpe_ops import Implementation, Tokenizer, pretokenize, text_encoder
+from bpe_ops.stats import MEASURE_SEPARATORS
 from tests.conftest import read_jsonl_texts
 from tests.bpe_ops.test_pretokenize import ADVERSARIAL
 
@@ -313,6 +315,74 @@ def test_pickled_tokenizer_rebuilds_its_encoder(gpt2_merges):
     back = pickle.loads(pickle.dumps(tok))
     assert back._text_encoder is not None and back._text_encoder is not tok._text_encoder
     assert back.encode("pickled, then encoded: 12345 ok") == tok.encode("pickled, then encoded: 12345 ok")
+
+
+_as_utf8 = ctypes.pythonapi.PyUnicode_AsUTF8AndSize
+_as_utf8.argtypes, _as_utf8.restype = [ctypes.py_object, ctypes.POINTER(ctypes.c_ssize_t)], ctypes.c_void_p
+
+
+def keeping_utf8(text: str) -> tuple[str, int, int]:
+    """A new str equal to `text` that keeps its UTF-8 (as CPython stores it once C code asks for
+    it, PyUnicode_AsUTF8AndSize: what a str another engine read first carries), with the address and
+    length of that UTF-8; (copy, 0, 0) for a text with a lone surrogate, which has no UTF-8."""
+    copy = text.encode("utf-8", "surrogatepass").decode("utf-8", "surrogatepass")
+    size = ctypes.c_ssize_t()
+    try:
+        return copy, _as_utf8(copy, ctypes.byref(size)), size.value
+    except UnicodeEncodeError:
+        return copy, 0, 0
+
+
+WIDTHS = ["caf\u00e9 na\u00efve, 1999 ok " * 3,                    # one byte a character
+          "The \u2019quoted\u2019 \u043f\u0440\u0438\u0432\u0435\u0442 \u4e2d\u6587\u3002 " * 3,  # two
+          "emoji \U0001f600\U0001f3fd and \U00020000 " * 3]      # four
+
+
+def test_a_str_that_keeps_its_utf8_encodes_as_one_that_does_not(gpt2_tokenizers, corpora):
+    """The encoder reads the UTF-8 a str keeps instead of writing its own: every width, real text of
+    every script, through each entry (one text, a list at once, measured in the same pass)."""
+    texts = WIDTHS + read_jsonl_texts(corpora / "multi", limit=60) + [t for t in ADVERSARIAL if len(t) < 20_000]
+    for tok in gpt2_tokenizers:
+        kept = [keeping_utf8(t)[0] for t in texts]
+        expected = [python_ids(tok, t) for t in texts]
+        assert [tok.encode(t) for t in kept] == expected
+        assert [list(a) for a in tok.encode_arrays_in_thread(kept)] == expected
+        arrays, measured = tok.encode_measured_in_thread(kept, *MEASURE_SEPARATORS)
+        assert [list(a) for a in arrays] == expected
+        assert measured is not None and measured == tok.encode_measured_in_thread(texts, *MEASURE_SEPARATORS)[1]
+
+
+def test_the_kept_utf8_is_what_the_encoder_reads(gpt2_tokenizers):
+    """White-box: change the kept UTF-8 of a private str ("é", C3 A9, to "è", C3 A8) and the ids
+    are the changed text's. Were the kept UTF-8 not read (or read at a wrong length), they would
+    be the str's own."""
+    tok = gpt2_tokenizers[0]
+    text, address, size = keeping_utf8("caf\u00e9 au lait " * 4)
+    assert size == len(text.encode("utf-8"))
+    at = text.encode("utf-8").index(b"\xa9")
+    ctypes.memmove(address + at, b"\xa8", 1)
+    try:
+        assert tok.encode(text) == python_ids(tok, text.replace("\u00e9", "\u00e8", 1))
+        assert tok.encode(text) != python_ids(tok, text)
+    finally:
+        ctypes.memmove(address + at, b"\xa9", 1)
+    assert tok.encode(text) == python_ids(tok, text)
+
+
+def test_a_guarded_character_falls_back_with_the_utf8_kept(gpt2_merges):
+    """A str that keeps its UTF-8 is still checked against the guard: each guarded range's ends, in
+    a text of each width, send it to `regex`, which gives the Python path's ids."""
+    tok = byte_tokenizer(gpt2_merges, "gpt4")
+    if not tok._regex.guard:
+        pytest.skip("these PCRE2 and regex versions classify every character alike: nothing to guard")
+    for first, last in tok._regex.guard[:40] + tok._regex.guard[-5:]:
+        for c in {first, last}:
+            for text in (f"ab {c} cd" + "x" * 40, "\u4e2d" * 33 + c, "\U0001f600 " * 20 + c + "!"):
+                kept = keeping_utf8(text)[0]
+                with pytest.raises(pcre2.Fallback, match="classify differently"):
+                    tok._text_encoder.encode(kept)
+                assert tok.encode(kept) == python_ids(tok, text)
+                assert [list(a) for a in tok.encode_arrays_in_thread([kept, "ok"])] == [python_ids(tok, text), tok.encode("ok")]
 
 
 def test_texts_pcre2_must_not_split_fall_back_whole(gpt2_merges):

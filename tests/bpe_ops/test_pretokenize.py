@@ -375,3 +375,18 @@ def test_the_guard_bitmap_lookup_equals_a_lookup_per_character(guarded, text_poi
     for c in guarded[:2]:
         for at in (0, len(text) // 2, len(text)):
             assert _native.has_code_point_in(text[:at] + chr(c) + text[at:], bytes(bits))
+
+
+@needs_pcre2
+@pytest.mark.parametrize("lowest", [0, 1, 0x80, 0x100, 0x7FF, 0x800, 0x8000, 0xFFFF, 0x10000, 0x10FFFF])
+def test_the_guard_lookup_finds_its_lowest_code_point_in_every_place_of_a_block(lowest):
+    """Blocks of 32 characters are read 16 bytes at a time (SSE2): the lowest guarded code point at
+    every place of two blocks and a tail is found, and the code point just below it (above it, for
+    0) nowhere."""
+    from bpe_ops import _native
+    bits = bytearray(0x110000 // 8)
+    bits[lowest >> 3] |= 1 << (lowest & 7)
+    plain = chr(lowest - 1 if lowest else 1) * 70
+    assert not _native.has_code_point_in(plain, bytes(bits))
+    for at in range(70):
+        assert _native.has_code_point_in(plain[:at] + chr(lowest) + plain[at + 1:], bytes(bits)), at

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import os
 import re
 import shutil
@@ -122,6 +123,18 @@ TEXTS = ["Hello world, 1234 567!\t\n  x", "nai\u0308ve café 日本語 👍🏽 
          "café naïve ÿ", "日本語 — ok", "a\ud800b \udfff"]
 
 
+def _keeping_utf8(text: str) -> str | None:
+    """A new str equal to `text` that keeps its UTF-8 (CPython stores it once C code asks for it,
+    as most engines do: the compiled encoder reads it instead of writing its own), or None for a
+    text with a lone surrogate, which has none."""
+    copy = text.encode("utf-8", "surrogatepass").decode("utf-8", "surrogatepass")
+    try:
+        ctypes.pythonapi.PyUnicode_AsUTF8AndSize(ctypes.py_object(copy), None)
+    except UnicodeEncodeError:
+        return None
+    return copy
+
+
 def _utf8(text: str) -> bytes:
     """The bytes a text encodes to: a lone surrogate is written as U+FFFD."""
     return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text).encode("utf-8")
@@ -171,6 +184,9 @@ def exercise_tokenizer(load, path: str) -> None:
             raise AssertionError(f"ids of {text!r} differ encoded with the others: {together[TEXTS.index(text)]} / {ids}")
         if ids != pure.encode(text):
             raise AssertionError(f"compiled and pure-Python ids differ on {text!r}: {ids} / {pure.encode(text)}")
+        kept = _keeping_utf8(text)
+        if kept is not None and list(tok.encode_arrays([kept])[0]) != ids:
+            raise AssertionError(f"ids of {text!r} differ when the str keeps its UTF-8")
         if any(not 0 <= i < tok.vocab_size for i in ids):
             raise AssertionError(f"an id outside 0..{tok.vocab_size - 1}: {ids}")
         if lossless and tok.decode_bytes(ids) != _utf8(text):
