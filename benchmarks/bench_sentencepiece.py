@@ -19,7 +19,7 @@ the first `--mb` megabytes of each held-out corpus of `--race-on` (default en, c
 the documents that hold a control piece's text, such as "<s>", which gigatoken reads as the control): tokenbeam (`encode_array`, and `encode`),
 gigatoken (`Tokenizer.from_sentencepiece` of the .model, `encode`), SentencePiece and HF `tokenizers`
 (`encode`), each document on its own, one thread, cold: a fresh engine per timed run, its tables built
-but its cache empty. Every engine's ids are checked against HF's on every document first (a differing
+but its cache empty, and the documents decoded afresh for each run (as a job hands them over). Every engine's ids are checked against HF's on every document first (a differing
 engine is not timed); the engines take turns, and each one's best of `--repeat` runs is printed in MB/s,
 with its ratio to gigatoken's (above 1: faster than gigatoken).
 """
@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bpe_ops import Tokenizer  # noqa: E402
+from bench_race import fresh  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "sentencepiece"
 TRAINING_SHARDS = {"en-000-of-012.jsonl", "multi-000-of-004.jsonl", "code-000-of-006.jsonl"}
@@ -131,8 +132,9 @@ def race_one(path: Path, corpus: str, engines: dict, texts: list[str], size: int
     for _ in range(repeat):                     # the engines take turns: a busy spell slows them all
         for name in timed:
             encode = engines[name]()
+            run = fresh(texts)                  # no engine reads the UTF-8 another made (bench_race.fresh)
             start = time.process_time()
-            for text in texts:
+            for text in run:
                 encode(text)
             timed[name].append(time.process_time() - start)
     speed = {name: size / 1e6 / min(seconds) for name, seconds in timed.items()}
