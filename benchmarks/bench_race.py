@@ -19,9 +19,14 @@ races on a vocabulary built as real ones grow: cl100k with merges appended from 
     python benchmarks/bench_race.py --only sequence,cold --repeat 5    # the two rows below only
     python benchmarks/bench_race.py --only race --warm                # each engine's second pass
     python benchmarks/bench_race.py --only race --engines gigatoken   # tokenbeam, gigatoken, tiktoken only
+    python benchmarks/bench_race.py --only race --kept-utf8           # the same str objects every run
 
 `--warm` times a second pass over the texts on the same engine (the first pass untimed): what a
 long job sees once every engine's cache of pieces holds the corpus's common ones.
+
+Each pass gets the texts decoded afresh (`fresh`), as a job's reader hands records over: CPython
+keeps a str's UTF-8 once an engine asks for it, and on the same str objects every engine after the
+first would read the UTF-8 another made. `--kept-utf8` times every run on the same str objects.
 
 Two more rows, on files built from the same rank file (never committed):
   - sequence: the rank file under DeepSeek-V3's pre-tokenizer chain (a Sequence of three Splits: digit
