@@ -547,7 +547,7 @@ def _describe(component: dict) -> str:
     kind = component.get("type", "?")
     children = next((v for v in component.values() if isinstance(v, list)), None)
     if kind == "Sequence" and children is not None:
-        return "Sequence[" + ", ".join(c.get("type", "?") for c in children if isinstance(c, dict)) + "]"
+        return "Sequence[" + ", ".join(str(c.get("type", "?")) for c in children if isinstance(c, dict)) + "]"
     return str(kind)
 
 
