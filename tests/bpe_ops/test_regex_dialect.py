@@ -29,6 +29,17 @@ def hf_pieces(pattern: str, text: str) -> list[str]:
     return [piece for piece, _ in split.pre_tokenize_str(text)]
 
 
+def hf_pieces_or_none(pattern: str, text: str) -> list[str] | None:
+    """HF's pieces, or None where Oniguruma gives up on the text (its backtracking limit, "retry-limit-
+    in-match over", which HF turns into a panic): then there is no answer to compare with."""
+    try:
+        return hf_pieces(pattern, text)
+    except BaseException as exc:    # pyo3's PanicException derives from BaseException
+        if type(exc).__name__ != "PanicException" or "retry-limit" not in str(exc):
+            raise
+        return None
+
+
 def hf_compiles(pattern: str) -> bool:
     try:
         Regex(pattern)
@@ -106,7 +117,9 @@ def rewritten(rewrite, pattern: str) -> str | None:
 def test_a_tokenizer_json_regex_splits_as_hugging_face_reads_it(pattern, text):
     ours = rewritten(from_oniguruma, pattern)
     assume(ours is not None and hf_compiles(pattern) and never_empty(ours, text))
-    assert regex_pieces(ours, text) == hf_pieces(pattern, text)
+    expected = hf_pieces_or_none(pattern, text)
+    assume(expected is not None)
+    assert regex_pieces(ours, text) == expected
 
 
 @settings(max_examples=400, deadline=None)
@@ -116,7 +129,9 @@ def test_a_pattern_we_write_reads_in_hugging_face_as_it_does_in_regex(pattern, t
     pattern = pattern.replace(r"\h", "h")          # `\h` has no meaning of its own in `regex`
     theirs = rewritten(to_oniguruma, pattern)
     assume(theirs is not None and hf_compiles(theirs) and never_empty(pattern, text))
-    assert hf_pieces(theirs, text) == regex_pieces(pattern, text)
+    expected = hf_pieces_or_none(theirs, text)
+    assume(expected is not None)
+    assert expected == regex_pieces(pattern, text)
 
 
 def test_a_counted_repetition_of_what_can_match_empty_is_refused_because_the_engines_disagree():
