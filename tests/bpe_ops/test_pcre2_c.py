@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from bpe_ops import Implementation, Tokenizer, pretokenize, text_encoder
 from bpe_ops.stats import MEASURE_SEPARATORS
 from tests.conftest import read_jsonl_texts
+from tests.fuzz.harness import keeping_utf8
 from tests.bpe_ops.test_pretokenize import ADVERSARIAL
 
 pcre2 = pretokenize._pcre2_module()
@@ -315,22 +316,6 @@ def test_pickled_tokenizer_rebuilds_its_encoder(gpt2_merges):
     back = pickle.loads(pickle.dumps(tok))
     assert back._text_encoder is not None and back._text_encoder is not tok._text_encoder
     assert back.encode("pickled, then encoded: 12345 ok") == tok.encode("pickled, then encoded: 12345 ok")
-
-
-_as_utf8 = ctypes.pythonapi.PyUnicode_AsUTF8AndSize
-_as_utf8.argtypes, _as_utf8.restype = [ctypes.py_object, ctypes.POINTER(ctypes.c_ssize_t)], ctypes.c_void_p
-
-
-def keeping_utf8(text: str) -> tuple[str, int, int]:
-    """A new str equal to `text` that keeps its UTF-8 (as CPython stores it once C code asks for
-    it, PyUnicode_AsUTF8AndSize: what a str another engine read first carries), with the address and
-    length of that UTF-8; (copy, 0, 0) for a text with a lone surrogate, which has no UTF-8."""
-    copy = text.encode("utf-8", "surrogatepass").decode("utf-8", "surrogatepass")
-    size = ctypes.c_ssize_t()
-    try:
-        return copy, _as_utf8(copy, ctypes.byref(size)), size.value
-    except UnicodeEncodeError:
-        return copy, 0, 0
 
 
 WIDTHS = ["caf\u00e9 na\u00efve, 1999 ok " * 3,                    # one byte a character

@@ -123,16 +123,21 @@ TEXTS = ["Hello world, 1234 567!\t\n  x", "nai\u0308ve café 日本語 👍🏽 
          "café naïve ÿ", "日本語 — ok", "a\ud800b \udfff"]
 
 
-def _keeping_utf8(text: str) -> str | None:
+_as_utf8 = ctypes.pythonapi.PyUnicode_AsUTF8AndSize
+_as_utf8.argtypes, _as_utf8.restype = [ctypes.py_object, ctypes.POINTER(ctypes.c_ssize_t)], ctypes.c_void_p
+
+
+def keeping_utf8(text: str) -> tuple[str, int, int]:
     """A new str equal to `text` that keeps its UTF-8 (CPython stores it once C code asks for it,
-    as most engines do: the compiled encoder reads it instead of writing its own), or None for a
-    text with a lone surrogate, which has none."""
+    PyUnicode_AsUTF8AndSize, as most engines do: the compiled encoder reads it instead of writing
+    its own), with the address and length of that UTF-8; (copy, 0, 0) for a text with a lone
+    surrogate, which has no UTF-8."""
     copy = text.encode("utf-8", "surrogatepass").decode("utf-8", "surrogatepass")
+    size = ctypes.c_ssize_t()
     try:
-        ctypes.pythonapi.PyUnicode_AsUTF8AndSize(ctypes.py_object(copy), None)
+        return copy, _as_utf8(copy, ctypes.byref(size)), size.value
     except UnicodeEncodeError:
-        return None
-    return copy
+        return copy, 0, 0
 
 
 def _utf8(text: str) -> bytes:
@@ -184,8 +189,8 @@ def exercise_tokenizer(load, path: str) -> None:
             raise AssertionError(f"ids of {text!r} differ encoded with the others: {together[TEXTS.index(text)]} / {ids}")
         if ids != pure.encode(text):
             raise AssertionError(f"compiled and pure-Python ids differ on {text!r}: {ids} / {pure.encode(text)}")
-        kept = _keeping_utf8(text)
-        if kept is not None and list(tok.encode_arrays([kept])[0]) != ids:
+        kept, address, _ = keeping_utf8(text)
+        if address and list(tok.encode_arrays([kept])[0]) != ids:
             raise AssertionError(f"ids of {text!r} differ when the str keeps its UTF-8")
         if any(not 0 <= i < tok.vocab_size for i in ids):
             raise AssertionError(f"an id outside 0..{tok.vocab_size - 1}: {ids}")
