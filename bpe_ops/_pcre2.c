@@ -984,6 +984,22 @@ struct PieceProbe {
     size_t slot;
 };
 
+/* A Sequence of Split steps read as one chain (see chain_pieces): runs of one-character classes
+ * split off in turn, then DeepSeek's word regex over each piece left. */
+#define CHAIN_LEADS 4
+typedef struct Chain {
+    int on;                      /* the steps are such a chain: chain_pieces splits the text */
+    int nlead;
+    const struct ClassBits *lead[CHAIN_LEADS];      /* the classes split off first, in step order */
+    size_t hi[CHAIN_LEADS];      /* the most characters of each in one piece (SIZE_MAX: no bound) */
+    uint8_t lead_ascii[128];     /* [c]: 1 + the index of the class holding ASCII c; 0: none does */
+    uint8_t pass[256];           /* [byte]: 1 where no lead class's character starts with it */
+    const struct ClassBits *skip;/* a lead class holding every lead ASCII character (skip_outside) */
+    const uint8_t *words;        /* the word regex's classes (`_split_words.h`) */
+    int batch_digits;            /* words_batch splits runs of ASCII, with this many digits at most
+                                  * in a piece (1 or 3); 0: the chain is not one it reads */
+} Chain;
+
 typedef struct {
     PyObject_HEAD
     Pattern *pattern;
@@ -1007,6 +1023,7 @@ typedef struct {
                                   * one split (see split_steps); NULL: that split */
     Py_ssize_t nsteps;
     Spans next, matches;         /* split_steps' scratch */
+    Chain chain;                 /* the steps as one chain, where they are one (chain_ready) */
     struct Marked *marked;
     size_t marked_cap;
     PyObject *guard;             /* NULL, or bytes: 0x110000 bits, set for the code points that send a
@@ -1392,6 +1409,203 @@ static int step_pieces(const SplitStep *step, const uint8_t *text, Span piece, S
     return keep_spans(step->behavior, m, n, piece.start, out);
 }
 
+/* ---- the steps as one chain -------------------------------------------------------------------------
+ *
+ * DeepSeek's Sequence (V2, V3, R1) splits off runs of digits (\p{N}{1,3}), then runs of CJK, then
+ * splits each piece left with its word regex, every step Isolated. Where each class split off is a
+ * run of one character class (any count of at most hi, from one: class_run_split) and no two of
+ * them share a character, the steps give, in one pass over the text: each run of a class, cut
+ * every hi characters from its start, and each stretch between such runs (a "gap"), every one of
+ * them split by the word regex as its own subject. A class's run holds no character of another, so
+ * no later class step cuts it, and a later class's run lies inside one gap of the earlier ones.
+ * split_steps, step after step, is the specification (`_pcre2.sequence_pieces(..., chained=False)`).
+ * Worked example: "ab 1234日本・x" -> gap "ab " -> "ab", " "; digits "123", "4"; CJK "日本・" -> "日本",
+ * "・"; gap "x". */
+
+static void chain_ready(Chain *c, const SplitStep *steps, Py_ssize_t n)
+{
+    /* Fill `c` from the steps; c->on stays 0 where they are not such a chain. */
+    const SplitStep *last = n > 0 ? &steps[n - 1] : NULL;
+    Py_ssize_t i, j;
+    size_t k;
+    int b, with_ascii = 0;
+    memset(c, 0, sizeof(*c));
+    if (n < 2 || n - 1 > CHAIN_LEADS || last->words == NULL || last->behavior != ISOLATED || last->invert)
+        return;
+    for (i = 0; i < n - 1; i++) {
+        const SplitStep *st = &steps[i];
+        if (st->run == NULL || st->run_lo != 1 || st->behavior != ISOLATED || st->invert)
+            return;
+        c->lead[i] = st->run;
+        c->hi[i] = st->run_hi ? st->run_hi : SIZE_MAX;
+        for (j = 0; j < i; j++)
+            for (k = 0; k < 0x110000 / 8; k++)
+                if (c->lead[i]->bits[k] & c->lead[j]->bits[k])
+                    return;                   /* two classes share a character */
+    }
+    c->nlead = (int)(n - 1);
+    c->words = last->words;
+    for (b = 0; b < 256; b++) {
+        c->pass[b] = 1;
+        for (i = 0; i < c->nlead; i++)
+            c->pass[b] &= c->lead[i]->pass[b];
+    }
+    for (b = 0; b < 128; b++)
+        for (i = 0; i < c->nlead; i++)
+            if (c->lead[i]->ascii[b])
+                c->lead_ascii[b] = (uint8_t)(i + 1);
+    for (i = 0; i < c->nlead; i++)
+        if (c->lead[i]->has_ascii) {
+            with_ascii++;
+            c->skip = c->lead[i];
+        }
+    if (with_ascii == 0)
+        c->skip = c->lead[0];                 /* no ASCII in any: stop at bytes beyond ASCII only */
+    else if (with_ascii > 1 || !c->skip->ascii_range)
+        c->skip = NULL;
+#ifdef SCAN_BATCH
+    /* words_batch reads the ASCII digits as the only lead class's ASCII characters, \t, \v and \f as
+     * whitespace, and U+2010..U+2027 as punctuation of no lead class. */
+    if (with_ascii == 1 && c->skip != NULL && c->skip->ascii_first == '0' && c->skip->ascii_last == '9') {
+        Py_ssize_t digit = c->lead_ascii['0'] - 1;
+        uint32_t cp;
+        int ok = (c->hi[digit] == 1 || c->hi[digit] == 3) && c->words['\t'] == WD_WHITE &&
+                 c->words['\v'] == WD_WHITE && c->words['\f'] == WD_WHITE;
+        for (cp = 0x2010; cp <= 0x2027 && ok; cp++) {
+            ok = c->words[cp] == WD_PUNCT;
+            for (i = 0; i < c->nlead && ok; i++)
+                ok = !class_has(c->lead[i]->bits, cp);
+        }
+        c->batch_digits = ok ? (int)c->hi[digit] : 0;
+    }
+#endif
+    c->on = 1;
+}
+
+static inline int chain_class_at(const Chain *c, const uint8_t *s, size_t p, size_t *next)
+{
+    /* 1 + the index of the lead class of the character at byte p (0: none), and where the next
+     * character starts. */
+    uint32_t cp;
+    int i;
+    if (s[p] < 0x80) {
+        *next = p + 1;
+        return c->lead_ascii[s[p]];
+    }
+    cp = code_point_at(s, p, next);
+    if (c->pass[s[p]])
+        return 0;
+    for (i = 0; i < c->nlead; i++)
+        if (class_has(c->lead[i]->bits, cp))
+            return i + 1;
+    return 0;
+}
+
+static size_t chain_gap_end(const Chain *c, const uint8_t *s, size_t len, size_t p)
+{
+    /* The first byte from p that starts a character of a lead class; len when none does. */
+    size_t next;
+    while (p < len) {
+        if (c->skip != NULL)
+            p = skip_outside(c->skip, s, len, p);
+        while (p < len && s[p] >= 0x80 && c->pass[s[p]])
+            p++;
+        if (p >= len)
+            break;
+        if (chain_class_at(c, s, p, &next))
+            return p;
+        p = next;
+    }
+    return len;
+}
+
+static int chain_words(const TextEncoder *self, const uint8_t *s, size_t end, size_t *pos, Spans *out)
+{
+    /* The word regex's next match from *pos in a subject ending at `end`, appended to `out` after
+     * the text before it (a piece of its own: Isolated); *pos = where it ends (end: no match, the
+     * rest one piece). *pos is a piece's start, and the regex looks neither behind nor at the
+     * subject's start, so where the subject starts before it does not matter. */
+    const SplitStep *step = &self->steps[self->nsteps - 1];
+    const Chain *c = &self->chain;
+    size_t p = *pos, next, start = end, stop = end;
+    while (p < end) {
+        size_t e = word_piece(c->words, s, end, p);
+        if (e == WORD_NONE) {
+            code_point_at(s, p, &next);
+            p = next;
+            continue;
+        }
+        if (e == SCAN_PCRE2) {
+            size_t *ov = P.get_ovector_pointer(step->matcher->data);
+            int rc = P.match(step->pattern->code, s + *pos, end - *pos, p - *pos, PCRE2_NO_UTF_CHECK,
+                             step->matcher->data, step->matcher->context);
+            if (rc == PCRE2_ERROR_NOMATCH)
+                break;
+            if (rc < 0)
+                return SPLIT_LIMIT;
+            if (ov[1] == ov[0])
+                return SPLIT_EMPTY_MATCH;
+            start = *pos + ov[0];
+            stop = *pos + ov[1];
+            break;
+        }
+        start = p;
+        stop = e;
+        break;
+    }
+    if ((start > *pos && spans_push(out, *pos, start) < 0) || (stop > start && spans_push(out, start, stop) < 0))
+        return SPLIT_NOMEM;
+    *pos = stop;
+    return 0;
+}
+
+static int chain_pieces(TextEncoder *self, const uint8_t *s, size_t len, size_t *at, size_t limit)
+{
+    /* The chain's pieces of text s[0..len) from *at (a piece's start), appended to self->spans up to
+     * the text's end or `limit` of them (a window's or a run's more): *at = where it stopped,
+     * SPLIT_DONE at the end. */
+    const Chain *c = &self->chain;
+    Spans *out = &self->spans;
+    size_t pos = *at, gap_end = 0, next;    /* gap_end: the gap's end, while pos is before it */
+    int rc;
+#ifdef SCAN_BATCH
+    size_t retry = 0;
+#endif
+    while (pos < len && out->n < limit) {
+        int k;
+#ifdef SCAN_BATCH
+        if (c->batch_digits && pos >= retry && len - pos >= SCAN_BATCH) {
+            if (tb_reserve((void **)&out->spans, &out->cap, out->n + SCAN_BATCH, sizeof(Span), 256) < 0)
+                return SPLIT_NOMEM;
+            if (len - pos > TEXT_AHEAD)
+                __builtin_prefetch(s + pos + TEXT_AHEAD);
+            if ((next = words_batch(s, pos, c->batch_digits, out->spans, &out->n, &retry)) != pos) {
+                pos = next;
+                continue;
+            }
+        }
+#endif
+        if ((k = chain_class_at(c, s, pos, &next)) != 0) {
+            /* A run of a lead class, hi characters at most: the word regex splits it as a subject. */
+            size_t end = next, chars = 1, after;
+            while (end < len && chars < c->hi[k - 1] && chain_class_at(c, s, end, &after) == k) {
+                end = after;
+                chars++;
+            }
+            while (pos < end)
+                if ((rc = chain_words(self, s, end, &pos, out)) < 0)
+                    return rc;
+            continue;
+        }
+        if (pos >= gap_end)
+            gap_end = chain_gap_end(c, s, len, pos);
+        if ((rc = chain_words(self, s, gap_end, &pos, out)) < 0)
+            return rc;
+    }
+    *at = pos < len ? pos : SPLIT_DONE;
+    return 0;
+}
+
 static int read_steps(PyObject *arg, SplitStep **steps, Py_ssize_t *nsteps)
 {
     /* TextEncoder's `steps`: None, or a sequence of (Pattern, behavior name, invert[, reading]), the
@@ -1615,6 +1829,8 @@ static int encoder_init(TextEncoder *self, PyObject *args, PyObject *kwds)
     }
     if (read_steps(steps, &self->steps, &self->nsteps) < 0)
         return -1;           /* the steps read so far are freed with the encoder */
+    if (self->steps != NULL)
+        chain_ready(&self->chain, self->steps, self->nsteps);
     if (guard != Py_None) {
         Py_INCREF(guard);
         self->guard = guard;
@@ -1954,6 +2170,14 @@ static int encode_text(TextEncoder *self, const uint8_t *s, size_t len)
     size_t at = 0;
     int rc;
     self->out.n = 0;
+    if (self->chain.on) {
+        do {
+            self->spans.n = 0;
+            if ((rc = chain_pieces(self, s, len, &at, SPLIT_PART)) < 0 || (rc = encode_spans(self, s, len)) < 0)
+                return rc;
+        } while (at != SPLIT_DONE);
+        return 0;
+    }
     if (self->steps != NULL)
         return (rc = split_steps(self, s, len)) < 0 ? rc : encode_spans(self, s, len);
     do {
@@ -2527,6 +2751,7 @@ static PyObject *encoder_fork(TextEncoder *self, PyObject *Py_UNUSED(ignored))
     }
     Py_XINCREF(self->guard);
     fork->guard = self->guard;
+    fork->chain = self->chain;
     Py_INCREF(self->pattern);
     fork->pattern = self->pattern;
     return (PyObject *)fork;
@@ -2563,7 +2788,21 @@ static PyObject *encoder_get_starts_from_characters(TextEncoder *self, void *clo
     return PyBool_FromLong(self->chars.chars != NULL);
 }
 
+static PyObject *encoder_get_chained(TextEncoder *self, void *closure)
+{
+    return PyBool_FromLong(self->chain.on);
+}
+
+static PyObject *encoder_get_chain_batch(TextEncoder *self, void *closure)
+{
+    return PyBool_FromLong(self->chain.batch_digits != 0);
+}
+
 static PyGetSetDef encoder_getset[] = {
+    {"chained", (getter)encoder_get_chained, NULL,
+     "whether `steps` split the text in one pass (runs of classes, then DeepSeek's word regex: chain_pieces)", NULL},
+    {"chain_batch", (getter)encoder_get_chain_batch, NULL,
+     "whether that pass splits runs of ASCII 64 bytes at a time (words_batch)", NULL},
     {"starts_from_characters", (getter)encoder_get_starts_from_characters, NULL,
      "whether a piece's characters start merged where that is exact (_char_start.h)", NULL},
     {NULL, NULL, NULL, NULL, NULL}
@@ -2666,9 +2905,9 @@ static PyObject *sequence_pieces(PyObject *Py_UNUSED(module), PyObject *args)
     PyObject *text, *out;
     const uint8_t *s;
     Py_ssize_t len;
-    size_t k;
-    int rc;
-    if (!PyArg_ParseTuple(args, "O!U:sequence_pieces", &TextEncoderType, &encoder, &text))
+    size_t k, at = 0;
+    int rc, chained = 1;
+    if (!PyArg_ParseTuple(args, "O!U|p:sequence_pieces", &TextEncoderType, &encoder, &text, &chained))
         return NULL;
     if (encoder->steps == NULL) {
         PyErr_SetString(PyExc_ValueError, "sequence_pieces: the encoder has no steps");
@@ -2677,7 +2916,9 @@ static PyObject *sequence_pieces(PyObject *Py_UNUSED(module), PyObject *args)
     if ((s = encoder_take(encoder, text, &len)) == NULL)
         return NULL;
     /* busy until the pieces are read out: making their strs may let another thread in */
-    if ((rc = split_steps(encoder, s, (size_t)len)) < 0)
+    encoder->spans.n = 0;
+    if ((rc = chained && encoder->chain.on ? chain_pieces(encoder, s, (size_t)len, &at, SIZE_MAX)
+                                           : split_steps(encoder, s, (size_t)len)) < 0)
         return encoder_done(encoder, (split_failed(rc), NULL));
     if ((out = PyList_New((Py_ssize_t)encoder->spans.n)) == NULL)
         return encoder_done(encoder, NULL);
@@ -2703,8 +2944,9 @@ static PyMethodDef module_methods[] = {
     {"library_version", library_version, METH_NOARGS,
      "library_version()\n--\n\n(PCRE2 version, its Unicode version), as the loaded library reports them."},
     {"sequence_pieces", sequence_pieces, METH_VARARGS,
-     "sequence_pieces(encoder, text)\n--\n\nThe pieces (str) the Split steps of a TextEncoder made with `steps`\n"
-     "cut text into, before any merge; Fallback where encode would raise it."},
+     "sequence_pieces(encoder, text, chained=True)\n--\n\nThe pieces (str) the Split steps of a TextEncoder made with\n"
+     "`steps` cut text into, before any merge; Fallback where encode would raise it. `chained`: as encode splits\n"
+     "(in one pass where the steps are a chain, see `TextEncoder.chained`); False: step after step."},
     {NULL, NULL, 0, NULL}
 };
 

@@ -772,21 +772,26 @@ static inline uint64_t batch_starts(const BatchClasses *b, int digits, uint64_t 
     return white_start | punct_start | letter_start | digit_start | after_contraction | 1;
 }
 
-static inline size_t scan_batch(const uint8_t *s, size_t pos, int digits, Span *out, size_t *n, size_t *retry)
+static inline BatchClasses batch_classes_at(const uint8_t *s)
 {
-    /* The sure pieces of s[pos..pos + 64) (a piece starts at pos), appended to out[*n..] (room for
-     * 63 more): where the next piece starts. When none is sure (pos returned), *retry is where a
-     * batch may do better: past the window's last byte beyond ASCII or below 0x20 (the scanner
-     * reads byte by byte up to there), else (an apostrophe, a long number) the next piece. */
+    /* batch_classes of s[0..64), with the widest instruction set the processor has (batch_level). */
 #ifdef BATCH_WIDE
     const int level = batch_level_ready();
-    BatchClasses b = level == BATCH_SSE2 ? batch_classes(s + pos)
-                     : (batch_window_readable(s + pos), level == BATCH_AVX2 ? batch_classes_avx2(s + pos)
-                                                                           : batch_classes_avx512(s + pos));
+    if (level == BATCH_SSE2)
+        return batch_classes(s);
+    batch_window_readable(s);
+    return level == BATCH_AVX2 ? batch_classes_avx2(s) : batch_classes_avx512(s);
 #else
-    BatchClasses b = batch_classes(s + pos);
+    return batch_classes(s);
 #endif
-    uint64_t unsure, starts = batch_starts(&b, digits, &unsure);
+}
+
+static inline size_t batch_pieces(uint64_t starts, uint64_t unsure, uint64_t any_unsure, size_t pos, Span *out,
+                                  size_t *n, size_t *retry)
+{
+    /* The pieces of the window at pos that `starts` ends before its first `unsure` byte, appended
+     * to out[*n..]: where the next piece starts. When there is none (pos returned), *retry is past
+     * the window's last `any_unsure` byte (the byte-by-byte scanner reads up to there), else pos. */
     size_t start = 0, k = *n;
     /* The starts before the first unsure byte, but byte 0's: each ends the piece before it. */
     starts &= ((uint64_t)1 << __builtin_ctzll(unsure)) - 1;
@@ -801,8 +806,19 @@ static inline size_t scan_batch(const uint8_t *s, size_t pos, int digits, Span *
     }
     *n = k;
     if (start == 0)
-        *retry = b.unsure ? pos + 64 - (size_t)__builtin_clzll(b.unsure) : pos;
+        *retry = any_unsure ? pos + 64 - (size_t)__builtin_clzll(any_unsure) : pos;
     return pos + start;
+}
+
+static inline size_t scan_batch(const uint8_t *s, size_t pos, int digits, Span *out, size_t *n, size_t *retry)
+{
+    /* The sure pieces of s[pos..pos + 64) (a piece starts at pos), appended to out[*n..] (room for
+     * 63 more): where the next piece starts. When none is sure (pos returned), *retry is where a
+     * batch may do better: past the window's last byte beyond ASCII or below 0x20 (the scanner
+     * reads byte by byte up to there), else (an apostrophe, a long number) the next piece. */
+    BatchClasses b = batch_classes_at(s + pos);
+    uint64_t unsure, starts = batch_starts(&b, digits, &unsure);
+    return batch_pieces(starts, unsure, b.unsure, pos, out, n, retry);
 }
 
 static int scan_batch_ready(const Scanner *sc)

@@ -139,4 +139,69 @@ static size_t word_piece(const uint8_t *classes, const uint8_t *s, size_t len, s
     return WORD_NONE;
 }
 
+/* ---- 64 bytes at a time: the whole chain's pieces of plain ASCII text ---------------------------------
+ *
+ * DeepSeek's chain splits the digits off first (\p{N}{1,3}: runs of three from each run's start),
+ * then its runs of CJK, then each piece left by the word regex above. In a window of ASCII letters,
+ * digits, whitespace and punctuation (and U+2010..U+2027, punctuation beyond ASCII), where each
+ * piece starts follows from the classes of the bytes around it, as for the cl100k family
+ * (`_split_scan.h`'s batch_starts, whose masks and rules this shares), with four differences:
+ *   - a run of digits ends the word regex's subject: the whitespace before it is not cut before its
+ *     last character (\s+(?!\S) meets the subject's end and takes the whole run);
+ *   - no contractions: an apostrophe is punctuation as any other (A takes it with letters after it);
+ *   - only an ASCII mark that starts a piece takes the letters after it (A); U+2010..U+2027 do not
+ *     (B's optional first character is no punctuation, and C stops before letters);
+ *   - DEL (0x7F) is no punctuation here (\p{Cc}, which B may take before a word): unsure.
+ * A CJK character is beyond ASCII, so unsure, as is every other byte the window cannot read.
+ * Worked example: "It's  a dog-eat-dog.\n\n  42x" -> "It", "'s", " ", " a", " dog", "-eat", "-dog",
+ * ".\n\n", "  ", "42", "x" (the 64 bytes would go on). tests/bpe_ops/test_sequence_split_compiled.py
+ * holds the chain to PCRE2 running each step. */
+#ifdef SCAN_BATCH
+static inline uint64_t words_batch_starts(const BatchClasses *b, int digits, uint64_t *unsure)
+{
+    /* Bit i set where byte i starts a piece (byte 0 among them); *unsure, the bytes whose bit may
+     * be wrong (see batch_starts). `digits`: the digit step's longest run, 1 or 3. */
+    const uint64_t after_punct = b->punct << 1, after_digit = b->digit << 1;
+    const uint64_t before_other = (b->letter | b->punct) >> 1;        /* no digit: see above */
+    uint64_t taken = spread_up(after_punct & b->newline, b->newline);
+    uint64_t white = b->white & ~taken;
+    uint64_t lines = spread_down(white & b->newline, white), tail = white & ~lines;
+    uint64_t white_start = (white & ~(white << 1)) | (tail & lines << 1) | (tail & before_other);
+    uint64_t punct_start = b->punct & ~(after_punct | b->space << 1);
+    /* The byte after a punctuation character's first byte: a letter there follows an ASCII mark
+     * (U+2010..U+2027 have two more bytes), which A takes with it. */
+    uint64_t letter_start = b->letter & ~(b->letter << 1 | tail << 1 | punct_start << 1);
+    uint64_t digit_start = digits == 1 ? b->digit : b->digit & ~after_digit;
+    uint64_t odd = b->unsure | (uint64_t)1 << 63;
+    if (digits == 3) {
+        uint64_t fourth = b->digit & after_digit & b->digit << 2 & b->digit << 3;
+        digit_start |= fourth;
+        odd |= fourth << 1 & b->digit;
+    }
+    *unsure = odd | spread_down(white & odd >> 1, white);
+    return white_start | punct_start | letter_start | digit_start | 1;
+}
+
+static inline uint64_t words_batch_del(const uint8_t *s)
+{
+    /* The DEL bytes (0x7F) of s[0..64). */
+    const __m128i del = _mm_set1_epi8(0x7F);
+    return batch_mask(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)s), del),
+                      _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(s + 16)), del),
+                      _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(s + 32)), del),
+                      _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(s + 48)), del));
+}
+
+static inline size_t words_batch(const uint8_t *s, size_t pos, int digits, Span *out, size_t *n, size_t *retry)
+{
+    /* scan_batch for DeepSeek's chain: the sure pieces of s[pos..pos + 64) (a piece starts at pos)
+     * appended to out[*n..] (room for 63 more); where the next piece starts (see batch_pieces). */
+    BatchClasses b = batch_classes_at(s + pos);
+    uint64_t del = words_batch_del(s + pos), unsure, starts;
+    b.unsure |= del;        /* left in punct too: nothing after the first unsure byte is read */
+    starts = words_batch_starts(&b, digits, &unsure);
+    return batch_pieces(starts, unsure, b.unsure, pos, out, n, retry);
+}
+#endif
+
 #endif

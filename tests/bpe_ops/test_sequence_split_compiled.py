@@ -253,3 +253,102 @@ def test_long_runs_split_like_regex():
     got = sequence_pieces(bare_encoder(sequence_split.encoder_steps(spec)), text)
     assert got[0] == text[:0x9FA6 - 0x4E00] and got[1:33335] == ["777"] * 33333 + ["7"]
     assert got == hf_components.pre_tokenizer(spec)(text)
+
+
+# ---- the steps as one chain (`_pcre2.c`'s chain_pieces): the pieces of the steps run one by one ----
+
+@lru_cache(maxsize=None)
+def chain_encoders(patterns: tuple, last_behavior: str = "Isolated") -> tuple[TextEncoder, TextEncoder]:
+    """(the steps with their readings, the steps on PCRE2 alone) for Isolated Splits by `patterns`
+    (the last with `last_behavior`); the guard off, PCRE2 being the reference on every character."""
+    spec = {"type": "Sequence", "pretokenizers": [split(p) for p in patterns[:-1]] +
+            [split(patterns[-1], last_behavior), BYTE_LEVEL_PLAIN]}
+    steps = sequence_split.encoder_steps(spec)
+    steps["guard"] = None
+    return bare_encoder(steps), bare_encoder(steps, readings=False)
+
+
+def split_every_way(patterns: tuple, text: str) -> list[str]:
+    """The chain's pieces of `text`, checked equal step by step (with the readings) and on PCRE2."""
+    encoder, plain = chain_encoders(patterns)
+    chained = sequence_pieces(encoder, text)
+    assert chained == sequence_pieces(encoder, text, False), text[:80]
+    assert chained == sequence_pieces(plain, text), text[:80]
+    return chained
+
+
+DEEPSEEK = (DIGITS, CJK, WORD)
+
+
+@pytest.mark.parametrize("patterns, last_behavior, chained, batch", [
+    (DEEPSEEK, "Isolated", True, True),
+    ((r"\p{N}", WORD), "Isolated", True, True),
+    ((CJK, WORD), "Isolated", True, False),              # digits are the word regex's: no window reads them
+    ((r"\p{N}+", CJK, WORD), "Isolated", True, False),   # runs of digits unbounded
+    ((r"\p{Nd}{1,3}", r"\p{N}", WORD), "Isolated", False, False),   # two classes share the digits
+    ((r"\p{N}{2,3}", WORD), "Isolated", False, False),   # a run of one digit is no match
+    ((DIGITS, LLAMA3), "Isolated", False, False),        # not DeepSeek's word regex
+    (DEEPSEEK, "Removed", False, False),
+    ((WORD,), "Isolated", False, False),                 # nothing split off first
+])
+def test_which_chains_split_in_one_pass(patterns, last_behavior, chained, batch):
+    encoder, plain = chain_encoders(patterns, last_behavior)
+    assert (encoder.chained, encoder.chain_batch) == (chained, batch)
+    assert not plain.chained
+
+
+def test_the_chain_in_one_pass_gives_each_steps_pieces():
+    assert split_every_way(DEEPSEEK, "It's  a dog-eat-dog.\n\n  42x") == [
+        "It", "'s", " ", " a", " dog", "-eat", "-dog", ".\n\n", "  ", "42", "x"]
+    assert split_every_way(DEEPSEEK, "ab 1234日本・x") == ["ab", " ", "123", "4", "日本", "・", "x"]
+    # The same, 64-byte windows' worth at a time: a window reads the ASCII, the scanner the rest.
+    text = ("The year 2024: 1234567 items,  each\t\t(x-y)\n\n  \"quoted\" — ‘a’… \x7fdel\x00 " * 9 +
+            "東京タワー333m、ＡＢＣ１２３ ١٢٣٤ 😀x\u3000\u2028.\n")
+    assert split_every_way(DEEPSEEK, text) == hf_components.pre_tokenizer(chain(*DEEPSEEK))(text)
+
+
+# Pieces whose order changes where the chain cuts: letters, whitespace of each kind, punctuation
+# (ASCII, U+2010..U+2027 and beyond), digits of several scripts, DEL and control bytes, CJK, marks,
+# characters beyond the BMP.
+CHAIN_PIECES = ["a", "Hello", "x", " ", "  ", "   ", ".", ",", "-", "(", "?!", "_", "'", "'s", "1", "12", "123",
+                "1234", "12345", "\n", "\r\n", "\t", " \n", "\x0b", "\x0c", "\x00", "\x1f", "\x7f", "é", "中",
+                "日本", "・", "ー", "😀", "𝟙", "\xa0", "٣", "—", "’", "“", "…", "\u2028", "\u3000", "\u0301", "ab"]
+
+
+@pytest.mark.parametrize("patterns", [DEEPSEEK, (r"\p{N}", WORD)])
+# The instruction set is the test's, the same for all its examples.
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parts=st.lists(st.sampled_from(CHAIN_PIECES), min_size=20, max_size=200),
+       plain=st.lists(st.sampled_from(CHAIN_PIECES[:21]), max_size=60))
+def test_long_mostly_ascii_texts_split_as_the_steps_do(patterns, isa, parts, plain):
+    # A long plain stretch first (whole windows of sure pieces), then the mixture.
+    split_every_way(patterns, "".join(plain) * 3 + "".join(parts))
+
+
+def test_every_four_characters_at_every_place_of_a_window(isa):
+    # Every sequence of four of these characters after prefixes that put it at different places of
+    # the 64-byte window, plain text around it (one text of many, NUL apart: a NUL is a byte the
+    # window leaves to the scanner, so each starts the windows afresh).
+    symbols = ["a", "B", " ", ".", "'", "1", "\n", "\t", "é", "—", "\x7f", "中"]
+    prefixes = ["", "Ab", " cd,", "ef. gh", "The big   dog's 1 ", "x" * 40 + " y", "Ok " * 19]
+    sequences = ["".join((a, b, c, d)) for a in symbols for b in symbols for c in symbols for d in symbols]
+    for prefix in prefixes:
+        for k in range(0, len(sequences), 500):
+            split_every_way(DEEPSEEK, "\x00".join(prefix + seq + "xy z. " + "w" * 60 for seq in sequences[k:k + 500]))
+
+
+def test_runs_of_whitespace_and_digits_across_a_windows_end(isa):
+    # A run of whitespace is split by its last newline, which may lie past the window or past a byte
+    # it cannot read, and is not cut before digits; runs of digits go on across the window's end.
+    runs = [" \n  \n ", "\n\n", "\n \n", "  \n", "\t\n\t", "\r\n \r\n", " \n \xa0\n ", "\n  \xa0 x", "\n \x1f\n",
+            "  \t  ", ".\n \n", "a \n", "  12", "\n  123456789", " 1234 ", "12\n\n 34", "-1234x"]
+    for run in runs:
+        for k in range(40, 70):
+            for text in ("a" * k + run + "b" * 80, "a b" * (k // 3) + "c" * (k % 3) + run + ". " * 40):
+                split_every_way(DEEPSEEK, text)
+
+
+def test_real_documents_split_in_one_pass_as_step_by_step(corpora):
+    for corpus in ("en", "code", "multi"):
+        for text in read_jsonl_texts(corpora / corpus, limit=40):
+            split_every_way(DEEPSEEK, text)

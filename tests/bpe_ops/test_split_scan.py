@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from bpe_ops import pretokenize
 from bpe_ops.pretokenize import SCANNED_PATTERNS, _pcre2_compile
+from tests.bpe_ops.conftest import batch_isas
 from tests.conftest import read_jsonl_texts
 
 pcre2 = pretokenize._pcre2_module()
@@ -120,21 +121,6 @@ ASCII_PIECES = ["a", "Hello", "world", "x", " ", "  ", "   ", "    ", ".", ",", 
                 "12345", "\n", "\r\n", "\t", " \n", "\x0b", "\x00", "\x7f", "é", "中", "😀", "\xa0", "٣",
                 "—", "’", "“", "”", "…", "\u200f", "\u2028", "\u2030", "\u2000"]
 CL100K_FAMILY = [p for p in PATTERNS if SCANNED_PATTERNS[p][0] == "cl100k"]
-
-
-def batch_isas() -> list[str]:
-    """The instruction sets the 64-byte windows classify bytes with on this processor (SSE2 always,
-    AVX2 and AVX-512BW where it has them), narrowest first: each window test runs once with each."""
-    return ["sse2"] if pcre2 is None else pcre2.batch_isas()
-
-
-@pytest.fixture(params=batch_isas())
-def isa(request):
-    """The splitter's windows classified with `request.param`, the processor's default after."""
-    before = pcre2.batch_isa()
-    pcre2.batch_isa(request.param)
-    yield request.param
-    pcre2.batch_isa(before)
 
 
 def test_the_windows_classify_with_the_widest_instruction_set_there_is():
