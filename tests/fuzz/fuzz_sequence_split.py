@@ -1,9 +1,10 @@
 """Fuzz target: a Sequence of Split pre-tokenizers run by the compiled encoder
 (`_pcre2.TextEncoder(steps=...)`, see bpe_ops/sequence_split.py) against its specification, the
 Python chain of bpe_ops/hf_components.py with the pure-Python merge. The input picks one to four
-steps (a pattern from a pool of real models' and edge-case patterns, a behavior, invert) and a text;
+steps (a pattern from a pool of real models' and edge-case patterns, a behavior, invert), or DeepSeek-V3's
+chain (split in one pass: `TextEncoder.chained`) on a text repeated past a few 64-byte windows, and a text;
 a finding is any difference in ids or in the pieces before the merge (`_pcre2.sequence_pieces`, also
-against the same steps split by PCRE2 alone, without `sequence_split.step_reading`'s class runs and
+against the steps run one after another and the same steps split by PCRE2 alone, without `sequence_split.step_reading`'s class runs and
 word scanner), or any exception but `Fallback` (a text the compiled encoder hands back to Python). GPT-2's vocabulary (../shared/oracles/gpt2) gives the merges. Run from the
 worktree:
 
@@ -31,6 +32,7 @@ PATTERNS = [
     r"(?<=a)b+", r"x(?=y)", r"[^a-z]+", r"[\p{P}\p{S}]+$", "^ ",
     r"\p{N}{2,3}", r"\P{L}{2,}", r"[\p{P}\p{S}]", r"[\s\p{M}]{2}", r"\p{Lu}+", "\U0001F44D",
 ]
+DEEPSEEK_STEPS = (0, 2, 9)       # DeepSeek-V3's chain, Isolated: one input in eight (its first byte 224+)
 _SHARED = Path(__file__).resolve().parents[3] / "shared" / "oracles" / "gpt2"
 _BASE = []                      # GPT-2's first 3,000 merges (an encoder is built per chain, in
                                 # milliseconds), read on first use: importing this module reads no file
@@ -64,9 +66,10 @@ def _encoders(spec: dict):
 def check(data: bytes) -> None:
     if len(data) < 2:
         return
-    count, data = 1 + data[0] % 4, data[1:]
-    steps = []
-    for k in range(count):
+    count, deepseek, data = 1 + data[0] % 4, data[0] >= 224, data[1:]
+    steps = [{"type": "Split", "pattern": {"Regex": PATTERNS[k]}, "behavior": "Isolated", "invert": False}
+             for k in DEEPSEEK_STEPS] if deepseek else []
+    for k in range(0 if deepseek else count):
         if len(data) < 1:
             return
         pick, data = data[0], data[1:]
@@ -77,6 +80,8 @@ def check(data: bytes) -> None:
     # An odd-length input keeps its invalid bytes as lone surrogates, which the compiled encoder must
     # hand back to Python (Fallback) rather than encode.
     text = data.decode("utf-8", "surrogateescape" if len(data) % 2 else "replace")
+    if deepseek and text:       # long enough for the chain's 64-byte windows (chain_pieces)
+        text *= 1 + 200 // len(text)
     encoders = _encoders(spec)
     if encoders is None:
         return
@@ -92,6 +97,9 @@ def check(data: bytes) -> None:
     compiled = sequence_pieces(encoder, text)
     if compiled != pieces:
         raise AssertionError(f"{steps} on {text!r}: compiled pieces {compiled}, Python {pieces}")
+    if sequence_pieces(encoder, text, False) != compiled:
+        raise AssertionError(f"{steps} on {text!r}: pieces {compiled}, step after step "
+                             f"{sequence_pieces(encoder, text, False)}")
     try:
         by_pcre2 = sequence_pieces(plain, text)
     except Fallback:            # an empty match or a limit, which PCRE2 alone meets and a reading may not
