@@ -268,12 +268,23 @@ def chain_encoders(patterns: tuple, last_behavior: str = "Isolated") -> tuple[Te
     return bare_encoder(steps), bare_encoder(steps, readings=False)
 
 
+@lru_cache(maxsize=None)
+def python_chain(patterns: tuple):
+    """The Python specification's pre-tokenizer for Isolated Splits by `patterns`, and the guard:
+    the code points its `regex` reads otherwise than PCRE2 (None: none)."""
+    return hf_components.pre_tokenizer(chain(*patterns)), sequence_split.encoder_steps(chain(*patterns))["guard"]
+
+
 def split_every_way(patterns: tuple, text: str) -> list[str]:
-    """The chain's pieces of `text`, checked equal step by step (with the readings) and on PCRE2."""
+    """The chain's pieces of `text`, checked equal step by step (with the readings), on PCRE2 and
+    by the Python specification (where its `regex` reads every character as PCRE2 does)."""
     encoder, plain = chain_encoders(patterns)
     chained = sequence_pieces(encoder, text)
     assert chained == sequence_pieces(encoder, text, False), text[:80]
     assert chained == sequence_pieces(plain, text), text[:80]
+    python, guard = python_chain(patterns)
+    if guard is None or not any(guard[ord(c) >> 3] >> (ord(c) & 7) & 1 for c in set(text)):
+        assert chained == python(text), text[:80]
     return chained
 
 
