@@ -1330,39 +1330,49 @@ static const uint8_t *build_word_classes(void)
     return word_classes;
 }
 
-static int words_split(const SplitStep *step, const uint8_t *s, size_t len, Spans *out)
+static int word_next(const SplitStep *step, const uint8_t *s, size_t from, size_t end, size_t p, Span *match)
 {
-    /* What split_text makes of s[0..len) for DeepSeek's word regex: word_piece's matches, PCRE2 from
-     * where word_piece cannot decide. `out` is emptied first. */
-    size_t pos = 0, next, *ov = P.get_ovector_pointer(step->matcher->data);
+    /* The first match of DeepSeek's word regex at or after byte p of the subject s[from..end):
+     * word_piece's, PCRE2's from where word_piece cannot decide. 1 with *match set, 0 where there is
+     * none, or SPLIT_LIMIT or SPLIT_EMPTY_MATCH. */
+    size_t next, *ov = P.get_ovector_pointer(step->matcher->data);
     int rc;
-    out->n = 0;
-    while (pos < len) {
-        size_t end = word_piece(step->words, s, len, pos);
-        if (end == WORD_NONE) {
-            code_point_at(s, pos, &next);
-            pos = next;
+    while (p < end) {
+        size_t e = word_piece(step->words, s, end, p);
+        if (e == WORD_NONE) {
+            code_point_at(s, p, &next);
+            p = next;
             continue;
         }
-        if (end != SCAN_PCRE2) {
-            if (spans_push(out, pos, end) < 0)
-                return SPLIT_NOMEM;
-            pos = end;
-            continue;
+        if (e != SCAN_PCRE2) {
+            *match = (Span){p, e};
+            return 1;
         }
-        rc = P.match(step->pattern->code, s, len, pos, PCRE2_NO_UTF_CHECK, step->matcher->data,
+        rc = P.match(step->pattern->code, s + from, end - from, p - from, PCRE2_NO_UTF_CHECK, step->matcher->data,
                      step->matcher->context);
         if (rc == PCRE2_ERROR_NOMATCH)
-            break;
+            return 0;
         if (rc < 0)
             return SPLIT_LIMIT;
         if (ov[1] == ov[0])
             return SPLIT_EMPTY_MATCH;
-        if (spans_push(out, ov[0], ov[1]) < 0)
-            return SPLIT_NOMEM;
-        pos = ov[1];
+        *match = (Span){from + ov[0], from + ov[1]};
+        return 1;
     }
     return 0;
+}
+
+static int words_split(const SplitStep *step, const uint8_t *s, size_t len, Spans *out)
+{
+    /* What split_text makes of s[0..len) for DeepSeek's word regex (word_next's matches). `out` is
+     * emptied first. */
+    Span match;
+    int rc;
+    out->n = 0;
+    for (match.end = 0; (rc = word_next(step, s, 0, len, match.end, &match)) == 1;)
+        if (spans_push(out, match.start, match.end) < 0)
+            return SPLIT_NOMEM;
+    return rc;
 }
 
 static int step_pieces(const SplitStep *step, const uint8_t *text, Span piece, Spans *matches,
@@ -1525,37 +1535,14 @@ static int chain_words(const TextEncoder *self, const uint8_t *s, size_t end, si
      * the text before it (a piece of its own: Isolated); *pos = where it ends (end: no match, the
      * rest one piece). *pos is a piece's start, and the regex looks neither behind nor at the
      * subject's start, so where the subject starts before it does not matter. */
-    const SplitStep *step = &self->steps[self->nsteps - 1];
-    const Chain *c = &self->chain;
-    size_t p = *pos, next, start = end, stop = end;
-    while (p < end) {
-        size_t e = word_piece(c->words, s, end, p);
-        if (e == WORD_NONE) {
-            code_point_at(s, p, &next);
-            p = next;
-            continue;
-        }
-        if (e == SCAN_PCRE2) {
-            size_t *ov = P.get_ovector_pointer(step->matcher->data);
-            int rc = P.match(step->pattern->code, s + *pos, end - *pos, p - *pos, PCRE2_NO_UTF_CHECK,
-                             step->matcher->data, step->matcher->context);
-            if (rc == PCRE2_ERROR_NOMATCH)
-                break;
-            if (rc < 0)
-                return SPLIT_LIMIT;
-            if (ov[1] == ov[0])
-                return SPLIT_EMPTY_MATCH;
-            start = *pos + ov[0];
-            stop = *pos + ov[1];
-            break;
-        }
-        start = p;
-        stop = e;
-        break;
-    }
-    if ((start > *pos && spans_push(out, *pos, start) < 0) || (stop > start && spans_push(out, start, stop) < 0))
+    Span match = {end, end};
+    int rc = word_next(&self->steps[self->nsteps - 1], s, *pos, end, *pos, &match);
+    if (rc < 0)
+        return rc;
+    if ((match.start > *pos && spans_push(out, *pos, match.start) < 0) ||
+        (match.end > match.start && spans_push(out, match.start, match.end) < 0))
         return SPLIT_NOMEM;
-    *pos = stop;
+    *pos = match.end;
     return 0;
 }
 
