@@ -1335,7 +1335,7 @@ static int word_next(const SplitStep *step, const uint8_t *s, size_t from, size_
     /* The first match of DeepSeek's word regex at or after byte p of the subject s[from..end):
      * word_piece's, PCRE2's from where word_piece cannot decide. 1 with *match set, 0 where there is
      * none, or SPLIT_LIMIT or SPLIT_EMPTY_MATCH. */
-    size_t next, *ov = P.get_ovector_pointer(step->matcher->data);
+    size_t next, *ov;
     int rc;
     while (p < end) {
         size_t e = word_piece(step->words, s, end, p);
@@ -1350,6 +1350,7 @@ static int word_next(const SplitStep *step, const uint8_t *s, size_t from, size_
         }
         rc = P.match(step->pattern->code, s + from, end - from, p - from, PCRE2_NO_UTF_CHECK, step->matcher->data,
                      step->matcher->context);
+        ov = P.get_ovector_pointer(step->matcher->data);
         if (rc == PCRE2_ERROR_NOMATCH)
             return 0;
         if (rc < 0)
