@@ -85,6 +85,11 @@ def compiled_ids(tok, text):
 def test_every_chain_of_splits_gets_the_compiled_encoder(engines):
     for name, (tok, _, _) in engines.items():
         assert tok._text_encoder is not None, name
+    # DeepSeek-V3's file, its patterns spelled as the file spells them, is split in one pass, its
+    # plain ASCII 64 bytes at a time; chains of other kinds step by step.
+    deepseek = engines["deepseek"][0]._text_encoder
+    assert deepseek.chained and deepseek.chain_batch
+    assert not any(tok._text_encoder.chained for name, (tok, _, _) in engines.items() if name != "deepseek")
 
 
 @pytest.mark.oracle
