@@ -376,6 +376,37 @@ def test_parquet_read_as_runs_gives_the_items_of_reading_it_row_by_row(
     assert [x.row for x in expected] == list(range(len(values)))
 
 
+@pytest.mark.parametrize("fail_fast", [False, True])
+def test_a_parquet_shard_read_in_batches_gives_the_records_and_account_of_reading_it_record_by_record(
+        tmp_path, monkeypatch, fail_fast):
+    # ShardReader.batches (tokenize's: runs) and iterating it (the other commands': records) set
+    # aside, list and count the same rows of a Parquet shard, with fail-fast too.
+    from pipelines.core.errors import ShardFailure
+    from pipelines.datasets.shards import ShardReader
+
+    monkeypatch.setattr(sources, "PARQUET_BATCH_ROWS", 16)
+    texts = [None if i % 13 == 5 else "y" * 300 if i % 17 == 3 else f"text {i} é" for i in range(100)]
+    path = write_parquet(tmp_path / "s.parquet", pa.table({"text": texts, "id": [f"r{i}" for i in range(100)]}))
+
+    def read(batched: bool):
+        reader = ShardReader(shard_of(path), SourceOptions(max_record_bytes=200), str(tmp_path / f"out-{batched}"),
+                             fail_fast)
+        try:
+            records = [r for batch in reader.batches() for r in batch] if batched else list(reader)
+        except ShardFailure as exc:
+            return str(exc)
+        return records, vars(reader.finish()), (tmp_path / f"out-{batched}" / "rejected" / "s.jsonl").read_text()
+
+    expected = read(False)
+    assert read(True) == expected
+    if fail_fast:
+        assert "--fail-fast" in expected and "record_too_large" in expected
+    else:
+        records, account, rejected = expected
+        assert [r.text for r in records] == [t for i, t in enumerate(texts) if t is not None and i % 17 != 3]
+        assert account["records_read"] == 100 and rejected.count("\n") == 100 - len(records) == 14
+
+
 def test_parquet_batches_of_valid_text_come_as_runs(tmp_path, monkeypatch):
     # No object per record: a batch's records are one RecordRun, a rejected row between two runs.
     monkeypatch.setattr(sources, "PARQUET_BATCH_ROWS", 4)
