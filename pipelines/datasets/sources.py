@@ -714,14 +714,14 @@ def _parquet_runs(texts: list[str | None], nulls: int, ids: pa.Array | None, ove
     elif pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type):
         record_ids = ids.to_pylist()        # str, or None: the default id, as `_record_id` gives it
     else:
-        record_ids = [None if v is None else _record_id(v, shard, 0) for v in ids.to_pylist()]
+        record_ids = [None if v is None else _record_id(v, shard, row + k) for k, v in enumerate(ids.to_pylist())]
     odd = sorted(set(oversized).union(i for i, text in enumerate(texts) if text is None)) if oversized or nulls else ()
     items, at, relpath = [], 0, shard.relpath
     for index in odd:
         if index > at:
             items.append(_records_of(texts[at:index], record_ids and record_ids[at:index], row + at, relpath))
-        items.append(_parquet_rejected(shard, row + index, _record_id(record_ids and record_ids[index], shard, row + index),
-                                       oversized.get(index), options))
+        rid = _record_id(record_ids and record_ids[index], shard, row + index)
+        items.append(_parquet_rejected(shard, row + index, rid, oversized.get(index), options))
         at = index + 1
     if at < len(texts):
         items.append(_records_of(texts[at:], record_ids and record_ids[at:], row + at, relpath))

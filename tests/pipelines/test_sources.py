@@ -355,8 +355,9 @@ def test_parquet_read_as_runs_gives_the_items_of_reading_it_row_by_row(
     # above the limit, invalid UTF-8 (a batch holding one is read row by row), ids of every kind.
     raw = [v.encode("utf-8", "surrogatepass") if isinstance(v, str) else v for v in values]
     column = pa.array(raw, pa.binary())
-    text = pa.Array.from_buffers(pa.large_string() if text_type == "large_string" else pa.string(), len(column),
-                                 column.cast(pa.large_binary() if text_type == "large_string" else pa.binary()).buffers())
+    large = text_type == "large_string"
+    text = pa.Array.from_buffers(pa.large_string() if large else pa.string(), len(column),
+                                 column.cast(pa.large_binary() if large else pa.binary()).buffers())
     if text_type == "dictionary" and all(v is None or isinstance(v, str) and v.isprintable() for v in values):
         text = pa.array(values, pa.string()).dictionary_encode()
     columns = {"text": text}
