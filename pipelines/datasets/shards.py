@@ -297,9 +297,8 @@ class ShardReader:
         """The good records in runs, in file order: those one read of a JSONL shard completes, or
         one batch of a Parquet shard's rows (`read_shard(batched=True)`: a `RecordRun`, columns with
         no object per record, where the compiled pass or Arrow read them, else a list), one at a
-        time for text shards; everything else set
-        aside and accounted for as `__iter__` does. A reader of short records pays its per-record
-        steps a run at a time."""
+        time for text shards; everything else set aside and accounted for as `__iter__` does. A
+        reader of short records pays its per-record steps a run at a time."""
         from pipelines.datasets.sources import read_shard
 
         account = self.account

@@ -516,16 +516,28 @@ def _read_block(block: "LineBlock", row: int, shard: Shard, options: SourceOptio
     are read here."""
     limit = options.max_record_bytes
     texts, ids, odd = _JSONL_BLOCK(block.data, block.end, *keys, -1 if limit is None else limit, block.begin)
-    relpath = shard.relpath
-    if not odd:
-        return [_records_of(texts, ids, row, relpath)] if texts else []
-    items, at = [], 0
-    for index, position, line in odd:
-        items.append(_records_of(texts[at:index], ids and ids[at:index], row + at, relpath))
+    def item(index: int, position: int, line: bytes | int):
         offset = block.start + position - block.begin
-        items.append(too_large(Oversized(offset, line), shard, row + index, options) if type(line) is int else
-                     _jsonl_item(*jsonl_line(offset, _without_cr(line)), row + index, shard, options))
+        return (too_large(Oversized(offset, line), shard, row + index, options) if type(line) is int else
+                _jsonl_item(*jsonl_line(offset, _without_cr(line)), row + index, shard, options))
+
+    return _runs_around(texts, ids, row, shard.relpath, ((index, item(index, *rest)) for index, *rest in odd))
+
+
+def _runs_around(texts: list, ids: list | None, row: int, relpath: str, odd: Iterable[tuple[int, object]]) -> list:
+    """A batch read as columns (`texts`, `ids`, rows numbered from `row`) whose rows at the indexes
+    `odd` gives, in order, were read apart (`(index, its item)`: a record, a rejected row): its items
+    as runs (`_runs_of_records`), the columns' stretches between those rows a `RecordRun` each.
+
+    >>> [len(x) if type(x) is RecordRun else x for x in _runs_around(["a", None, "c", "d"], None, 0, "s", [(1, "x")])]
+    [1, 'x', 2]
+    """
+    items, at = [], 0
+    for index, item in odd:
+        items += [_records_of(texts[at:index], ids and ids[at:index], row + at, relpath), item]
         at = index + 1
+    if at == 0:                            # nothing read apart: the batch is one run
+        return [_records_of(texts, ids, row, relpath)] if texts else []
     items.append(_records_of(texts[at:], ids and ids[at:], row + at, relpath))
     return _runs_of_records(items)
 
@@ -716,16 +728,9 @@ def _parquet_runs(texts: list[str | None], nulls: int, ids: pa.Array | None, ove
     else:
         record_ids = [None if v is None else _record_id(v, shard, row + k) for k, v in enumerate(ids.to_pylist())]
     odd = sorted(set(oversized).union(i for i, text in enumerate(texts) if text is None)) if oversized or nulls else ()
-    items, at, relpath = [], 0, shard.relpath
-    for index in odd:
-        if index > at:
-            items.append(_records_of(texts[at:index], record_ids and record_ids[at:index], row + at, relpath))
-        rid = _record_id(record_ids and record_ids[index], shard, row + index)
-        items.append(_parquet_rejected(shard, row + index, rid, oversized.get(index), options))
-        at = index + 1
-    if at < len(texts):
-        items.append(_records_of(texts[at:], record_ids and record_ids[at:], row + at, relpath))
-    return items
+    return _runs_around(texts, record_ids, row, shard.relpath,
+                        ((i, _parquet_rejected(shard, row + i, _record_id(record_ids and record_ids[i], shard, row + i),
+                                               oversized.get(i), options)) for i in odd))
 
 
 def _parquet_rows(column: pa.Array, ids: pa.Array | None, keeps: dict[str, pa.Array], oversized: dict[int, int],
