@@ -49,7 +49,7 @@ setup(
                            depends=["bpe_ops/_common.h", "bpe_ops/_merge_table.h"], optional=True),
                  Extension("bpe_ops._native", ["bpe_ops/_native.c"],
                            depends=["bpe_ops/_common.h", "bpe_ops/_byte_map.h", "bpe_ops/_guard.h", "bpe_ops/_json_scan.h",
-                                    "bpe_ops/_json_sections.h", "bpe_ops/_measure.h"],
+                                    "bpe_ops/_json_sections.h", "bpe_ops/_measure.h", "bpe_ops/_utf8_valid.h"],
                            optional=True),
                  Extension("bpe_ops._pcre2", ["bpe_ops/_pcre2.c"],
                            depends=["bpe_ops/_common.h", "bpe_ops/_byte_map.h", "bpe_ops/_guard.h", "bpe_ops/_merge_table.h",

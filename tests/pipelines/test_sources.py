@@ -591,6 +591,75 @@ def test_jsonl_records_from_bytes_equal_json_loads(text_field, id_field):
     assert fast >= 10         # the compiled read took many of them
 
 
+
+def _text_read_from(payload: bytes) -> str | None:
+    """The text the compiled read gives for a line whose text member holds `payload` as it is (None:
+    the line is left to json.loads)."""
+    read = sources._JSONL_TEXT_ID(b'{"text":"' + payload + b'"}', "text", None)
+    return None if read is None else read[0]
+
+
+def _plain(payload: bytes) -> bytes:
+    """`payload` with nothing that ends or escapes a JSON string: no '"', no '\\', no control byte."""
+    return bytes(b"x"[0] if c in b'"\\' or c < 0x20 else c for c in payload)
+
+
+def _decoded(payload: bytes) -> str | None:
+    try:
+        return payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def test_a_text_s_utf8_is_judged_as_python_s_decoder_judges_it_at_every_place():
+    """A line's text is read only where it is UTF-8 as Python's strict decoder takes it (no overlong
+    form, surrogate, code point past U+10FFFF or sequence cut short), checked 32 bytes at a time
+    after its first 64 non-ASCII bytes where the machine has AVX2: every lead byte, then a byte of
+    each range that decides the pair's errors, then none to two continuation bytes or ASCII, at places
+    around the blocks' edges, at the text's end or before more of it; each is read, and read as
+    the decoder reads it, exactly where the decoder takes it."""
+    if sources._JSONL_TEXT_ID is None:
+        pytest.skip("bpe_ops._native not built")
+    seconds = [0x41, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC2, 0xE0, 0xF0, 0xF4, 0xFF]
+    line_start = len(b'{"text":"') + len("é".encode())     # the payload's bytes before its ASCII run
+    read = refused = 0
+    for lead in range(0x80, 0x100):
+        for second in seconds:
+            for tail in (b"", b"\x80", b"\xbf\xbf", b"\x80a", b"a"):
+                sequence = bytes([lead, second]) + tail
+                # the lead byte 1 to 3 bytes before a 32-byte block's end, at its end, or after it
+                for place in (93, 94, 95, 96, 97, 100, 124, 127):
+                    for after in (b"", "中".encode() * 20):
+                        payload = "é".encode() + b"a" * (place - line_start) + sequence + after
+                        expected = _decoded(payload)
+                        assert _text_read_from(payload) == expected, (sequence, place, after[:3])
+                        read += expected is not None
+                        refused += expected is None
+    assert read > 1_000 and refused > 100_000
+
+
+@settings(max_examples=400, deadline=None)
+@given(pieces=st.lists(st.sampled_from(["a", "\u00e9", "\u4e2d", "\U0001f600", "\u0800", "\uffff", "\U0010ffff",
+                                        "\ud7ff", "\ue000"]), max_size=120),
+       damage=st.sampled_from(["none", "byte", "cut", "insert"]), where=st.integers(0, 10_000),
+       byte=st.integers(0x80, 0xFF), ascii_before=st.sampled_from([0, 1, 31, 63, 64, 65, 200]))
+def test_a_text_s_utf8_with_damage_anywhere_is_judged_as_python_s_decoder_judges_it(pieces, damage, where, byte,
+                                                                                      ascii_before):
+    """Texts of characters of every UTF-8 length, whole or with one byte changed, cut or added
+    anywhere: the compiled read takes exactly the texts Python's strict decoder takes, as it reads them."""
+    if sources._JSONL_TEXT_ID is None:
+        pytest.skip("bpe_ops._native not built")
+    payload = b"a" * ascii_before + "".join(pieces).encode()
+    at = where % (len(payload) + 1)
+    if damage == "byte" and at < len(payload):
+        payload = payload[:at] + bytes([byte]) + payload[at + 1:]
+    elif damage == "cut":
+        payload = payload[:at]
+    elif damage == "insert":
+        payload = payload[:at] + bytes([byte]) + payload[at:]
+    payload = _plain(payload)
+    assert _text_read_from(payload) == _decoded(payload)
+
 # Lines around the corners above: blank ones (every byte bytes.strip() drops, a lone CR, a BOM
 # alone), CRLF endings, a BOM starting a line, and a line past --max-record-bytes.
 STREAM_EXTRAS = [b"", b"   ", b" \t\x0b\x0c\r", b"\r", b"\xef\xbb\xbf", b"\xef\xbb\xbf  \r", b'{"text":"crlf"}\r',
