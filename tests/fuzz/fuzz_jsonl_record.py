@@ -34,11 +34,14 @@ def check(data: bytes) -> None:
     line = data.split(b"\n", 1)[0]
     if not line.strip():
         return
-    # The line as it is, and with its first string value lengthened past the size whose text is
-    # decoded without the GIL (`_native`'s JSONL_FREE_THREADS_BYTES): the input's own characters then
-    # decide that str's kind.
+    # The line as it is; with its first string value lengthened past the size whose text is decoded
+    # without the GIL (`_native`'s JSONL_FREE_THREADS_BYTES): the input's own characters then decide
+    # that str's kind; and with two-byte characters before the input's bytes, so that the line's UTF-8
+    # is checked 32 bytes at a time (`_utf8_valid.h`) from its start, the input's bytes at every place
+    # of a block.
     value = line.find(b'":"')
-    lines = [line] if value < 0 else [line, line[:value + 3] + b"x" * 4100 + line[value + 3:]]
+    lines = [line] if value < 0 else [line, line[:value + 3] + b"x" * 4100 + line[value + 3:],
+                                      line[:value + 3] + "\u00e9".encode() * (32 + len(line) % 32) + line[value + 3:]]
     for variant in lines:
         for options in OPTIONS:
             got = sources.jsonl_record(variant, 0, 3, SHARD, options)
