@@ -54,7 +54,7 @@ setup(
                  Extension("bpe_ops._pcre2", ["bpe_ops/_pcre2.c"],
                            depends=["bpe_ops/_common.h", "bpe_ops/_byte_map.h", "bpe_ops/_guard.h", "bpe_ops/_merge_table.h",
                                     "bpe_ops/_piece_cache.h", "bpe_ops/_split_scan.h", "bpe_ops/_split_words.h", "bpe_ops/_char_start.h",
-                                    "bpe_ops/_measure.h"],
+                                    "bpe_ops/_measure.h", "bpe_ops/_utf8_valid.h"],
                            libraries=["dl"], optional=True),
                  Extension("bpe_ops._spm", ["bpe_ops/_spm.c"],
                            depends=["bpe_ops/_common.h", "bpe_ops/_merge_table.h", "bpe_ops/_piece_cache.h"],

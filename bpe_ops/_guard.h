@@ -108,4 +108,57 @@ static int guarded_code_point_in(int kind, const void *data, size_t n, const uin
     return found;
 }
 
+static inline int guarded_utf8_in(const uint8_t *s, size_t n, const uint8_t *b, uint32_t lowest)
+{
+    /* Whether any code point c >= 0x80 of valid UTF-8 s[0..n) has bit c of the guard `b` set: the
+     * check `_pcre2`'s text_utf8 makes of a str's characters as it writes their UTF-8, made of the
+     * UTF-8 itself. `lowest`: lowest_code_point_in(b, 0x110000 / 8), below which no bit is set.
+     * ASCII is skipped 32 bytes at a time (eight without SSE2), and a 2-byte sequence (below
+     * U+0800) without a lookup where `lowest` is above it.
+     *
+     *   guard with bit 0xE9 set: "caf\xC3\xA9" -> 1 (U+00E9), "cafe" -> 0 */
+    size_t at = 0;
+    if (lowest >= 0x110000)
+        return 0;
+    while (at < n) {
+        uint32_t c;
+#if defined(__SSE2__)
+        if (n - at >= 32 && _mm_movemask_epi8(_mm_or_si128(_mm_loadu_si128((const __m128i *)(s + at)),
+                                                           _mm_loadu_si128((const __m128i *)(s + at + 16)))) == 0) {
+            at += 32;
+            continue;
+        }
+#endif
+        if (n - at >= 8) {
+            uint64_t w;
+            memcpy(&w, s + at, 8);
+            if ((w & 0x8080808080808080ull) == 0) {
+                at += 8;
+                continue;
+            }
+        }
+        c = s[at];
+        if (c < 0x80) {
+            at++;
+            continue;
+        }
+        if (c < 0xE0) {
+            at += 2;
+            if (lowest >= 0x800)
+                continue;
+            c = (c & 0x1F) << 6 | (s[at - 1] & 0x3F);
+        } else if (c < 0xF0) {
+            c = (c & 0x0F) << 12 | (uint32_t)(s[at + 1] & 0x3F) << 6 | (s[at + 2] & 0x3F);
+            at += 3;
+        } else {
+            c = (c & 0x07) << 18 | (uint32_t)(s[at + 1] & 0x3F) << 12 | (uint32_t)(s[at + 2] & 0x3F) << 6 |
+                (s[at + 3] & 0x3F);
+            at += 4;
+        }
+        if (c >= lowest && (b[c >> 3] >> (c & 7) & 1))
+            return 1;
+    }
+    return 0;
+}
+
 #endif

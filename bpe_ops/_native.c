@@ -996,64 +996,6 @@ done:
 
 /* ---- a JSONL record's text and id ------------------------------------------------------------ */
 
-static int utf8_valid(const uint8_t *s, size_t n)
-{
-    /* Whether s[0..n) is UTF-8 as Python's strict decoder takes it: no overlong form, surrogate or
-     * code point past 0x10FFFF. ASCII is skipped 64 or 16 bytes at a time (eight without SSE2). This
-     * is the specification of `utf8_valid_avx2`, which takes the rest of the text over at its first
-     * 64 bytes that are not all ASCII, where the machine has AVX2 (a character at a time, a text in
-     * a non-Latin script was read at a third of the speed of English). */
-    size_t at = 0;
-    while (at < n) {
-        uint32_t c;
-        int more, i;
-#if defined(__SSE2__)
-        if (n - at >= 64) {
-            const __m128i *v = (const __m128i *)(s + at);
-            if (_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(_mm_loadu_si128(v), _mm_loadu_si128(v + 1)),
-                                               _mm_or_si128(_mm_loadu_si128(v + 2), _mm_loadu_si128(v + 3)))) == 0) {
-                at += 64;
-                continue;
-            }
-#if defined(UTF8_AVX2)
-            if (utf8_avx2())
-                return utf8_valid_avx2(s + at, n - at);     /* `at` starts a character: all before it was read */
-#endif
-        }
-        if (n - at >= 16 && _mm_movemask_epi8(_mm_loadu_si128((const __m128i *)(s + at))) == 0) {
-            at += 16;
-            continue;
-        }
-#endif
-        if (n - at >= 8) {
-            uint64_t w;
-            memcpy(&w, s + at, 8);
-            if ((w & 0x8080808080808080ull) == 0) {
-                at += 8;
-                continue;
-            }
-        }
-        c = s[at];
-        if (c < 0x80) {
-            at++;
-            continue;
-        }
-        more = c >= 0xC2 && c <= 0xDF ? 1 : c >= 0xE0 && c <= 0xEF ? 2 : c >= 0xF0 && c <= 0xF4 ? 3 : -1;
-        if (more < 0 || n - at <= (size_t)more)
-            return 0;
-        c &= more == 1 ? 0x1F : more == 2 ? 0x0F : 0x07;
-        for (i = 1; i <= more; i++) {
-            if ((s[at + i] & 0xC0) != 0x80)
-                return 0;
-            c = (c << 6) | (s[at + i] & 0x3F);
-        }
-        if ((more == 2 && (c < 0x800 || (c >= 0xD800 && c <= 0xDFFF))) || (more == 3 && (c < 0x10000 || c > 0x10FFFF)))
-            return 0;
-        at += (size_t)more + 1;
-    }
-    return 1;
-}
-
 #define BYTES_ONES 0x0101010101010101ull
 #define BYTES_HIGHS 0x8080808080808080ull
 
@@ -1619,7 +1561,10 @@ static PyObject *jsonl_block(PyObject *Py_UNUSED(module), PyObject *args)
      * for each row Python reads (`jsonl_record` judges anything jsonl_text_id leaves), or (row,
      * offset, its length) for a line longer than `limit` bytes (-1: no limit), which is never held.
      * The lines are read without the GIL, into one buffer for all texts and one for all ids, and their
-     * str objects filled without it: the GIL is held only to make the objects. */
+     * str objects filled without it: the GIL is held only to make the objects. With `utf8` true, texts
+     * is instead (buffer, offsets, chars): the texts' UTF-8 in one bytes object, row k's at
+     * buffer[offsets[k]:offsets[k + 1]] (empty for a row Python reads), and each row's characters,
+     * both native int64 (`bpe_ops.utf8_texts.Utf8Texts`): no str is made of any text. */
     const uint8_t *data;
     Py_ssize_t size, end, text_len, id_len = -1, limit, begin = 0;
     const char *text_key, *id_key = NULL;
@@ -1627,12 +1572,14 @@ static PyObject *jsonl_block(PyObject *Py_UNUSED(module), PyObject *args)
     size_t *ends = NULL;                /* each line's end: the offset of its LF, or end */
     uint8_t *texts_arena = NULL, *ids_arena = NULL;
     PyObject **text_objs = NULL, **id_objs = NULL;
-    PyObject *texts = NULL, *ids = NULL, *odd = NULL, *result = NULL;
+    PyObject *texts = NULL, *ids = NULL, *odd = NULL, *result = NULL, *arena_bytes = NULL;
     size_t count = 0, k, rows = 0, at, text_used = 0, id_used = 0;
-    int failed = 0;
+    int failed = 0, utf8 = 0;
+    int64_t *offsets = NULL, *chars = NULL;
+    size_t text_end = 0;                /* with utf8: where the texts of the rows listed so far end */
     PyThreadState *saved;
-    if (!PyArg_ParseTuple(args, "y#ns#z#n|n:jsonl_block", &data, &size, &end, &text_key, &text_len, &id_key, &id_len,
-                          &limit, &begin))
+    if (!PyArg_ParseTuple(args, "y#ns#z#n|np:jsonl_block", &data, &size, &end, &text_key, &text_len, &id_key, &id_len,
+                          &limit, &begin, &utf8))
         return NULL;
     if (end < 0 || end > size || begin < 0 || begin > end) {
         PyErr_SetString(PyExc_ValueError, "jsonl_block: begin and end must be within data, begin first");
@@ -1662,7 +1609,14 @@ static PyObject *jsonl_block(PyObject *Py_UNUSED(module), PyObject *args)
             ends[count] = (size_t)(lf - data);
         }
     }
-    if ((lines = calloc(count, sizeof(BlockLine))) == NULL || (texts_arena = malloc((size_t)(end - begin) + 1)) == NULL ||
+    if (utf8) {
+        /* The texts' buffer is the bytes object handed back, cut to size after. */
+        if ((arena_bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(end - begin) + 1)) == NULL)
+            goto done;
+        texts_arena = (uint8_t *)PyBytes_AS_STRING(arena_bytes);
+    }
+    if ((lines = calloc(count, sizeof(BlockLine))) == NULL ||
+        (!utf8 && (texts_arena = malloc((size_t)(end - begin) + 1)) == NULL) ||
         (id_key != NULL && (ids_arena = malloc((size_t)(end - begin) + 1)) == NULL)) {
         PyErr_NoMemory();
         goto done;
@@ -1723,7 +1677,7 @@ static PyObject *jsonl_block(PyObject *Py_UNUSED(module), PyObject *args)
         BlockLine *line = &lines[k];
         if (line->status != LINE_READ)
             continue;
-        if ((text_objs[k] = new_str_of(line->text_chars, line->text_top)) == NULL ||
+        if ((!utf8 && (text_objs[k] = new_str_of(line->text_chars, line->text_top)) == NULL) ||
             (line->f.have_id && (id_objs[k] = new_str_of(line->id_chars, line->id_top)) == NULL))
             goto done;
     }
@@ -1732,22 +1686,39 @@ static PyObject *jsonl_block(PyObject *Py_UNUSED(module), PyObject *args)
         BlockLine *line = &lines[k];
         if (line->status != LINE_READ)
             continue;
-        fill_str(text_objs[k], texts_arena + line->text_at, line->f.text_n);
+        if (text_objs[k] != NULL)
+            fill_str(text_objs[k], texts_arena + line->text_at, line->f.text_n);
         if (id_objs[k] != NULL)
             fill_str(id_objs[k], ids_arena + line->id_at, line->f.id_n);
     }
     restore_gil(saved);
-    if ((texts = PyList_New((Py_ssize_t)rows)) == NULL || (odd = PyList_New(0)) == NULL ||
+    if ((!utf8 && (texts = PyList_New((Py_ssize_t)rows)) == NULL) || (odd = PyList_New(0)) == NULL ||
         (id_key != NULL && (ids = PyList_New((Py_ssize_t)rows)) == NULL))
         goto done;
+    if (utf8 && ((offsets = malloc((rows + 1) * sizeof(int64_t))) == NULL ||
+                 (chars = malloc((rows ? rows : 1) * sizeof(int64_t))) == NULL)) {
+        PyErr_NoMemory();
+        goto done;
+    }
     for (k = 0, rows = 0; k < count; k++) {
         BlockLine *line = &lines[k];
         PyObject *entry;
         if (line->status == LINE_BLANK)
             continue;
+        if (utf8) {
+            /* The texts lie in the buffer one after the other, in row order; a row Python reads
+             * holds no bytes there (an empty text, never encoded: it is read apart). */
+            int read = line->status == LINE_READ;
+            offsets[rows] = (int64_t)(read ? line->text_at : text_end);
+            chars[rows] = read ? (int64_t)line->text_chars : 0;
+            if (read)
+                text_end = line->text_at + line->f.text_n;
+        }
         if (line->status == LINE_READ) {
-            PyList_SET_ITEM(texts, (Py_ssize_t)rows, text_objs[k]);
-            text_objs[k] = NULL;
+            if (!utf8) {
+                PyList_SET_ITEM(texts, (Py_ssize_t)rows, text_objs[k]);
+                text_objs[k] = NULL;
+            }
             if (ids != NULL) {
                 PyList_SET_ITEM(ids, (Py_ssize_t)rows, id_objs[k] != NULL ? id_objs[k] : Py_NewRef(Py_None));
                 id_objs[k] = NULL;
@@ -1755,7 +1726,8 @@ static PyObject *jsonl_block(PyObject *Py_UNUSED(module), PyObject *args)
             rows++;
             continue;
         }
-        PyList_SET_ITEM(texts, (Py_ssize_t)rows, Py_NewRef(Py_None));
+        if (!utf8)
+            PyList_SET_ITEM(texts, (Py_ssize_t)rows, Py_NewRef(Py_None));
         if (ids != NULL)
             PyList_SET_ITEM(ids, (Py_ssize_t)rows, Py_NewRef(Py_None));
         entry = line->status == LINE_OVERSIZED
@@ -1769,6 +1741,20 @@ static PyObject *jsonl_block(PyObject *Py_UNUSED(module), PyObject *args)
         }
         Py_DECREF(entry);
     }
+    if (utf8) {
+        PyObject *offsets_bytes, *chars_bytes;
+        offsets[rows] = (int64_t)text_end;
+        if (_PyBytes_Resize(&arena_bytes, (Py_ssize_t)text_used) < 0)
+            goto done;                  /* (arena_bytes is NULL then) */
+        offsets_bytes = PyBytes_FromStringAndSize((const char *)offsets, (Py_ssize_t)((rows + 1) * sizeof(int64_t)));
+        chars_bytes = PyBytes_FromStringAndSize((const char *)chars, (Py_ssize_t)(rows * sizeof(int64_t)));
+        if (offsets_bytes != NULL && chars_bytes != NULL)
+            texts = PyTuple_Pack(3, arena_bytes, offsets_bytes, chars_bytes);
+        Py_XDECREF(offsets_bytes);
+        Py_XDECREF(chars_bytes);
+        if (texts == NULL)
+            goto done;
+    }
     result = PyTuple_Pack(3, texts, ids != NULL ? ids : Py_None, odd);
 done:
     if (text_objs != NULL)
@@ -1781,7 +1767,11 @@ done:
     free(id_objs);
     free(lines);
     free(ends);
-    free(texts_arena);
+    if (!utf8)
+        free(texts_arena);              /* else arena_bytes's own */
+    Py_XDECREF(arena_bytes);
+    free(offsets);
+    free(chars);
     free(ids_arena);
     Py_XDECREF(texts);
     Py_XDECREF(ids);
@@ -2628,8 +2618,8 @@ static PyMethodDef module_methods[] = {
      "measure_texts(texts, separators, wide)\n--\n\nEach text's UTF-8 bytes, whitespace words and ASCII digit "
      "runs (n x 5 int64 in a bytearray), in one pass without the GIL."},
     {"jsonl_block", jsonl_block, METH_VARARGS,
-     "jsonl_block(data, end, text_key, id_key, limit)\n--\n\nThe lines of data[:end] as (texts, ids, odd) columns: "
-     "see sources._read_jsonl."},
+     "jsonl_block(data, end, text_key, id_key, limit, begin=0, utf8=False)\n--\n\nThe lines of data[begin:end] as "
+     "(texts, ids, odd) columns (texts as (UTF-8, offsets, characters) with utf8): see sources._read_jsonl."},
     {"calibrate_ids", calibrate_ids, METH_VARARGS,
      "calibrate_ids(id_arrays, rows, mask, classes, raw, cells, counts=None)\n--\n\nEach record's raw-byte tokens into raw and its "
      "ids' (group row + class) cells into cells (classes: a table, or the folded classes' power of two), in one pass without the GIL; the int64 indexes of the cells counted "

@@ -27,6 +27,9 @@
  *                               the same, and each text's UTF-8 bytes, words and digit runs measured
  *                               in the pass that encodes it (`_measure.h`; stats.measure_batch
  *                               specifies them).
+ *     .encode_measure_utf8(data, offsets, separators, wide)
+ *                               the same of texts given as UTF-8 (one buffer and their offsets in
+ *                               it), as a reader holds them: no str made or read (`utf8_texts`).
  *   sequence_pieces(encoder, text)  the pieces those steps make of a text, before any merge.
  *
  * What needs no PCRE2 (CountTable, utf8_length, add_counts) is in bpe_ops._native, so that it
@@ -57,6 +60,7 @@
 #include "_split_scan.h"
 #include "_split_words.h"
 #include "_measure.h"
+#include "_utf8_valid.h"
 
 /* ---- PCRE2, loaded at import ------------------------------------------------------------------- */
 
@@ -2176,7 +2180,7 @@ static int encode_text(TextEncoder *self, const uint8_t *s, size_t len)
     return 0;
 }
 
-enum { TEXT_GUARDED = 1, TEXT_SURROGATE = 2 };
+enum { TEXT_GUARDED = 1, TEXT_SURROGATE = 2, TEXT_NOT_UTF8 = 3 };
 
 /* Eight characters at data[i..i + 8) (i + 8 <= the str's length) of a str's `kind` written to out
  * as their bytes when all eight are ASCII: 1, else 0 and nothing written. Most characters of a
@@ -2516,36 +2520,57 @@ struct TextRef {
 /* The measures encode_measure_texts gives each text: its UTF-8 bytes, its words, its digit runs. */
 #define TEXT_MEASURES (2 + DIGIT_RUN_LENGTHS)
 
-static PyObject *encode_texts(TextEncoder *self, PyObject *texts, const Separators *sep)
+/* Texts given as UTF-8: text k is data[offsets[k]..offsets[k + 1]). */
+typedef struct {
+    const uint8_t *data;
+    const int64_t *offsets;
+    size_t n;
+} Utf8Texts;
+
+static int utf8_text_source(const Utf8Texts *texts, size_t k, const uint8_t *guard, uint32_t guard_lowest,
+                            const uint8_t **s, size_t *len)
 {
-    /* (ids, counts) for a list of str: every text's ids, one after the other, as native uint32
-     * values in one bytes object, and each text's count of them as native int64 values, -1 for a
-     * text that must take the `regex` path (encode would raise Fallback for it: the caller encodes
-     * it apart). The GIL is dropped once for the whole list: a short record was a hand-over of the
-     * GIL each, between its thread and the one reading the shard. With `sep`, a third item: each
-     * text's TEXT_MEASURES int64 (`measure` over the UTF-8 it was encoded from, while it is in the
-     * cache), the first -1 for a text handed back. */
+    /* Text k of `texts` in *s and *len: 0, TEXT_NOT_UTF8 when it is not UTF-8 as Python's strict
+     * decoder takes it (the splitters read valid UTF-8 only), TEXT_GUARDED as text_utf8 judges a str. */
+    *s = texts->data + texts->offsets[k];
+    *len = (size_t)(texts->offsets[k + 1] - texts->offsets[k]);
+    if (!utf8_valid(*s, *len))
+        return TEXT_NOT_UTF8;
+    return guard != NULL && guarded_utf8_in(*s, *len, guard, guard_lowest) ? TEXT_GUARDED : 0;
+}
+
+static PyObject *encode_texts(TextEncoder *self, PyObject *texts, const Utf8Texts *utf8, const Separators *sep)
+{
+    /* (ids, counts) for a list of str, or for `utf8` (texts NULL): every text's ids, one after the
+     * other, as native uint32 values in one bytes object, and each text's count of them as native
+     * int64 values, -1 for a text that must take the `regex` path (encode would raise Fallback for
+     * it: the caller encodes it apart; and a text of `utf8` that is not UTF-8). The GIL is dropped
+     * once for the whole list: a short record was a hand-over of the GIL each, between its thread
+     * and the one reading the shard. With `sep`, a third item: each text's TEXT_MEASURES int64
+     * (`measure` over the UTF-8 it was encoded from, while it is in the cache), the first -1 for a
+     * text handed back. */
     struct TextRef *refs = NULL;
     uint32_t *ids = NULL;
     int64_t *counts = NULL, *measures = NULL;
     size_t cap = 0, total = 0, k, n, held = 0;
     const uint8_t *guard;
+    uint32_t guard_lowest = 0x110000;
     int rc = 0;
     PyObject *result = NULL, *ids_bytes = NULL, *counts_bytes = NULL, *measures_bytes = NULL;
 
-    if (!PyList_CheckExact(texts)) {
+    if (utf8 == NULL && !PyList_CheckExact(texts)) {
         PyErr_SetString(PyExc_TypeError, "encode_texts_bytes: expected a list of str");
         return NULL;
     }
     if (encoder_free(self) < 0)
         return NULL;
-    n = (size_t)PyList_GET_SIZE(texts);
+    n = utf8 != NULL ? utf8->n : (size_t)PyList_GET_SIZE(texts);
     if ((refs = malloc((n ? n : 1) * sizeof(*refs))) == NULL || (counts = malloc((n ? n : 1) * sizeof(*counts))) == NULL ||
         (sep != NULL && (measures = calloc((n ? n : 1) * TEXT_MEASURES, sizeof(int64_t))) == NULL)) {
         PyErr_NoMemory();
         goto done;
     }
-    for (k = 0; k < n; k++) {
+    for (k = 0; k < n && utf8 == NULL; k++) {
         PyObject *text = PyList_GET_ITEM(texts, (Py_ssize_t)k);
         if (!PyUnicode_Check(text)) {
             PyErr_Format(PyExc_TypeError, "expected str, got %.100s", Py_TYPE(text)->tp_name);
@@ -2565,8 +2590,8 @@ static PyObject *encode_texts(TextEncoder *self, PyObject *texts, const Separato
      * the str's kind: 3 bytes a character for a mostly-ASCII str with one character beyond U+00FF
      * is room for 12 times its ids, which the heap keeps once the object is cut to size. */
     {
-        size_t bound = 0;
-        for (k = 0; k < n; k++)
+        size_t bound = utf8 != NULL ? (size_t)(utf8->offsets[n] - utf8->offsets[0]) : 0;
+        for (k = 0; k < n && utf8 == NULL; k++)
             bound += refs[k].kind == 0 ? refs[k].n
                      : refs[k].kept != NULL ? refs[k].kept_len : str_utf8_size(refs[k].kind, refs[k].data, refs[k].n);
         if (bound > 0) {
@@ -2582,18 +2607,21 @@ static PyObject *encode_texts(TextEncoder *self, PyObject *texts, const Separato
     guard = self->guard != NULL ? (const uint8_t *)PyBytes_AS_STRING(self->guard) : NULL;
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
+    if (utf8 != NULL && guard != NULL)
+        guard_lowest = lowest_code_point_in(guard, 0x110000 / 8);
     for (k = 0; k < n && rc == 0; k++) {
         size_t len;
         const uint8_t *s;
-        int got = text_source(self, refs[k].kind, refs[k].data, refs[k].n, refs[k].kept, refs[k].kept_len, guard,
-                              &s, &len);
+        int got = utf8 != NULL ? utf8_text_source(utf8, k, guard, guard_lowest, &s, &len)
+                               : text_source(self, refs[k].kind, refs[k].data, refs[k].n, refs[k].kept, refs[k].kept_len,
+                                             guard, &s, &len);
         if (got == 0)
             got = encode_text(self, s, len);
         if (got == SPLIT_NOMEM) {
             rc = SPLIT_NOMEM;
             break;
         }
-        if (got != 0) {                  /* guarded, a lone surrogate, an empty match, a limit */
+        if (got != 0) {                  /* guarded, a lone surrogate, not UTF-8, an empty match, a limit */
             counts[k] = -1;
             if (measures != NULL)
                 measures[k * TEXT_MEASURES] = -1;
@@ -2665,7 +2693,7 @@ done:
 
 static PyObject *encoder_encode_texts_bytes(TextEncoder *self, PyObject *texts)
 {
-    return encode_texts(self, texts, NULL);
+    return encode_texts(self, texts, NULL, NULL);
 }
 
 static PyObject *encoder_encode_measure_texts(TextEncoder *self, PyObject *args)
@@ -2677,7 +2705,41 @@ static PyObject *encoder_encode_measure_texts(TextEncoder *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "Oy*O:encode_measure_texts", &texts, &table, &wide))
         return NULL;
     if (separators_from(&sep, table.buf, table.len, wide, "encode_measure_texts") == 0)
-        result = encode_texts(self, texts, &sep);
+        result = encode_texts(self, texts, NULL, &sep);
+    PyBuffer_Release(&table);
+    return result;
+}
+
+static PyObject *encoder_encode_measure_utf8(TextEncoder *self, PyObject *args)
+{
+    /* encode_measure_texts of texts given as UTF-8: one buffer of their bytes and int64 offsets, text
+     * k data[offsets[k]:offsets[k + 1]] (the offsets ascending, within data). No str is made or read:
+     * a reader that holds its texts' UTF-8 (a JSONL line's, an Arrow column's) hands it over as it is. */
+    Py_buffer data, offsets, table;
+    PyObject *wide, *result = NULL;
+    Separators sep;
+    Utf8Texts utf8;
+    size_t k, n;
+    if (!PyArg_ParseTuple(args, "y*y*y*O:encode_measure_utf8", &data, &offsets, &table, &wide))
+        return NULL;
+    n = (size_t)offsets.len / sizeof(int64_t);
+    utf8.data = data.buf;
+    utf8.offsets = offsets.buf;
+    utf8.n = n > 0 ? n - 1 : 0;
+    if (offsets.len % (Py_ssize_t)sizeof(int64_t) != 0 || n == 0 || ((uintptr_t)offsets.buf & 7) != 0) {
+        PyErr_SetString(PyExc_ValueError, "encode_measure_utf8: offsets must be aligned int64, one more than the texts");
+        goto done;
+    }
+    for (k = 0; k < n; k++)
+        if (utf8.offsets[k] < (k ? utf8.offsets[k - 1] : 0) || utf8.offsets[k] > (int64_t)data.len) {
+            PyErr_SetString(PyExc_ValueError, "encode_measure_utf8: offsets must ascend from 0 or above and stay within data");
+            goto done;
+        }
+    if (separators_from(&sep, table.buf, table.len, wide, "encode_measure_utf8") == 0)
+        result = encode_texts(self, NULL, &utf8, &sep);
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&offsets);
     PyBuffer_Release(&table);
     return result;
 }
@@ -2757,6 +2819,10 @@ static PyMethodDef encoder_methods[] = {
      "the text must take the `regex` path."},
     {"encode_bytes", (PyCFunction)encoder_encode_bytes, METH_O,
      "encode_bytes(text)\n--\n\n`encode`, as native uint32 values in one bytes object (array('I').frombytes takes it)."},
+    {"encode_measure_utf8", (PyCFunction)encoder_encode_measure_utf8, METH_VARARGS,
+     "encode_measure_utf8(data, offsets, separators, wide)\n--\n\nencode_measure_texts of texts given as UTF-8: "
+     "text k is data[offsets[k]:offsets[k + 1]] (offsets: native int64, one more than the texts, ascending); "
+     "a text that is not UTF-8 is handed back (-1), as a guarded one is."},
     {"encode_measure_texts", (PyCFunction)encoder_encode_measure_texts, METH_VARARGS,
      "encode_measure_texts(texts, separators, wide)\n--\n\n(ids, counts, measures): encode_texts_bytes's two, and each "
      "text's UTF-8 bytes, words and five digit-run counts (7 native int64 a text, the first -1 for a text handed "

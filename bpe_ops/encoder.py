@@ -44,6 +44,7 @@ from .pretokenize import (END_OF_WORD, Pcre2Pattern, compile_pattern, pattern_na
 from .sentencepiece_bpe import byte_of_piece
 from .text_encoder import Fallback as _Fallback      # None where bpe_ops._pcre2 is not built
 from .threads import THREAD_CHUNK, EncoderThreads
+from .utf8_texts import Utf8Texts
 
 _UNBUILT = object()              # Tokenizer._text_encoder_slot before its first use
 
@@ -309,6 +310,11 @@ class Tokenizer:
         return (self.mode == "byte" and self._normalize is None and self._pre_tokenize is None
                 and (self._added is None or not self._added.always) and isinstance(self._regex, Pcre2Pattern))
 
+    def reads_utf8(self) -> bool:
+        """Whether `encode_flat_measured_in_thread` reads `Utf8Texts` as they are, in one compiled call
+        (else it makes a str of each text first): what a reader asks before it keeps texts as UTF-8."""
+        return _Fallback is not None and self._texts_in_one_call()
+
     def encode_measured_in_thread(self, texts: Sequence[str], separators: bytes,
                                   wide: tuple[bytes, ...]) -> tuple[list[array], bytes | None]:
         """`encode_arrays_in_thread(texts)` and, where the texts are encoded in one compiled call,
@@ -326,11 +332,15 @@ class Tokenizer:
     def encode_flat_measured_in_thread(self, texts: Sequence[str], separators: bytes,
                                        wide: tuple[bytes, ...]) -> tuple[FlatIds, bytes | None]:
         """`encode_measured_in_thread` with the ids as one `FlatIds` batch: where the texts are encoded
-        in one compiled call, its ids and counts as they come (no array per text)."""
+        in one compiled call, its ids and counts as they come (no array per text); `Utf8Texts` are
+        read there as UTF-8, with no str made of any (`reads_utf8`)."""
         encoder = self._threads.thread_encoder(lambda: self._text_encoder)
         if encoder is None or not self._texts_in_one_call():
             return FlatIds.of(self.encode_arrays_in_thread(texts)), None
-        ids, counts, measured = encoder.encode_measure_texts(list(texts), separators, wide)
+        if isinstance(texts, Utf8Texts):        # read as they are: no str made of any
+            ids, counts, measured = encoder.encode_measure_utf8(texts.data, texts.offsets, separators, wide)
+        else:
+            ids, counts, measured = encoder.encode_measure_texts(list(texts), separators, wide)
         lengths = np.frombuffer(counts, dtype=np.int64)
         if len(lengths) and lengths.min() < 0:          # a text it handed back (-1): encoded alone
             return FlatIds.of(self._arrays_of(encoder, texts, ids, counts)), measured

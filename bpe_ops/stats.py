@@ -39,6 +39,7 @@ import numpy as np
 
 from .flat_ids import FlatIds
 from .pretokenize import to_utf8
+from .utf8_texts import Utf8Texts
 
 MOMENT_VARIABLES = ("tokens", "bytes", "chars", "words", "raw_byte_tokens")
 # Upper triangle (i <= j) of the products of MOMENT_VARIABLES, row by row.
@@ -398,12 +399,14 @@ def measure_batch(texts: Sequence[str], id_arrays: Sequence[Sequence[int]],
     ([[3], [22], [20], [5]], [[1, 0, 0, 1, 1]])
     """
     n = len(texts)
-    chars = np.fromiter(map(len, texts), dtype=np.int64, count=n)
+    chars = texts.chars if isinstance(texts, Utf8Texts) else np.fromiter(map(len, texts), dtype=np.int64, count=n)
     if measured is not None:
         table = np.frombuffer(measured, dtype=np.int64).reshape(n, 2 + DIGIT_RUN_LENGTHS)
         if n == 0 or table[:, 0].min() >= 0:
             return (id_count_column(id_arrays), table[:, 0].copy(), chars, table[:, 1].copy()), \
                 np.ascontiguousarray(table[:, 2:])
+    if isinstance(texts, Utf8Texts):
+        texts = list(texts)             # the passes below read str
     if _MEASURE_TEXTS is None:
         return tuple(map(count_column, batch_stats(texts, id_arrays))), digit_runs_batch(texts)
     n_bytes, n_words, runs = _MEASURE_TEXTS(texts, _SPACE_CLASSES, _WIDE_SPACES)

@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from itertools import chain
 from dataclasses import dataclass
 
+from bpe_ops.utf8_texts import Utf8Texts
+
 REJECTED_SCHEMA_VERSION = 1
 
 # The default of --max-record-bytes (RECORD_TOO_LARGE below). A record this large is no use for
@@ -95,6 +97,8 @@ class RecordRun(Sequence):
     What a compiled read of JSONL lines gives (`sources._read_block`): a short-record job makes no
     `Record` at all on its reading thread, where making and freeing them was a quarter of its time.
     A sequence of `Record`s all the same: an item is made as it is asked for; a slice is a run.
+    The texts are a list of str, or `Utf8Texts` where the reader was asked to keep them as the UTF-8
+    it read (`read_shard(utf8=True)`: no str made of any text the encoder reads as UTF-8).
 
     >>> run = RecordRun(["a", "b", "c"], None, range(7, 10), "s.jsonl")
     >>> run[1], run[1:].ids, run.texts[:2]
@@ -105,7 +109,7 @@ class RecordRun(Sequence):
     __slots__ = ("texts", "_ids", "rows", "relpath")
     repaired = 0                        # records whose invalid UTF-8 was replaced: none
 
-    def __init__(self, texts: list[str], ids: list[str | None] | None, rows: range | list[int], relpath: str):
+    def __init__(self, texts: list[str] | Utf8Texts, ids: list[str | None] | None, rows: range | list[int], relpath: str):
         self.texts, self._ids, self.rows, self.relpath = texts, ids, rows, relpath
 
     @property
@@ -137,7 +141,10 @@ class RecordRun(Sequence):
         """The records of `runs` (of one shard), in order, as one run."""
         if len(runs) == 1:
             return runs[0]
-        texts = list(chain.from_iterable(run.texts for run in runs))
+        if all(type(run.texts) is Utf8Texts for run in runs):
+            texts = Utf8Texts.joined([run.texts for run in runs])
+        else:
+            texts = list(chain.from_iterable(run.texts for run in runs))
         rows = runs[0].rows
         for run in runs[1:]:
             if type(rows) is range and type(run.rows) is range and rows.stop == run.rows.start:
@@ -160,8 +167,8 @@ def join_runs(runs: Sequence[Sequence[Record]]) -> Sequence[Record]:
     return [record for run in runs for record in run]
 
 
-def texts_of(records: Sequence[Record]) -> list[str]:
-    """The texts of records (a `RecordRun`'s as they are)."""
+def texts_of(records: Sequence[Record]) -> list[str] | Utf8Texts:
+    """The texts of records (a `RecordRun`'s as they are: a list of str, or `Utf8Texts`)."""
     return records.texts if type(records) is RecordRun else [r.text for r in records]
 
 

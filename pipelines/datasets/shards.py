@@ -293,16 +293,17 @@ class ShardReader:
             if record is not None:
                 yield record
 
-    def batches(self):
+    def batches(self, utf8: bool = False):
         """The good records in runs, in file order: those one read of a JSONL shard completes, or
         one batch of a Parquet shard's rows (`read_shard(batched=True)`: a `RecordRun`, columns with
         no object per record, where the compiled pass or Arrow read them, else a list), one at a
         time for text shards; everything else set aside and accounted for as `__iter__` does. A
-        reader of short records pays its per-record steps a run at a time."""
+        reader of short records pays its per-record steps a run at a time. With `utf8`, a run's texts
+        may be the UTF-8 read (`Utf8Texts`), for an encoder that reads them so."""
         from pipelines.datasets.sources import read_shard
 
         account = self.account
-        for item in read_shard(self.shard, self.source_options, progress=bytes_read().add, batched=True):
+        for item in read_shard(self.shard, self.source_options, progress=bytes_read().add, batched=True, utf8=utf8):
             if type(item) in RUNS and self.check is None:
                 account.records_read += len(item)
                 account.records += len(item)

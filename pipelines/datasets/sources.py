@@ -29,12 +29,14 @@ from itertools import accumulate, chain
 from types import NoneType
 from typing import BinaryIO, Iterable, Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 from fsspec.compression import compr
 from fsspec.utils import infer_compression
 
+from bpe_ops.utf8_texts import Utf8Texts
 from pipelines.core.files import open_read
 from pipelines.core.inputs import InputError, Sought, find_files
 from schemas.records import (
@@ -225,7 +227,8 @@ def shard_format(shard: Shard, options: SourceOptions) -> str:
 # ---------------------------------------------------------------------------- reading a shard
 
 def read_shard(shard: Shard, options: SourceOptions, chunk_size: int = CHUNK_SIZE,
-               progress=None, batched: bool = False) -> Iterator[Record | list[Record] | Rejected | ShardError]:
+               progress=None, batched: bool = False,
+               utf8: bool = False) -> Iterator[Record | list[Record] | Rejected | ShardError]:
     """Stream a shard's records (and rejected rows); a file-level failure ends the stream with one
     `ShardError` after everything read before it. A shard whose format cannot be told or does not fit
     the options is one `ShardError` too: launch checks every shard given, so only a shard that
@@ -234,7 +237,9 @@ def read_shard(shard: Shard, options: SourceOptions, chunk_size: int = CHUNK_SIZ
     of every `n` bytes read from storage (compressed bytes for a compressed file). With `batched`,
     the records of a JSONL shard that one read of the file completes, or of one batch of a Parquet
     shard, may come as one run (in order, the rejected rows between them one by one): a reader of
-    short records pays its per-record steps (this generator's and its caller's) a run at a time."""
+    short records pays its per-record steps (this generator's and its caller's) a run at a time.
+    With `utf8` too, a run's texts may be the UTF-8 read (`Utf8Texts`: no str made of any), where the
+    compiled JSONL pass or Arrow read them."""
     try:
         fmt = shard_format(shard, options)
     except InputError as exc:
@@ -242,7 +247,7 @@ def read_shard(shard: Shard, options: SourceOptions, chunk_size: int = CHUNK_SIZ
         return
     reader = {"jsonl": _read_jsonl, "txt": _read_txt, "parquet": _read_parquet}[fmt]
     if batched and fmt != "txt":
-        reader = partial(reader, batched=True)
+        reader = partial(reader, batched=True, utf8=utf8)
     first_row = _first_row(shard)
     rows = first_row
     # Failing to open is an unreadable file; Parquet damage always is (its footer says where data is).
@@ -407,7 +412,8 @@ def jsonl_line(offset: int, raw: bytes | Oversized) -> tuple[int, bytes | Oversi
     return (offset + len(BOM), raw[len(BOM):]) if raw.startswith(BOM) else (offset, raw)
 
 
-def _read_jsonl(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int, batched: bool = False):
+def _read_jsonl(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int, batched: bool = False,
+                utf8: bool = False):
     """The records and rejected rows of a JSONL stream. Where `_native` is built and no other field is
     kept, the lines a read completes are read in one compiled pass (as `jsonl_record` reads a line:
     the specification): as one block of bytes (`_native.jsonl_block`, `_read_block`), or as a batch
@@ -415,7 +421,7 @@ def _read_jsonl(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: i
     may start with a BOM; one ending a line past the limit; see `_split_batches`); only the
     lines it leaves (anything json.loads must judge, an oversized line) are read one by one here.
     With `batched`, the records of such a read come as lists (the rejected rows between them one by
-    one)."""
+    one); with `utf8` too, a block's texts as the UTF-8 read (`Utf8Texts`)."""
     row = _first_row(shard)
     keys = _compiled_keys(options)
     if keys is None:
@@ -426,7 +432,7 @@ def _read_jsonl(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: i
     for batch in _piece_batches(f, b"\n", chunk_size, options.max_record_bytes, shard.part,
                                 blocks=_JSONL_BLOCK is not None):
         if type(batch) is LineBlock:
-            items = _read_block(batch, row, shard, options, keys)
+            items = _read_block(batch, row, shard, options, keys, utf8 and batched)
             row += sum(len(item) if type(item) in RUNS else 1 for item in items)
             yield from _as_read(items, batched)
             continue
@@ -503,19 +509,22 @@ def _records_of(texts: Sequence[str], ids: Sequence[str | None] | None, row: int
     >>> [(r.id, r.text, r.row) for r in _records_of(["a", "b"], None, 3, "s.jsonl")]
     [('s.jsonl:3', 'a', 3), ('s.jsonl:4', 'b', 4)]
     """
-    return RecordRun(texts if type(texts) is list else list(texts),
+    return RecordRun(texts if type(texts) in (list, Utf8Texts) else list(texts),
                      ids if ids is None or type(ids) is list else list(ids), range(row, row + len(texts)), relpath)
 
 
 def _read_block(block: "LineBlock", row: int, shard: Shard, options: SourceOptions,
-                keys: tuple[str, str | None]) -> list:
+                keys: tuple[str, str | None], utf8: bool = False) -> list:
     """The items of a block of whole JSONL lines (`_split_batches`' `LineBlock`), rows numbered from
     `row`, as `_read_jsonl` makes them of the same lines given one by one: runs of records, each
     rejected row alone between them. `_native.jsonl_block` reads the lines in one call (their texts
     and ids as two columns); the lines it leaves (anything json.loads must judge, an oversized line)
-    are read here."""
+    are read here. With `utf8`, the texts are the UTF-8 the pass read (`Utf8Texts`), no str each."""
     limit = options.max_record_bytes
-    texts, ids, odd = _JSONL_BLOCK(block.data, block.end, *keys, -1 if limit is None else limit, block.begin)
+    texts, ids, odd = _JSONL_BLOCK(block.data, block.end, *keys, -1 if limit is None else limit, block.begin, utf8)
+    if utf8:
+        data, offsets, chars = texts
+        texts = Utf8Texts(data, np.frombuffer(offsets, dtype=np.int64), np.frombuffer(chars, dtype=np.int64))
     def item(index: int, position: int, line: bytes | int):
         offset = block.start + position - block.begin
         return (too_large(Oversized(offset, line), shard, row + index, options) if type(line) is int else
@@ -658,13 +667,15 @@ def _read_txt(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int
         yield Record(f"{shard.relpath}:{row}", text, row, repaired)
 
 
-def _read_parquet(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int, batched: bool = False):
+def _read_parquet(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size: int, batched: bool = False,
+                  utf8: bool = False):
     """Parquet rows, reading only the text, id and kept columns. A missing id column means default
     ids and a missing kept column means None, as for JSONL keys; a missing text column fails the
     shard, since no row of it could be used. Where no other field is kept, a batch whose text is
     valid UTF-8 throughout becomes runs of records (`_parquet_runs`: columns, no object per
-    record), each rejected row alone between them; with `batched` the runs come as they are, else
-    one record at a time. Any other batch is read row by row (`_parquet_rows`, the specification)."""
+    record), each rejected row alone between them; with `batched` the runs come as they are (with
+    `utf8` too, their texts Arrow's UTF-8 as it is: `Utf8Texts`), else one record at a time. Any
+    other batch is read row by row (`_parquet_rows`, the specification)."""
     import pyarrow.compute as pc    # here: a costly import that no JSONL or text read needs
 
     pf = pq.ParquetFile(f)
@@ -699,35 +710,48 @@ def _read_parquet(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size:
             oversized = {i: n for i, (n, big) in enumerate(zip(lengths.to_pylist(), too_long.to_pylist())) if big}
             column = pc.if_else(too_long, pa.scalar(b"", as_bytes), column)
         ids = batch.column(id_column) if id_column else None
-        texts = None if options.fields else _valid_texts(column, as_text)
+        texts = None if options.fields else _valid_texts(column, as_text, utf8 and batched)
         if texts is None:
             yield from _parquet_rows(column, ids, {k: batch.column(k) for k in kept}, oversized, row, shard, options)
         else:
-            yield from _as_read(_parquet_runs(texts, column.null_count, ids, oversized, row, shard, options), batched)
+            null_rows = np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False)).tolist() if column.null_count else []
+            yield from _as_read(_parquet_runs(texts, null_rows, ids, oversized, row, shard, options), batched)
         row += len(column)
 
 
-def _valid_texts(column: pa.Array, as_text: pa.DataType) -> list[str | None] | None:
+def _valid_texts(column: pa.Array, as_text: pa.DataType, utf8: bool = False) -> list[str | None] | Utf8Texts | None:
     """The texts of a batch's text column (bytes) as str (None where null), or None when any of
-    them is not valid UTF-8 (its rows are then read one by one, which rejects or repairs them)."""
+    them is not valid UTF-8 (its rows are then read one by one, which rejects or repairs them).
+    With `utf8`, the column's own bytes and offsets as `Utf8Texts` (a null an empty text: the
+    caller sets null rows aside by the column's nulls)."""
     try:
-        return column.cast(as_text).to_pylist()       # Arrow's cast checks the UTF-8 of every value
+        text = column.cast(as_text)         # Arrow's cast checks the UTF-8 of every value
     except pa.ArrowInvalid:
         return None
+    if not utf8:
+        return text.to_pylist()
+    import pyarrow.compute as pc
+
+    _, offsets, data = text.buffers()
+    wide = pa.types.is_large_string(text.type)
+    offsets = np.frombuffer(offsets, dtype=np.int64 if wide else np.int32, count=len(text) + 1,
+                            offset=text.offset * (8 if wide else 4))
+    chars = pc.fill_null(pc.utf8_length(text), 0).to_numpy(zero_copy_only=False)
+    return Utf8Texts(data if data is not None else b"", offsets.astype(np.int64), chars)
 
 
-def _parquet_runs(texts: list[str | None], nulls: int, ids: pa.Array | None, oversized: dict[int, int], row: int,
-                  shard: Shard, options: SourceOptions) -> list:
-    """What `_parquet_rows` makes of a batch whose texts are all valid UTF-8 (`texts`, `nulls` of
-    them None), as runs: each stretch of records one `RecordRun`, each rejected row (null text,
-    oversized) alone between them."""
+def _parquet_runs(texts: list[str | None] | Utf8Texts, null_rows: list[int], ids: pa.Array | None,
+                  oversized: dict[int, int], row: int, shard: Shard, options: SourceOptions) -> list:
+    """What `_parquet_rows` makes of a batch whose texts are all valid UTF-8 (`texts`, None or empty
+    at the indexes `null_rows`), as runs: each stretch of records one `RecordRun`, each rejected row
+    (null text, oversized) alone between them."""
     if ids is None:
         record_ids = None
     elif pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type):
         record_ids = ids.to_pylist()        # str, or None: the default id, as `_record_id` gives it
     else:
         record_ids = [None if v is None else _record_id(v, shard, row + k) for k, v in enumerate(ids.to_pylist())]
-    odd = sorted(set(oversized).union(i for i, text in enumerate(texts) if text is None)) if oversized or nulls else ()
+    odd = sorted(set(oversized).union(null_rows)) if oversized or null_rows else ()
     return _runs_around(texts, record_ids, row, shard.relpath,
                         ((i, _parquet_rejected(shard, row + i, _record_id(record_ids and record_ids[i], shard, row + i),
                                                oversized.get(i), options)) for i in odd))

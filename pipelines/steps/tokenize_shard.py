@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 
 from bpe_ops.dropout import Dropout
 from bpe_ops.stats import Summary
+from bpe_ops.utf8_texts import Utf8Texts
 from schemas import tables
 from schemas.records import join_runs, texts_of
 from pipelines.core.errors import ShardFailure, UserError, shard_done
@@ -78,6 +79,17 @@ def spans_joined(spans: list) -> Sequence:
     ['b', 'c', 'd']
     """
     return join_runs([run[start:stop] for run, start, stop in spans])
+
+
+def text_chars(texts, start: int, stop: int) -> int:
+    """The characters of texts[start:stop] (a list of str, or `Utf8Texts`, counted as they were read).
+
+    >>> text_chars(["ab", "c", "déf"], 1, 3), text_chars(Utf8Texts.of(["ab", "c", "déf"]), 1, 3)
+    (4, 4)
+    """
+    if type(texts) is Utf8Texts:
+        return int(texts.chars[start:stop].sum())
+    return sum(map(len, texts[start:stop]))
 
 
 def prepare_encoding(tok, threads: int, dropout: Dropout | None = None) -> None:
@@ -244,6 +256,8 @@ class TokenizeShard(beam.DoFn):
         summary.add_shard(shard.relpath)
         reader = ShardReader(shard, self.source_options, self.output, self.fail_fast,
                              check=partial(kept_type_mismatch, self.shard_types) if self.shard_types else None)
+        # Texts kept as the UTF-8 read where the encoder reads them so (no str of each is made).
+        utf8 = self.dropout is None and self.tok.reads_utf8()
         spans: list = []                            # the spans of the runs read taken for the next chunk
         held = 0                                    # their records
         group = self.new_row_group()
@@ -268,7 +282,7 @@ class TokenizeShard(beam.DoFn):
                 first = iter(FIRST_CHUNK_RECORDS)
                 size = next(first)
                 submitted = chars = 0                       # records sent to encode; their characters
-                for records in reader.batches():
+                for records in reader.batches(utf8=utf8):
                     texts, at = texts_of(records), 0
                     while at < len(records):
                         # Records are taken up to the next place a chunk may end (`chunk_ends` is
@@ -284,7 +298,7 @@ class TokenizeShard(beam.DoFn):
                             spans[-1][2] = at
                         else:
                             spans.append([records, start, at])
-                        chars += sum(map(len, texts[start:at]))
+                        chars += text_chars(texts, start, at)
                         # A shard's first chunk also goes when the first read ends short of its records:
                         # the encoders start on those rather than wait for the next read.
                         if (submitted == 0 and at == len(records)

@@ -15,12 +15,14 @@ from array import array
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bpe_ops import Tokenizer, formats, load, text_encoder, train_bpe
 from bpe_ops.text_encoder import Fallback as _Fallback, TextEncoder as _TextEncoder
 from bpe_ops.implementation import Implementation
 from bpe_ops.stats import MEASURE_SEPARATORS, batch_stats, measure_batch
+from bpe_ops.utf8_texts import Utf8Texts
 from tests.conftest import ROOT, read_jsonl_texts
 
 pytestmark = pytest.mark.slow
@@ -302,6 +304,56 @@ def test_the_measures_taken_while_encoding_equal_the_measures_of_the_texts(files
     assert handed.cast("q").tolist()[0] == -1 and handed.cast("q").tolist()[7:9] == [2, 1]
     with pytest.raises(ValueError, match="256 bytes"):
         tok._text_encoder.fork().encode_measure_texts(["a"], b"x", ())
+
+
+@needs_text_encoder
+def test_texts_given_as_utf8_encode_and_measure_as_their_str_objects(files, texts):
+    """`Utf8Texts` (a reader's UTF-8 and offsets, no str each) go to the compiled encoder as they are
+    (`encode_measure_utf8`): the same ids, counts and measures as the same texts as str, a slice of
+    a buffer (offsets not from 0) included; a guarded text and bytes that are not UTF-8 (cut short,
+    overlong, a surrogate, past U+10FFFF, 0xFF) are handed back (-1) and nothing else; offsets that
+    do not ascend within the buffer are refused before anything is read."""
+    tok = Tokenizer.from_file(files["regex"])
+    assert tok.reads_utf8()
+    guarded = tok._regex.guard[0][0]
+    batch = texts + ["", " ", "caf\u00e9 \u00ff 12", "\u65e5\u672c\u2003ok 42", "x\U0001f600y", f"w{guarded}w 3", "0"]
+    flat, measured = tok.encode_flat_measured_in_thread(Utf8Texts.of(batch), *MEASURE_SEPARATORS)
+    want, want_measured = tok.encode_flat_measured_in_thread(batch, *MEASURE_SEPARATORS)
+    assert [ids.tolist() for ids in flat] == [ids.tolist() for ids in want] == [tok.encode(t) for t in batch]
+    assert measured == want_measured is not None
+    part = Utf8Texts.of(batch)[len(texts) - 3:]
+    assert part.offsets[0] > 0
+    assert ([ids.tolist() for ids in tok.encode_flat_measured_in_thread(part, *MEASURE_SEPARATORS)[0]]
+            == [tok.encode(t) for t in batch[len(texts) - 3:]])
+    assert (measure_batch(Utf8Texts.of(batch), flat, measured)[0][2].tolist()
+            == measure_batch(batch, want, want_measured)[0][2].tolist() == [len(t) for t in batch])
+
+    not_utf8 = [b"ab\xc3", b"\xc0\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"x\xffy", b"\xe2\x82"]
+    raw = [b"plain", f"w{guarded}w".encode()] + not_utf8 + ["caf\u00e9".encode()]
+    offsets = np.concatenate([[0], np.cumsum([len(r) for r in raw])]).astype(np.int64)
+    encoder = tok._text_encoder.fork()
+    ids, counts, table = encoder.encode_measure_utf8(b"".join(raw), offsets, *MEASURE_SEPARATORS)
+    counts = np.frombuffer(counts, dtype=np.int64).tolist()
+    assert [i for i, n in enumerate(counts) if n < 0] == list(range(1, 2 + len(not_utf8)))
+    assert np.frombuffer(ids, dtype=np.uint32).tolist() == tok.encode("plain") + tok.encode("caf\u00e9")
+    assert np.frombuffer(table, dtype=np.int64)[::7].tolist() == [5] + [-1] * (1 + len(not_utf8)) + [5]
+    for data, bad in ((b"abc", [0, 2, 1]), (b"abc", [0, 4]), (b"abc", [-1, 2]), (b"abc", [])):
+        with pytest.raises(ValueError, match="offsets"):
+            encoder.encode_measure_utf8(data, np.array(bad, dtype=np.int64), *MEASURE_SEPARATORS)
+    assert np.frombuffer(encoder.encode_measure_utf8(b"", np.zeros(1, np.int64), *MEASURE_SEPARATORS)[1],
+                         dtype=np.int64).tolist() == []
+
+
+@pytest.mark.parametrize("name", ["chain", "piece"])
+def test_texts_given_as_utf8_to_a_tokenizer_that_reads_str_get_the_ids_of_their_str(files, texts, name):
+    """A tokenizer whose texts are not encoded in one compiled call (a Sequence chain, pieces) does
+    not read UTF-8 (`reads_utf8` is false, so readers keep str for it) and, given `Utf8Texts` all the
+    same, encodes each text's str."""
+    tok = Tokenizer.from_file(files[name])
+    assert not tok.reads_utf8()
+    batch = texts[:20] + ["", "caf\u00e9"]
+    flat, _ = tok.encode_flat_measured_in_thread(Utf8Texts.of(batch), *MEASURE_SEPARATORS)
+    assert [ids.tolist() for ids in flat] == [tok.encode(t) for t in batch]
 
 
 @pytest.mark.parametrize("name", ["regex", "chain", "piece"])

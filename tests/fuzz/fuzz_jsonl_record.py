@@ -3,7 +3,8 @@ compiled read of its text and id (`_native.jsonl_text_id`, where it takes the li
 exactly the record or rejection that json.loads gives (`sources._jsonl_record_loaded`, the
 specification), for every text and id field pair and both invalid-UTF-8 policies. And the whole
 input as a JSONL stream: read in blocks of whole lines (`_native.jsonl_block`) and in batches of
-lines (`_native.jsonl_lines_fields`) it must give what reading it line by line gives, the records' ids hashed by the compiled BLAKE2b (`_native.id_hashes`)
+lines (`_native.jsonl_lines_fields`) it must give what reading it line by line gives (the blocks' texts kept
+as UTF-8 too: `jsonl_block(utf8=True)`), the records' ids hashed by the compiled BLAKE2b (`_native.id_hashes`)
 what hashlib gives, and their calibration groups (`_native.record_groups`) what `record_group` gives. Run from the worktree:
 
     mkdir -p /tmp/fuzz-jsonl_record && python3 tests/fuzz/fuzz_jsonl_record.py -max_total_time=600 \
@@ -20,6 +21,7 @@ from tests.fuzz import harness  # noqa: E402
 
 with harness.instrumented(__name__ == "__main__"):
     from bpe_ops import stats
+    from bpe_ops.utf8_texts import Utf8Texts
     from pipelines.datasets import sources
     from pipelines.steps import tokenize_shard
     from pipelines.datasets.sources import Shard, SourceOptions
@@ -72,6 +74,15 @@ def check_stream(data: bytes) -> None:
         if got != expected or per_line != expected:
             raise AssertionError(f"block, batch and line-by-line reads differ on {data!r}: {got!r} / {per_line!r} / "
                                  f"{expected!r}")
+        # Blocks read with their texts kept as UTF-8 (`Utf8Texts`): the same records, the characters
+        # counted as str counts them.
+        as_utf8 = list(sources._read_jsonl(io.BytesIO(data), SHARD, options, chunk, batched=True, utf8=True))
+        if [x for item in as_utf8 for x in (item if type(item) in sources.RUNS else [item])] != expected:
+            raise AssertionError(f"the block read as UTF-8 differs on {data!r}: {as_utf8!r} / {expected!r}")
+        for item in as_utf8:
+            texts = getattr(item, "texts", None)
+            if type(texts) is Utf8Texts and texts.chars.tolist() != list(map(len, texts)):
+                raise AssertionError(f"characters counted in the block differ on {data!r}")
         # The records' ids hashed as the repeated-id count hashes them: compiled BLAKE2b == hashlib's.
         ids = [item.id for item in got if item.id is not None] + [data.decode("utf-8", "surrogateescape")]
         digests = b"".join(hashlib.blake2b(str(i).encode("utf-8", "surrogatepass"), digest_size=16).digest()

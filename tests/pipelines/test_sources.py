@@ -16,6 +16,7 @@ import pytest
 import zstandard
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from bpe_ops.utf8_texts import Utf8Texts
 from pipelines.datasets import sources
 from pipelines.datasets.sources import (
     InputError, Record, Rejected, Shard, ShardError, SourceOptions, expand_inputs, output_name,
@@ -333,7 +334,7 @@ def test_parquet_invalid_utf8(tmp_path, policy):
 
 def parquet_rows_one_by_one(monkeypatch):
     """Make every Parquet batch read row by row (`_parquet_rows`, the specification of the runs)."""
-    monkeypatch.setattr(sources, "_valid_texts", lambda column, as_text: None)
+    monkeypatch.setattr(sources, "_valid_texts", lambda column, as_text, utf8=False: None)
 
 
 def flattened(items) -> list:
@@ -370,10 +371,14 @@ def test_parquet_read_as_runs_gives_the_items_of_reading_it_row_by_row(
     options = dict(max_record_bytes=limit, invalid_utf8="reject")
     as_runs = read_all(path, **options)
     batched = flattened(read_shard(shard_of(path), SourceOptions(**options), batched=True))
+    as_utf8 = list(read_shard(shard_of(path), SourceOptions(**options), batched=True, utf8=True))
+    # With utf8, each run's texts are Arrow's UTF-8 as read, their characters counted as str counts them.
+    assert all(type(x.texts) is Utf8Texts and x.texts.chars.tolist() == list(map(len, x.texts))
+               for x in as_utf8 if type(x) is RecordRun)
     with monkeypatch.context() as m:
         parquet_rows_one_by_one(m)
         expected = read_all(path, **options)
-    assert as_runs == expected and batched == expected
+    assert as_runs == expected and batched == expected and flattened(as_utf8) == expected
     assert [x.row for x in expected] == list(range(len(values)))
 
 
@@ -728,6 +733,13 @@ def test_blocks_of_lines_read_as_their_lines_one_by_one(monkeypatch, chunk_size,
         assert sum(type(x) is Record and len(x.text) > 2000 and max(x.text) > "\uffff" for x in flat) >= 4
         unbatched = list(sources._read_jsonl(io.BytesIO(data), shard, options, chunk_size))
         assert unbatched == one_by_one
+        # Kept as the UTF-8 read: a block's runs hold `Utf8Texts` (the same records, characters counted
+        # as str counts them); a per-line batch's runs stay str.
+        as_utf8 = list(sources._read_jsonl(io.BytesIO(data), shard, options, chunk_size, batched=True, utf8=True))
+        assert [x for item in as_utf8 for x in (item if type(item) in sources.RUNS else [item])] == one_by_one
+        utf8_runs = [item.texts for item in as_utf8 if type(item) is RecordRun and type(item.texts) is Utf8Texts]
+        assert len(utf8_runs) >= (2 if chunk_size < len(data) // 4 else 1)
+        assert all(texts.chars.tolist() == list(map(len, texts)) for texts in utf8_runs)
 
 
 def test_a_block_s_columns_name_the_lines_python_reads():
