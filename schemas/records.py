@@ -109,7 +109,8 @@ class RecordRun(Sequence):
     __slots__ = ("texts", "_ids", "rows", "relpath")
     repaired = 0                        # records whose invalid UTF-8 was replaced: none
 
-    def __init__(self, texts: list[str] | Utf8Texts, ids: list[str | None] | None, rows: range | list[int], relpath: str):
+    def __init__(self, texts: list[str] | Utf8Texts, ids: list[str | None] | None, rows: range | list[int],
+                 relpath: str):
         self.texts, self._ids, self.rows, self.relpath = texts, ids, rows, relpath
 
     @property

@@ -714,7 +714,8 @@ def _read_parquet(f: BinaryIO, shard: Shard, options: SourceOptions, chunk_size:
         if texts is None:
             yield from _parquet_rows(column, ids, {k: batch.column(k) for k in kept}, oversized, row, shard, options)
         else:
-            null_rows = np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False)).tolist() if column.null_count else []
+            null_rows = (np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False)).tolist()
+                         if column.null_count else [])
             yield from _as_read(_parquet_runs(texts, null_rows, ids, oversized, row, shard, options), batched)
         row += len(column)
 
@@ -730,6 +731,8 @@ def _valid_texts(column: pa.Array, as_text: pa.DataType, utf8: bool = False) -> 
         return None
     if not utf8:
         return text.to_pylist()
+    if len(text) == 0:                      # (an empty array may have no buffers at all)
+        return Utf8Texts(b"", np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64))
     import pyarrow.compute as pc
 
     _, offsets, data = text.buffers()
