@@ -128,12 +128,20 @@ def main(argv=None) -> None:
     parser.add_argument("--sentences", action="store_true", help="every sentence a record of its own")
     parser.add_argument("--parquet", action="store_true", help="the same records read from Parquet shards")
     args = parser.parse_args(argv)
+    work = Path(args.keep or tempfile.mkdtemp(prefix="bench_job_"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        run(args, work)
+    finally:
+        if not args.keep:               # ~1 GB of inputs and outputs a run: kept only where asked
+            shutil.rmtree(work, ignore_errors=True)
 
+
+def run(args, work: Path) -> None:
+    """The comparison of `main`'s arguments, its inputs, tokenizer and outputs in the folder `work`."""
     from bpe_ops import Tokenizer
     from bpe_ops.patterns import LLAMA3_PATTERN
 
-    work = Path(args.keep or tempfile.mkdtemp(prefix="bench_job_"))
-    work.mkdir(parents=True, exist_ok=True)
     inputs = work / ("sentences" if args.sentences else "input")
     shards = make_inputs(Path(args.corpus), args.copies, inputs, args.sentences)
     size = sum(os.path.getsize(s) for s in shards)
