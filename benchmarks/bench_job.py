@@ -78,7 +78,7 @@ def make_inputs(corpus: Path, copies: int, folder: Path, sentences: bool = False
     folder.mkdir(parents=True, exist_ok=True)
     shards = []
     for copy in range(copies):
-        for shard in sorted(corpus.glob("*.jsonl")):
+        for shard in sorted(corpus.resolve().glob("*.jsonl")):     # (a link to a relative path would dangle)
             path = folder / f"c{copy:03d}-{shard.name}"
             if not path.exists():
                 (write_sentences if sentences else os.symlink)(shard, path)
