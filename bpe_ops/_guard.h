@@ -121,24 +121,25 @@ static inline int guarded_utf8_in(const uint8_t *s, size_t n, const uint8_t *b, 
     if (lowest >= 0x110000)
         return 0;
     while (at < n) {
-        uint32_t c;
+        uint32_t c = s[at];
+        if (c < 0x80) {
+            /* ASCII: a block of it at once where one starts here (tried only at an ASCII byte: a
+             * text in a script of its own goes from character to character below). */
 #if defined(__SSE2__)
-        if (n - at >= 32 && _mm_movemask_epi8(_mm_or_si128(_mm_loadu_si128((const __m128i *)(s + at)),
-                                                           _mm_loadu_si128((const __m128i *)(s + at + 16)))) == 0) {
-            at += 32;
-            continue;
-        }
-#endif
-        if (n - at >= 8) {
-            uint64_t w;
-            memcpy(&w, s + at, 8);
-            if ((w & 0x8080808080808080ull) == 0) {
-                at += 8;
+            if (n - at >= 32 && _mm_movemask_epi8(_mm_or_si128(_mm_loadu_si128((const __m128i *)(s + at)),
+                                                               _mm_loadu_si128((const __m128i *)(s + at + 16)))) == 0) {
+                at += 32;
                 continue;
             }
-        }
-        c = s[at];
-        if (c < 0x80) {
+#endif
+            if (n - at >= 8) {
+                uint64_t w;
+                memcpy(&w, s + at, 8);
+                if ((w & 0x8080808080808080ull) == 0) {
+                    at += 8;
+                    continue;
+                }
+            }
             at++;
             continue;
         }

@@ -8,6 +8,7 @@ Caches are small, so pieces are evicted while other threads look them up.
 """
 import gc
 import json
+import random
 import sys
 import threading
 import time
@@ -342,6 +343,32 @@ def test_texts_given_as_utf8_encode_and_measure_as_their_str_objects(files, text
             encoder.encode_measure_utf8(data, np.array(bad, dtype=np.int64), *MEASURE_SEPARATORS)
     assert np.frombuffer(encoder.encode_measure_utf8(b"", np.zeros(1, np.int64), *MEASURE_SEPARATORS)[1],
                          dtype=np.int64).tolist() == []
+
+
+@needs_text_encoder
+def test_texts_given_as_utf8_are_judged_by_the_guard_as_their_str_objects(files):
+    """The guard's check of UTF-8 (`guarded_utf8_in`: ASCII skipped a block at a time, 2-byte
+    characters unread where no code point below U+0800 is guarded) hands back exactly the texts the
+    check of a str hands back: guarded code points of every UTF-8 length placed anywhere among
+    characters of every length, and the ids and measures of the others the same."""
+    tok = Tokenizer.from_file(files["regex"])
+    bits = np.unpackbits(np.frombuffer(tok._regex.guard_bits, np.uint8), bitorder="little")
+    guarded = [chr(c) for c in np.flatnonzero(bits)[::97]]
+    assert {len(c.encode()) for c in guarded} >= {3, 4}, "guarded code points of too few lengths"
+    plain = ["a", " ", "\u00e9", "\u4e00", "\U0001f600", "\u0800", "\u07ff", "7"]
+    rng = random.Random(5)
+    batch = []
+    for k in range(3000):
+        text = "".join(rng.choice(plain) for _ in range(rng.randrange(70)))
+        if k % 2:
+            at = rng.randrange(len(text) + 1)
+            text = text[:at] + rng.choice(guarded) + text[at:]
+        batch.append(text)
+    held = Utf8Texts.of(batch)
+    encoder = tok._text_encoder.fork()
+    got = encoder.encode_measure_utf8(held.data, held.offsets, *MEASURE_SEPARATORS)
+    assert got == encoder.encode_measure_texts(batch, *MEASURE_SEPARATORS)
+    assert (np.frombuffer(got[1], np.int64) < 0).sum() == 1500
 
 
 @pytest.mark.parametrize("name", ["chain", "piece"])
