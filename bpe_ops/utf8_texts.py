@@ -67,11 +67,13 @@ class Utf8Texts(Sequence):
     def chars(self) -> np.ndarray:
         """Each text's characters (int64): its bytes that are not UTF-8 continuation bytes."""
         if self._chars is None:
-            raw = np.frombuffer(self.data, dtype=np.uint8)
-            # A running count of the bytes that start a character, read at each offset.
+            # Only these texts' bytes (a slice's, not its whole buffer's): a running count of the
+            # bytes that start a character, read at each offset.
+            first, last = (int(self.offsets[0]), int(self.offsets[-1])) if len(self.offsets) else (0, 0)
+            raw = np.frombuffer(self.data, dtype=np.uint8)[first:last]
             starts = np.zeros(len(raw) + 1, dtype=np.int64)
             np.cumsum((raw & 0xC0) != 0x80, out=starts[1:])
-            self._chars = np.diff(starts[self.offsets])
+            self._chars = np.diff(starts[self.offsets - first])
         return self._chars
 
     def __len__(self) -> int:

@@ -19,6 +19,9 @@ def test_texts_as_utf8_read_back_slice_and_count_as_a_list_of_str(texts, start, 
     assert counted.chars.tolist() == [len(t) for t in texts]
     part = counted[start:stop]
     assert list(part) == texts[start:stop] and part.chars.tolist() == [len(t) for t in texts[start:stop]]
+    # A slice of uncounted texts counts only its own bytes, from where they start in the buffer.
+    fresh = Utf8Texts(held.data, held.offsets)[start:stop]
+    assert fresh.chars.tolist() == [len(t) for t in texts[start:stop]]
     if texts:
         assert held[-1] == texts[-1]
 
