@@ -94,8 +94,9 @@ def build(recipe: bytes, path: str) -> list[str]:
             footer[key] = value
         elif kind == "V":
             table = _change(table, body)
-        elif kind == "G" and body.isdigit():
-            group_rows = max(1, int(body))
+        elif kind == "G" and body.isascii() and body.isdigit():
+            # Capped: Arrow takes a C long, and any count above the table's rows is one group.
+            group_rows = min(max(1, int(body)), 1 << 20)
         elif kind == "A" and body in OPTIONS:
             options += OPTIONS[body]
     table = table.replace_schema_metadata(schema_meta or seed.schema.metadata)
