@@ -53,7 +53,7 @@ def read_token_file(shard) -> TokenFile:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UserError(f"{shard.url} is not a readable Parquet file ({reason})") from None
     if meta.get("tokenbeam.schema") != "tokens":
-        what = f"a tokenbeam '{meta['tokenbeam.schema']}' file" if "tokenbeam.schema" in meta else "not tokenbeam's"
+        what = f"a tokenbeam {meta['tokenbeam.schema']!r} file" if "tokenbeam.schema" in meta else "not tokenbeam's"
         raise UserError(f"{shard.url} is not a token Parquet of `tokenbeam tokenize` ({what}); pack reads "
                         f"the output of tokenize")
     if meta.get("tokenbeam.schema_version") not in tables.READABLE_TOKENS_SCHEMA_VERSIONS:
